@@ -1,0 +1,148 @@
+//! OTLP/HTTP request bodies: content type, gzip (bounded, so bombs stop early) and the
+//! protobuf or JSON decode into an `ExportTraceServiceRequest`.
+
+use std::io::Read;
+
+use prost::Message;
+
+use crate::{parse_otlp_json, ExportTraceServiceRequest};
+
+/// The two OTLP/HTTP encodings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContentKind {
+    Protobuf,
+    Json,
+}
+
+impl ContentKind {
+    /// Reads the media type of a `Content-Type` header (parameters ignored).
+    pub fn from_content_type(header: Option<&str>) -> Result<Self, DecodeError> {
+        let raw = header.unwrap_or("");
+        let media = raw.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        match media.as_str() {
+            "application/x-protobuf" | "application/protobuf" => Ok(ContentKind::Protobuf),
+            "application/json" => Ok(ContentKind::Json),
+            _ => Err(DecodeError::UnsupportedMediaType(raw.chars().take(100).collect())),
+        }
+    }
+
+    pub fn mime(self) -> &'static str {
+        match self {
+            ContentKind::Protobuf => "application/x-protobuf",
+            ContentKind::Json => "application/json",
+        }
+    }
+}
+
+/// Size limits on one request.
+#[derive(Clone, Copy, Debug)]
+pub struct BodyLimits {
+    /// Largest body accepted, counted after decompression (OTLP recommends 64 MiB).
+    pub max_body_bytes: usize,
+}
+
+impl Default for BodyLimits {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error("unsupported content type {0:?}: send application/x-protobuf or application/json")]
+    UnsupportedMediaType(String),
+    #[error("unsupported content encoding {0:?}: send gzip or identity")]
+    UnsupportedEncoding(String),
+    #[error("request body exceeds the limit of {limit} bytes (after decompression)")]
+    TooLarge { limit: usize },
+    #[error("{0}")]
+    Malformed(String),
+}
+
+/// Decompresses (if asked) and decodes one OTLP/HTTP trace export body.
+pub fn decode_export_request(
+    kind: ContentKind,
+    content_encoding: Option<&str>,
+    body: &[u8],
+    limits: BodyLimits,
+) -> Result<ExportTraceServiceRequest, DecodeError> {
+    let inflated;
+    let bytes: &[u8] = match content_encoding.map(|e| e.trim().to_ascii_lowercase()).as_deref() {
+        None | Some("") | Some("identity") => body,
+        Some("gzip") | Some("x-gzip") => {
+            inflated = gunzip_bounded(body, limits.max_body_bytes)?;
+            &inflated
+        }
+        Some(other) => return Err(DecodeError::UnsupportedEncoding(other.chars().take(50).collect())),
+    };
+    if bytes.len() > limits.max_body_bytes {
+        return Err(DecodeError::TooLarge {
+            limit: limits.max_body_bytes,
+        });
+    }
+    match kind {
+        ContentKind::Protobuf => ExportTraceServiceRequest::decode(bytes).map_err(|e| {
+            DecodeError::Malformed(format!(
+                "protobuf body is not a valid ExportTraceServiceRequest: {e}"
+            ))
+        }),
+        ContentKind::Json => parse_otlp_json(bytes).map_err(DecodeError::Malformed),
+    }
+}
+
+/// Inflates at most `limit` bytes; one byte more means the body is too large, and we
+/// stop there instead of inflating the rest of a gzip bomb.
+fn gunzip_bounded(body: &[u8], limit: usize) -> Result<Vec<u8>, DecodeError> {
+    let mut out = Vec::with_capacity(body.len().saturating_mul(4).min(limit));
+    let decoder = flate2::read::MultiGzDecoder::new(body);
+    decoder
+        .take(limit as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| DecodeError::Malformed(format!("gzip body could not be decompressed: {e}")))?;
+    if out.len() > limit {
+        return Err(DecodeError::TooLarge { limit });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+
+    fn gzip(bytes: &[u8]) -> Vec<u8> {
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(bytes).unwrap();
+        enc.finish().unwrap()
+    }
+
+    #[test]
+    fn gzip_bomb_is_stopped_at_the_limit() {
+        let bomb = gzip(&vec![0u8; 10 * 1024 * 1024]);
+        let limits = BodyLimits { max_body_bytes: 1024 * 1024 };
+        let err = decode_export_request(ContentKind::Protobuf, Some("gzip"), &bomb, limits).unwrap_err();
+        assert!(matches!(err, DecodeError::TooLarge { limit } if limit == 1024 * 1024));
+    }
+
+    #[test]
+    fn content_types_are_recognized_with_parameters() {
+        assert_eq!(
+            ContentKind::from_content_type(Some("application/json; charset=utf-8")).unwrap(),
+            ContentKind::Json
+        );
+        assert!(ContentKind::from_content_type(Some("text/plain")).is_err());
+        assert!(ContentKind::from_content_type(None).is_err());
+    }
+
+    #[test]
+    fn corrupt_gzip_and_garbage_protobuf_are_malformed() {
+        let limits = BodyLimits::default();
+        let err = decode_export_request(ContentKind::Protobuf, Some("gzip"), b"nope", limits).unwrap_err();
+        assert!(err.to_string().contains("gzip"), "{err}");
+        let err = decode_export_request(ContentKind::Protobuf, None, &[0xff, 0xff, 0xff], limits).unwrap_err();
+        assert!(err.to_string().contains("protobuf"), "{err}");
+    }
+}

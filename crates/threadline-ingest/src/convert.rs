@@ -1,0 +1,192 @@
+//! OTLP messages → `SpanRecord`s. Invalid spans are rejected one by one (counted and
+//! described for `partial_success`), never failing the whole request.
+
+use std::sync::Arc;
+
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::trace::v1::Span;
+use threadline_model::{
+    AttrValue, Attribute, SpanDetail, SpanEvent, SpanId, SpanKind, SpanLink, SpanOrigin,
+    SpanRecord, SpanStatus, StatusCode, TraceId,
+};
+
+use crate::{llm_view, ExportTraceServiceRequest};
+
+/// How many rejection reasons are spelled out in the partial-success message.
+const MAX_REPORTED_ERRORS: usize = 5;
+
+/// The spans accepted from one request and what was refused.
+#[derive(Debug, Default)]
+pub struct ConvertedBatch {
+    pub spans: Vec<SpanRecord>,
+    pub rejected_spans: u64,
+    /// The first few rejection reasons, naming the offending span.
+    pub errors: Vec<String>,
+}
+
+impl ConvertedBatch {
+    /// The `partial_success.error_message` for this batch, empty when nothing was refused.
+    pub fn error_message(&self) -> String {
+        if self.rejected_spans == 0 {
+            return String::new();
+        }
+        let mut msg = format!("rejected {} span(s): {}", self.rejected_spans, self.errors.join("; "));
+        if self.rejected_spans as usize > self.errors.len() {
+            msg.push_str("; …");
+        }
+        msg
+    }
+}
+
+/// Converts and validates every span of an export request.
+pub fn convert_request(request: ExportTraceServiceRequest) -> ConvertedBatch {
+    let mut batch = ConvertedBatch::default();
+    for resource_spans in request.resource_spans {
+        let (resource_attributes, resource_dropped) = match resource_spans.resource {
+            Some(r) => (convert_attributes(r.attributes), r.dropped_attributes_count),
+            None => (Vec::new(), 0),
+        };
+        for scope_spans in resource_spans.scope_spans {
+            let origin = Arc::new(SpanOrigin {
+                resource_attributes: resource_attributes.clone(),
+                resource_dropped_attributes_count: resource_dropped,
+                resource_schema_url: resource_spans.schema_url.clone(),
+                scope: convert_scope(scope_spans.scope),
+                scope_schema_url: scope_spans.schema_url,
+            });
+            let service = origin.service_name();
+            for span in scope_spans.spans {
+                match convert_span(span, &origin, &service) {
+                    Ok(record) => batch.spans.push(record),
+                    Err(reason) => {
+                        batch.rejected_spans += 1;
+                        if batch.errors.len() < MAX_REPORTED_ERRORS {
+                            batch.errors.push(reason);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    batch
+}
+
+fn convert_scope(scope: Option<InstrumentationScope>) -> threadline_model::InstrumentationScope {
+    match scope {
+        Some(s) => threadline_model::InstrumentationScope {
+            name: s.name,
+            version: s.version,
+            attributes: convert_attributes(s.attributes),
+            dropped_attributes_count: s.dropped_attributes_count,
+        },
+        None => Default::default(),
+    }
+}
+
+fn convert_span(span: Span, origin: &Arc<SpanOrigin>, service: &str) -> Result<SpanRecord, String> {
+    let label = || format!("span {:?} (span_id {})", span.name, hex::encode(&span.span_id));
+    let trace_id = TraceId::from_bytes(&span.trace_id).map_err(|e| format!("{}: {e}", label()))?;
+    let span_id = SpanId::from_bytes(&span.span_id).map_err(|e| format!("{}: {e}", label()))?;
+    // An all-zero parent id is what some senders put on roots: treat it as "no parent".
+    let parent_span_id = if span.parent_span_id.is_empty() || span.parent_span_id.iter().all(|b| *b == 0) {
+        None
+    } else {
+        Some(
+            SpanId::from_bytes(&span.parent_span_id)
+                .map_err(|e| format!("{}: parent {e}", label()))?,
+        )
+    };
+    if span.end_time_unix_nano < span.start_time_unix_nano {
+        return Err(format!(
+            "{}: end_time_unix_nano {} is before start_time_unix_nano {}",
+            label(),
+            span.end_time_unix_nano,
+            span.start_time_unix_nano
+        ));
+    }
+    let mut links = Vec::with_capacity(span.links.len());
+    for link in span.links {
+        let trace_id = TraceId::from_bytes(&link.trace_id).map_err(|e| format!("{}: link {e}", label()))?;
+        let span_id = SpanId::from_bytes(&link.span_id).map_err(|e| format!("{}: link {e}", label()))?;
+        links.push(SpanLink {
+            trace_id,
+            span_id,
+            trace_state: link.trace_state,
+            attributes: convert_attributes(link.attributes),
+            dropped_attributes_count: link.dropped_attributes_count,
+            flags: link.flags,
+        });
+    }
+    let events = span
+        .events
+        .into_iter()
+        .map(|e| SpanEvent {
+            time_unix_nano: e.time_unix_nano,
+            name: e.name,
+            attributes: convert_attributes(e.attributes),
+            dropped_attributes_count: e.dropped_attributes_count,
+        })
+        .collect();
+    let status = match span.status {
+        Some(s) => SpanStatus {
+            code: StatusCode::from_otlp(s.code),
+            message: s.message,
+        },
+        None => SpanStatus {
+            code: StatusCode::Unset,
+            message: String::new(),
+        },
+    };
+    let detail = SpanDetail {
+        trace_state: span.trace_state,
+        flags: span.flags,
+        attributes: convert_attributes(span.attributes),
+        dropped_attributes_count: span.dropped_attributes_count,
+        events,
+        dropped_events_count: span.dropped_events_count,
+        links,
+        dropped_links_count: span.dropped_links_count,
+        status,
+    };
+    let llm = llm_view(&span.name, &detail, origin);
+    Ok(SpanRecord {
+        trace_id,
+        span_id,
+        parent_span_id,
+        name: span.name,
+        service: service.to_owned(),
+        kind: SpanKind::from_otlp(span.kind),
+        start_time_unix_nano: span.start_time_unix_nano,
+        end_time_unix_nano: span.end_time_unix_nano,
+        detail,
+        origin: Arc::clone(origin),
+        llm,
+    })
+}
+
+fn convert_attributes(kvs: Vec<KeyValue>) -> Vec<Attribute> {
+    kvs.into_iter()
+        .map(|kv| Attribute {
+            key: kv.key,
+            value: convert_value(kv.value),
+        })
+        .collect()
+}
+
+fn convert_value(value: Option<AnyValue>) -> AttrValue {
+    match value.and_then(|v| v.value) {
+        None => AttrValue::Empty,
+        Some(any_value::Value::StringValue(s)) => AttrValue::String(s),
+        Some(any_value::Value::BoolValue(b)) => AttrValue::Bool(b),
+        Some(any_value::Value::IntValue(i)) => AttrValue::Int(i),
+        Some(any_value::Value::DoubleValue(d)) => AttrValue::Double(d),
+        Some(any_value::Value::BytesValue(b)) => AttrValue::Bytes(b),
+        Some(any_value::Value::ArrayValue(a)) => {
+            AttrValue::Array(a.values.into_iter().map(|v| convert_value(Some(v))).collect())
+        }
+        Some(any_value::Value::KvlistValue(kv)) => AttrValue::KvList(convert_attributes(kv.values)),
+        // String-table references only exist in the profiles signal.
+        #[allow(unreachable_patterns)]
+        Some(_) => AttrValue::Empty,
+    }
+}

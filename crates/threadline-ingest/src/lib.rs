@@ -1,0 +1,18 @@
+//! OTLP trace ingest: request bodies (protobuf, JSON, gzip) → OTLP messages → validated
+//! `SpanRecord`s with their normalized LLM view. Transport-agnostic: the server crate
+//! owns sockets and status codes, this crate owns what the bytes mean.
+
+mod body;
+mod convert;
+mod normalize;
+mod otlp_json;
+
+pub use body::{decode_export_request, BodyLimits, ContentKind, DecodeError};
+pub use convert::{convert_request, ConvertedBatch};
+pub use normalize::llm_view;
+pub use otlp_json::parse_otlp_json;
+
+/// Re-exported so callers name the exact OTLP message types this crate decodes.
+pub use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
+};

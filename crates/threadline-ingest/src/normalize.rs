@@ -1,0 +1,495 @@
+//! Conventions → the LLM view. One table of precedence per field; the first source that
+//! is present wins. Order, documented in ARCHITECTURE.md ("LLM view precedence"):
+//! Threadline platform attributes, then OpenTelemetry GenAI (current names, then
+//! deprecated ones), then OpenInference, then vLLM's own names. Span attributes beat
+//! W3C baggage entries copied onto the span, which beat resource attributes.
+
+use std::collections::HashMap;
+
+use serde_json::Value as Json;
+use sha2::{Digest, Sha256};
+use threadline_model::{AttrValue, LlmView, RejectionReason, SpanDetail, SpanOrigin};
+
+/// Where the normalizer looks up attribute names, most specific first.
+struct Sources<'a> {
+    span: HashMap<&'a str, &'a AttrValue>,
+    baggage: HashMap<String, String>,
+    resource: &'a SpanOrigin,
+    detail: &'a SpanDetail,
+}
+
+impl<'a> Sources<'a> {
+    fn new(detail: &'a SpanDetail, origin: &'a SpanOrigin) -> Self {
+        let span: HashMap<&str, &AttrValue> = detail
+            .attributes
+            .iter()
+            .map(|a| (a.key.as_str(), &a.value))
+            .collect();
+        let mut baggage = HashMap::new();
+        // BaggageSpanProcessor-style copies may arrive as `baggage.KEY` attributes, or the
+        // raw header may be recorded in a `baggage` attribute.
+        for attr in &detail.attributes {
+            if let Some(key) = attr.key.strip_prefix("baggage.") {
+                if let Some(v) = attr.value.as_str() {
+                    baggage.insert(key.to_owned(), v.to_owned());
+                }
+            }
+        }
+        for header_key in ["baggage", "w3c.baggage"] {
+            if let Some(header) = span.get(header_key).and_then(|v| v.as_str()) {
+                for (k, v) in parse_baggage_header(header) {
+                    baggage.entry(k).or_insert(v);
+                }
+            }
+        }
+        Self {
+            span,
+            baggage,
+            resource: origin,
+            detail,
+        }
+    }
+
+    fn span_attr(&self, key: &str) -> Option<&'a AttrValue> {
+        self.span.get(key).copied().filter(|v| !matches!(v, AttrValue::Empty))
+    }
+
+    /// First non-empty string among `keys`, looking at span attributes only.
+    fn span_str(&self, keys: &[&str]) -> Option<String> {
+        keys.iter().find_map(|k| {
+            self.span_attr(k)
+                .map(|v| match v {
+                    AttrValue::String(s) => s.trim().to_owned(),
+                    other => other.to_display_string(),
+                })
+                .filter(|s| !s.is_empty())
+        })
+    }
+
+    /// A platform attribute: span, then baggage copied onto the span, then resource.
+    fn platform_str(&self, key: &str) -> Option<String> {
+        self.span_str(&[key])
+            .or_else(|| self.baggage.get(key).cloned().filter(|s| !s.is_empty()))
+            .or_else(|| {
+                self.resource
+                    .resource_attr(key)
+                    .and_then(AttrValue::as_str)
+                    .map(str::to_owned)
+                    .filter(|s| !s.is_empty())
+            })
+    }
+
+    fn span_i64(&self, keys: &[&str]) -> Option<i64> {
+        keys.iter().find_map(|k| self.span_attr(k).and_then(AttrValue::as_i64))
+    }
+
+    fn span_f64(&self, keys: &[&str]) -> Option<f64> {
+        keys.iter().find_map(|k| self.span_attr(k).and_then(AttrValue::as_f64))
+    }
+
+    /// Whether any attribute says this span is about an LLM call or LLM platform request.
+    fn has_llm_signal(&self, span_name: &str) -> bool {
+        const PLATFORM_KEYS: [&str; 8] = [
+            "api.route",
+            "ab.group",
+            "gray.tag",
+            "model.instance.id",
+            "container.image",
+            "openinference.span.kind",
+            "embedding.model_name",
+            "request.tag",
+        ];
+        span_name == "llm_request"
+            || self.span.keys().any(|k| k.starts_with("gen_ai.") || k.starts_with("llm."))
+            || PLATFORM_KEYS.iter().any(|k| self.span.contains_key(k))
+            || self.baggage.contains_key("ab.group")
+            || self.baggage.contains_key("gray.tag")
+    }
+}
+
+/// Parses a W3C `baggage` header value into decoded key/value pairs (properties dropped).
+fn parse_baggage_header(header: &str) -> Vec<(String, String)> {
+    header
+        .split(',')
+        .filter_map(|member| {
+            let kv = member.split(';').next()?;
+            let (k, v) = kv.split_once('=')?;
+            let decode = |s: &str| {
+                percent_encoding::percent_decode_str(s.trim())
+                    .decode_utf8_lossy()
+                    .into_owned()
+            };
+            Some((decode(k), decode(v)))
+        })
+        .collect()
+}
+
+/// Builds the LLM view of a span, or `None` for a span that carries no LLM signal.
+pub fn llm_view(span_name: &str, detail: &SpanDetail, origin: &SpanOrigin) -> Option<LlmView> {
+    let src = Sources::new(detail, origin);
+    if !src.has_llm_signal(span_name) {
+        return None;
+    }
+    let is_vllm = span_name == "llm_request"
+        && src.span.keys().any(|k| k.starts_with("gen_ai.latency."));
+
+    let mut view = LlmView {
+        operation: operation(&src),
+        provider: provider(&src).or_else(|| is_vllm.then(|| "vllm".to_owned())),
+        request_model: src.span_str(&[
+            "gen_ai.request.model",
+            "llm.request.model_name",
+            "llm.model_name",
+            "embedding.model_name",
+        ]),
+        response_model: src.span_str(&["gen_ai.response.model", "llm.response.model_name"]),
+        input_tokens: src.span_i64(&[
+            "gen_ai.usage.input_tokens",
+            "gen_ai.usage.prompt_tokens",
+            "llm.token_count.prompt",
+        ]),
+        output_tokens: src.span_i64(&[
+            "gen_ai.usage.output_tokens",
+            "gen_ai.usage.completion_tokens",
+            "llm.token_count.completion",
+        ]),
+        total_tokens: src.span_i64(&["gen_ai.usage.total_tokens", "llm.token_count.total"]),
+        ttft_ms: src
+            .span_f64(&[
+                "gen_ai.response.time_to_first_chunk",
+                "gen_ai.server.time_to_first_token",
+                "gen_ai.latency.time_to_first_token",
+            ])
+            .map(|secs| secs * 1000.0),
+        finish_reasons: finish_reasons(&src),
+        rejection_reason: None,
+        prompt_template_id: src.span_str(&["llm.prompt_template.id", "gen_ai.prompt.name", "prompt.id"]),
+        prompt_template_version: src
+            .span_str(&["llm.prompt.version", "llm.prompt_template.version"])
+            .or_else(|| src.platform_str("llm.prompt.version")),
+        prompt_hash: None,
+        adapter_id: src.platform_str("llm.lora.adapter_id"),
+        base_model: src
+            .span_str(&["llm.base_model", "llm.lora.base_model"])
+            .or_else(|| src.platform_str("llm.base_model")),
+        instance_id: src.platform_str("model.instance.id"),
+        image: src.platform_str("container.image").or_else(|| resource_image(origin)),
+        route: src
+            .platform_str("api.route")
+            .or_else(|| src.span_str(&["http.route"])),
+        ab_group: src.platform_str("ab.group"),
+        gray_tag: src.platform_str("gray.tag"),
+        session_id: src.span_str(&["gen_ai.conversation.id", "session.id"]),
+        user_id: src.span_str(&["user.id", "enduser.id", "gen_ai.user.id"]),
+        kv_cache_hit_ratio: None,
+        tool_name: src.span_str(&["gen_ai.tool.name", "tool.name"]),
+        tool_call_id: src.span_str(&["gen_ai.tool.call.id", "tool.id", "tool_call.id"]),
+    };
+    if view.total_tokens.is_none() {
+        view.total_tokens = match (view.input_tokens, view.output_tokens) {
+            (Some(i), Some(o)) => Some(i.saturating_add(o)),
+            _ => None,
+        };
+    }
+    view.kv_cache_hit_ratio = kv_cache_hit_ratio(&src, view.input_tokens);
+    view.rejection_reason = rejection_reason(&src, &view.finish_reasons);
+    view.prompt_hash = prompt_hash(&src, view.prompt_template_version.as_deref());
+    Some(view)
+}
+
+fn operation(src: &Sources<'_>) -> Option<String> {
+    if let Some(op) = src.span_str(&["gen_ai.operation.name"]) {
+        return Some(op);
+    }
+    let kind = src.span_str(&["openinference.span.kind"])?;
+    let op = match kind.to_ascii_uppercase().as_str() {
+        "LLM" => "chat",
+        "EMBEDDING" => "embeddings",
+        "RETRIEVER" => "retrieval",
+        "TOOL" => "execute_tool",
+        "AGENT" => "invoke_agent",
+        "RERANKER" => "rerank",
+        "CHAIN" => "chain",
+        "GUARDRAIL" => "guardrail",
+        "EVALUATOR" => "evaluate",
+        "PROMPT" => "prompt",
+        _ => return Some(kind.to_ascii_lowercase()),
+    };
+    Some(op.to_owned())
+}
+
+/// Provider in the current GenAI vocabulary, whichever name and vocabulary the sender used.
+fn provider(src: &Sources<'_>) -> Option<String> {
+    if let Some(p) = src.span_str(&["gen_ai.provider.name"]) {
+        return Some(p);
+    }
+    let raw = src.span_str(&["gen_ai.system", "llm.provider", "llm.system"])?;
+    let renamed = match raw.as_str() {
+        "vertex_ai" | "vertexai" => "gcp.vertex_ai",
+        "gemini" => "gcp.gemini",
+        "google" => "gcp.gen_ai",
+        "az.ai.inference" => "azure.ai.inference",
+        "az.ai.openai" => "azure.ai.openai",
+        "xai" => "x_ai",
+        "mistralai" => "mistral_ai",
+        "aws" | "amazon" => "aws.bedrock",
+        other => other,
+    };
+    Some(renamed.to_owned())
+}
+
+fn resource_image(origin: &SpanOrigin) -> Option<String> {
+    let name = origin.resource_attr("container.image.name")?.as_str()?;
+    let tag = match origin.resource_attr("container.image.tags") {
+        Some(AttrValue::Array(tags)) => tags.first().and_then(|t| t.as_str()).map(str::to_owned),
+        Some(AttrValue::String(t)) => Some(t.clone()),
+        _ => origin
+            .resource_attr("container.image.tag")
+            .and_then(AttrValue::as_str)
+            .map(str::to_owned),
+    };
+    Some(match tag {
+        Some(t) if !t.is_empty() => format!("{name}:{t}"),
+        _ => name.to_owned(),
+    })
+}
+
+/// Array, JSON-encoded string (vLLM) or single string; then OpenInference; then the
+/// finish reasons inside output messages or deprecated `gen_ai.choice` events.
+fn finish_reasons(src: &Sources<'_>) -> Vec<String> {
+    if let Some(v) = src.span_attr("gen_ai.response.finish_reasons") {
+        let reasons = string_list(v);
+        if !reasons.is_empty() {
+            return reasons;
+        }
+    }
+    if let Some(r) = src.span_str(&["llm.finish_reason"]) {
+        return vec![r];
+    }
+    if let Some(Json::Array(messages)) = src.span_attr("gen_ai.output.messages").map(to_json) {
+        let reasons: Vec<String> = messages
+            .iter()
+            .filter_map(|m| m.get("finish_reason")?.as_str().map(str::to_owned))
+            .collect();
+        if !reasons.is_empty() {
+            return reasons;
+        }
+    }
+    src.detail
+        .events
+        .iter()
+        .filter(|e| e.name == "gen_ai.choice")
+        .filter_map(|e| {
+            e.attributes
+                .iter()
+                .find(|a| a.key == "finish_reason")
+                .and_then(|a| a.value.as_str())
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+fn string_list(value: &AttrValue) -> Vec<String> {
+    match value {
+        AttrValue::Array(items) => items.iter().filter_map(|i| i.as_str().map(str::to_owned)).collect(),
+        AttrValue::String(s) => {
+            let trimmed = s.trim();
+            if trimmed.starts_with('[') {
+                if let Ok(Json::Array(items)) = serde_json::from_str::<Json>(trimmed) {
+                    return items.iter().filter_map(|i| i.as_str().map(str::to_owned)).collect();
+                }
+            }
+            if trimmed.is_empty() {
+                Vec::new()
+            } else {
+                vec![trimmed.to_owned()]
+            }
+        }
+        _ => Vec::new(),
+    }
+}
+
+fn kv_cache_hit_ratio(src: &Sources<'_>, input_tokens: Option<i64>) -> Option<f64> {
+    let explicit = src
+        .span_f64(&["llm.kvcache.hit_ratio"])
+        .or_else(|| src.baggage.get("llm.kvcache.hit_ratio").and_then(|s| s.parse().ok()));
+    if let Some(r) = explicit.filter(|r| (0.0..=1.0).contains(r)) {
+        return Some(r);
+    }
+    let cached = src.span_i64(&[
+        "gen_ai.usage.cache_read.input_tokens",
+        "llm.token_count.prompt_details.cache_read",
+        "gen_ai.usage.cached_tokens",
+    ])?;
+    let input = input_tokens.filter(|i| *i > 0)?;
+    Some((cached as f64 / input as f64).clamp(0.0, 1.0))
+}
+
+/// The platform attribute, else inferred from an error type or a content-filter stop.
+fn rejection_reason(src: &Sources<'_>, finish_reasons: &[String]) -> Option<RejectionReason> {
+    if let Some(r) = src.platform_str("llm.rejection.reason") {
+        return Some(RejectionReason::parse(&r));
+    }
+    if let Some(error_type) = src.span_str(&["error.type"]) {
+        let e = error_type.to_ascii_lowercase();
+        if e.contains("rate_limit") || e.contains("ratelimit") || e == "429" {
+            return Some(RejectionReason::RateLimit);
+        }
+        if e.contains("context_length") || e.contains("context_window") || e.contains("context_overflow") {
+            return Some(RejectionReason::ContextOverflow);
+        }
+        if e.contains("content_filter") || e.contains("safety") {
+            return Some(RejectionReason::SafetyFilter);
+        }
+    }
+    finish_reasons
+        .iter()
+        .any(|r| r == "content_filter")
+        .then_some(RejectionReason::SafetyFilter)
+}
+
+/// SHA-256 hex of `system prompt ␟ prompt ␟ template version` (U+001F separators), so
+/// the same rendered prompt under the same template version always hashes the same.
+fn prompt_hash(src: &Sources<'_>, template_version: Option<&str>) -> Option<String> {
+    let (system, prompt) = prompt_texts(src);
+    if system.is_empty() && prompt.is_empty() {
+        return None;
+    }
+    let mut hasher = Sha256::new();
+    hasher.update(system.as_bytes());
+    hasher.update([0x1f]);
+    hasher.update(prompt.as_bytes());
+    hasher.update([0x1f]);
+    hasher.update(template_version.unwrap_or("").as_bytes());
+    Some(hex::encode(hasher.finalize()))
+}
+
+/// (system prompt, prompt) text from whichever convention carried the messages.
+fn prompt_texts(src: &Sources<'_>) -> (String, String) {
+    let mut system = src
+        .span_attr("gen_ai.system_instructions")
+        .map(|v| json_text(&to_json(v)))
+        .unwrap_or_default();
+    let mut prompt = String::new();
+    let take_messages = |messages: Vec<(String, String)>, system: &mut String, prompt: &mut String| {
+        for (role, text) in messages {
+            let target = if role == "system" { &mut *system } else { &mut *prompt };
+            if !target.is_empty() {
+                target.push('\n');
+            }
+            if role != "system" {
+                target.push_str(&role);
+                target.push_str(": ");
+            }
+            target.push_str(&text);
+        }
+    };
+    if let Some(Json::Array(messages)) = src.span_attr("gen_ai.input.messages").map(to_json) {
+        let msgs = messages
+            .iter()
+            .map(|m| {
+                let role = m.get("role").and_then(Json::as_str).unwrap_or("user").to_owned();
+                (role, json_text(m.get("parts").or_else(|| m.get("content")).unwrap_or(&Json::Null)))
+            })
+            .collect();
+        take_messages(msgs, &mut system, &mut prompt);
+    } else if let Some(p) = src.span_str(&["gen_ai.prompt"]) {
+        prompt = p;
+    } else {
+        let from_events: Vec<(String, String)> = src
+            .detail
+            .events
+            .iter()
+            .filter_map(|e| {
+                let role = match e.name.as_str() {
+                    "gen_ai.system.message" => "system",
+                    "gen_ai.user.message" => "user",
+                    "gen_ai.assistant.message" => "assistant",
+                    "gen_ai.tool.message" => "tool",
+                    _ => return None,
+                };
+                let content = e.attributes.iter().find(|a| a.key == "content")?;
+                Some((role.to_owned(), json_text(&to_json(&content.value))))
+            })
+            .collect();
+        if !from_events.is_empty() {
+            take_messages(from_events, &mut system, &mut prompt);
+        } else {
+            let flattened = openinference_messages(src);
+            if !flattened.is_empty() {
+                take_messages(flattened, &mut system, &mut prompt);
+            } else if let Some(input) = src.span_str(&["input.value"]) {
+                prompt = input;
+            }
+        }
+    }
+    (system, prompt)
+}
+
+/// Rebuilds `llm.input_messages.{i}.message.{role,content}` (indices may be sparse).
+fn openinference_messages(src: &Sources<'_>) -> Vec<(String, String)> {
+    let mut by_index: std::collections::BTreeMap<u32, (String, String)> = Default::default();
+    for (key, value) in &src.span {
+        let Some(rest) = key.strip_prefix("llm.input_messages.") else { continue };
+        let Some((idx, field)) = rest.split_once('.') else { continue };
+        let Ok(idx) = idx.parse::<u32>() else { continue };
+        let entry = by_index.entry(idx).or_default();
+        match field {
+            "message.role" => entry.0 = value.to_display_string(),
+            "message.content" => entry.1 = value.to_display_string(),
+            _ => {}
+        }
+    }
+    by_index
+        .into_values()
+        .filter(|(_, content)| !content.is_empty())
+        .map(|(role, content)| (if role.is_empty() { "user".to_owned() } else { role }, content))
+        .collect()
+}
+
+/// An attribute as JSON; strings holding JSON (senders that cannot set structured
+/// attributes) are parsed.
+fn to_json(value: &AttrValue) -> Json {
+    match value {
+        AttrValue::String(s) => {
+            let t = s.trim_start();
+            if t.starts_with('[') || t.starts_with('{') {
+                serde_json::from_str(t).unwrap_or_else(|_| Json::String(s.clone()))
+            } else {
+                Json::String(s.clone())
+            }
+        }
+        AttrValue::Empty => Json::Null,
+        AttrValue::Bool(b) => Json::Bool(*b),
+        AttrValue::Int(i) => Json::from(*i),
+        AttrValue::Double(d) => Json::from(*d),
+        AttrValue::Bytes(b) => Json::String(hex::encode(b)),
+        AttrValue::Array(items) => Json::Array(items.iter().map(to_json).collect()),
+        AttrValue::KvList(kvs) => Json::Object(
+            kvs.iter()
+                .map(|kv| (kv.key.clone(), to_json(&kv.value)))
+                .collect(),
+        ),
+    }
+}
+
+/// The text content of a message part list, a string, or an object with `content`.
+fn json_text(value: &Json) -> String {
+    match value {
+        Json::String(s) => s.clone(),
+        Json::Array(parts) => parts
+            .iter()
+            .map(json_text)
+            .filter(|s| !s.is_empty())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Json::Object(obj) => match obj.get("type").and_then(Json::as_str) {
+            Some("text") | None => obj.get("content").map(json_text).unwrap_or_default(),
+            Some(_) => String::new(),
+        },
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

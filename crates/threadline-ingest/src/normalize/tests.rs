@@ -1,0 +1,1 @@
+//! Tests of the LLM normalizer, one fixture per convention.

@@ -1,0 +1,17 @@
+//! Typed core types of Threadline. Everything past the ingest edge speaks these types:
+//! ids are fixed-size arrays, times are `_unix_nano` integers, attribute values are an
+//! enum, and the normalized LLM view is a struct of typed optional fields.
+//!
+//! Types that are persisted by the embedded store derive `serde` (the store encodes
+//! them with postcard); API shapes are written as DTOs in the server crate.
+
+mod ids;
+mod llm;
+mod span;
+
+pub use ids::{IdError, SpanId, TenantId, TraceId};
+pub use llm::{LlmView, RejectionReason};
+pub use span::{
+    AttrValue, Attribute, InstrumentationScope, SpanDetail, SpanEvent, SpanKind, SpanLink,
+    SpanOrigin, SpanRecord, SpanStatus, StatusCode,
+};

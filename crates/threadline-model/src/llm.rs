@@ -1,0 +1,74 @@
+//! The LLM view: one typed shape for what OpenTelemetry GenAI, OpenInference, vLLM and
+//! Threadline's platform attributes say about an LLM call, whichever the sender used.
+
+use serde::{Deserialize, Serialize};
+
+/// Why a request was refused before or during generation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RejectionReason {
+    RateLimit,
+    SafetyFilter,
+    ContextOverflow,
+    /// Any other reason, kept verbatim.
+    Other(String),
+}
+
+impl RejectionReason {
+    pub fn parse(value: &str) -> Self {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "rate_limit" | "rate_limited" | "ratelimit" => RejectionReason::RateLimit,
+            "safety_filter" | "content_filter" | "safety" => RejectionReason::SafetyFilter,
+            "context_overflow" | "context_length_exceeded" => RejectionReason::ContextOverflow,
+            _ => RejectionReason::Other(value.to_owned()),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            RejectionReason::RateLimit => "rate_limit",
+            RejectionReason::SafetyFilter => "safety_filter",
+            RejectionReason::ContextOverflow => "context_overflow",
+            RejectionReason::Other(s) => s,
+        }
+    }
+}
+
+/// Normalized LLM fields of a span. Field names are the public API contract.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LlmView {
+    pub operation: Option<String>,
+    pub provider: Option<String>,
+    pub request_model: Option<String>,
+    pub response_model: Option<String>,
+    pub input_tokens: Option<i64>,
+    pub output_tokens: Option<i64>,
+    pub total_tokens: Option<i64>,
+    pub ttft_ms: Option<f64>,
+    pub finish_reasons: Vec<String>,
+    pub rejection_reason: Option<RejectionReason>,
+    pub prompt_template_id: Option<String>,
+    pub prompt_template_version: Option<String>,
+    /// SHA-256 hex of system prompt, prompt and template version.
+    pub prompt_hash: Option<String>,
+    pub adapter_id: Option<String>,
+    pub base_model: Option<String>,
+    pub instance_id: Option<String>,
+    pub image: Option<String>,
+    pub route: Option<String>,
+    pub ab_group: Option<String>,
+    pub gray_tag: Option<String>,
+    pub session_id: Option<String>,
+    pub user_id: Option<String>,
+    pub kv_cache_hit_ratio: Option<f64>,
+    pub tool_name: Option<String>,
+    pub tool_call_id: Option<String>,
+}
+
+impl LlmView {
+    /// The model to index and show: the requested one, else the one that answered.
+    pub fn model(&self) -> Option<&str> {
+        self.request_model
+            .as_deref()
+            .or(self.response_model.as_deref())
+    }
+}
