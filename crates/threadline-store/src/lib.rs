@@ -1,1 +1,180 @@
-//! placeholder
+//! Span storage. Today one backend: an embedded SQLite database in WAL mode, written by
+//! a single group-commit writer thread and read through a small connection pool. The
+//! public surface is deliberately narrow and typed (`SpanRecord` in, `SpanRecord` /
+//! `TraceSummary` out) so the ClickHouse backend can implement the same operations;
+//! the trait will be extracted when that second implementation lands, not before.
+
+mod codec;
+mod query;
+mod schema;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rusqlite::Connection;
+use threadline_model::{SpanRecord, TenantId, TraceId};
+
+pub use query::{ServiceSummary, TraceCursor, TracePage, TraceQuery, TraceSummary};
+pub use writer::{PreparedBatch, WriteAck, WriterStats};
+
+/// The database file inside the data directory.
+pub const DB_FILE_NAME: &str = "threadline.db";
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot create data directory {path}: {source}")]
+    CreateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("sqlite error on {path}: {source}")]
+    Sqlite {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+    #[error("database {path} has schema version {found}, newer than this binary's {supported}")]
+    SchemaTooNew {
+        path: PathBuf,
+        found: i64,
+        supported: i64,
+    },
+    #[error("write queue is full ({queued_batches} batches, {queued_bytes} bytes queued)")]
+    QueueFull {
+        queued_batches: usize,
+        queued_bytes: usize,
+    },
+    #[error("store writer has stopped")]
+    WriterStopped,
+    #[error("stored row is corrupt: {0}")]
+    Corrupt(String),
+}
+
+/// Tuning of the embedded store.
+#[derive(Clone, Debug)]
+pub struct SqliteConfig {
+    /// Batches waiting for the writer before new writes are refused (back-pressure).
+    pub max_queued_batches: usize,
+    /// Encoded bytes waiting for the writer before new writes are refused.
+    pub max_queued_bytes: usize,
+    /// Most spans committed in one transaction.
+    pub max_spans_per_commit: usize,
+}
+
+impl Default for SqliteConfig {
+    fn default() -> Self {
+        Self {
+            max_queued_batches: 1024,
+            max_queued_bytes: 256 * 1024 * 1024,
+            max_spans_per_commit: 20_000,
+        }
+    }
+}
+
+/// The embedded store: cheap to clone, shared by every request handler.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    writer: writer::WriterHandle,
+    readers: Mutex<Vec<Connection>>,
+}
+
+impl SqliteStore {
+    /// Opens (creating and migrating if needed) the store under `data_dir`.
+    pub fn open(data_dir: &Path, config: SqliteConfig) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(data_dir).map_err(|source| StoreError::CreateDir {
+            path: data_dir.to_owned(),
+            source,
+        })?;
+        let path = data_dir.join(DB_FILE_NAME);
+        let mut conn = schema::open_connection(&path)?;
+        schema::migrate(&mut conn, &path)?;
+        let writer = writer::WriterHandle::spawn(conn, path.clone(), config);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                path,
+                writer,
+                readers: Mutex::new(Vec::new()),
+            }),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Encodes spans for the writer. CPU-bound: call it off the async runtime.
+    pub fn prepare(&self, tenant: &TenantId, spans: &[SpanRecord]) -> Result<PreparedBatch, StoreError> {
+        writer::PreparedBatch::encode(tenant, spans)
+    }
+
+    /// Queues a batch; the returned ack resolves once the batch is committed (durable).
+    /// Refuses with `QueueFull` instead of buffering without bound.
+    pub fn submit(&self, batch: PreparedBatch) -> Result<WriteAck, StoreError> {
+        self.inner.writer.submit(batch)
+    }
+
+    /// Prepare + submit + wait, for callers outside an async runtime (tests, tools).
+    pub fn write_blocking(&self, tenant: &TenantId, spans: &[SpanRecord]) -> Result<(), StoreError> {
+        let ack = self.submit(self.prepare(tenant, spans)?)?;
+        ack.wait_blocking()
+    }
+
+    pub fn writer_stats(&self) -> WriterStats {
+        self.inner.writer.stats()
+    }
+
+    /// Every span of one trace, in start order. Empty when the tenant has no such trace.
+    pub fn get_trace(&self, tenant: &TenantId, trace_id: TraceId) -> Result<Vec<SpanRecord>, StoreError> {
+        self.with_reader(|conn| query::get_trace(conn, tenant, trace_id))
+    }
+
+    /// Trace summaries matching `query`, newest first, one page at a time.
+    pub fn search(&self, tenant: &TenantId, query: &TraceQuery) -> Result<TracePage, StoreError> {
+        self.with_reader(|conn| query::search(conn, tenant, query))
+    }
+
+    pub fn services(&self, tenant: &TenantId) -> Result<Vec<ServiceSummary>, StoreError> {
+        self.with_reader(|conn| query::services(conn, tenant))
+    }
+
+    /// Checks the database answers (used by the health endpoint).
+    pub fn ping(&self) -> Result<(), StoreError> {
+        self.with_reader(|conn| {
+            conn.query_row("SELECT 1", [], |_| Ok(()))
+                .map_err(|e| sqlite_err(conn, e))
+        })
+    }
+
+    fn with_reader<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let pooled = self.inner.readers.lock().ok().and_then(|mut pool| pool.pop());
+        let conn = match pooled {
+            Some(c) => c,
+            None => schema::open_reader(&self.inner.path)?,
+        };
+        let result = f(&conn);
+        if let Ok(mut pool) = self.inner.readers.lock() {
+            if pool.len() < 8 {
+                pool.push(conn);
+            }
+        }
+        result
+    }
+}
+
+pub(crate) fn sqlite_err(conn: &Connection, source: rusqlite::Error) -> StoreError {
+    StoreError::Sqlite {
+        path: conn.path().map(PathBuf::from).unwrap_or_default(),
+        source,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,439 @@
+//! Reads: one trace by id, trace search with filters and a stable cursor, services.
+//!
+//! Search semantics: a trace matches when at least one of its spans matches every
+//! filter. Traces are ordered newest first by the start time of their newest matching
+//! span, ties broken by trace id (descending); the cursor is that (time, trace id) pair,
+//! so pages never repeat or skip a trace while data is appended.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use rusqlite::types::Value;
+use rusqlite::{params, Connection, OptionalExtension, Row};
+use threadline_model::{SpanId, SpanKind, SpanOrigin, SpanRecord, TenantId, TraceId};
+
+use crate::{codec, sqlite_err, StoreError};
+
+/// Filters of a trace search. Every set filter must hold on one span of the trace.
+#[derive(Clone, Debug, Default)]
+pub struct TraceQuery {
+    pub service: Option<String>,
+    pub span_name: Option<String>,
+    /// Requested model (or the responding one when no request model was recorded).
+    pub model: Option<String>,
+    pub route: Option<String>,
+    pub adapter: Option<String>,
+    pub ab_group: Option<String>,
+    pub errors_only: bool,
+    pub min_duration_nanos: Option<u64>,
+    pub max_duration_nanos: Option<u64>,
+    pub start_from_unix_nano: Option<u64>,
+    pub start_to_unix_nano: Option<u64>,
+    /// `attr.KEY=VALUE` filters, matched against span then resource attributes.
+    pub attributes: Vec<(String, String)>,
+    pub limit: usize,
+    pub cursor: Option<TraceCursor>,
+}
+
+/// Where the next page starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceCursor {
+    pub start_unix_nano: u64,
+    pub trace_id: TraceId,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct TraceSummary {
+    pub trace_id: TraceId,
+    pub root_service: String,
+    pub root_name: String,
+    pub start_time_unix_nano: u64,
+    pub duration_nanos: u64,
+    pub span_count: usize,
+    pub error: bool,
+    pub models: Vec<String>,
+    pub total_tokens: i64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct TracePage {
+    pub traces: Vec<TraceSummary>,
+    pub next_cursor: Option<TraceCursor>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServiceSummary {
+    pub name: String,
+}
+
+fn tenant_key(conn: &Connection, tenant: &TenantId) -> Result<Option<i64>, StoreError> {
+    conn.query_row("SELECT id FROM tenants WHERE name = ?1", [tenant.as_str()], |r| r.get(0))
+        .optional()
+        .map_err(|e| sqlite_err(conn, e))
+}
+
+pub(crate) fn get_trace(conn: &Connection, tenant: &TenantId, trace_id: TraceId) -> Result<Vec<SpanRecord>, StoreError> {
+    let Some(tenant_id) = tenant_key(conn, tenant)? else {
+        return Ok(Vec::new());
+    };
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT trace_id, span_id, parent_span_id, name, service, kind, start_ns, end_ns,
+                    origin_hash, detail
+             FROM spans WHERE tenant_id = ?1 AND trace_id = ?2 ORDER BY start_ns, span_id",
+        )
+        .map_err(|e| sqlite_err(conn, e))?;
+    let mut origins = OriginCache::new(tenant_id);
+    let mut rows = stmt
+        .query(params![tenant_id, &trace_id.0[..]])
+        .map_err(|e| sqlite_err(conn, e))?;
+    let mut spans = Vec::new();
+    while let Some(row) = rows.next().map_err(|e| sqlite_err(conn, e))? {
+        spans.push(span_from_row(conn, row, &mut origins)?);
+    }
+    Ok(spans)
+}
+
+fn span_from_row(conn: &Connection, row: &Row<'_>, origins: &mut OriginCache) -> Result<SpanRecord, StoreError> {
+    let get_err = |e| sqlite_err(conn, e);
+    let trace_id: Vec<u8> = row.get(0).map_err(get_err)?;
+    let span_id: Vec<u8> = row.get(1).map_err(get_err)?;
+    let parent: Option<Vec<u8>> = row.get(2).map_err(get_err)?;
+    let origin_hash: i64 = row.get(8).map_err(get_err)?;
+    let detail_blob: Vec<u8> = row.get(9).map_err(get_err)?;
+    let (detail, llm) = codec::decode_detail(&detail_blob)?;
+    let corrupt = |e: threadline_model::IdError| StoreError::Corrupt(e.to_string());
+    Ok(SpanRecord {
+        trace_id: TraceId::from_bytes(&trace_id).map_err(corrupt)?,
+        span_id: SpanId::from_bytes(&span_id).map_err(corrupt)?,
+        parent_span_id: parent.map(|p| SpanId::from_bytes(&p)).transpose().map_err(corrupt)?,
+        name: row.get(3).map_err(get_err)?,
+        service: row.get(4).map_err(get_err)?,
+        kind: SpanKind::from_otlp(row.get(5).map_err(get_err)?),
+        start_time_unix_nano: row.get::<_, i64>(6).map_err(get_err)? as u64,
+        end_time_unix_nano: row.get::<_, i64>(7).map_err(get_err)? as u64,
+        detail,
+        origin: origins.get(conn, origin_hash)?,
+        llm,
+    })
+}
+
+/// Origins decoded once per query.
+struct OriginCache {
+    tenant_id: i64,
+    decoded: HashMap<i64, Arc<SpanOrigin>>,
+}
+
+impl OriginCache {
+    fn new(tenant_id: i64) -> Self {
+        Self {
+            tenant_id,
+            decoded: HashMap::new(),
+        }
+    }
+
+    fn get(&mut self, conn: &Connection, hash: i64) -> Result<Arc<SpanOrigin>, StoreError> {
+        if let Some(o) = self.decoded.get(&hash) {
+            return Ok(Arc::clone(o));
+        }
+        let blob: Option<Vec<u8>> = conn
+            .query_row(
+                "SELECT origin FROM span_origins WHERE tenant_id = ?1 AND origin_hash = ?2",
+                params![self.tenant_id, hash],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| sqlite_err(conn, e))?;
+        let origin = match blob {
+            Some(b) => Arc::new(codec::decode_origin(&b)?),
+            None => return Err(StoreError::Corrupt(format!("span origin {hash} is missing"))),
+        };
+        self.decoded.insert(hash, Arc::clone(&origin));
+        Ok(origin)
+    }
+}
+
+/// The SQL half of the filters (everything but attributes).
+fn sql_filters(tenant_id: i64, q: &TraceQuery) -> (String, Vec<Value>) {
+    let mut sql = String::from("tenant_id = ?");
+    let mut args = vec![Value::Integer(tenant_id)];
+    let mut eq = |column: &str, value: &Option<String>| {
+        if let Some(v) = value {
+            sql.push_str(&format!(" AND {column} = ?"));
+            args.push(Value::Text(v.clone()));
+        }
+    };
+    eq("service", &q.service);
+    eq("name", &q.span_name);
+    eq("model", &q.model);
+    eq("route", &q.route);
+    eq("adapter", &q.adapter);
+    eq("ab_group", &q.ab_group);
+    if q.errors_only {
+        sql.push_str(" AND status_code = 2");
+    }
+    let clamp = |n: u64| n.min(i64::MAX as u64) as i64;
+    if let Some(n) = q.min_duration_nanos {
+        sql.push_str(" AND duration_ns >= ?");
+        args.push(Value::Integer(clamp(n)));
+    }
+    if let Some(n) = q.max_duration_nanos {
+        sql.push_str(" AND duration_ns <= ?");
+        args.push(Value::Integer(clamp(n)));
+    }
+    if let Some(n) = q.start_from_unix_nano {
+        sql.push_str(" AND start_ns >= ?");
+        args.push(Value::Integer(clamp(n)));
+    }
+    if let Some(n) = q.start_to_unix_nano {
+        sql.push_str(" AND start_ns <= ?");
+        args.push(Value::Integer(clamp(n)));
+    }
+    (sql, args)
+}
+
+/// Matches `attr.KEY=VALUE` filters against a span's detail and origin.
+struct AttrMatcher<'q> {
+    wanted: &'q [(String, String)],
+    origins: OriginCache,
+}
+
+impl AttrMatcher<'_> {
+    fn matches(&mut self, conn: &Connection, detail_blob: &[u8], origin_hash: i64) -> Result<bool, StoreError> {
+        if self.wanted.is_empty() {
+            return Ok(true);
+        }
+        let (detail, _) = codec::decode_detail(detail_blob)?;
+        let origin = self.origins.get(conn, origin_hash)?;
+        Ok(self.wanted.iter().all(|(key, value)| {
+            let found = detail.attr(key).or_else(|| origin.resource_attr(key));
+            found.is_some_and(|v| v.to_display_string() == *value)
+        }))
+    }
+}
+
+struct Candidate {
+    start_ns: i64,
+    trace_id: Vec<u8>,
+    detail: Option<Vec<u8>>,
+    origin_hash: i64,
+}
+
+pub(crate) fn search(conn: &Connection, tenant: &TenantId, q: &TraceQuery) -> Result<TracePage, StoreError> {
+    let limit = q.limit.clamp(1, 1000);
+    let Some(tenant_id) = tenant_key(conn, tenant)? else {
+        return Ok(TracePage {
+            traces: Vec::new(),
+            next_cursor: None,
+        });
+    };
+    let (filters, filter_args) = sql_filters(tenant_id, q);
+    let mut args = filter_args.clone();
+    let want_detail = !q.attributes.is_empty();
+    let detail_col = if want_detail { "detail" } else { "NULL" };
+    let mut sql = format!("SELECT start_ns, trace_id, {detail_col}, origin_hash FROM spans WHERE {filters}");
+    if let Some(c) = &q.cursor {
+        sql.push_str(" AND start_ns <= ?");
+        args.push(Value::Integer(c.start_unix_nano as i64));
+    }
+    sql.push_str(" ORDER BY start_ns DESC");
+    let mut stmt = conn.prepare(&sql).map_err(|e| sqlite_err(conn, e))?;
+    let mut rows = stmt
+        .query(rusqlite::params_from_iter(args.iter()))
+        .map_err(|e| sqlite_err(conn, e))?;
+
+    let mut matcher = AttrMatcher {
+        wanted: &q.attributes,
+        origins: OriginCache::new(tenant_id),
+    };
+    let mut emitted: Vec<(i64, Vec<u8>)> = Vec::new();
+    let mut seen: HashSet<Vec<u8>> = HashSet::new();
+    let mut group: Vec<Candidate> = Vec::new();
+    let mut done = false;
+    // Rows come newest first; rows sharing a start time are ordered by trace id here.
+    let mut flush = |group: &mut Vec<Candidate>, emitted: &mut Vec<(i64, Vec<u8>)>| -> Result<bool, StoreError> {
+        group.sort_by(|a, b| b.trace_id.cmp(&a.trace_id));
+        for cand in group.drain(..) {
+            if seen.contains(&cand.trace_id) {
+                continue;
+            }
+            if let Some(c) = &q.cursor {
+                if cand.start_ns == c.start_unix_nano as i64 && cand.trace_id.as_slice() >= &c.trace_id.0[..] {
+                    continue;
+                }
+            }
+            if let Some(detail) = &cand.detail {
+                if !matcher.matches(conn, detail, cand.origin_hash)? {
+                    continue;
+                }
+            }
+            seen.insert(cand.trace_id.clone());
+            if let Some(c) = &q.cursor {
+                if matched_before_cursor(conn, &filters, &filter_args, &cand.trace_id, c, &mut matcher)? {
+                    continue;
+                }
+            }
+            emitted.push((cand.start_ns, cand.trace_id));
+            if emitted.len() > limit {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    };
+    while let Some(row) = rows.next().map_err(|e| sqlite_err(conn, e))? {
+        let cand = Candidate {
+            start_ns: row.get(0).map_err(|e| sqlite_err(conn, e))?,
+            trace_id: row.get(1).map_err(|e| sqlite_err(conn, e))?,
+            detail: if want_detail { row.get(2).map_err(|e| sqlite_err(conn, e))? } else { None },
+            origin_hash: row.get(3).map_err(|e| sqlite_err(conn, e))?,
+        };
+        if group.first().is_some_and(|g| g.start_ns != cand.start_ns) && flush(&mut group, &mut emitted)? {
+            done = true;
+            break;
+        }
+        group.push(cand);
+    }
+    if !done {
+        flush(&mut group, &mut emitted)?;
+    }
+    drop(rows);
+
+    let has_more = emitted.len() > limit;
+    emitted.truncate(limit);
+    let next_cursor = if has_more {
+        emitted.last().and_then(|(start, tid)| {
+            Some(TraceCursor {
+                start_unix_nano: *start as u64,
+                trace_id: TraceId::from_bytes(tid).ok()?,
+            })
+        })
+    } else {
+        None
+    };
+    let mut traces = Vec::with_capacity(emitted.len());
+    for (_, tid) in &emitted {
+        let trace_id = TraceId::from_bytes(tid).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        traces.push(summarize(conn, tenant_id, trace_id)?);
+    }
+    Ok(TracePage { traces, next_cursor })
+}
+
+/// Whether the trace has a matching span at or after the cursor, i.e. it was on an
+/// earlier page.
+fn matched_before_cursor(
+    conn: &Connection,
+    filters: &str,
+    filter_args: &[Value],
+    trace_id: &[u8],
+    cursor: &TraceCursor,
+    matcher: &mut AttrMatcher<'_>,
+) -> Result<bool, StoreError> {
+    let mut args: Vec<Value> = filter_args.to_vec();
+    args.push(Value::Blob(trace_id.to_vec()));
+    args.push(Value::Integer(cursor.start_unix_nano as i64));
+    let sql = format!(
+        "SELECT start_ns, detail, origin_hash FROM spans WHERE {filters} AND trace_id = ? AND start_ns >= ?"
+    );
+    let mut stmt = conn.prepare_cached(&sql).map_err(|e| sqlite_err(conn, e))?;
+    let mut rows = stmt
+        .query(rusqlite::params_from_iter(args.iter()))
+        .map_err(|e| sqlite_err(conn, e))?;
+    while let Some(row) = rows.next().map_err(|e| sqlite_err(conn, e))? {
+        let start: i64 = row.get(0).map_err(|e| sqlite_err(conn, e))?;
+        let later = start > cursor.start_unix_nano as i64 || trace_id >= &cursor.trace_id.0[..];
+        if !later {
+            continue;
+        }
+        let detail: Vec<u8> = row.get(1).map_err(|e| sqlite_err(conn, e))?;
+        let origin_hash: i64 = row.get(2).map_err(|e| sqlite_err(conn, e))?;
+        if matcher.matches(conn, &detail, origin_hash)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+fn summarize(conn: &Connection, tenant_id: i64, trace_id: TraceId) -> Result<TraceSummary, StoreError> {
+    struct Head {
+        span_id: Vec<u8>,
+        parent: Option<Vec<u8>>,
+        name: String,
+        service: String,
+        start: u64,
+        end: u64,
+        error: bool,
+        model: Option<String>,
+        tokens: Option<i64>,
+    }
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT span_id, parent_span_id, name, service, start_ns, end_ns, status_code, model, total_tokens
+             FROM spans WHERE tenant_id = ?1 AND trace_id = ?2",
+        )
+        .map_err(|e| sqlite_err(conn, e))?;
+    let heads: Vec<Head> = stmt
+        .query_map(params![tenant_id, &trace_id.0[..]], |r| {
+            Ok(Head {
+                span_id: r.get(0)?,
+                parent: r.get(1)?,
+                name: r.get(2)?,
+                service: r.get(3)?,
+                start: r.get::<_, i64>(4)? as u64,
+                end: r.get::<_, i64>(5)? as u64,
+                error: r.get::<_, i64>(6)? == 2,
+                model: r.get(7)?,
+                tokens: r.get(8)?,
+            })
+        })
+        .and_then(|rows| rows.collect())
+        .map_err(|e| sqlite_err(conn, e))?;
+    let ids: HashSet<&[u8]> = heads.iter().map(|h| h.span_id.as_slice()).collect();
+    // The root: a span without a parent in this trace, earliest first.
+    let root = heads
+        .iter()
+        .filter(|h| h.parent.as_deref().is_none_or(|p| !ids.contains(p)))
+        .min_by_key(|h| h.start)
+        .or_else(|| heads.iter().min_by_key(|h| h.start));
+    let start = heads.iter().map(|h| h.start).min().unwrap_or(0);
+    let end = heads.iter().map(|h| h.end).max().unwrap_or(0);
+    let mut models: Vec<String> = heads.iter().filter_map(|h| h.model.clone()).collect();
+    models.sort();
+    models.dedup();
+    // Agent spans repeat the usage of the LLM calls below them: count only spans whose
+    // children carry no token counts.
+    let parents_with_tokenized_children: HashSet<&[u8]> = heads
+        .iter()
+        .filter(|h| h.tokens.is_some())
+        .filter_map(|h| h.parent.as_deref())
+        .collect();
+    let total_tokens = heads
+        .iter()
+        .filter(|h| !parents_with_tokenized_children.contains(h.span_id.as_slice()))
+        .filter_map(|h| h.tokens)
+        .sum();
+    Ok(TraceSummary {
+        trace_id,
+        root_service: root.map(|r| r.service.clone()).unwrap_or_default(),
+        root_name: root.map(|r| r.name.clone()).unwrap_or_default(),
+        start_time_unix_nano: start,
+        duration_nanos: end.saturating_sub(start),
+        span_count: heads.len(),
+        error: heads.iter().any(|h| h.error),
+        models,
+        total_tokens,
+    })
+}
+
+pub(crate) fn services(conn: &Connection, tenant: &TenantId) -> Result<Vec<ServiceSummary>, StoreError> {
+    let Some(tenant_id) = tenant_key(conn, tenant)? else {
+        return Ok(Vec::new());
+    };
+    let mut stmt = conn
+        .prepare_cached("SELECT DISTINCT service FROM spans WHERE tenant_id = ?1 ORDER BY service")
+        .map_err(|e| sqlite_err(conn, e))?;
+    let names = stmt
+        .query_map([tenant_id], |r| r.get::<_, String>(0))
+        .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| sqlite_err(conn, e))?;
+    Ok(names.into_iter().map(|name| ServiceSummary { name }).collect())
+}

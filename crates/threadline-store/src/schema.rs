@@ -1,0 +1,112 @@
+//! The SQLite schema and its migrations. Each migration runs once, in order, inside a
+//! transaction; `PRAGMA user_version` records how far a database has come.
+
+use std::path::Path;
+
+use rusqlite::Connection;
+
+use crate::StoreError;
+
+/// Migrations in order; index + 1 is the schema version they lead to.
+const MIGRATIONS: &[&str] = &[
+    // 1: tenants, deduplicated span origins (resource + scope), spans and their indexes.
+    "CREATE TABLE tenants (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE
+     );
+     CREATE TABLE span_origins (
+        tenant_id INTEGER NOT NULL REFERENCES tenants(id),
+        origin_hash INTEGER NOT NULL,
+        origin BLOB NOT NULL,
+        PRIMARY KEY (tenant_id, origin_hash)
+     ) WITHOUT ROWID;
+     CREATE TABLE spans (
+        tenant_id INTEGER NOT NULL REFERENCES tenants(id),
+        trace_id BLOB NOT NULL,
+        span_id BLOB NOT NULL,
+        parent_span_id BLOB,
+        name TEXT NOT NULL,
+        service TEXT NOT NULL,
+        kind INTEGER NOT NULL,
+        start_ns INTEGER NOT NULL,
+        end_ns INTEGER NOT NULL,
+        duration_ns INTEGER NOT NULL,
+        status_code INTEGER NOT NULL,
+        origin_hash INTEGER NOT NULL,
+        model TEXT,
+        route TEXT,
+        adapter TEXT,
+        ab_group TEXT,
+        instance TEXT,
+        image TEXT,
+        prompt_version TEXT,
+        user_id TEXT,
+        session_id TEXT,
+        total_tokens INTEGER,
+        detail BLOB NOT NULL
+     );
+     CREATE UNIQUE INDEX spans_by_trace ON spans (tenant_id, trace_id, span_id);
+     CREATE INDEX spans_by_time ON spans (tenant_id, start_ns);
+     CREATE INDEX spans_by_service ON spans (tenant_id, service, start_ns);
+     CREATE INDEX spans_by_model ON spans (tenant_id, model, start_ns) WHERE model IS NOT NULL;
+     CREATE INDEX spans_by_route ON spans (tenant_id, route, start_ns) WHERE route IS NOT NULL;
+     CREATE INDEX spans_by_adapter ON spans (tenant_id, adapter, start_ns) WHERE adapter IS NOT NULL;
+     CREATE INDEX spans_with_error ON spans (tenant_id, start_ns) WHERE status_code = 2;",
+];
+
+pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+fn sqlite(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+    move |source| StoreError::Sqlite {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// The writer's connection: WAL, and `synchronous = FULL` so a commit is on disk before
+/// the writer acknowledges it (group commit keeps the fsync cost per batch, not per span).
+pub(crate) fn open_connection(path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open(path).map_err(sqlite(path))?;
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL;
+         PRAGMA synchronous = FULL;
+         PRAGMA foreign_keys = OFF;
+         PRAGMA busy_timeout = 5000;
+         PRAGMA cache_size = -65536;
+         PRAGMA wal_autocheckpoint = 4000;",
+    )
+    .map_err(sqlite(path))?;
+    Ok(conn)
+}
+
+pub(crate) fn open_reader(path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open_with_flags(
+        path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(sqlite(path))?;
+    conn.execute_batch("PRAGMA busy_timeout = 5000; PRAGMA cache_size = -32768;")
+        .map_err(sqlite(path))?;
+    Ok(conn)
+}
+
+pub(crate) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
+    let current: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(sqlite(path))?;
+    if current > SCHEMA_VERSION {
+        return Err(StoreError::SchemaTooNew {
+            path: path.to_owned(),
+            found: current,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    for (idx, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+        let tx = conn.transaction().map_err(sqlite(path))?;
+        tx.execute_batch(sql).map_err(sqlite(path))?;
+        tx.pragma_update(None, "user_version", idx as i64 + 1)
+            .map_err(sqlite(path))?;
+        tx.commit().map_err(sqlite(path))?;
+    }
+    Ok(())
+}

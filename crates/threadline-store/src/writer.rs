@@ -1,0 +1,344 @@
+//! The single writer: a dedicated thread owns the write connection, drains whatever
+//! batches are queued, commits them in one transaction (group commit) and only then
+//! acknowledges each batch. The queue is bounded in batches and bytes; a full queue is
+//! refused at once so the server can answer 429 instead of growing without bound.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::time::Instant;
+
+use rusqlite::{params, Connection, Transaction};
+use threadline_model::{SpanRecord, TenantId};
+use tokio::sync::oneshot;
+
+use crate::{codec, SqliteConfig, StoreError};
+
+/// One span, encoded into column values.
+struct SpanRow {
+    trace_id: [u8; 16],
+    span_id: [u8; 8],
+    parent_span_id: Option<[u8; 8]>,
+    name: String,
+    service: String,
+    kind: i32,
+    start_ns: i64,
+    end_ns: i64,
+    duration_ns: i64,
+    status_code: i32,
+    origin_hash: i64,
+    model: Option<String>,
+    route: Option<String>,
+    adapter: Option<String>,
+    ab_group: Option<String>,
+    instance: Option<String>,
+    image: Option<String>,
+    prompt_version: Option<String>,
+    user_id: Option<String>,
+    session_id: Option<String>,
+    total_tokens: Option<i64>,
+    detail: Vec<u8>,
+}
+
+/// Spans of one request, encoded and ready for the writer.
+pub struct PreparedBatch {
+    tenant: TenantId,
+    rows: Vec<SpanRow>,
+    origins: Vec<(i64, Vec<u8>)>,
+    encoded_bytes: usize,
+}
+
+impl PreparedBatch {
+    pub(crate) fn encode(tenant: &TenantId, spans: &[SpanRecord]) -> Result<Self, StoreError> {
+        let mut origins: Vec<(i64, Vec<u8>)> = Vec::new();
+        // Spans of one scope share one `Arc<SpanOrigin>`: hash each distinct one once.
+        let mut origin_by_ptr: HashMap<*const threadline_model::SpanOrigin, i64> = HashMap::new();
+        let mut rows = Vec::with_capacity(spans.len());
+        let mut encoded_bytes = 0;
+        for span in spans {
+            let ptr = Arc::as_ptr(&span.origin);
+            let origin_hash = match origin_by_ptr.get(&ptr) {
+                Some(h) => *h,
+                None => {
+                    let (hash, blob) = codec::encode_origin(&span.origin)?;
+                    encoded_bytes += blob.len();
+                    origins.push((hash, blob));
+                    origin_by_ptr.insert(ptr, hash);
+                    hash
+                }
+            };
+            let llm = span.llm.as_ref();
+            let field = |f: fn(&threadline_model::LlmView) -> Option<&String>| llm.and_then(f).cloned();
+            let detail = codec::encode_detail(&span.detail, &span.llm)?;
+            encoded_bytes += detail.len() + span.name.len() + 128;
+            rows.push(SpanRow {
+                trace_id: span.trace_id.0,
+                span_id: span.span_id.0,
+                parent_span_id: span.parent_span_id.map(|p| p.0),
+                name: span.name.clone(),
+                service: span.service.clone(),
+                kind: span.kind.to_otlp(),
+                // Nanosecond times are u64 on the wire; stored bit-for-bit as i64.
+                start_ns: span.start_time_unix_nano as i64,
+                end_ns: span.end_time_unix_nano as i64,
+                duration_ns: span.duration_nanos().min(i64::MAX as u64) as i64,
+                status_code: span.detail.status.code.to_otlp(),
+                origin_hash,
+                model: llm.and_then(|l| l.model()).map(str::to_owned),
+                route: field(|l| l.route.as_ref()),
+                adapter: field(|l| l.adapter_id.as_ref()),
+                ab_group: field(|l| l.ab_group.as_ref()),
+                instance: field(|l| l.instance_id.as_ref()),
+                image: field(|l| l.image.as_ref()),
+                prompt_version: field(|l| l.prompt_template_version.as_ref()),
+                user_id: field(|l| l.user_id.as_ref()),
+                session_id: field(|l| l.session_id.as_ref()),
+                total_tokens: llm.and_then(|l| l.total_tokens),
+                detail,
+            });
+        }
+        Ok(Self {
+            tenant: tenant.clone(),
+            rows,
+            origins,
+            encoded_bytes,
+        })
+    }
+
+    pub fn span_count(&self) -> usize {
+        self.rows.len()
+    }
+}
+
+/// Resolves when the batch is committed to disk, or the commit failed.
+pub struct WriteAck(oneshot::Receiver<Result<(), String>>);
+
+impl WriteAck {
+    pub async fn wait(self) -> Result<(), StoreError> {
+        match self.0.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(msg)) => Err(StoreError::Corrupt(format!("commit failed: {msg}"))),
+            Err(_) => Err(StoreError::WriterStopped),
+        }
+    }
+
+    pub fn wait_blocking(self) -> Result<(), StoreError> {
+        match self.0.blocking_recv() {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(msg)) => Err(StoreError::Corrupt(format!("commit failed: {msg}"))),
+            Err(_) => Err(StoreError::WriterStopped),
+        }
+    }
+}
+
+/// Counters the server exposes about the writer.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WriterStats {
+    pub queued_batches: usize,
+    pub queued_bytes: usize,
+    pub spans_committed: u64,
+    pub commits: u64,
+    pub commit_nanos_total: u64,
+}
+
+struct Job {
+    batch: PreparedBatch,
+    ack: oneshot::Sender<Result<(), String>>,
+}
+
+#[derive(Default)]
+struct Counters {
+    queued_batches: AtomicUsize,
+    queued_bytes: AtomicUsize,
+    spans_committed: AtomicU64,
+    commits: AtomicU64,
+    commit_nanos_total: AtomicU64,
+}
+
+pub(crate) struct WriterHandle {
+    sender: SyncSender<Job>,
+    counters: Arc<Counters>,
+    max_queued_bytes: usize,
+}
+
+impl WriterHandle {
+    pub(crate) fn spawn(conn: Connection, path: PathBuf, config: SqliteConfig) -> Self {
+        let (sender, receiver) = mpsc::sync_channel(config.max_queued_batches);
+        let counters = Arc::new(Counters::default());
+        let thread_counters = Arc::clone(&counters);
+        let max_spans = config.max_spans_per_commit;
+        std::thread::Builder::new()
+            .name("threadline-writer".to_owned())
+            .spawn(move || run_writer(conn, path, receiver, thread_counters, max_spans))
+            .expect("spawning the writer thread should succeed at startup");
+        Self {
+            sender,
+            counters,
+            max_queued_bytes: config.max_queued_bytes,
+        }
+    }
+
+    pub(crate) fn submit(&self, batch: PreparedBatch) -> Result<WriteAck, StoreError> {
+        let bytes = batch.encoded_bytes;
+        let queued_bytes = self.counters.queued_bytes.load(Ordering::Relaxed);
+        let full = || StoreError::QueueFull {
+            queued_batches: self.counters.queued_batches.load(Ordering::Relaxed),
+            queued_bytes,
+        };
+        if queued_bytes > 0 && queued_bytes + bytes > self.max_queued_bytes {
+            return Err(full());
+        }
+        let (tx, rx) = oneshot::channel();
+        self.counters.queued_batches.fetch_add(1, Ordering::Relaxed);
+        self.counters.queued_bytes.fetch_add(bytes, Ordering::Relaxed);
+        match self.sender.try_send(Job { batch, ack: tx }) {
+            Ok(()) => Ok(WriteAck(rx)),
+            Err(e) => {
+                self.counters.queued_batches.fetch_sub(1, Ordering::Relaxed);
+                self.counters.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
+                match e {
+                    TrySendError::Full(_) => Err(full()),
+                    TrySendError::Disconnected(_) => Err(StoreError::WriterStopped),
+                }
+            }
+        }
+    }
+
+    pub(crate) fn stats(&self) -> WriterStats {
+        let c = &self.counters;
+        WriterStats {
+            queued_batches: c.queued_batches.load(Ordering::Relaxed),
+            queued_bytes: c.queued_bytes.load(Ordering::Relaxed),
+            spans_committed: c.spans_committed.load(Ordering::Relaxed),
+            commits: c.commits.load(Ordering::Relaxed),
+            commit_nanos_total: c.commit_nanos_total.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// What the writer remembers between commits to skip redundant statements.
+#[derive(Default)]
+struct WriterCache {
+    tenant_ids: HashMap<TenantId, i64>,
+    origins: HashSet<(i64, i64)>,
+}
+
+fn run_writer(
+    mut conn: Connection,
+    path: PathBuf,
+    receiver: Receiver<Job>,
+    counters: Arc<Counters>,
+    max_spans: usize,
+) {
+    let mut cache = WriterCache::default();
+    while let Ok(first) = receiver.recv() {
+        let mut spans = first.batch.rows.len();
+        let mut jobs = vec![first];
+        while spans < max_spans {
+            match receiver.try_recv() {
+                Ok(job) => {
+                    spans += job.batch.rows.len();
+                    jobs.push(job);
+                }
+                Err(_) => break,
+            }
+        }
+        let started = Instant::now();
+        let result = commit_jobs(&mut conn, &jobs, &mut cache);
+        let elapsed = started.elapsed().as_nanos() as u64;
+        let bytes: usize = jobs.iter().map(|j| j.batch.encoded_bytes).sum();
+        counters.queued_batches.fetch_sub(jobs.len(), Ordering::Relaxed);
+        counters.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
+        let outcome = match result {
+            Ok(()) => {
+                counters.spans_committed.fetch_add(spans as u64, Ordering::Relaxed);
+                counters.commits.fetch_add(1, Ordering::Relaxed);
+                counters.commit_nanos_total.fetch_add(elapsed, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!(path = %path.display(), error = %e, "commit failed");
+                // The transaction rolled back: forget what it may have inserted.
+                cache = WriterCache::default();
+                Err(e.to_string())
+            }
+        };
+        for job in jobs {
+            // A client that hung up no longer waits for its ack; nothing to do.
+            let _ = job.ack.send(outcome.clone());
+        }
+    }
+}
+
+fn commit_jobs(conn: &mut Connection, jobs: &[Job], cache: &mut WriterCache) -> Result<(), rusqlite::Error> {
+    let tx = conn.transaction()?;
+    for job in jobs {
+        let tenant_id = tenant_id(&tx, &job.batch.tenant, cache)?;
+        insert_batch(&tx, tenant_id, &job.batch, cache)?;
+    }
+    tx.commit()
+}
+
+fn tenant_id(tx: &Transaction<'_>, tenant: &TenantId, cache: &mut WriterCache) -> Result<i64, rusqlite::Error> {
+    if let Some(id) = cache.tenant_ids.get(tenant) {
+        return Ok(*id);
+    }
+    tx.execute("INSERT OR IGNORE INTO tenants (name) VALUES (?1)", [tenant.as_str()])?;
+    let id: i64 = tx.query_row("SELECT id FROM tenants WHERE name = ?1", [tenant.as_str()], |r| r.get(0))?;
+    cache.tenant_ids.insert(tenant.clone(), id);
+    Ok(id)
+}
+
+fn insert_batch(
+    tx: &Transaction<'_>,
+    tenant_id: i64,
+    batch: &PreparedBatch,
+    cache: &mut WriterCache,
+) -> Result<(), rusqlite::Error> {
+    let mut origin_stmt = tx.prepare_cached(
+        "INSERT OR IGNORE INTO span_origins (tenant_id, origin_hash, origin) VALUES (?1, ?2, ?3)",
+    )?;
+    for (hash, blob) in &batch.origins {
+        if cache.origins.insert((tenant_id, *hash)) {
+            origin_stmt.execute(params![tenant_id, hash, blob])?;
+        }
+    }
+    // A retried export re-sends the same spans: replace, so retries never duplicate.
+    let mut span_stmt = tx.prepare_cached(
+        "INSERT OR REPLACE INTO spans (tenant_id, trace_id, span_id, parent_span_id, name, service,
+            kind, start_ns, end_ns, duration_ns, status_code, origin_hash, model, route, adapter,
+            ab_group, instance, image, prompt_version, user_id, session_id, total_tokens, detail)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
+            ?19, ?20, ?21, ?22, ?23)",
+    )?;
+    for row in &batch.rows {
+        span_stmt.execute(params![
+            tenant_id,
+            &row.trace_id[..],
+            &row.span_id[..],
+            row.parent_span_id.as_ref().map(|p| &p[..]),
+            row.name,
+            row.service,
+            row.kind,
+            row.start_ns,
+            row.end_ns,
+            row.duration_ns,
+            row.status_code,
+            row.origin_hash,
+            row.model,
+            row.route,
+            row.adapter,
+            row.ab_group,
+            row.instance,
+            row.image,
+            row.prompt_version,
+            row.user_id,
+            row.session_id,
+            row.total_tokens,
+            row.detail,
+        ])?;
+    }
+    Ok(())
+}
