@@ -1,1 +1,243 @@
-fn main() {}
+//! `threadline`: the server (`serve`) and the client commands that talk to it over the
+//! JSON API (`trace`, `search`) or OTLP (`loadgen`). Thin: parsing, output, exit codes.
+
+mod client;
+mod loadgen;
+mod render;
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "threadline",
+    version,
+    about = "Tracing and lineage for LLM systems: one graph from the dataset to the token"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the server: OTLP/HTTP, OTLP/gRPC and the JSON API on the embedded store.
+    Serve(ServeArgs),
+    /// Show one trace as an indented tree.
+    Trace {
+        /// Trace id (32 hex characters).
+        trace_id: String,
+        #[command(flatten)]
+        client: ClientArgs,
+        /// Print the API's JSON instead of the tree.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Search traces, newest first.
+    Search(SearchArgs),
+    /// Send synthetic LLM-shaped OTLP traffic and report throughput and ack latency.
+    Loadgen(loadgen::LoadgenArgs),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// OTLP/HTTP listen address [default: 127.0.0.1:4318].
+    #[arg(long, value_name = "ADDR")]
+    otlp_http: Option<String>,
+    /// OTLP/gRPC listen address [default: 127.0.0.1:4317].
+    #[arg(long, value_name = "ADDR")]
+    otlp_grpc: Option<String>,
+    /// JSON API listen address [default: 127.0.0.1:8080].
+    #[arg(long, value_name = "ADDR")]
+    http: Option<String>,
+    /// Where the embedded database lives [default: ./threadline-data].
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// TOML config file (listeners, data dir, tenants and API keys).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Allow listening on non-loopback addresses without API keys.
+    #[arg(long)]
+    allow_unauthenticated: bool,
+}
+
+/// How client commands reach the server.
+#[derive(Args, Clone)]
+pub(crate) struct ClientArgs {
+    /// Base URL of the Threadline JSON API.
+    #[arg(long, default_value = "http://127.0.0.1:8080", value_name = "URL")]
+    server: String,
+    /// API key (sent as a Bearer token).
+    #[arg(
+        long,
+        env = "THREADLINE_API_KEY",
+        hide_env_values = true,
+        value_name = "KEY"
+    )]
+    api_key: Option<String>,
+}
+
+#[derive(Args)]
+struct SearchArgs {
+    #[command(flatten)]
+    client: ClientArgs,
+    #[arg(long)]
+    service: Option<String>,
+    /// Span name.
+    #[arg(long)]
+    name: Option<String>,
+    #[arg(long)]
+    model: Option<String>,
+    #[arg(long)]
+    route: Option<String>,
+    #[arg(long)]
+    adapter: Option<String>,
+    #[arg(long)]
+    ab_group: Option<String>,
+    /// Only traces with an error span.
+    #[arg(long)]
+    errors: bool,
+    /// e.g. 250ms, 1.5s.
+    #[arg(long)]
+    min_duration: Option<String>,
+    #[arg(long)]
+    max_duration: Option<String>,
+    /// Start of the time range: RFC 3339 or unix seconds.
+    #[arg(long)]
+    from: Option<String>,
+    /// End of the time range: RFC 3339 or unix seconds.
+    #[arg(long)]
+    to: Option<String>,
+    /// Attribute filter KEY=VALUE (repeatable).
+    #[arg(long = "attr", value_name = "KEY=VALUE")]
+    attrs: Vec<String>,
+    #[arg(long, default_value_t = 20)]
+    limit: usize,
+    /// Continue from a previous page's next_cursor.
+    #[arg(long)]
+    cursor: Option<String>,
+    /// Machine-readable output (the API's JSON).
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    match cli.command {
+        Command::Serve(args) => runtime.block_on(serve(args)),
+        Command::Trace {
+            trace_id,
+            client,
+            json,
+        } => runtime.block_on(async {
+            let api = client::ApiClient::new(&client)?;
+            let trace = api.get(&format!("/api/v1/traces/{trace_id}"), &[]).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&trace)?);
+            } else {
+                print!("{}", render::trace_tree(&trace));
+            }
+            Ok(())
+        }),
+        Command::Search(args) => runtime.block_on(search(args)),
+        Command::Loadgen(args) => runtime.block_on(loadgen::run(args)),
+    }
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("THREADLINE_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let overrides = threadline_server::ConfigOverrides {
+        otlp_http: args.otlp_http,
+        otlp_grpc: args.otlp_grpc,
+        http: args.http,
+        data_dir: args.data_dir,
+        allow_unauthenticated: args.allow_unauthenticated,
+    };
+    let config = threadline_server::ServerConfig::load(args.config.as_deref(), &overrides)?;
+    threadline_server::serve(config, shutdown_signal()).await?;
+    Ok(())
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down");
+}
+
+async fn search(args: SearchArgs) -> anyhow::Result<()> {
+    let api = client::ApiClient::new(&args.client)?;
+    let mut params: Vec<(String, String)> = Vec::new();
+    let mut push = |k: &str, v: &Option<String>| {
+        if let Some(v) = v {
+            params.push((k.to_owned(), v.clone()));
+        }
+    };
+    push("service", &args.service);
+    push("name", &args.name);
+    push("model", &args.model);
+    push("route", &args.route);
+    push("adapter", &args.adapter);
+    push("ab_group", &args.ab_group);
+    push("min_duration", &args.min_duration);
+    push("max_duration", &args.max_duration);
+    push("from", &args.from);
+    push("to", &args.to);
+    push("cursor", &args.cursor);
+    if args.errors {
+        params.push(("status".into(), "error".into()));
+    }
+    for attr in &args.attrs {
+        let (k, v) = attr
+            .split_once('=')
+            .with_context(|| format!("--attr {attr:?} must be KEY=VALUE"))?;
+        params.push((format!("attr.{k}"), v.to_owned()));
+    }
+    params.push(("limit".into(), args.limit.to_string()));
+    let page = api.get("/api/v1/traces", &params).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&page)?);
+    } else {
+        print!("{}", render::search_table(&page));
+    }
+    Ok(())
+}

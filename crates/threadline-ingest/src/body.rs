@@ -18,11 +18,18 @@ impl ContentKind {
     /// Reads the media type of a `Content-Type` header (parameters ignored).
     pub fn from_content_type(header: Option<&str>) -> Result<Self, DecodeError> {
         let raw = header.unwrap_or("");
-        let media = raw.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        let media = raw
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
         match media.as_str() {
             "application/x-protobuf" | "application/protobuf" => Ok(ContentKind::Protobuf),
             "application/json" => Ok(ContentKind::Json),
-            _ => Err(DecodeError::UnsupportedMediaType(raw.chars().take(100).collect())),
+            _ => Err(DecodeError::UnsupportedMediaType(
+                raw.chars().take(100).collect(),
+            )),
         }
     }
 
@@ -69,13 +76,20 @@ pub fn decode_export_request(
     limits: BodyLimits,
 ) -> Result<ExportTraceServiceRequest, DecodeError> {
     let inflated;
-    let bytes: &[u8] = match content_encoding.map(|e| e.trim().to_ascii_lowercase()).as_deref() {
+    let bytes: &[u8] = match content_encoding
+        .map(|e| e.trim().to_ascii_lowercase())
+        .as_deref()
+    {
         None | Some("") | Some("identity") => body,
         Some("gzip") | Some("x-gzip") => {
             inflated = gunzip_bounded(body, limits.max_body_bytes)?;
             &inflated
         }
-        Some(other) => return Err(DecodeError::UnsupportedEncoding(other.chars().take(50).collect())),
+        Some(other) => {
+            return Err(DecodeError::UnsupportedEncoding(
+                other.chars().take(50).collect(),
+            ))
+        }
     };
     if bytes.len() > limits.max_body_bytes {
         return Err(DecodeError::TooLarge {
@@ -122,8 +136,11 @@ mod tests {
     #[test]
     fn gzip_bomb_is_stopped_at_the_limit() {
         let bomb = gzip(&vec![0u8; 10 * 1024 * 1024]);
-        let limits = BodyLimits { max_body_bytes: 1024 * 1024 };
-        let err = decode_export_request(ContentKind::Protobuf, Some("gzip"), &bomb, limits).unwrap_err();
+        let limits = BodyLimits {
+            max_body_bytes: 1024 * 1024,
+        };
+        let err =
+            decode_export_request(ContentKind::Protobuf, Some("gzip"), &bomb, limits).unwrap_err();
         assert!(matches!(err, DecodeError::TooLarge { limit } if limit == 1024 * 1024));
     }
 
@@ -140,9 +157,11 @@ mod tests {
     #[test]
     fn corrupt_gzip_and_garbage_protobuf_are_malformed() {
         let limits = BodyLimits::default();
-        let err = decode_export_request(ContentKind::Protobuf, Some("gzip"), b"nope", limits).unwrap_err();
+        let err = decode_export_request(ContentKind::Protobuf, Some("gzip"), b"nope", limits)
+            .unwrap_err();
         assert!(err.to_string().contains("gzip"), "{err}");
-        let err = decode_export_request(ContentKind::Protobuf, None, &[0xff, 0xff, 0xff], limits).unwrap_err();
+        let err = decode_export_request(ContentKind::Protobuf, None, &[0xff, 0xff, 0xff], limits)
+            .unwrap_err();
         assert!(err.to_string().contains("protobuf"), "{err}");
     }
 }

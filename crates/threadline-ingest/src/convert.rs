@@ -30,7 +30,11 @@ impl ConvertedBatch {
         if self.rejected_spans == 0 {
             return String::new();
         }
-        let mut msg = format!("rejected {} span(s): {}", self.rejected_spans, self.errors.join("; "));
+        let mut msg = format!(
+            "rejected {} span(s): {}",
+            self.rejected_spans,
+            self.errors.join("; ")
+        );
         if self.rejected_spans as usize > self.errors.len() {
             msg.push_str("; …");
         }
@@ -84,18 +88,25 @@ fn convert_scope(scope: Option<InstrumentationScope>) -> threadline_model::Instr
 }
 
 fn convert_span(span: Span, origin: &Arc<SpanOrigin>, service: &str) -> Result<SpanRecord, String> {
-    let label = || format!("span {:?} (span_id {})", span.name, hex::encode(&span.span_id));
+    let label = || {
+        format!(
+            "span {:?} (span_id {})",
+            span.name,
+            hex::encode(&span.span_id)
+        )
+    };
     let trace_id = TraceId::from_bytes(&span.trace_id).map_err(|e| format!("{}: {e}", label()))?;
     let span_id = SpanId::from_bytes(&span.span_id).map_err(|e| format!("{}: {e}", label()))?;
     // An all-zero parent id is what some senders put on roots: treat it as "no parent".
-    let parent_span_id = if span.parent_span_id.is_empty() || span.parent_span_id.iter().all(|b| *b == 0) {
-        None
-    } else {
-        Some(
-            SpanId::from_bytes(&span.parent_span_id)
-                .map_err(|e| format!("{}: parent {e}", label()))?,
-        )
-    };
+    let parent_span_id =
+        if span.parent_span_id.is_empty() || span.parent_span_id.iter().all(|b| *b == 0) {
+            None
+        } else {
+            Some(
+                SpanId::from_bytes(&span.parent_span_id)
+                    .map_err(|e| format!("{}: parent {e}", label()))?,
+            )
+        };
     if span.end_time_unix_nano < span.start_time_unix_nano {
         return Err(format!(
             "{}: end_time_unix_nano {} is before start_time_unix_nano {}",
@@ -106,8 +117,10 @@ fn convert_span(span: Span, origin: &Arc<SpanOrigin>, service: &str) -> Result<S
     }
     let mut links = Vec::with_capacity(span.links.len());
     for link in span.links {
-        let trace_id = TraceId::from_bytes(&link.trace_id).map_err(|e| format!("{}: link {e}", label()))?;
-        let span_id = SpanId::from_bytes(&link.span_id).map_err(|e| format!("{}: link {e}", label()))?;
+        let trace_id =
+            TraceId::from_bytes(&link.trace_id).map_err(|e| format!("{}: link {e}", label()))?;
+        let span_id =
+            SpanId::from_bytes(&link.span_id).map_err(|e| format!("{}: link {e}", label()))?;
         links.push(SpanLink {
             trace_id,
             span_id,
@@ -181,9 +194,12 @@ fn convert_value(value: Option<AnyValue>) -> AttrValue {
         Some(any_value::Value::IntValue(i)) => AttrValue::Int(i),
         Some(any_value::Value::DoubleValue(d)) => AttrValue::Double(d),
         Some(any_value::Value::BytesValue(b)) => AttrValue::Bytes(b),
-        Some(any_value::Value::ArrayValue(a)) => {
-            AttrValue::Array(a.values.into_iter().map(|v| convert_value(Some(v))).collect())
-        }
+        Some(any_value::Value::ArrayValue(a)) => AttrValue::Array(
+            a.values
+                .into_iter()
+                .map(|v| convert_value(Some(v)))
+                .collect(),
+        ),
         Some(any_value::Value::KvlistValue(kv)) => AttrValue::KvList(convert_attributes(kv.values)),
         // String-table references only exist in the profiles signal.
         #[allow(unreachable_patterns)]

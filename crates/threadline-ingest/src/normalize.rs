@@ -51,7 +51,10 @@ impl<'a> Sources<'a> {
     }
 
     fn span_attr(&self, key: &str) -> Option<&'a AttrValue> {
-        self.span.get(key).copied().filter(|v| !matches!(v, AttrValue::Empty))
+        self.span
+            .get(key)
+            .copied()
+            .filter(|v| !matches!(v, AttrValue::Empty))
     }
 
     /// First non-empty string among `keys`, looking at span attributes only.
@@ -80,11 +83,13 @@ impl<'a> Sources<'a> {
     }
 
     fn span_i64(&self, keys: &[&str]) -> Option<i64> {
-        keys.iter().find_map(|k| self.span_attr(k).and_then(AttrValue::as_i64))
+        keys.iter()
+            .find_map(|k| self.span_attr(k).and_then(AttrValue::as_i64))
     }
 
     fn span_f64(&self, keys: &[&str]) -> Option<f64> {
-        keys.iter().find_map(|k| self.span_attr(k).and_then(AttrValue::as_f64))
+        keys.iter()
+            .find_map(|k| self.span_attr(k).and_then(AttrValue::as_f64))
     }
 
     /// Whether any attribute says this span is about an LLM call or LLM platform request.
@@ -100,7 +105,10 @@ impl<'a> Sources<'a> {
             "request.tag",
         ];
         span_name == "llm_request"
-            || self.span.keys().any(|k| k.starts_with("gen_ai.") || k.starts_with("llm."))
+            || self
+                .span
+                .keys()
+                .any(|k| k.starts_with("gen_ai.") || k.starts_with("llm."))
             || PLATFORM_KEYS.iter().any(|k| self.span.contains_key(k))
             || self.baggage.contains_key("ab.group")
             || self.baggage.contains_key("gray.tag")
@@ -130,8 +138,8 @@ pub fn llm_view(span_name: &str, detail: &SpanDetail, origin: &SpanOrigin) -> Op
     if !src.has_llm_signal(span_name) {
         return None;
     }
-    let is_vllm = span_name == "llm_request"
-        && src.span.keys().any(|k| k.starts_with("gen_ai.latency."));
+    let is_vllm =
+        span_name == "llm_request" && src.span.keys().any(|k| k.starts_with("gen_ai.latency."));
 
     let mut view = LlmView {
         operation: operation(&src),
@@ -163,7 +171,11 @@ pub fn llm_view(span_name: &str, detail: &SpanDetail, origin: &SpanOrigin) -> Op
             .map(|secs| secs * 1000.0),
         finish_reasons: finish_reasons(&src),
         rejection_reason: None,
-        prompt_template_id: src.span_str(&["llm.prompt_template.id", "gen_ai.prompt.name", "prompt.id"]),
+        prompt_template_id: src.span_str(&[
+            "llm.prompt_template.id",
+            "gen_ai.prompt.name",
+            "prompt.id",
+        ]),
         prompt_template_version: src
             .span_str(&["llm.prompt.version", "llm.prompt_template.version"])
             .or_else(|| src.platform_str("llm.prompt.version")),
@@ -173,7 +185,9 @@ pub fn llm_view(span_name: &str, detail: &SpanDetail, origin: &SpanOrigin) -> Op
             .span_str(&["llm.base_model", "llm.lora.base_model"])
             .or_else(|| src.platform_str("llm.base_model")),
         instance_id: src.platform_str("model.instance.id"),
-        image: src.platform_str("container.image").or_else(|| resource_image(origin)),
+        image: src
+            .platform_str("container.image")
+            .or_else(|| resource_image(origin)),
         route: src
             .platform_str("api.route")
             .or_else(|| src.span_str(&["http.route"])),
@@ -291,12 +305,18 @@ fn finish_reasons(src: &Sources<'_>) -> Vec<String> {
 
 fn string_list(value: &AttrValue) -> Vec<String> {
     match value {
-        AttrValue::Array(items) => items.iter().filter_map(|i| i.as_str().map(str::to_owned)).collect(),
+        AttrValue::Array(items) => items
+            .iter()
+            .filter_map(|i| i.as_str().map(str::to_owned))
+            .collect(),
         AttrValue::String(s) => {
             let trimmed = s.trim();
             if trimmed.starts_with('[') {
                 if let Ok(Json::Array(items)) = serde_json::from_str::<Json>(trimmed) {
-                    return items.iter().filter_map(|i| i.as_str().map(str::to_owned)).collect();
+                    return items
+                        .iter()
+                        .filter_map(|i| i.as_str().map(str::to_owned))
+                        .collect();
                 }
             }
             if trimmed.is_empty() {
@@ -310,9 +330,11 @@ fn string_list(value: &AttrValue) -> Vec<String> {
 }
 
 fn kv_cache_hit_ratio(src: &Sources<'_>, input_tokens: Option<i64>) -> Option<f64> {
-    let explicit = src
-        .span_f64(&["llm.kvcache.hit_ratio"])
-        .or_else(|| src.baggage.get("llm.kvcache.hit_ratio").and_then(|s| s.parse().ok()));
+    let explicit = src.span_f64(&["llm.kvcache.hit_ratio"]).or_else(|| {
+        src.baggage
+            .get("llm.kvcache.hit_ratio")
+            .and_then(|s| s.parse().ok())
+    });
     if let Some(r) = explicit.filter(|r| (0.0..=1.0).contains(r)) {
         return Some(r);
     }
@@ -335,7 +357,10 @@ fn rejection_reason(src: &Sources<'_>, finish_reasons: &[String]) -> Option<Reje
         if e.contains("rate_limit") || e.contains("ratelimit") || e == "429" {
             return Some(RejectionReason::RateLimit);
         }
-        if e.contains("context_length") || e.contains("context_window") || e.contains("context_overflow") {
+        if e.contains("context_length")
+            || e.contains("context_window")
+            || e.contains("context_overflow")
+        {
             return Some(RejectionReason::ContextOverflow);
         }
         if e.contains("content_filter") || e.contains("safety") {
@@ -371,25 +396,41 @@ fn prompt_texts(src: &Sources<'_>) -> (String, String) {
         .map(|v| json_text(&to_json(v)))
         .unwrap_or_default();
     let mut prompt = String::new();
-    let take_messages = |messages: Vec<(String, String)>, system: &mut String, prompt: &mut String| {
-        for (role, text) in messages {
-            let target = if role == "system" { &mut *system } else { &mut *prompt };
-            if !target.is_empty() {
-                target.push('\n');
+    let take_messages =
+        |messages: Vec<(String, String)>, system: &mut String, prompt: &mut String| {
+            for (role, text) in messages {
+                let target = if role == "system" {
+                    &mut *system
+                } else {
+                    &mut *prompt
+                };
+                if !target.is_empty() {
+                    target.push('\n');
+                }
+                if role != "system" {
+                    target.push_str(&role);
+                    target.push_str(": ");
+                }
+                target.push_str(&text);
             }
-            if role != "system" {
-                target.push_str(&role);
-                target.push_str(": ");
-            }
-            target.push_str(&text);
-        }
-    };
+        };
     if let Some(Json::Array(messages)) = src.span_attr("gen_ai.input.messages").map(to_json) {
         let msgs = messages
             .iter()
             .map(|m| {
-                let role = m.get("role").and_then(Json::as_str).unwrap_or("user").to_owned();
-                (role, json_text(m.get("parts").or_else(|| m.get("content")).unwrap_or(&Json::Null)))
+                let role = m
+                    .get("role")
+                    .and_then(Json::as_str)
+                    .unwrap_or("user")
+                    .to_owned();
+                (
+                    role,
+                    json_text(
+                        m.get("parts")
+                            .or_else(|| m.get("content"))
+                            .unwrap_or(&Json::Null),
+                    ),
+                )
             })
             .collect();
         take_messages(msgs, &mut system, &mut prompt);
@@ -430,9 +471,15 @@ fn prompt_texts(src: &Sources<'_>) -> (String, String) {
 fn openinference_messages(src: &Sources<'_>) -> Vec<(String, String)> {
     let mut by_index: std::collections::BTreeMap<u32, (String, String)> = Default::default();
     for (key, value) in &src.span {
-        let Some(rest) = key.strip_prefix("llm.input_messages.") else { continue };
-        let Some((idx, field)) = rest.split_once('.') else { continue };
-        let Ok(idx) = idx.parse::<u32>() else { continue };
+        let Some(rest) = key.strip_prefix("llm.input_messages.") else {
+            continue;
+        };
+        let Some((idx, field)) = rest.split_once('.') else {
+            continue;
+        };
+        let Ok(idx) = idx.parse::<u32>() else {
+            continue;
+        };
         let entry = by_index.entry(idx).or_default();
         match field {
             "message.role" => entry.0 = value.to_display_string(),
@@ -443,7 +490,16 @@ fn openinference_messages(src: &Sources<'_>) -> Vec<(String, String)> {
     by_index
         .into_values()
         .filter(|(_, content)| !content.is_empty())
-        .map(|(role, content)| (if role.is_empty() { "user".to_owned() } else { role }, content))
+        .map(|(role, content)| {
+            (
+                if role.is_empty() {
+                    "user".to_owned()
+                } else {
+                    role
+                },
+                content,
+            )
+        })
         .collect()
 }
 

@@ -13,14 +13,15 @@ use crate::ExportTraceServiceRequest;
 
 /// Parses an OTLP/JSON trace export body; the error names what was wrong.
 pub fn parse_otlp_json(bytes: &[u8]) -> Result<ExportTraceServiceRequest, String> {
-    let mut doc: Value = serde_json::from_slice(bytes)
-        .map_err(|e| format!("body is not valid JSON: {e}"))?;
+    let mut doc: Value =
+        serde_json::from_slice(bytes).map_err(|e| format!("body is not valid JSON: {e}"))?;
     if !doc.is_object() {
         return Err("OTLP/JSON body must be a JSON object with \"resourceSpans\"".to_owned());
     }
     sanitize(&mut doc, Slot::Other);
     if let Value::Object(obj) = &mut doc {
-        obj.entry("resourceSpans").or_insert_with(|| Value::Array(Vec::new()));
+        obj.entry("resourceSpans")
+            .or_insert_with(|| Value::Array(Vec::new()));
     }
     serde_path_to_error::deserialize(doc)
         .map_err(|e| format!("invalid OTLP/JSON at {}: {}", e.path(), e.inner()))
@@ -74,7 +75,9 @@ fn sanitize(value: &mut Value, slot: Slot) {
 fn fix_any_value(obj: &mut Map<String, Value>) {
     for key in ["arrayValue", "kvlistValue"] {
         if let Some(Value::Object(inner)) = obj.get_mut(key) {
-            inner.entry("values").or_insert_with(|| Value::Array(Vec::new()));
+            inner
+                .entry("values")
+                .or_insert_with(|| Value::Array(Vec::new()));
         }
     }
 }
@@ -113,9 +116,17 @@ mod tests {
 
     #[test]
     fn errors_name_the_path() {
-        let err = parse_otlp_json(br#"{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"zz"}]}]}]}"#).unwrap_err();
-        assert!(err.contains("resourceSpans[0].scopeSpans[0].spans[0]"), "{err}");
+        let err = parse_otlp_json(
+            br#"{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"zz"}]}]}]}"#,
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("resourceSpans[0].scopeSpans[0].spans[0]"),
+            "{err}"
+        );
         assert!(parse_otlp_json(b"[1]").is_err());
-        assert!(parse_otlp_json(b"{").unwrap_err().contains("not valid JSON"));
+        assert!(parse_otlp_json(b"{")
+            .unwrap_err()
+            .contains("not valid JSON"));
     }
 }

@@ -1,1 +1,123 @@
-//! placeholder
+//! Threadline's network edge: the OTLP/HTTP and OTLP/gRPC receivers, the JSON query
+//! API, API-key auth and the server configuration. The only crate with axum and tonic.
+
+pub mod auth;
+pub mod config;
+mod dto;
+mod error;
+mod ingest;
+mod otlp_grpc;
+mod otlp_http;
+mod query_api;
+mod trace_tree;
+
+use std::future::{Future, IntoFuture};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use threadline_ingest::BodyLimits;
+use threadline_store::{SqliteConfig, SqliteStore, StoreError};
+use tokio::net::TcpListener;
+
+pub use config::{ConfigError, ConfigOverrides, ServerConfig, TenantKeys};
+pub use error::ApiError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot listen on {addr} ({what}): {source}")]
+    Bind {
+        what: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("{what} listener failed: {message}")]
+    Listener { what: &'static str, message: String },
+}
+
+/// Opens the store, binds the three listeners (logging one line each, with the real
+/// port when 0 was asked) and serves until `shutdown` resolves.
+pub async fn serve(
+    config: ServerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let store = SqliteStore::open(&config.data_dir, SqliteConfig::default())?;
+    tracing::info!(data_dir = %config.data_dir.display(), auth = config.auth_required(), "store opened");
+    let auth = Arc::new(auth::Authenticator::new(&config.tenants));
+    let stats = Arc::new(ingest::IngestStats::default());
+    let ctx = ingest::IngestContext {
+        store: store.clone(),
+        stats: Arc::clone(&stats),
+        auth: Arc::clone(&auth),
+    };
+
+    let bind = |what: &'static str, addr: SocketAddr| async move {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServeError::Bind { what, addr, source })?;
+        let local =
+            listener
+                .local_addr()
+                .map_err(|source| ServeError::Bind { what, addr, source })?;
+        tracing::info!("{what} listening on {local}");
+        Ok::<_, ServeError>(listener)
+    };
+    let otlp_http = bind("otlp-http", config.otlp_http_addr).await?;
+    let otlp_grpc = bind("otlp-grpc", config.otlp_grpc_addr).await?;
+    let http = bind("http", config.http_addr).await?;
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+
+    let otlp_http_app = otlp_http::router(otlp_http::OtlpHttpState {
+        ctx: ctx.clone(),
+        limits: BodyLimits {
+            max_body_bytes: config.max_body_bytes,
+        },
+    });
+    let query_app = query_api::router(query_api::QueryState {
+        store: store.clone(),
+        auth,
+        stats,
+    });
+    let grpc = tonic::transport::Server::builder()
+        .add_service(otlp_grpc::service(ctx, config.max_body_bytes))
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(otlp_grpc),
+            stopped(),
+        );
+
+    let (a, b, c) = tokio::join!(
+        axum::serve(otlp_http, otlp_http_app)
+            .with_graceful_shutdown(stopped())
+            .into_future(),
+        axum::serve(http, query_app)
+            .with_graceful_shutdown(stopped())
+            .into_future(),
+        grpc,
+    );
+    a.map_err(|e| ServeError::Listener {
+        what: "otlp-http",
+        message: e.to_string(),
+    })?;
+    b.map_err(|e| ServeError::Listener {
+        what: "http",
+        message: e.to_string(),
+    })?;
+    c.map_err(|e| ServeError::Listener {
+        what: "otlp-grpc",
+        message: e.to_string(),
+    })?;
+    tracing::info!("stopped");
+    Ok(())
+}

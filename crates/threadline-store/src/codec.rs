@@ -28,7 +28,10 @@ struct DetailOwned {
     llm: Option<LlmView>,
 }
 
-pub(crate) fn encode_detail(detail: &SpanDetail, llm: &Option<LlmView>) -> Result<Vec<u8>, StoreError> {
+pub(crate) fn encode_detail(
+    detail: &SpanDetail,
+    llm: &Option<LlmView>,
+) -> Result<Vec<u8>, StoreError> {
     let raw = postcard::to_stdvec(&DetailRef { detail, llm })
         .map_err(|e| StoreError::Corrupt(format!("cannot encode span detail: {e}")))?;
     Ok(wrap(raw))
@@ -52,7 +55,8 @@ pub(crate) fn encode_origin(origin: &SpanOrigin) -> Result<(i64, Vec<u8>), Store
 
 pub(crate) fn decode_origin(blob: &[u8]) -> Result<SpanOrigin, StoreError> {
     let raw = unwrap(blob)?;
-    postcard::from_bytes(&raw).map_err(|e| StoreError::Corrupt(format!("span origin does not decode: {e}")))
+    postcard::from_bytes(&raw)
+        .map_err(|e| StoreError::Corrupt(format!("span origin does not decode: {e}")))
 }
 
 fn wrap(raw: Vec<u8>) -> Vec<u8> {
@@ -78,7 +82,9 @@ fn unwrap(blob: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, StoreError> {
         Some((&TAG_POSTCARD_ZSTD, rest)) => zstd::stream::decode_all(rest)
             .map(std::borrow::Cow::Owned)
             .map_err(|e| StoreError::Corrupt(format!("zstd frame does not decompress: {e}"))),
-        Some((tag, _)) => Err(StoreError::Corrupt(format!("unknown blob format tag {tag}"))),
+        Some((tag, _)) => Err(StoreError::Corrupt(format!(
+            "unknown blob format tag {tag}"
+        ))),
         None => Err(StoreError::Corrupt("empty blob".to_owned())),
     }
 }

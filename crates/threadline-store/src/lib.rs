@@ -108,7 +108,11 @@ impl SqliteStore {
     }
 
     /// Encodes spans for the writer. CPU-bound: call it off the async runtime.
-    pub fn prepare(&self, tenant: &TenantId, spans: &[SpanRecord]) -> Result<PreparedBatch, StoreError> {
+    pub fn prepare(
+        &self,
+        tenant: &TenantId,
+        spans: &[SpanRecord],
+    ) -> Result<PreparedBatch, StoreError> {
         writer::PreparedBatch::encode(tenant, spans)
     }
 
@@ -119,7 +123,11 @@ impl SqliteStore {
     }
 
     /// Prepare + submit + wait, for callers outside an async runtime (tests, tools).
-    pub fn write_blocking(&self, tenant: &TenantId, spans: &[SpanRecord]) -> Result<(), StoreError> {
+    pub fn write_blocking(
+        &self,
+        tenant: &TenantId,
+        spans: &[SpanRecord],
+    ) -> Result<(), StoreError> {
         let ack = self.submit(self.prepare(tenant, spans)?)?;
         ack.wait_blocking()
     }
@@ -129,7 +137,11 @@ impl SqliteStore {
     }
 
     /// Every span of one trace, in start order. Empty when the tenant has no such trace.
-    pub fn get_trace(&self, tenant: &TenantId, trace_id: TraceId) -> Result<Vec<SpanRecord>, StoreError> {
+    pub fn get_trace(
+        &self,
+        tenant: &TenantId,
+        trace_id: TraceId,
+    ) -> Result<Vec<SpanRecord>, StoreError> {
         self.with_reader(|conn| query::get_trace(conn, tenant, trace_id))
     }
 
@@ -154,7 +166,12 @@ impl SqliteStore {
         &self,
         f: impl FnOnce(&Connection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let pooled = self.inner.readers.lock().ok().and_then(|mut pool| pool.pop());
+        let pooled = self
+            .inner
+            .readers
+            .lock()
+            .ok()
+            .and_then(|mut pool| pool.pop());
         let conn = match pooled {
             Some(c) => c,
             None => schema::open_reader(&self.inner.path)?,

@@ -67,12 +67,20 @@ pub struct ServiceSummary {
 }
 
 fn tenant_key(conn: &Connection, tenant: &TenantId) -> Result<Option<i64>, StoreError> {
-    conn.query_row("SELECT id FROM tenants WHERE name = ?1", [tenant.as_str()], |r| r.get(0))
-        .optional()
-        .map_err(|e| sqlite_err(conn, e))
+    conn.query_row(
+        "SELECT id FROM tenants WHERE name = ?1",
+        [tenant.as_str()],
+        |r| r.get(0),
+    )
+    .optional()
+    .map_err(|e| sqlite_err(conn, e))
 }
 
-pub(crate) fn get_trace(conn: &Connection, tenant: &TenantId, trace_id: TraceId) -> Result<Vec<SpanRecord>, StoreError> {
+pub(crate) fn get_trace(
+    conn: &Connection,
+    tenant: &TenantId,
+    trace_id: TraceId,
+) -> Result<Vec<SpanRecord>, StoreError> {
     let Some(tenant_id) = tenant_key(conn, tenant)? else {
         return Ok(Vec::new());
     };
@@ -94,7 +102,11 @@ pub(crate) fn get_trace(conn: &Connection, tenant: &TenantId, trace_id: TraceId)
     Ok(spans)
 }
 
-fn span_from_row(conn: &Connection, row: &Row<'_>, origins: &mut OriginCache) -> Result<SpanRecord, StoreError> {
+fn span_from_row(
+    conn: &Connection,
+    row: &Row<'_>,
+    origins: &mut OriginCache,
+) -> Result<SpanRecord, StoreError> {
     let get_err = |e| sqlite_err(conn, e);
     let trace_id: Vec<u8> = row.get(0).map_err(get_err)?;
     let span_id: Vec<u8> = row.get(1).map_err(get_err)?;
@@ -106,7 +118,10 @@ fn span_from_row(conn: &Connection, row: &Row<'_>, origins: &mut OriginCache) ->
     Ok(SpanRecord {
         trace_id: TraceId::from_bytes(&trace_id).map_err(corrupt)?,
         span_id: SpanId::from_bytes(&span_id).map_err(corrupt)?,
-        parent_span_id: parent.map(|p| SpanId::from_bytes(&p)).transpose().map_err(corrupt)?,
+        parent_span_id: parent
+            .map(|p| SpanId::from_bytes(&p))
+            .transpose()
+            .map_err(corrupt)?,
         name: row.get(3).map_err(get_err)?,
         service: row.get(4).map_err(get_err)?,
         kind: SpanKind::from_otlp(row.get(5).map_err(get_err)?),
@@ -146,7 +161,11 @@ impl OriginCache {
             .map_err(|e| sqlite_err(conn, e))?;
         let origin = match blob {
             Some(b) => Arc::new(codec::decode_origin(&b)?),
-            None => return Err(StoreError::Corrupt(format!("span origin {hash} is missing"))),
+            None => {
+                return Err(StoreError::Corrupt(format!(
+                    "span origin {hash} is missing"
+                )))
+            }
         };
         self.decoded.insert(hash, Arc::clone(&origin));
         Ok(origin)
@@ -199,7 +218,12 @@ struct AttrMatcher<'q> {
 }
 
 impl AttrMatcher<'_> {
-    fn matches(&mut self, conn: &Connection, detail_blob: &[u8], origin_hash: i64) -> Result<bool, StoreError> {
+    fn matches(
+        &mut self,
+        conn: &Connection,
+        detail_blob: &[u8],
+        origin_hash: i64,
+    ) -> Result<bool, StoreError> {
         if self.wanted.is_empty() {
             return Ok(true);
         }
@@ -219,7 +243,11 @@ struct Candidate {
     origin_hash: i64,
 }
 
-pub(crate) fn search(conn: &Connection, tenant: &TenantId, q: &TraceQuery) -> Result<TracePage, StoreError> {
+pub(crate) fn search(
+    conn: &Connection,
+    tenant: &TenantId,
+    q: &TraceQuery,
+) -> Result<TracePage, StoreError> {
     let limit = q.limit.clamp(1, 1000);
     let Some(tenant_id) = tenant_key(conn, tenant)? else {
         return Ok(TracePage {
@@ -231,7 +259,8 @@ pub(crate) fn search(conn: &Connection, tenant: &TenantId, q: &TraceQuery) -> Re
     let mut args = filter_args.clone();
     let want_detail = !q.attributes.is_empty();
     let detail_col = if want_detail { "detail" } else { "NULL" };
-    let mut sql = format!("SELECT start_ns, trace_id, {detail_col}, origin_hash FROM spans WHERE {filters}");
+    let mut sql =
+        format!("SELECT start_ns, trace_id, {detail_col}, origin_hash FROM spans WHERE {filters}");
     if let Some(c) = &q.cursor {
         sql.push_str(" AND start_ns <= ?");
         args.push(Value::Integer(c.start_unix_nano as i64));
@@ -251,14 +280,18 @@ pub(crate) fn search(conn: &Connection, tenant: &TenantId, q: &TraceQuery) -> Re
     let mut group: Vec<Candidate> = Vec::new();
     let mut done = false;
     // Rows come newest first; rows sharing a start time are ordered by trace id here.
-    let mut flush = |group: &mut Vec<Candidate>, emitted: &mut Vec<(i64, Vec<u8>)>| -> Result<bool, StoreError> {
+    let mut flush = |group: &mut Vec<Candidate>,
+                     emitted: &mut Vec<(i64, Vec<u8>)>|
+     -> Result<bool, StoreError> {
         group.sort_by(|a, b| b.trace_id.cmp(&a.trace_id));
         for cand in group.drain(..) {
             if seen.contains(&cand.trace_id) {
                 continue;
             }
             if let Some(c) = &q.cursor {
-                if cand.start_ns == c.start_unix_nano as i64 && cand.trace_id.as_slice() >= &c.trace_id.0[..] {
+                if cand.start_ns == c.start_unix_nano as i64
+                    && cand.trace_id.as_slice() >= &c.trace_id.0[..]
+                {
                     continue;
                 }
             }
@@ -269,7 +302,14 @@ pub(crate) fn search(conn: &Connection, tenant: &TenantId, q: &TraceQuery) -> Re
             }
             seen.insert(cand.trace_id.clone());
             if let Some(c) = &q.cursor {
-                if matched_before_cursor(conn, &filters, &filter_args, &cand.trace_id, c, &mut matcher)? {
+                if matched_before_cursor(
+                    conn,
+                    &filters,
+                    &filter_args,
+                    &cand.trace_id,
+                    c,
+                    &mut matcher,
+                )? {
                     continue;
                 }
             }
@@ -284,10 +324,16 @@ pub(crate) fn search(conn: &Connection, tenant: &TenantId, q: &TraceQuery) -> Re
         let cand = Candidate {
             start_ns: row.get(0).map_err(|e| sqlite_err(conn, e))?,
             trace_id: row.get(1).map_err(|e| sqlite_err(conn, e))?,
-            detail: if want_detail { row.get(2).map_err(|e| sqlite_err(conn, e))? } else { None },
+            detail: if want_detail {
+                row.get(2).map_err(|e| sqlite_err(conn, e))?
+            } else {
+                None
+            },
             origin_hash: row.get(3).map_err(|e| sqlite_err(conn, e))?,
         };
-        if group.first().is_some_and(|g| g.start_ns != cand.start_ns) && flush(&mut group, &mut emitted)? {
+        if group.first().is_some_and(|g| g.start_ns != cand.start_ns)
+            && flush(&mut group, &mut emitted)?
+        {
             done = true;
             break;
         }
@@ -315,7 +361,10 @@ pub(crate) fn search(conn: &Connection, tenant: &TenantId, q: &TraceQuery) -> Re
         let trace_id = TraceId::from_bytes(tid).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         traces.push(summarize(conn, tenant_id, trace_id)?);
     }
-    Ok(TracePage { traces, next_cursor })
+    Ok(TracePage {
+        traces,
+        next_cursor,
+    })
 }
 
 /// Whether the trace has a matching span at or after the cursor, i.e. it was on an
@@ -353,7 +402,11 @@ fn matched_before_cursor(
     Ok(false)
 }
 
-fn summarize(conn: &Connection, tenant_id: i64, trace_id: TraceId) -> Result<TraceSummary, StoreError> {
+fn summarize(
+    conn: &Connection,
+    tenant_id: i64,
+    trace_id: TraceId,
+) -> Result<TraceSummary, StoreError> {
     struct Head {
         span_id: Vec<u8>,
         parent: Option<Vec<u8>>,
@@ -424,7 +477,10 @@ fn summarize(conn: &Connection, tenant_id: i64, trace_id: TraceId) -> Result<Tra
     })
 }
 
-pub(crate) fn services(conn: &Connection, tenant: &TenantId) -> Result<Vec<ServiceSummary>, StoreError> {
+pub(crate) fn services(
+    conn: &Connection,
+    tenant: &TenantId,
+) -> Result<Vec<ServiceSummary>, StoreError> {
     let Some(tenant_id) = tenant_key(conn, tenant)? else {
         return Ok(Vec::new());
     };
@@ -435,5 +491,8 @@ pub(crate) fn services(conn: &Connection, tenant: &TenantId) -> Result<Vec<Servi
         .query_map([tenant_id], |r| r.get::<_, String>(0))
         .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
         .map_err(|e| sqlite_err(conn, e))?;
-    Ok(names.into_iter().map(|name| ServiceSummary { name }).collect())
+    Ok(names
+        .into_iter()
+        .map(|name| ServiceSummary { name })
+        .collect())
 }

@@ -4,15 +4,18 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use threadline_model::{
-    AttrValue, Attribute, LlmView, SpanDetail, SpanId, SpanKind, SpanOrigin, SpanRecord, SpanStatus,
-    StatusCode, TenantId, TraceId,
+    AttrValue, Attribute, LlmView, SpanDetail, SpanId, SpanKind, SpanOrigin, SpanRecord,
+    SpanStatus, StatusCode, TenantId, TraceId,
 };
 
 use super::*;
 
 fn origin(service: &str) -> Arc<SpanOrigin> {
     Arc::new(SpanOrigin {
-        resource_attributes: vec![Attribute::new("service.name", AttrValue::String(service.into()))],
+        resource_attributes: vec![Attribute::new(
+            "service.name",
+            AttrValue::String(service.into()),
+        )],
         ..Default::default()
     })
 }
@@ -31,8 +34,14 @@ fn span(trace: u8, span: u8, parent: Option<u8>, start: u64, model: Option<&str>
             trace_state: String::new(),
             flags: 1,
             attributes: vec![
-                Attribute::new("tier", AttrValue::String(if trace % 2 == 0 { "gold" } else { "free" }.into())),
-                Attribute::new("prompt", AttrValue::String("tell me about the weather ".repeat(20))),
+                Attribute::new(
+                    "tier",
+                    AttrValue::String(if trace % 2 == 0 { "gold" } else { "free" }.into()),
+                ),
+                Attribute::new(
+                    "prompt",
+                    AttrValue::String("tell me about the weather ".repeat(20)),
+                ),
             ],
             dropped_attributes_count: 0,
             events: vec![],
@@ -40,7 +49,11 @@ fn span(trace: u8, span: u8, parent: Option<u8>, start: u64, model: Option<&str>
             links: vec![],
             dropped_links_count: 0,
             status: SpanStatus {
-                code: if span == 9 { StatusCode::Error } else { StatusCode::Unset },
+                code: if span == 9 {
+                    StatusCode::Error
+                } else {
+                    StatusCode::Unset
+                },
                 message: String::new(),
             },
         },
@@ -68,7 +81,10 @@ fn acme() -> TenantId {
 #[test]
 fn trace_round_trips_faithfully() {
     let (_dir, store) = open();
-    let spans = vec![span(1, 1, None, 100, None), span(1, 2, Some(1), 200, Some("gpt-4"))];
+    let spans = vec![
+        span(1, 1, None, 100, None),
+        span(1, 2, Some(1), 200, Some("gpt-4")),
+    ];
     store.write_blocking(&acme(), &spans).unwrap();
     let back = store.get_trace(&acme(), TraceId([1; 16])).unwrap();
     assert_eq!(back, spans);
@@ -77,11 +93,26 @@ fn trace_round_trips_faithfully() {
 #[test]
 fn tenants_never_see_each_other() {
     let (_dir, store) = open();
-    store.write_blocking(&acme(), &[span(1, 1, None, 100, None)]).unwrap();
+    store
+        .write_blocking(&acme(), &[span(1, 1, None, 100, None)])
+        .unwrap();
     let other = TenantId::new("globex").unwrap();
-    store.write_blocking(&other, &[span(2, 1, None, 100, None)]).unwrap();
-    assert!(store.get_trace(&other, TraceId([1; 16])).unwrap().is_empty());
-    let page = store.search(&other, &TraceQuery { limit: 10, ..Default::default() }).unwrap();
+    store
+        .write_blocking(&other, &[span(2, 1, None, 100, None)])
+        .unwrap();
+    assert!(store
+        .get_trace(&other, TraceId([1; 16]))
+        .unwrap()
+        .is_empty());
+    let page = store
+        .search(
+            &other,
+            &TraceQuery {
+                limit: 10,
+                ..Default::default()
+            },
+        )
+        .unwrap();
     assert_eq!(page.traces.len(), 1);
     assert_eq!(page.traces[0].trace_id, TraceId([2; 16]));
 }
@@ -98,10 +129,17 @@ fn search_pages_cover_every_trace_once_newest_first() {
     }
     store.write_blocking(&acme(), &spans).unwrap();
     let mut seen = Vec::new();
-    let mut query = TraceQuery { limit: 4, ..Default::default() };
+    let mut query = TraceQuery {
+        limit: 4,
+        ..Default::default()
+    };
     loop {
         let page = store.search(&acme(), &query).unwrap();
-        seen.extend(page.traces.iter().map(|t| (t.start_time_unix_nano, t.trace_id)));
+        seen.extend(
+            page.traces
+                .iter()
+                .map(|t| (t.start_time_unix_nano, t.trace_id)),
+        );
         match page.next_cursor {
             Some(c) => query.cursor = Some(c),
             None => break,
@@ -110,7 +148,10 @@ fn search_pages_cover_every_trace_once_newest_first() {
     assert_eq!(seen.len(), 25);
     let unique: HashSet<_> = seen.iter().map(|(_, id)| *id).collect();
     assert_eq!(unique.len(), 25);
-    assert!(seen.windows(2).all(|w| w[0].0 >= w[1].0), "newest first: {seen:?}");
+    assert!(
+        seen.windows(2).all(|w| w[0].0 >= w[1].0),
+        "newest first: {seen:?}"
+    );
 }
 
 #[test]
@@ -135,18 +176,53 @@ fn filters_narrow_the_search() {
             .map(|t| t.trace_id)
             .collect()
     };
-    assert_eq!(search(TraceQuery { model: Some("llama".into()), ..Default::default() }), vec![TraceId([2; 16])]);
-    assert_eq!(search(TraceQuery { errors_only: true, ..Default::default() }), vec![TraceId([3; 16])]);
     assert_eq!(
-        search(TraceQuery { attributes: vec![("tier".into(), "gold".into())], ..Default::default() }),
+        search(TraceQuery {
+            model: Some("llama".into()),
+            ..Default::default()
+        }),
         vec![TraceId([2; 16])]
     );
     assert_eq!(
-        search(TraceQuery { attributes: vec![("service.name".into(), "gateway".into())], ..Default::default() }).len(),
+        search(TraceQuery {
+            errors_only: true,
+            ..Default::default()
+        }),
+        vec![TraceId([3; 16])]
+    );
+    assert_eq!(
+        search(TraceQuery {
+            attributes: vec![("tier".into(), "gold".into())],
+            ..Default::default()
+        }),
+        vec![TraceId([2; 16])]
+    );
+    assert_eq!(
+        search(TraceQuery {
+            attributes: vec![("service.name".into(), "gateway".into())],
+            ..Default::default()
+        })
+        .len(),
         3
     );
-    assert_eq!(search(TraceQuery { start_to_unix_nano: Some(150), ..Default::default() }), vec![TraceId([1; 16])]);
-    let summary = &store.search(&acme(), &TraceQuery { limit: 10, model: Some("gpt-4".into()), ..Default::default() }).unwrap().traces[0];
+    assert_eq!(
+        search(TraceQuery {
+            start_to_unix_nano: Some(150),
+            ..Default::default()
+        }),
+        vec![TraceId([1; 16])]
+    );
+    let summary = &store
+        .search(
+            &acme(),
+            &TraceQuery {
+                limit: 10,
+                model: Some("gpt-4".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap()
+        .traces[0];
     assert_eq!(summary.total_tokens, 15);
     assert_eq!(summary.models, vec!["gpt-4".to_owned()]);
 }
@@ -162,5 +238,10 @@ fn data_survives_reopen_and_retries_do_not_duplicate() {
     }
     let store = SqliteStore::open(dir.path(), SqliteConfig::default()).unwrap();
     assert_eq!(store.get_trace(&acme(), TraceId([1; 16])).unwrap().len(), 1);
-    assert_eq!(store.services(&acme()).unwrap(), vec![ServiceSummary { name: "gateway".into() }]);
+    assert_eq!(
+        store.services(&acme()).unwrap(),
+        vec![ServiceSummary {
+            name: "gateway".into()
+        }]
+    );
 }

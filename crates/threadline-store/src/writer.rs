@@ -70,7 +70,8 @@ impl PreparedBatch {
                 }
             };
             let llm = span.llm.as_ref();
-            let field = |f: fn(&threadline_model::LlmView) -> Option<&String>| llm.and_then(f).cloned();
+            let field =
+                |f: fn(&threadline_model::LlmView) -> Option<&String>| llm.and_then(f).cloned();
             let detail = codec::encode_detail(&span.detail, &span.llm)?;
             encoded_bytes += detail.len() + span.name.len() + 128;
             rows.push(SpanRow {
@@ -192,12 +193,16 @@ impl WriterHandle {
         }
         let (tx, rx) = oneshot::channel();
         self.counters.queued_batches.fetch_add(1, Ordering::Relaxed);
-        self.counters.queued_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.counters
+            .queued_bytes
+            .fetch_add(bytes, Ordering::Relaxed);
         match self.sender.try_send(Job { batch, ack: tx }) {
             Ok(()) => Ok(WriteAck(rx)),
             Err(e) => {
                 self.counters.queued_batches.fetch_sub(1, Ordering::Relaxed);
-                self.counters.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
+                self.counters
+                    .queued_bytes
+                    .fetch_sub(bytes, Ordering::Relaxed);
                 match e {
                     TrySendError::Full(_) => Err(full()),
                     TrySendError::Disconnected(_) => Err(StoreError::WriterStopped),
@@ -249,13 +254,19 @@ fn run_writer(
         let result = commit_jobs(&mut conn, &jobs, &mut cache);
         let elapsed = started.elapsed().as_nanos() as u64;
         let bytes: usize = jobs.iter().map(|j| j.batch.encoded_bytes).sum();
-        counters.queued_batches.fetch_sub(jobs.len(), Ordering::Relaxed);
+        counters
+            .queued_batches
+            .fetch_sub(jobs.len(), Ordering::Relaxed);
         counters.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
         let outcome = match result {
             Ok(()) => {
-                counters.spans_committed.fetch_add(spans as u64, Ordering::Relaxed);
+                counters
+                    .spans_committed
+                    .fetch_add(spans as u64, Ordering::Relaxed);
                 counters.commits.fetch_add(1, Ordering::Relaxed);
-                counters.commit_nanos_total.fetch_add(elapsed, Ordering::Relaxed);
+                counters
+                    .commit_nanos_total
+                    .fetch_add(elapsed, Ordering::Relaxed);
                 Ok(())
             }
             Err(e) => {
@@ -272,7 +283,11 @@ fn run_writer(
     }
 }
 
-fn commit_jobs(conn: &mut Connection, jobs: &[Job], cache: &mut WriterCache) -> Result<(), rusqlite::Error> {
+fn commit_jobs(
+    conn: &mut Connection,
+    jobs: &[Job],
+    cache: &mut WriterCache,
+) -> Result<(), rusqlite::Error> {
     let tx = conn.transaction()?;
     for job in jobs {
         let tenant_id = tenant_id(&tx, &job.batch.tenant, cache)?;
@@ -281,12 +296,23 @@ fn commit_jobs(conn: &mut Connection, jobs: &[Job], cache: &mut WriterCache) -> 
     tx.commit()
 }
 
-fn tenant_id(tx: &Transaction<'_>, tenant: &TenantId, cache: &mut WriterCache) -> Result<i64, rusqlite::Error> {
+fn tenant_id(
+    tx: &Transaction<'_>,
+    tenant: &TenantId,
+    cache: &mut WriterCache,
+) -> Result<i64, rusqlite::Error> {
     if let Some(id) = cache.tenant_ids.get(tenant) {
         return Ok(*id);
     }
-    tx.execute("INSERT OR IGNORE INTO tenants (name) VALUES (?1)", [tenant.as_str()])?;
-    let id: i64 = tx.query_row("SELECT id FROM tenants WHERE name = ?1", [tenant.as_str()], |r| r.get(0))?;
+    tx.execute(
+        "INSERT OR IGNORE INTO tenants (name) VALUES (?1)",
+        [tenant.as_str()],
+    )?;
+    let id: i64 = tx.query_row(
+        "SELECT id FROM tenants WHERE name = ?1",
+        [tenant.as_str()],
+        |r| r.get(0),
+    )?;
     cache.tenant_ids.insert(tenant.clone(), id);
     Ok(id)
 }

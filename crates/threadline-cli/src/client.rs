@@ -1,0 +1,53 @@
+//! A small client of the JSON API: base URL, Bearer key, errors from `{"error": ...}`.
+
+use anyhow::{bail, Context};
+use serde_json::Value;
+
+use crate::ClientArgs;
+
+pub(crate) struct ApiClient {
+    http: reqwest::Client,
+    base: String,
+    api_key: Option<String>,
+}
+
+impl ApiClient {
+    pub(crate) fn new(args: &ClientArgs) -> anyhow::Result<Self> {
+        Ok(Self {
+            http: reqwest::Client::builder()
+                .build()
+                .context("cannot build HTTP client")?,
+            base: args.server.trim_end_matches('/').to_owned(),
+            api_key: args.api_key.clone(),
+        })
+    }
+
+    pub(crate) async fn get(
+        &self,
+        path: &str,
+        query: &[(String, String)],
+    ) -> anyhow::Result<Value> {
+        let url = format!("{}{}", self.base, path);
+        let mut req = self.http.get(&url).query(query);
+        if let Some(key) = &self.api_key {
+            req = req.bearer_auth(key);
+        }
+        let resp = req
+            .send()
+            .await
+            .with_context(|| format!("cannot reach {url}"))?;
+        let status = resp.status();
+        let body: Value = resp
+            .json()
+            .await
+            .with_context(|| format!("{url} answered {status} with a body that is not JSON"))?;
+        if !status.is_success() {
+            let msg = body
+                .get("error")
+                .and_then(Value::as_str)
+                .unwrap_or("no error message");
+            bail!("{url} answered {status}: {msg}");
+        }
+        Ok(body)
+    }
+}

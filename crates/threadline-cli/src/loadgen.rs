@@ -1,0 +1,631 @@
+//! `threadline loadgen`: synthetic LLM platform traffic over OTLP/HTTP protobuf.
+//! Each trace is gateway → retriever → LLM chat call → tool, with GenAI and platform
+//! attributes and realistic prompt/response sizes. Reports acked spans/s and the ack
+//! latency distribution (time from sending a batch to its 2xx, i.e. its commit).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{
+    any_value, AnyValue, ArrayValue, InstrumentationScope, KeyValue,
+};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{
+    span, status, ResourceSpans, ScopeSpans, Span, Status,
+};
+use prost::Message;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+#[derive(Args, Clone)]
+pub(crate) struct LoadgenArgs {
+    /// OTLP/HTTP base URL (the path /v1/traces is appended).
+    #[arg(long, default_value = "http://127.0.0.1:4318", value_name = "URL")]
+    endpoint: String,
+    /// API key (sent as a Bearer token).
+    #[arg(
+        long,
+        env = "THREADLINE_API_KEY",
+        hide_env_values = true,
+        value_name = "KEY"
+    )]
+    api_key: Option<String>,
+    /// Target spans per second across all workers; 0 sends as fast as acks allow.
+    #[arg(long, default_value_t = 0)]
+    rate: u64,
+    /// How long to send, in seconds.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Requests in flight at once.
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// Spans per export request (a multiple of 4: each trace has 4 spans).
+    #[arg(long, default_value_t = 100)]
+    batch_spans: usize,
+    /// gzip request bodies.
+    #[arg(long)]
+    gzip: bool,
+    /// Seed of the synthetic content.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Default)]
+struct Tally {
+    spans_sent: AtomicU64,
+    spans_acked: AtomicU64,
+    errors: AtomicU64,
+    throttled: AtomicU64,
+}
+
+pub(crate) async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.concurrency > 0, "--concurrency must be at least 1");
+    anyhow::ensure!(args.batch_spans >= 4, "--batch-spans must be at least 4");
+    anyhow::ensure!(args.duration > 0.0, "--duration must be positive");
+    let url = format!("{}/v1/traces", args.endpoint.trim_end_matches('/'));
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.concurrency)
+        .build()
+        .context("cannot build HTTP client")?;
+    let corpus = Arc::new(TextCorpus::new(args.seed));
+    let tally = Arc::new(Tally::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let duration = Duration::from_secs_f64(args.duration);
+    let bar = ProgressBar::new(duration.as_secs().max(1));
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len}s {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for worker in 0..args.concurrency {
+        let (client, url, corpus, tally, stop, args) = (
+            client.clone(),
+            url.clone(),
+            Arc::clone(&corpus),
+            Arc::clone(&tally),
+            Arc::clone(&stop),
+            args.clone(),
+        );
+        workers.push(tokio::spawn(async move {
+            worker_loop(worker, client, url, corpus, tally, stop, args).await
+        }));
+    }
+    while started.elapsed() < duration {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let secs = started.elapsed().as_secs_f64();
+        bar.set_position(secs as u64);
+        bar.set_message(format!(
+            "{:.0} spans/s acked",
+            tally.spans_acked.load(Ordering::Relaxed) as f64 / secs.max(0.001)
+        ));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut latencies: Vec<Duration> = Vec::new();
+    for w in workers {
+        latencies.extend(w.await.context("a loadgen worker failed")??);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    latencies.sort_unstable();
+    let pct = |p: f64| -> f64 {
+        if latencies.is_empty() {
+            return 0.0;
+        }
+        let idx = ((latencies.len() as f64 - 1.0) * p).round() as usize;
+        latencies[idx].as_secs_f64() * 1000.0
+    };
+    let acked = tally.spans_acked.load(Ordering::Relaxed);
+    let report = serde_json::json!({
+        "spans_sent": tally.spans_sent.load(Ordering::Relaxed),
+        "spans_acked": acked,
+        "elapsed_s": elapsed,
+        "spans_per_s": acked as f64 / elapsed,
+        "requests": latencies.len(),
+        "ack_p50_ms": pct(0.50),
+        "ack_p99_ms": pct(0.99),
+        "ack_max_ms": latencies.last().map(|d| d.as_secs_f64() * 1000.0).unwrap_or(0.0),
+        "errors": tally.errors.load(Ordering::Relaxed),
+        "throttled": tally.throttled.load(Ordering::Relaxed),
+    });
+    if args.json {
+        println!("{report}");
+    } else {
+        println!(
+            "acked {acked} spans in {elapsed:.1} s: {:.0} spans/s; ack latency p50 {:.1} ms, p99 {:.1} ms; {} errors, {} throttled (429)",
+            acked as f64 / elapsed,
+            pct(0.50),
+            pct(0.99),
+            report["errors"],
+            report["throttled"],
+        );
+    }
+    anyhow::ensure!(acked > 0, "no span was acknowledged by {url}");
+    Ok(())
+}
+
+async fn worker_loop(
+    worker: usize,
+    client: reqwest::Client,
+    url: String,
+    corpus: Arc<TextCorpus>,
+    tally: Arc<Tally>,
+    stop: Arc<AtomicBool>,
+    args: LoadgenArgs,
+) -> anyhow::Result<Vec<Duration>> {
+    let mut rng =
+        SmallRng::seed_from_u64(args.seed ^ (worker as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let traces_per_batch = args.batch_spans / 4;
+    let spans_per_batch = (traces_per_batch * 4) as u64;
+    let mut ticker = (args.rate > 0).then(|| {
+        let batches_per_s = args.rate as f64 / spans_per_batch as f64;
+        let period = Duration::from_secs_f64(args.concurrency as f64 / batches_per_s);
+        let mut t = tokio::time::interval(period);
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        t
+    });
+    let mut latencies = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        if let Some(t) = ticker.as_mut() {
+            t.tick().await;
+        }
+        let request = build_request(&mut rng, &corpus, traces_per_batch);
+        let mut body = request.encode_to_vec();
+        let mut req = client
+            .post(&url)
+            .header("content-type", "application/x-protobuf");
+        if args.gzip {
+            use std::io::Write;
+            let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            enc.write_all(&body)?;
+            body = enc.finish()?;
+            req = req.header("content-encoding", "gzip");
+        }
+        if let Some(key) = &args.api_key {
+            req = req.bearer_auth(key);
+        }
+        tally
+            .spans_sent
+            .fetch_add(spans_per_batch, Ordering::Relaxed);
+        let sent = Instant::now();
+        match req.body(body).send().await {
+            Ok(resp) if resp.status().is_success() => {
+                let _ = resp.bytes().await;
+                latencies.push(sent.elapsed());
+                tally
+                    .spans_acked
+                    .fetch_add(spans_per_batch, Ordering::Relaxed);
+            }
+            Ok(resp) if resp.status().as_u16() == 429 => {
+                tally.throttled.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok(resp) => {
+                let status = resp.status();
+                let text = resp.text().await.unwrap_or_default();
+                if tally.errors.fetch_add(1, Ordering::Relaxed) == 0 {
+                    eprintln!(
+                        "loadgen: {url} answered {status}: {}",
+                        text.chars().take(200).collect::<String>()
+                    );
+                }
+            }
+            Err(e) => {
+                if tally.errors.fetch_add(1, Ordering::Relaxed) == 0 {
+                    eprintln!("loadgen: request to {url} failed: {e}");
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    Ok(latencies)
+}
+
+/// Pre-generated prompts and responses, so sending costs little CPU.
+struct TextCorpus {
+    system_prompts: Vec<String>,
+    prompts: Vec<String>,
+    responses: Vec<String>,
+}
+
+const WORDS: &[&str] = &[
+    "the",
+    "customer",
+    "account",
+    "balance",
+    "transfer",
+    "please",
+    "explain",
+    "why",
+    "my",
+    "card",
+    "was",
+    "declined",
+    "yesterday",
+    "when",
+    "I",
+    "tried",
+    "to",
+    "pay",
+    "for",
+    "groceries",
+    "and",
+    "what",
+    "should",
+    "do",
+    "next",
+    "policy",
+    "states",
+    "that",
+    "refunds",
+    "are",
+    "processed",
+    "within",
+    "five",
+    "business",
+    "days",
+    "after",
+    "approval",
+    "from",
+    "support",
+    "team",
+    "you",
+    "can",
+    "check",
+    "status",
+    "in",
+    "the",
+    "mobile",
+    "app",
+    "under",
+    "payments",
+    "history",
+    "if",
+    "problem",
+    "persists",
+    "contact",
+    "branch",
+    "interest",
+    "rate",
+    "loan",
+    "mortgage",
+    "fixed",
+    "variable",
+    "term",
+    "years",
+    "monthly",
+    "payment",
+    "estimate",
+    "based",
+    "on",
+    "current",
+    "market",
+    "conditions",
+    "document",
+    "retrieved",
+    "section",
+    "fees",
+    "overdraft",
+    "limit",
+    "international",
+    "transaction",
+    "currency",
+    "exchange",
+    "fraud",
+    "alert",
+    "verify",
+    "identity",
+    "security",
+    "question",
+    "answer",
+    "summary",
+    "context",
+    "following",
+    "passages",
+    "relevant",
+    "assistant",
+    "helpful",
+    "concise",
+    "accurate",
+    "cite",
+    "sources",
+    "do",
+    "not",
+    "invent",
+    "information",
+    "regulation",
+    "compliance",
+    "report",
+    "quarterly",
+    "earnings",
+    "revenue",
+];
+
+impl TextCorpus {
+    fn new(seed: u64) -> Self {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let mut text = |min: usize, max: usize| -> String {
+            let target = rng.random_range(min..max);
+            let mut s = String::with_capacity(target + 16);
+            while s.len() < target {
+                s.push_str(WORDS[rng.random_range(0..WORDS.len())]);
+                s.push(if rng.random_ratio(1, 12) { '.' } else { ' ' });
+            }
+            s
+        };
+        Self {
+            system_prompts: (0..4).map(|_| text(300, 600)).collect(),
+            prompts: (0..64).map(|_| text(1200, 3000)).collect(),
+            responses: (0..64).map(|_| text(300, 1200)).collect(),
+        }
+    }
+}
+
+fn kv(key: &str, value: any_value::Value) -> KeyValue {
+    KeyValue {
+        key: key.to_owned(),
+        value: Some(AnyValue { value: Some(value) }),
+        ..Default::default()
+    }
+}
+
+fn s(key: &str, v: impl Into<String>) -> KeyValue {
+    kv(key, any_value::Value::StringValue(v.into()))
+}
+
+fn i(key: &str, v: i64) -> KeyValue {
+    kv(key, any_value::Value::IntValue(v))
+}
+
+fn d(key: &str, v: f64) -> KeyValue {
+    kv(key, any_value::Value::DoubleValue(v))
+}
+
+fn resource(service: &str, extra: Vec<KeyValue>) -> Resource {
+    let mut attributes = vec![
+        s("service.name", service),
+        s("service.version", "2.3.1"),
+        s("deployment.environment.name", "loadgen"),
+        s("telemetry.sdk.name", "threadline-loadgen"),
+    ];
+    attributes.extend(extra);
+    Resource {
+        attributes,
+        ..Default::default()
+    }
+}
+
+fn now_nanos() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+fn build_request(
+    rng: &mut SmallRng,
+    corpus: &TextCorpus,
+    traces: usize,
+) -> ExportTraceServiceRequest {
+    let mut by_service: [Vec<Span>; 4] = Default::default();
+    let base = now_nanos();
+    for _ in 0..traces {
+        let trace_id: [u8; 16] = rng.random();
+        let ids: [[u8; 8]; 4] = rng.random();
+        let start = base - rng.random_range(0..50_000_000u64);
+        let llm_ms = rng.random_range(200..2500u64);
+        let retr_ms = rng.random_range(5..80u64);
+        let tool_ms = rng.random_range(1..40u64);
+        let total = (retr_ms + llm_ms + tool_ms + 10) * 1_000_000;
+        let route =
+            ["/v1/chat/completions", "/v1/completions", "/v1/embeddings"][rng.random_range(0..3)];
+        let instance = rng.random_range(1..=6u32);
+        let adapter = if instance <= 2 {
+            "fin-lora@7"
+        } else {
+            "support-lora@3"
+        };
+        let input_tokens = rng.random_range(300..1200i64);
+        let output_tokens = rng.random_range(50..400i64);
+        let failed = rng.random_ratio(1, 40);
+        let prompt = &corpus.prompts[rng.random_range(0..corpus.prompts.len())];
+        let system = &corpus.system_prompts[rng.random_range(0..corpus.system_prompts.len())];
+        let response = &corpus.responses[rng.random_range(0..corpus.responses.len())];
+        let user = format!("user-{}", rng.random_range(0..500u32));
+        let span = |id: usize,
+                    parent: Option<usize>,
+                    name: &str,
+                    kind: span::SpanKind,
+                    start: u64,
+                    dur_ms: u64,
+                    attributes: Vec<KeyValue>,
+                    error: bool| Span {
+            trace_id: trace_id.to_vec(),
+            span_id: ids[id].to_vec(),
+            parent_span_id: parent.map(|p| ids[p].to_vec()).unwrap_or_default(),
+            name: name.to_owned(),
+            kind: kind as i32,
+            start_time_unix_nano: start,
+            end_time_unix_nano: start + dur_ms * 1_000_000,
+            attributes,
+            status: Some(Status {
+                code: if error {
+                    status::StatusCode::Error
+                } else {
+                    status::StatusCode::Unset
+                } as i32,
+                message: if error {
+                    "upstream model timed out".to_owned()
+                } else {
+                    String::new()
+                },
+            }),
+            flags: 0x101,
+            ..Default::default()
+        };
+        by_service[0].push(span(
+            0,
+            None,
+            &format!("POST {route}"),
+            span::SpanKind::Server,
+            start,
+            total / 1_000_000,
+            vec![
+                s("http.request.method", "POST"),
+                s("http.route", route),
+                s("api.route", route),
+                i("http.response.status_code", if failed { 504 } else { 200 }),
+                s("ab.group", if rng.random_bool(0.5) { "A" } else { "B" }),
+                s(
+                    "gray.tag",
+                    if rng.random_ratio(1, 10) {
+                        "canary"
+                    } else {
+                        "stable"
+                    },
+                ),
+                s("user.id", user.clone()),
+                s(
+                    "session.id",
+                    format!("sess-{}", rng.random_range(0..2000u32)),
+                ),
+            ],
+            failed,
+        ));
+        let retr_start = start + 2_000_000;
+        by_service[1].push(span(
+            1,
+            Some(0),
+            "retrieval support-kb",
+            span::SpanKind::Client,
+            retr_start,
+            retr_ms,
+            vec![
+                s("gen_ai.operation.name", "retrieval"),
+                s("gen_ai.data_source.id", "support-kb"),
+                s(
+                    "gen_ai.retrieval.query.text",
+                    prompt.chars().take(120).collect::<String>(),
+                ),
+                i("db.response.returned_rows", 8),
+            ],
+            false,
+        ));
+        let llm_start = retr_start + retr_ms * 1_000_000 + 1_000_000;
+        let input_messages = serde_json::json!([
+            {"role": "system", "parts": [{"type": "text", "content": system}]},
+            {"role": "user", "parts": [{"type": "text", "content": prompt}]},
+        ]);
+        let output_messages = serde_json::json!([
+            {"role": "assistant", "parts": [{"type": "text", "content": response}], "finish_reason": "stop"},
+        ]);
+        by_service[2].push(span(
+            2,
+            Some(0),
+            "chat llama-3-8b-instruct",
+            span::SpanKind::Client,
+            llm_start,
+            llm_ms,
+            vec![
+                s("gen_ai.operation.name", "chat"),
+                s("gen_ai.provider.name", "openai"),
+                s(
+                    "gen_ai.request.model",
+                    "meta-llama/Meta-Llama-3-8B-Instruct",
+                ),
+                s(
+                    "gen_ai.response.model",
+                    "meta-llama/Meta-Llama-3-8B-Instruct",
+                ),
+                s(
+                    "gen_ai.response.id",
+                    format!("chatcmpl-{:x}", rng.random::<u64>()),
+                ),
+                i("gen_ai.usage.input_tokens", input_tokens),
+                i("gen_ai.usage.output_tokens", output_tokens),
+                i("gen_ai.request.max_tokens", 512),
+                d("gen_ai.request.temperature", 0.2),
+                d(
+                    "gen_ai.response.time_to_first_chunk",
+                    rng.random_range(0.05..0.4),
+                ),
+                kv(
+                    "gen_ai.response.finish_reasons",
+                    any_value::Value::ArrayValue(ArrayValue {
+                        values: vec![AnyValue {
+                            value: Some(any_value::Value::StringValue("stop".into())),
+                        }],
+                    }),
+                ),
+                s("gen_ai.input.messages", input_messages.to_string()),
+                s("gen_ai.output.messages", output_messages.to_string()),
+                s("server.address", format!("inference-{instance}.svc")),
+                s("llm.prompt_template.id", "support-chat"),
+                s("llm.prompt.version", "v2.1.4"),
+                s("llm.lora.adapter_id", adapter),
+                s("model.instance.id", format!("inst-{instance}")),
+                s("api.route", route),
+                d("llm.kvcache.hit_ratio", rng.random_range(0.3..0.95)),
+            ],
+            failed,
+        ));
+        let tool_start = llm_start + llm_ms * 1_000_000 + 1_000_000;
+        by_service[3].push(span(
+            3,
+            Some(0),
+            "execute_tool lookup_account",
+            span::SpanKind::Internal,
+            tool_start,
+            tool_ms,
+            vec![
+                s("gen_ai.operation.name", "execute_tool"),
+                s("gen_ai.tool.name", "lookup_account"),
+                s(
+                    "gen_ai.tool.call.id",
+                    format!("call_{:x}", rng.random::<u32>()),
+                ),
+                s(
+                    "gen_ai.tool.call.arguments",
+                    format!("{{\"account\":\"{user}\"}}"),
+                ),
+            ],
+            false,
+        ));
+    }
+    let services = [
+        ("gateway", vec![]),
+        ("retriever", vec![]),
+        (
+            "inference",
+            vec![s("container.image", "ghcr.io/acme/inference:v2.3.1")],
+        ),
+        ("agent-tools", vec![]),
+    ];
+    ExportTraceServiceRequest {
+        resource_spans: services
+            .into_iter()
+            .zip(by_service)
+            .map(|((name, extra), spans)| ResourceSpans {
+                resource: Some(resource(name, extra)),
+                scope_spans: vec![ScopeSpans {
+                    scope: Some(InstrumentationScope {
+                        name: "threadline.loadgen".into(),
+                        version: env!("CARGO_PKG_VERSION").into(),
+                        ..Default::default()
+                    }),
+                    spans,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })
+            .collect(),
+    }
+}

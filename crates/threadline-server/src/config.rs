@@ -1,0 +1,300 @@
+//! Server configuration: a TOML file, then command-line overrides, then `validate()`,
+//! which reports every problem at once.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use threadline_model::TenantId;
+
+/// Everything `threadline serve` needs, after the file and flags are merged.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub otlp_http_addr: SocketAddr,
+    pub otlp_grpc_addr: SocketAddr,
+    pub http_addr: SocketAddr,
+    pub data_dir: PathBuf,
+    pub max_body_bytes: usize,
+    pub tenants: Vec<TenantKeys>,
+    pub allow_unauthenticated: bool,
+}
+
+/// One tenant and the API keys that act for it.
+#[derive(Clone)]
+pub struct TenantKeys {
+    pub tenant: TenantId,
+    pub api_keys: Vec<String>,
+}
+
+impl std::fmt::Debug for TenantKeys {
+    // API keys never reach a log line, not even through `{:?}`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TenantKeys")
+            .field("tenant", &self.tenant)
+            .field(
+                "api_keys",
+                &format_args!("[{} redacted]", self.api_keys.len()),
+            )
+            .finish()
+    }
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            otlp_http_addr: SocketAddr::from(([127, 0, 0, 1], 4318)),
+            otlp_grpc_addr: SocketAddr::from(([127, 0, 0, 1], 4317)),
+            http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            data_dir: PathBuf::from("./threadline-data"),
+            max_body_bytes: 64 * 1024 * 1024,
+            tenants: Vec::new(),
+            allow_unauthenticated: false,
+        }
+    }
+}
+
+/// The config file as written by users.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    #[serde(default)]
+    server: FileServer,
+    #[serde(default)]
+    tenants: Vec<FileTenant>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileServer {
+    otlp_http: Option<String>,
+    otlp_grpc: Option<String>,
+    http: Option<String>,
+    data_dir: Option<PathBuf>,
+    max_body_bytes: Option<usize>,
+    allow_unauthenticated: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileTenant {
+    id: String,
+    api_keys: Vec<String>,
+}
+
+/// Values given on the command line; each wins over the file.
+#[derive(Clone, Debug, Default)]
+pub struct ConfigOverrides {
+    pub otlp_http: Option<String>,
+    pub otlp_grpc: Option<String>,
+    pub http: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub allow_unauthenticated: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path} is invalid: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid configuration:\n  - {}", .0.join("\n  - "))]
+    Invalid(Vec<String>),
+}
+
+impl ServerConfig {
+    /// Reads the optional file, applies the overrides, validates the result.
+    pub fn load(file: Option<&Path>, overrides: &ConfigOverrides) -> Result<Self, ConfigError> {
+        let parsed = match file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.to_owned(),
+                    source,
+                })?;
+                toml::from_str::<FileConfig>(&text).map_err(|e| ConfigError::Parse {
+                    path: path.to_owned(),
+                    message: e.to_string(),
+                })?
+            }
+            None => FileConfig::default(),
+        };
+        let defaults = ServerConfig::default();
+        let mut problems = Vec::new();
+        let mut addr =
+            |flag: &Option<String>, file: &Option<String>, default: SocketAddr, what: &str| {
+                match flag.as_ref().or(file.as_ref()) {
+                    Some(text) => text.parse::<SocketAddr>().unwrap_or_else(|_| {
+                        problems.push(format!(
+                            "{what} address {text:?} is not HOST:PORT (e.g. 127.0.0.1:4318)"
+                        ));
+                        default
+                    }),
+                    None => default,
+                }
+            };
+        let otlp_http_addr = addr(
+            &overrides.otlp_http,
+            &parsed.server.otlp_http,
+            defaults.otlp_http_addr,
+            "otlp_http",
+        );
+        let otlp_grpc_addr = addr(
+            &overrides.otlp_grpc,
+            &parsed.server.otlp_grpc,
+            defaults.otlp_grpc_addr,
+            "otlp_grpc",
+        );
+        let http_addr = addr(
+            &overrides.http,
+            &parsed.server.http,
+            defaults.http_addr,
+            "http",
+        );
+        let mut tenants = Vec::new();
+        let mut seen_keys = std::collections::HashSet::new();
+        for t in parsed.tenants {
+            match TenantId::new(&t.id) {
+                Ok(tenant) => {
+                    if t.api_keys.is_empty() {
+                        problems.push(format!("tenant {:?} has no api_keys", t.id));
+                    }
+                    for key in &t.api_keys {
+                        if key.len() < 16 {
+                            problems.push(format!(
+                                "an API key of tenant {:?} is shorter than 16 characters",
+                                t.id
+                            ));
+                        }
+                        if !seen_keys.insert(key.clone()) {
+                            problems.push(format!(
+                                "an API key of tenant {:?} is also used by another entry",
+                                t.id
+                            ));
+                        }
+                    }
+                    tenants.push(TenantKeys {
+                        tenant,
+                        api_keys: t.api_keys,
+                    });
+                }
+                Err(e) => problems.push(e.to_string()),
+            }
+        }
+        let config = ServerConfig {
+            otlp_http_addr,
+            otlp_grpc_addr,
+            http_addr,
+            data_dir: overrides
+                .data_dir
+                .clone()
+                .or(parsed.server.data_dir)
+                .unwrap_or(defaults.data_dir),
+            max_body_bytes: parsed
+                .server
+                .max_body_bytes
+                .unwrap_or(defaults.max_body_bytes),
+            tenants,
+            allow_unauthenticated: overrides.allow_unauthenticated
+                || parsed.server.allow_unauthenticated.unwrap_or(false),
+        };
+        problems.extend(config.problems());
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigError::Invalid(problems))
+        }
+    }
+
+    /// Checks that hold whatever the source of the values.
+    fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.max_body_bytes == 0 {
+            problems.push("max_body_bytes must be greater than 0".to_owned());
+        }
+        if self.tenants.is_empty() && !self.allow_unauthenticated {
+            for (what, addr) in [
+                ("otlp_http", self.otlp_http_addr),
+                ("otlp_grpc", self.otlp_grpc_addr),
+                ("http", self.http_addr),
+            ] {
+                if !addr.ip().is_loopback() {
+                    problems.push(format!(
+                        "{what} would listen on non-loopback {addr} without API keys: configure [[tenants]] with api_keys, or pass --allow-unauthenticated"
+                    ));
+                }
+            }
+        }
+        problems
+    }
+
+    /// Whether requests must carry an API key.
+    pub fn auth_required(&self) -> bool {
+        !self.tenants.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(toml_text: &str, overrides: ConfigOverrides) -> Result<ServerConfig, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("threadline.toml");
+        std::fs::write(&path, toml_text).unwrap();
+        ServerConfig::load(Some(&path), &overrides)
+    }
+
+    #[test]
+    fn flags_win_over_file() {
+        let cfg = load(
+            "[server]\nhttp = \"127.0.0.1:9000\"\notlp_http = \"127.0.0.1:9001\"\n",
+            ConfigOverrides {
+                http: Some("127.0.0.1:0".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(cfg.http_addr.port(), 0);
+        assert_eq!(cfg.otlp_http_addr.port(), 9001);
+    }
+
+    #[test]
+    fn non_loopback_without_keys_is_refused_unless_allowed() {
+        let err = load(
+            "[server]\nhttp = \"0.0.0.0:8080\"\n",
+            ConfigOverrides::default(),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("--allow-unauthenticated"), "{err}");
+        let ok = load(
+            "[server]\nhttp = \"0.0.0.0:8080\"\n",
+            ConfigOverrides {
+                allow_unauthenticated: true,
+                ..Default::default()
+            },
+        );
+        assert!(ok.is_ok());
+        let with_keys = load(
+            "[server]\nhttp = \"0.0.0.0:8080\"\n[[tenants]]\nid = \"acme\"\napi_keys = [\"0123456789abcdef-acme\"]\n",
+            ConfigOverrides::default(),
+        );
+        assert!(with_keys.is_ok());
+    }
+
+    #[test]
+    fn all_problems_are_reported_together_and_keys_are_not_printed() {
+        let err = load(
+            "[server]\nhttp = \"nope\"\n[[tenants]]\nid = \"bad id\"\napi_keys = [\"k\"]\n[[tenants]]\nid = \"ok\"\napi_keys = [\"short-secret\"]\n",
+            ConfigOverrides::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("\"nope\""), "{err}");
+        assert!(err.contains("bad id"), "{err}");
+        assert!(err.contains("shorter than 16"), "{err}");
+        assert!(!err.contains("short-secret"), "{err}");
+        assert!(load("[server]\nbogus = 1\n", ConfigOverrides::default()).is_err());
+    }
+}

@@ -1,0 +1,133 @@
+//! JSON shapes of the query API. Field names here are a public contract (UI, CLI and
+//! users' scripts read them); `_unix_nano` values are strings as in OTLP/JSON because
+//! they exceed what JSON numbers carry exactly in JavaScript.
+
+use base64::Engine;
+use serde_json::{json, Map, Value};
+use threadline_model::{AttrValue, Attribute, LlmView, SpanRecord};
+use threadline_store::TraceSummary;
+
+pub(crate) fn attr_value(value: &AttrValue) -> Value {
+    match value {
+        AttrValue::Empty => Value::Null,
+        AttrValue::String(s) => Value::String(s.clone()),
+        AttrValue::Bool(b) => Value::Bool(*b),
+        AttrValue::Int(i) => Value::from(*i),
+        AttrValue::Double(d) => serde_json::Number::from_f64(*d)
+            .map(Value::Number)
+            .unwrap_or_else(|| Value::String(d.to_string())),
+        AttrValue::Bytes(b) => Value::String(base64::engine::general_purpose::STANDARD.encode(b)),
+        AttrValue::Array(items) => Value::Array(items.iter().map(attr_value).collect()),
+        AttrValue::KvList(kvs) => attributes(kvs),
+    }
+}
+
+pub(crate) fn attributes(attrs: &[Attribute]) -> Value {
+    let map: Map<String, Value> = attrs
+        .iter()
+        .map(|a| (a.key.clone(), attr_value(&a.value)))
+        .collect();
+    Value::Object(map)
+}
+
+pub(crate) fn llm(view: &LlmView) -> Value {
+    json!({
+        "operation": view.operation,
+        "provider": view.provider,
+        "request_model": view.request_model,
+        "response_model": view.response_model,
+        "input_tokens": view.input_tokens,
+        "output_tokens": view.output_tokens,
+        "total_tokens": view.total_tokens,
+        "ttft_ms": view.ttft_ms,
+        "finish_reasons": view.finish_reasons,
+        "rejection_reason": view.rejection_reason.as_ref().map(|r| r.as_str()),
+        "prompt_template_id": view.prompt_template_id,
+        "prompt_template_version": view.prompt_template_version,
+        "prompt_hash": view.prompt_hash,
+        "adapter_id": view.adapter_id,
+        "base_model": view.base_model,
+        "instance_id": view.instance_id,
+        "image": view.image,
+        "route": view.route,
+        "ab_group": view.ab_group,
+        "gray_tag": view.gray_tag,
+        "session_id": view.session_id,
+        "user_id": view.user_id,
+        "kv_cache_hit_ratio": view.kv_cache_hit_ratio,
+        "tool_name": view.tool_name,
+        "tool_call_id": view.tool_call_id,
+    })
+}
+
+fn nanos_to_ms(n: u64) -> f64 {
+    n as f64 / 1e6
+}
+
+/// One span without its children.
+pub(crate) fn span(s: &SpanRecord, self_time_nanos: u64) -> Value {
+    let d = &s.detail;
+    let mut v = json!({
+        "trace_id": s.trace_id.to_hex(),
+        "span_id": s.span_id.to_hex(),
+        "parent_span_id": s.parent_span_id.map(|p| p.to_hex()),
+        "name": s.name,
+        "service": s.service,
+        "kind": s.kind.as_str(),
+        "start_time_unix_nano": s.start_time_unix_nano.to_string(),
+        "end_time_unix_nano": s.end_time_unix_nano.to_string(),
+        "duration_ms": nanos_to_ms(s.duration_nanos()),
+        "self_time_ms": nanos_to_ms(self_time_nanos),
+        "status": { "code": d.status.code.as_str(), "message": d.status.message },
+        "trace_state": d.trace_state,
+        "flags": d.flags,
+        "attributes": attributes(&d.attributes),
+        "dropped_attributes_count": d.dropped_attributes_count,
+        "events": d.events.iter().map(|e| json!({
+            "time_unix_nano": e.time_unix_nano.to_string(),
+            "name": e.name,
+            "attributes": attributes(&e.attributes),
+            "dropped_attributes_count": e.dropped_attributes_count,
+        })).collect::<Vec<_>>(),
+        "dropped_events_count": d.dropped_events_count,
+        "links": d.links.iter().map(|l| json!({
+            "trace_id": l.trace_id.to_hex(),
+            "span_id": l.span_id.to_hex(),
+            "trace_state": l.trace_state,
+            "attributes": attributes(&l.attributes),
+            "dropped_attributes_count": l.dropped_attributes_count,
+            "flags": l.flags,
+        })).collect::<Vec<_>>(),
+        "dropped_links_count": d.dropped_links_count,
+        "resource": {
+            "attributes": attributes(&s.origin.resource_attributes),
+            "dropped_attributes_count": s.origin.resource_dropped_attributes_count,
+            "schema_url": s.origin.resource_schema_url,
+        },
+        "scope": {
+            "name": s.origin.scope.name,
+            "version": s.origin.scope.version,
+            "attributes": attributes(&s.origin.scope.attributes),
+            "dropped_attributes_count": s.origin.scope.dropped_attributes_count,
+            "schema_url": s.origin.scope_schema_url,
+        },
+    });
+    if let (Some(view), Value::Object(obj)) = (&s.llm, &mut v) {
+        obj.insert("llm".to_owned(), llm(view));
+    }
+    v
+}
+
+pub(crate) fn trace_summary(t: &TraceSummary) -> Value {
+    json!({
+        "trace_id": t.trace_id.to_hex(),
+        "root_service": t.root_service,
+        "root_name": t.root_name,
+        "start_time_unix_nano": t.start_time_unix_nano.to_string(),
+        "duration_ms": nanos_to_ms(t.duration_nanos),
+        "span_count": t.span_count,
+        "error": t.error,
+        "models": t.models,
+        "total_tokens": t.total_tokens,
+    })
+}

@@ -1,0 +1,178 @@
+//! OTLP/HTTP receiver: `POST /v1/traces` with protobuf or JSON bodies, gzip allowed.
+//! Failures are answered the OTLP way: a `google.rpc.Status` in the request's encoding.
+
+use axum::body::{to_bytes, Body};
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use prost::Message;
+use threadline_ingest::{decode_export_request, BodyLimits, ContentKind, DecodeError};
+
+use crate::ingest::{self, IngestContext, IngestFailure};
+
+#[derive(Clone)]
+pub(crate) struct OtlpHttpState {
+    pub(crate) ctx: IngestContext,
+    pub(crate) limits: BodyLimits,
+}
+
+pub(crate) fn router(state: OtlpHttpState) -> Router {
+    Router::new()
+        .route("/v1/traces", post(export_traces))
+        .with_state(state)
+}
+
+/// `google.rpc.Status`, the error body OTLP/HTTP prescribes.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RpcStatus {
+    #[prost(int32, tag = "1")]
+    code: i32,
+    #[prost(string, tag = "2")]
+    message: String,
+}
+
+/// gRPC code numbers used in `google.rpc.Status.code`.
+mod rpc_code {
+    pub(super) const INVALID_ARGUMENT: i32 = 3;
+    pub(super) const RESOURCE_EXHAUSTED: i32 = 8;
+    pub(super) const UNAVAILABLE: i32 = 14;
+    pub(super) const UNAUTHENTICATED: i32 = 16;
+}
+
+fn failure(kind: ContentKind, status: StatusCode, code: i32, message: String) -> Response {
+    let body = match kind {
+        ContentKind::Protobuf => RpcStatus { code, message }.encode_to_vec(),
+        ContentKind::Json => serde_json::json!({ "code": code, "message": message })
+            .to_string()
+            .into_bytes(),
+    };
+    let mut response = (status, [(header::CONTENT_TYPE, kind.mime())], body).into_response();
+    if matches!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+    ) {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    response
+}
+
+async fn export_traces(
+    State(state): State<OtlpHttpState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let text_header = |name: header::HeaderName| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let content_type = text_header(header::CONTENT_TYPE);
+    // Errors before the content type is known are answered in JSON.
+    let kind = match ContentKind::from_content_type(content_type.as_deref()) {
+        Ok(kind) => kind,
+        Err(e) => {
+            return failure(
+                ContentKind::Json,
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                rpc_code::INVALID_ARGUMENT,
+                e.to_string(),
+            )
+        }
+    };
+    let tenant = match state
+        .ctx
+        .auth
+        .authenticate(text_header(header::AUTHORIZATION).as_deref())
+    {
+        Ok(t) => t,
+        Err(e) => {
+            return failure(
+                kind,
+                StatusCode::UNAUTHORIZED,
+                rpc_code::UNAUTHENTICATED,
+                e.to_string(),
+            )
+        }
+    };
+    let limit = state.limits.max_body_bytes;
+    let bytes = match to_bytes(body, limit).await {
+        Ok(b) => b,
+        Err(_) => {
+            let e = DecodeError::TooLarge { limit };
+            return failure(
+                kind,
+                StatusCode::PAYLOAD_TOO_LARGE,
+                rpc_code::INVALID_ARGUMENT,
+                e.to_string(),
+            );
+        }
+    };
+    let encoding = text_header(header::CONTENT_ENCODING);
+    let ctx = state.ctx.clone();
+    let limits = state.limits;
+    let prepared = tokio::task::spawn_blocking(move || {
+        let request = decode_export_request(kind, encoding.as_deref(), &bytes, limits)?;
+        Ok::<_, DecodeError>(ingest::prepare(&ctx.store, &tenant, request))
+    })
+    .await;
+    let ready = match prepared {
+        Ok(Ok(Ok(ready))) => ready,
+        Ok(Ok(Err(failure_))) => return ingest_failure(kind, failure_),
+        Ok(Err(e)) => {
+            let status = match e {
+                DecodeError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+                DecodeError::UnsupportedMediaType(_) | DecodeError::UnsupportedEncoding(_) => {
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE
+                }
+                DecodeError::Malformed(_) => StatusCode::BAD_REQUEST,
+            };
+            return failure(kind, status, rpc_code::INVALID_ARGUMENT, e.to_string());
+        }
+        Err(join) => {
+            tracing::error!(error = %join, "ingest task failed");
+            return failure(
+                kind,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                rpc_code::UNAVAILABLE,
+                "internal error".to_owned(),
+            );
+        }
+    };
+    match ingest::commit(&state.ctx.store, &state.ctx.stats, ready).await {
+        Ok(response) => {
+            let body = match kind {
+                ContentKind::Protobuf => response.encode_to_vec(),
+                ContentKind::Json => {
+                    serde_json::to_vec(&response).unwrap_or_else(|_| b"{}".to_vec())
+                }
+            };
+            (StatusCode::OK, [(header::CONTENT_TYPE, kind.mime())], body).into_response()
+        }
+        Err(e) => ingest_failure(kind, e),
+    }
+}
+
+fn ingest_failure(kind: ContentKind, e: IngestFailure) -> Response {
+    match e {
+        IngestFailure::Busy(_) => failure(
+            kind,
+            StatusCode::TOO_MANY_REQUESTS,
+            rpc_code::RESOURCE_EXHAUSTED,
+            e.to_string(),
+        ),
+        IngestFailure::Unavailable(_) => {
+            tracing::error!(error = %e, "ingest failed");
+            failure(
+                kind,
+                StatusCode::SERVICE_UNAVAILABLE,
+                rpc_code::UNAVAILABLE,
+                e.to_string(),
+            )
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! The JSON query API under `/api/v1`: traces by id, trace search, services, health.
+//! Every read is scoped to the tenant of the caller's API key.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::routing::get;
+use axum::{Json, Router};
+use base64::Engine;
+use serde_json::{json, Value};
+use threadline_model::{TenantId, TraceId};
+use threadline_store::{SqliteStore, TraceCursor, TraceQuery};
+
+use crate::auth::Authenticator;
+use crate::error::ApiError;
+use crate::ingest::IngestStats;
+use crate::{dto, trace_tree};
+
+#[derive(Clone)]
+pub(crate) struct QueryState {
+    pub(crate) store: SqliteStore,
+    pub(crate) auth: Arc<Authenticator>,
+    pub(crate) stats: Arc<IngestStats>,
+}
+
+pub(crate) fn router(state: QueryState) -> Router {
+    Router::new()
+        .route("/api/v1/traces", get(search_traces))
+        .route("/api/v1/traces/{trace_id}", get(get_trace))
+        .route("/api/v1/services", get(list_services))
+        .route("/api/v1/health", get(health))
+        .fallback(|| async { ApiError::NotFound("no such endpoint".to_owned()) })
+        .with_state(state)
+}
+
+fn tenant(state: &QueryState, headers: &HeaderMap) -> Result<TenantId, ApiError> {
+    let auth = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    Ok(state.auth.authenticate(auth)?)
+}
+
+/// Runs a blocking store read off the async runtime.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::Internal(format!("query task failed: {e}")))?
+}
+
+async fn get_trace(
+    State(state): State<QueryState>,
+    headers: HeaderMap,
+    Path(raw_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = tenant(&state, &headers)?;
+    let trace_id: TraceId = raw_id
+        .parse()
+        .map_err(|e| ApiError::BadRequest(format!("trace id {raw_id:?} is invalid: {e}")))?;
+    let store = state.store.clone();
+    let spans = blocking(move || Ok(store.get_trace(&tenant, trace_id)?)).await?;
+    if spans.is_empty() {
+        return Err(ApiError::NotFound(format!("trace {trace_id} not found")));
+    }
+    Ok(Json(trace_tree::trace_tree(&spans)))
+}
+
+async fn search_traces(
+    State(state): State<QueryState>,
+    headers: HeaderMap,
+    Query(params): Query<Vec<(String, String)>>,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = tenant(&state, &headers)?;
+    let query = parse_search(&params)?;
+    let store = state.store.clone();
+    let page = blocking(move || Ok(store.search(&tenant, &query)?)).await?;
+    Ok(Json(json!({
+        "traces": page.traces.iter().map(dto::trace_summary).collect::<Vec<_>>(),
+        "next_cursor": page.next_cursor.map(encode_cursor),
+    })))
+}
+
+async fn list_services(
+    State(state): State<QueryState>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = tenant(&state, &headers)?;
+    let store = state.store.clone();
+    let services = blocking(move || Ok(store.services(&tenant)?)).await?;
+    Ok(Json(json!({
+        "services": services.iter().map(|s| json!({ "name": s.name })).collect::<Vec<_>>(),
+    })))
+}
+
+/// Liveness and store health; carries no tenant data, so it needs no key.
+async fn health(State(state): State<QueryState>) -> Result<Json<Value>, ApiError> {
+    let store = state.store.clone();
+    let store_ok = blocking(move || Ok(store.ping().is_ok())).await?;
+    let writer = state.store.writer_stats();
+    Ok(Json(json!({
+        "status": if store_ok { "ok" } else { "degraded" },
+        "version": env!("CARGO_PKG_VERSION"),
+        "store": { "ok": store_ok, "queued_batches": writer.queued_batches, "spans_committed": writer.spans_committed },
+        "ingest": {
+            "spans_accepted": state.stats.spans_accepted.load(Ordering::Relaxed),
+            "spans_rejected": state.stats.spans_rejected.load(Ordering::Relaxed),
+            "requests_throttled": state.stats.requests_throttled.load(Ordering::Relaxed),
+        },
+    })))
+}
+
+const DEFAULT_LIMIT: usize = 20;
+const MAX_LIMIT: usize = 1000;
+
+fn parse_search(params: &[(String, String)]) -> Result<TraceQuery, ApiError> {
+    let mut q = TraceQuery {
+        limit: DEFAULT_LIMIT,
+        ..Default::default()
+    };
+    let bad = |msg: String| ApiError::BadRequest(msg);
+    for (key, value) in params {
+        let text = || Some(value.clone());
+        match key.as_str() {
+            "service" => q.service = text(),
+            "name" | "span_name" => q.span_name = text(),
+            "model" => q.model = text(),
+            "route" => q.route = text(),
+            "adapter" => q.adapter = text(),
+            "ab_group" => q.ab_group = text(),
+            "status" => match value.as_str() {
+                "error" => q.errors_only = true,
+                other => return Err(bad(format!("status {other:?} is not supported: use status=error"))),
+            },
+            "min_duration" => q.min_duration_nanos = Some(parse_duration(key, value)?),
+            "max_duration" => q.max_duration_nanos = Some(parse_duration(key, value)?),
+            "from" | "start" => q.start_from_unix_nano = Some(parse_time(key, value)?),
+            "to" | "end" => q.start_to_unix_nano = Some(parse_time(key, value)?),
+            "limit" => {
+                let n: usize = value
+                    .parse()
+                    .map_err(|_| bad(format!("limit {value:?} is not a positive integer")))?;
+                if n == 0 || n > MAX_LIMIT {
+                    return Err(bad(format!("limit {n} is out of range 1..={MAX_LIMIT}")));
+                }
+                q.limit = n;
+            }
+            "cursor" => q.cursor = Some(decode_cursor(value)?),
+            other => match other.strip_prefix("attr.") {
+                Some(attr) if !attr.is_empty() => q.attributes.push((attr.to_owned(), value.clone())),
+                _ => {
+                    return Err(bad(format!(
+                        "unknown query parameter {other:?}: use service, name, model, route, adapter, ab_group, status, min_duration, max_duration, from, to, limit, cursor or attr.KEY"
+                    )))
+                }
+            },
+        }
+    }
+    if let (Some(a), Some(b)) = (q.min_duration_nanos, q.max_duration_nanos) {
+        if a > b {
+            return Err(bad(format!(
+                "min_duration ({a} ns) is greater than max_duration ({b} ns)"
+            )));
+        }
+    }
+    Ok(q)
+}
+
+/// `250ms`, `1.5s`, `2m` … or a bare number of milliseconds.
+fn parse_duration(key: &str, value: &str) -> Result<u64, ApiError> {
+    if let Ok(ms) = value.parse::<f64>() {
+        if ms.is_finite() && ms >= 0.0 {
+            return Ok((ms * 1e6) as u64);
+        }
+    }
+    let d = humantime::parse_duration(value).map_err(|e| {
+        ApiError::BadRequest(format!(
+            "{key} {value:?} is not a duration (e.g. 250ms, 1.5s or milliseconds): {e}"
+        ))
+    })?;
+    Ok(d.as_nanos().min(u64::MAX as u128) as u64)
+}
+
+/// RFC 3339 (`2026-11-30T14:05:00Z`) or unix seconds (fractions allowed).
+fn parse_time(key: &str, value: &str) -> Result<u64, ApiError> {
+    if let Ok(secs) = value.parse::<f64>() {
+        if secs.is_finite() && secs >= 0.0 {
+            return Ok((secs * 1e9) as u64);
+        }
+    }
+    let t = humantime::parse_rfc3339_weak(value).map_err(|e| {
+        ApiError::BadRequest(format!(
+            "{key} {value:?} is not a time (RFC 3339 or unix seconds): {e}"
+        ))
+    })?;
+    let since = t.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
+    Ok(since.as_nanos().min(u64::MAX as u128) as u64)
+}
+
+fn encode_cursor(c: TraceCursor) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(format!("v1:{}:{}", c.start_unix_nano, c.trace_id))
+}
+
+fn decode_cursor(value: &str) -> Result<TraceCursor, ApiError> {
+    let invalid = || {
+        ApiError::BadRequest(format!(
+            "cursor {value:?} is invalid: pass next_cursor from a previous page unchanged"
+        ))
+    };
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(value)
+        .map_err(|_| invalid())?;
+    let text = String::from_utf8(bytes).map_err(|_| invalid())?;
+    let mut parts = text.split(':');
+    if parts.next() != Some("v1") {
+        return Err(invalid());
+    }
+    let start = parts
+        .next()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(invalid)?;
+    let trace_id = parts
+        .next()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(invalid)?;
+    Ok(TraceCursor {
+        start_unix_nano: start,
+        trace_id,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn search_parameters_parse() {
+        let q = parse_search(&params(&[
+            ("service", "gw"),
+            ("min_duration", "250ms"),
+            ("max_duration", "2"),
+            ("from", "2026-11-30T14:05:00Z"),
+            ("status", "error"),
+            ("attr.tier", "gold"),
+        ]))
+        .unwrap();
+        assert_eq!(q.service.as_deref(), Some("gw"));
+        assert_eq!(q.min_duration_nanos, Some(250_000_000));
+        assert_eq!(q.max_duration_nanos, Some(2_000_000));
+        assert!(q.errors_only);
+        assert_eq!(q.attributes, vec![("tier".to_owned(), "gold".to_owned())]);
+        assert_eq!(q.start_from_unix_nano, Some(1_796_047_500_000_000_000));
+    }
+
+    #[test]
+    fn bad_parameters_say_what_was_wrong() {
+        for (pairs, needle) in [
+            (vec![("limit", "0")], "limit"),
+            (vec![("bogus", "1")], "bogus"),
+            (vec![("status", "ok")], "status"),
+            (vec![("min_duration", "soon")], "min_duration"),
+            (vec![("from", "yesterday")], "from"),
+            (vec![("cursor", "!!")], "cursor"),
+        ] {
+            let err = parse_search(&params(&pairs)).unwrap_err().to_string();
+            assert!(err.contains(needle), "{err}");
+        }
+    }
+
+    #[test]
+    fn cursor_round_trips() {
+        let c = TraceCursor {
+            start_unix_nano: 42,
+            trace_id: TraceId([7; 16]),
+        };
+        assert_eq!(decode_cursor(&encode_cursor(c)).unwrap(), c);
+    }
+}
