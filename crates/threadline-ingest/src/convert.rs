@@ -206,3 +206,53 @@ fn convert_value(value: Option<AnyValue>) -> AttrValue {
         Some(_) => AttrValue::Empty,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
+
+    use super::*;
+
+    fn span(trace_id: Vec<u8>, span_id: Vec<u8>, start: u64, end: u64) -> Span {
+        Span {
+            trace_id,
+            span_id,
+            name: "op".into(),
+            start_time_unix_nano: start,
+            end_time_unix_nano: end,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn invalid_spans_are_rejected_one_by_one() {
+        let request = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans {
+                    spans: vec![
+                        span(vec![1; 16], vec![1; 8], 1, 2),
+                        span(vec![0; 16], vec![2; 8], 1, 2),
+                        span(vec![1; 15], vec![3; 8], 1, 2),
+                        span(vec![1; 16], vec![0; 8], 1, 2),
+                        span(vec![1; 16], vec![5; 8], 5, 2),
+                    ],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        let batch = convert_request(request);
+        assert_eq!(batch.spans.len(), 1);
+        assert_eq!(batch.rejected_spans, 4);
+        let msg = batch.error_message();
+        for needle in [
+            "all zeros",
+            "must be 16 bytes, got 15",
+            "span id must not be all zeros",
+            "before start",
+        ] {
+            assert!(msg.contains(needle), "{needle:?} missing from {msg}");
+        }
+        assert_eq!(batch.spans[0].service, "unknown_service");
+    }
+}

@@ -1,1 +1,158 @@
-//! Tests of the LLM normalizer, one fixture per convention.
+//! Tests of the LLM normalizer: one OTLP/JSON fixture per convention (in
+//! `fixtures/conventions/`), decoded and converted exactly as ingest does.
+
+use threadline_model::{LlmView, RejectionReason};
+
+use crate::{convert_request, parse_otlp_json};
+
+fn view_of(fixture: &str) -> LlmView {
+    let request = parse_otlp_json(fixture.as_bytes()).expect("fixture should parse");
+    let batch = convert_request(request);
+    assert_eq!(batch.rejected_spans, 0, "{}", batch.error_message());
+    batch.spans[0]
+        .llm
+        .clone()
+        .expect("fixture span should have an LLM view")
+}
+
+#[test]
+fn otel_genai_current_names() {
+    let v = view_of(include_str!(
+        "../../fixtures/conventions/genai-current.json"
+    ));
+    assert_eq!(v.operation.as_deref(), Some("chat"));
+    assert_eq!(v.provider.as_deref(), Some("openai"));
+    assert_eq!(v.request_model.as_deref(), Some("gpt-4o"));
+    assert_eq!(v.response_model.as_deref(), Some("gpt-4o-2024-08-06"));
+    assert_eq!(
+        (v.input_tokens, v.output_tokens, v.total_tokens),
+        (Some(1200), Some(300), Some(1500))
+    );
+    assert_eq!(v.ttft_ms, Some(250.0));
+    assert_eq!(v.finish_reasons, vec!["stop", "length"]);
+    assert_eq!(v.kv_cache_hit_ratio, Some(0.5));
+    assert_eq!(v.session_id.as_deref(), Some("conv-42"));
+    assert_eq!(v.user_id.as_deref(), Some("user-7"));
+    assert_eq!(v.prompt_template_id.as_deref(), Some("support-chat"));
+    assert_eq!(v.prompt_template_version.as_deref(), Some("v2.1.4"));
+    // sha256("You are a helpful bank assistant.\x1fuser: Why was my card declined?\x1fv2.1.4")
+    assert_eq!(
+        v.prompt_hash.as_deref(),
+        Some("fa97366fe359284543430eb8877127b2c6a17c69a5461ed023d52746c1fd7f86")
+    );
+    assert_eq!(v.rejection_reason, None);
+}
+
+#[test]
+fn otel_genai_deprecated_names_and_events() {
+    let v = view_of(include_str!(
+        "../../fixtures/conventions/genai-deprecated.json"
+    ));
+    assert_eq!(
+        v.provider.as_deref(),
+        Some("azure.ai.openai"),
+        "gen_ai.system values are renamed"
+    );
+    assert_eq!(
+        (v.input_tokens, v.output_tokens, v.total_tokens),
+        (Some(80), Some(20), Some(100))
+    );
+    assert_eq!(
+        v.finish_reasons,
+        vec!["length"],
+        "from the gen_ai.choice event"
+    );
+    assert_eq!(
+        v.rejection_reason,
+        Some(RejectionReason::ContextOverflow),
+        "from error.type"
+    );
+    assert_eq!(
+        v.prompt_hash.as_deref(),
+        Some("0bb8db8b51255bf46a7c7f4c63ed8161840a2fc9a88c269b30d82aba58036823")
+    );
+}
+
+#[test]
+fn openinference_names_and_flattened_messages() {
+    let v = view_of(include_str!(
+        "../../fixtures/conventions/openinference.json"
+    ));
+    assert_eq!(v.operation.as_deref(), Some("chat"));
+    assert_eq!(v.provider.as_deref(), Some("mistral_ai"));
+    assert_eq!(v.request_model.as_deref(), Some("mistral-large"));
+    assert_eq!(
+        (v.input_tokens, v.output_tokens, v.total_tokens),
+        (Some(500), Some(50), Some(550))
+    );
+    assert_eq!(v.kv_cache_hit_ratio, Some(0.25));
+    assert_eq!(v.finish_reasons, vec!["stop"]);
+    assert_eq!(v.session_id.as_deref(), Some("sess-9"));
+    assert_eq!(v.prompt_template_version.as_deref(), Some("t-9"));
+    assert_eq!(
+        v.prompt_hash.as_deref(),
+        Some("b4fa1d0e1d7bf84770f3c98e846c7d3d50652fb6bb930a0985eb01c77eff556a")
+    );
+}
+
+#[test]
+fn vllm_span_attributes() {
+    let v = view_of(include_str!("../../fixtures/conventions/vllm.json"));
+    assert_eq!(v.provider.as_deref(), Some("vllm"));
+    assert_eq!(
+        v.response_model.as_deref(),
+        Some("meta-llama/Meta-Llama-3-8B-Instruct")
+    );
+    assert_eq!(
+        (v.input_tokens, v.output_tokens, v.total_tokens),
+        (Some(1000), Some(200), Some(1200))
+    );
+    assert_eq!(v.ttft_ms, Some(85.0));
+    assert_eq!(
+        v.finish_reasons,
+        vec!["stop"],
+        "JSON-encoded string is decoded"
+    );
+    assert_eq!(v.kv_cache_hit_ratio, Some(0.25));
+}
+
+#[test]
+fn platform_attributes_resource_and_baggage() {
+    let v = view_of(include_str!("../../fixtures/conventions/platform.json"));
+    assert_eq!(v.adapter_id.as_deref(), Some("fin-lora@7"));
+    assert_eq!(v.base_model.as_deref(), Some("meta-llama/Meta-Llama-3-8B"));
+    assert_eq!(
+        v.instance_id.as_deref(),
+        Some("inst-3"),
+        "from the resource"
+    );
+    assert_eq!(
+        v.image.as_deref(),
+        Some("ghcr.io/acme/inference:v2.3.1"),
+        "name + first tag"
+    );
+    assert_eq!(
+        v.route.as_deref(),
+        Some("/v1/chat/completions"),
+        "api.route beats http.route"
+    );
+    assert_eq!(v.ab_group.as_deref(), Some("B"), "baggage.KEY copy");
+    assert_eq!(
+        v.gray_tag.as_deref(),
+        Some("canary-2"),
+        "raw baggage header, percent-decoded"
+    );
+    assert_eq!(v.kv_cache_hit_ratio, Some(0.82));
+    assert_eq!(v.rejection_reason, Some(RejectionReason::RateLimit));
+    assert_eq!(v.tool_name.as_deref(), Some("lookup_account"));
+    assert_eq!(v.tool_call_id.as_deref(), Some("call_1"));
+}
+
+#[test]
+fn spans_without_llm_signal_have_no_view() {
+    let doc = include_str!("../../fixtures/conventions/vllm.json")
+        .replace("llm_request", "GET /health")
+        .replace("gen_ai.", "x.");
+    let batch = convert_request(parse_otlp_json(doc.as_bytes()).unwrap());
+    assert!(batch.spans[0].llm.is_none());
+}
