@@ -15,6 +15,8 @@ pub struct ServerConfig {
     pub http_addr: SocketAddr,
     pub data_dir: PathBuf,
     pub max_body_bytes: usize,
+    /// Export requests waiting for the store writer before new ones get 429.
+    pub max_queued_batches: usize,
     pub tenants: Vec<TenantKeys>,
     pub allow_unauthenticated: bool,
 }
@@ -47,6 +49,7 @@ impl Default for ServerConfig {
             http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
             data_dir: PathBuf::from("./threadline-data"),
             max_body_bytes: 64 * 1024 * 1024,
+            max_queued_batches: 1024,
             tenants: Vec::new(),
             allow_unauthenticated: false,
         }
@@ -71,6 +74,7 @@ struct FileServer {
     http: Option<String>,
     data_dir: Option<PathBuf>,
     max_body_bytes: Option<usize>,
+    max_queued_batches: Option<usize>,
     allow_unauthenticated: Option<bool>,
 }
 
@@ -195,6 +199,10 @@ impl ServerConfig {
                 .server
                 .max_body_bytes
                 .unwrap_or(defaults.max_body_bytes),
+            max_queued_batches: parsed
+                .server
+                .max_queued_batches
+                .unwrap_or(defaults.max_queued_batches),
             tenants,
             allow_unauthenticated: overrides.allow_unauthenticated
                 || parsed.server.allow_unauthenticated.unwrap_or(false),
@@ -212,6 +220,9 @@ impl ServerConfig {
         let mut problems = Vec::new();
         if self.max_body_bytes == 0 {
             problems.push("max_body_bytes must be greater than 0".to_owned());
+        }
+        if self.max_queued_batches == 0 {
+            problems.push("max_queued_batches must be greater than 0".to_owned());
         }
         if self.tenants.is_empty() && !self.allow_unauthenticated {
             for (what, addr) in [

@@ -42,7 +42,11 @@ pub async fn serve(
     config: ServerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    let store = SqliteStore::open(&config.data_dir, SqliteConfig::default())?;
+    let store_config = SqliteConfig {
+        max_queued_batches: config.max_queued_batches,
+        ..SqliteConfig::default()
+    };
+    let store = SqliteStore::open(&config.data_dir, store_config)?;
     tracing::info!(data_dir = %config.data_dir.display(), auth = config.auth_required(), "store opened");
     let auth = Arc::new(auth::Authenticator::new(&config.tenants));
     let stats = Arc::new(ingest::IngestStats::default());

@@ -1,1 +1,12 @@
-//! tests
+//! End-to-end tests: each starts the real `threadline` binary on free ports with its own
+//! data directory and talks to it as users do (HTTP, gRPC, the CLI, the OpenTelemetry
+//! Python SDK).
+
+mod cli;
+mod conformance;
+mod crash;
+mod grpc;
+mod harness;
+mod http_ingest;
+mod python_sdk;
+mod tenants;

@@ -1,0 +1,69 @@
+//! The client commands as users run them: search, trace, loadgen.
+
+use crate::harness::*;
+
+#[test]
+fn search_trace_and_loadgen_commands() {
+    let server = TestServer::start();
+    let out = std::process::Command::new(BIN)
+        .args([
+            "loadgen",
+            "--endpoint",
+            &server.otlp_http,
+            "--duration",
+            "1.5",
+            "--concurrency",
+            "2",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(report["spans_acked"].as_u64().unwrap() >= 100, "{report}");
+    assert!(report["spans_per_s"].as_f64().unwrap() > 0.0);
+    assert!(report["ack_p99_ms"].as_f64().unwrap() >= report["ack_p50_ms"].as_f64().unwrap());
+
+    let (ok, table, err) = server.cli(&["search", "--service", "gateway", "--limit", "5"]);
+    assert!(ok, "{err}");
+    assert!(table.contains("gateway POST /v1/"), "{table}");
+    assert!(table.contains("5 trace(s)"), "{table}");
+    assert!(table.contains("more: --cursor"), "{table}");
+
+    let (ok, json, err) = server.cli(&[
+        "search",
+        "--attr",
+        "gen_ai.tool.name=lookup_account",
+        "--max-duration",
+        "10s",
+        "--json",
+        "--limit",
+        "2",
+    ]);
+    assert!(ok, "{err}");
+    let page: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let first = page["traces"][0]["trace_id"].as_str().unwrap().to_owned();
+    assert_eq!(page["traces"][0]["span_count"], 4);
+    assert!(page["next_cursor"].is_string());
+
+    let (ok, tree, err) = server.cli(&["trace", &first]);
+    assert!(ok, "{err}");
+    assert!(tree.contains(&format!("trace {first}")), "{tree}");
+    assert!(tree.contains("└─ gateway POST"), "{tree}");
+    assert!(
+        tree.contains("model=meta-llama/Meta-Llama-3-8B-Instruct"),
+        "{tree}"
+    );
+    assert!(tree.contains("tool=lookup_account"), "{tree}");
+
+    let (ok, _, err) = server.cli(&["trace", "not-a-trace-id"]);
+    assert!(!ok);
+    assert!(err.contains("400") && err.contains("trace id"), "{err}");
+    let (ok, _, err) = server.cli(&["search", "--min-duration", "soon"]);
+    assert!(!ok);
+    assert!(err.contains("min_duration"), "{err}");
+}

@@ -1,0 +1,82 @@
+//! OTLP/gRPC ingest with tonic's client: gzip, partial success, auth errors.
+
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use tonic::codec::CompressionEncoding;
+
+use crate::harness::*;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn grpc_export_with_gzip_and_partial_success() {
+    let server = TestServer::start();
+    runtime().block_on(async {
+        let mut client = TraceServiceClient::connect(server.otlp_grpc.clone())
+            .await
+            .unwrap()
+            .send_compressed(CompressionEncoding::Gzip)
+            .accept_compressed(CompressionEncoding::Gzip);
+        let mut request = llm_trace([0x77; 16], "grpc-app", "llama", now_nanos());
+        request.resource_spans[0].scope_spans[0].spans.push(Span {
+            trace_id: vec![0x77; 16],
+            span_id: vec![0; 8],
+            name: "bad".into(),
+            ..Default::default()
+        });
+        let response = client.export(request).await.unwrap().into_inner();
+        let partial = response.partial_success.expect("partial success");
+        assert_eq!(partial.rejected_spans, 1);
+        assert!(
+            partial
+                .error_message
+                .contains("span id must not be all zeros"),
+            "{}",
+            partial.error_message
+        );
+    });
+    let (status, trace) = server.get(&format!("/api/v1/traces/{}", hex(&[0x77; 16])), None);
+    assert_eq!(status, 200);
+    assert_eq!(trace["span_count"], 2);
+    assert_eq!(
+        trace["roots"][0]["children"][0]["llm"]["request_model"],
+        "llama"
+    );
+}
+
+#[test]
+fn grpc_requires_a_valid_key_when_tenants_are_configured() {
+    let server = TestServer::start_with_config(Some(
+        "[[tenants]]\nid = \"acme\"\napi_keys = [\"acme-secret-key-0001\"]\n",
+    ));
+    runtime().block_on(async {
+        let mut client = TraceServiceClient::connect(server.otlp_grpc.clone())
+            .await
+            .unwrap();
+        let err = client
+            .export(llm_trace([0x78; 16], "x", "m", now_nanos()))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::Unauthenticated);
+        let mut req = tonic::Request::new(llm_trace([0x78; 16], "x", "m", now_nanos()));
+        req.metadata_mut().insert(
+            "authorization",
+            "Bearer acme-secret-key-0001".parse().unwrap(),
+        );
+        client.export(req).await.unwrap();
+    });
+    assert_eq!(
+        server
+            .get(
+                &format!("/api/v1/traces/{}", hex(&[0x78; 16])),
+                Some("acme-secret-key-0001")
+            )
+            .0,
+        200
+    );
+}

@@ -1,0 +1,280 @@
+//! Starts and stops the real server binary and gives tests typed helpers around it.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use prost::Message;
+use serde_json::Value;
+
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_threadline");
+
+pub(crate) struct TestServer {
+    child: Option<Child>,
+    pub(crate) otlp_http: String,
+    pub(crate) otlp_grpc: String,
+    pub(crate) api: String,
+    pub(crate) data_dir: PathBuf,
+    config: Option<PathBuf>,
+    _dir: tempfile::TempDir,
+}
+
+impl TestServer {
+    pub(crate) fn start() -> Self {
+        Self::start_with_config(None)
+    }
+
+    /// Starts with a config file holding `toml_text`.
+    pub(crate) fn start_with_config(toml_text: Option<&str>) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data_dir = dir.path().join("data");
+        let config = toml_text.map(|text| {
+            let path = dir.path().join("threadline.toml");
+            std::fs::write(&path, text).expect("write config");
+            path
+        });
+        let mut server = TestServer {
+            child: None,
+            otlp_http: String::new(),
+            otlp_grpc: String::new(),
+            api: String::new(),
+            data_dir,
+            config,
+            _dir: dir,
+        };
+        server.launch();
+        server
+    }
+
+    fn launch(&mut self) {
+        let mut cmd = Command::new(BIN);
+        cmd.args([
+            "serve",
+            "--otlp-http",
+            "127.0.0.1:0",
+            "--otlp-grpc",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
+        .arg(&self.data_dir)
+        .env("THREADLINE_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+        if let Some(c) = &self.config {
+            cmd.arg("--config").arg(c);
+        }
+        let mut child = cmd.spawn().expect("spawn threadline serve");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let (mut http, mut grpc, mut api) = (None, None, None);
+        let mut seen = Vec::new();
+        while http.is_none() || grpc.is_none() || api.is_none() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = rx
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("server did not start; it said:\n{}", seen.join("\n")));
+            if let Some((what, addr)) = line.split_once(" listening on ") {
+                let addr = addr.trim().to_owned();
+                if what.ends_with("otlp-http") {
+                    http = Some(addr);
+                } else if what.ends_with("otlp-grpc") {
+                    grpc = Some(addr);
+                } else if what.ends_with("http") {
+                    api = Some(addr);
+                }
+            }
+            seen.push(line);
+        }
+        // Keep draining stderr so the server never blocks on a full pipe.
+        std::thread::spawn(move || while rx.recv().is_ok() {});
+        self.otlp_http = format!("http://{}", http.unwrap());
+        self.otlp_grpc = format!("http://{}", grpc.unwrap());
+        self.api = format!("http://{}", api.unwrap());
+        self.child = Some(child);
+    }
+
+    /// SIGKILL: no shutdown path runs.
+    pub(crate) fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub(crate) fn restart(&mut self) {
+        self.kill9();
+        self.launch();
+    }
+
+    pub(crate) fn db_path(&self) -> PathBuf {
+        self.data_dir.join("threadline.db")
+    }
+
+    pub(crate) fn post_traces(
+        &self,
+        content_type: &str,
+        body: Vec<u8>,
+        headers: &[(&str, &str)],
+    ) -> reqwest::blocking::Response {
+        let mut req = client()
+            .post(format!("{}/v1/traces", self.otlp_http))
+            .header("content-type", content_type)
+            .body(body);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        req.send().expect("POST /v1/traces")
+    }
+
+    /// GET on the JSON API: (status, body).
+    pub(crate) fn get(&self, path_and_query: &str, api_key: Option<&str>) -> (u16, Value) {
+        let mut req = client().get(format!("{}{}", self.api, path_and_query));
+        if let Some(k) = api_key {
+            req = req.bearer_auth(k);
+        }
+        let resp = req.send().expect("GET api");
+        let status = resp.status().as_u16();
+        let body = resp.json().unwrap_or(Value::Null);
+        (status, body)
+    }
+
+    /// Runs the CLI against this server: (exit success, stdout, stderr).
+    pub(crate) fn cli(&self, args: &[&str]) -> (bool, String, String) {
+        let out = Command::new(BIN)
+            .args(args)
+            .args(["--server", &self.api])
+            .output()
+            .expect("run cli");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+pub(crate) fn client() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("client")
+}
+
+pub(crate) fn kv(key: &str, value: &str) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(value.into())),
+        }),
+        ..Default::default()
+    }
+}
+
+pub(crate) fn kv_int(key: &str, value: i64) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::IntValue(value)),
+        }),
+        ..Default::default()
+    }
+}
+
+/// A two-span trace: a gateway root and an LLM child with GenAI attributes.
+pub(crate) fn llm_trace(
+    trace_id: [u8; 16],
+    service: &str,
+    model: &str,
+    start: u64,
+) -> ExportTraceServiceRequest {
+    let root = Span {
+        trace_id: trace_id.to_vec(),
+        span_id: [1, 2, 3, 4, 5, 6, 7, 8].to_vec(),
+        name: "POST /v1/chat/completions".into(),
+        kind: 2,
+        start_time_unix_nano: start,
+        end_time_unix_nano: start + 900_000_000,
+        attributes: vec![kv("api.route", "/v1/chat/completions"), kv("ab.group", "B")],
+        ..Default::default()
+    };
+    let llm = Span {
+        trace_id: trace_id.to_vec(),
+        span_id: [8, 7, 6, 5, 4, 3, 2, 1].to_vec(),
+        parent_span_id: root.span_id.clone(),
+        name: format!("chat {model}"),
+        kind: 3,
+        start_time_unix_nano: start + 100_000_000,
+        end_time_unix_nano: start + 800_000_000,
+        attributes: vec![
+            kv("gen_ai.operation.name", "chat"),
+            kv("gen_ai.request.model", model),
+            kv_int("gen_ai.usage.input_tokens", 120),
+            kv_int("gen_ai.usage.output_tokens", 30),
+            kv("llm.lora.adapter_id", "fin-lora@7"),
+        ],
+        ..Default::default()
+    };
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(Resource {
+                attributes: vec![kv("service.name", service)],
+                ..Default::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                spans: vec![root, llm],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+pub(crate) fn proto(req: &ExportTraceServiceRequest) -> Vec<u8> {
+    req.encode_to_vec()
+}
+
+pub(crate) fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    enc.write_all(bytes).unwrap();
+    enc.finish().unwrap()
+}
+
+pub(crate) fn now_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+/// The corpus shared by every session: `../shared/corpus` next to the repository.
+pub(crate) fn corpus_dir() -> PathBuf {
+    if let Ok(dir) = std::env::var("THREADLINE_CORPUS_DIR") {
+        return PathBuf::from(dir);
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus")
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
