@@ -36,9 +36,9 @@ enum Command {
         json: bool,
     },
     /// Search traces, newest first.
-    Search(SearchArgs),
+    Search(Box<SearchArgs>),
     /// Send synthetic LLM-shaped OTLP traffic and report throughput and ack latency.
-    Loadgen(loadgen::LoadgenArgs),
+    Loadgen(Box<loadgen::LoadgenArgs>),
 }
 
 #[derive(Args)]
@@ -155,8 +155,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }),
-        Command::Search(args) => runtime.block_on(search(args)),
-        Command::Loadgen(args) => runtime.block_on(loadgen::run(args)),
+        Command::Search(args) => runtime.block_on(search(*args)),
+        Command::Loadgen(args) => runtime.block_on(loadgen::run(*args)),
     }
 }
 
