@@ -62,6 +62,8 @@ pub(crate) struct LoadgenArgs {
 struct Tally {
     spans_sent: AtomicU64,
     spans_acked: AtomicU64,
+    /// Uncompressed protobuf bytes of the acknowledged requests.
+    bytes_acked: AtomicU64,
     errors: AtomicU64,
     throttled: AtomicU64,
 }
@@ -130,6 +132,7 @@ pub(crate) async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
         "elapsed_s": elapsed,
         "spans_per_s": acked as f64 / elapsed,
         "requests": latencies.len(),
+        "protobuf_bytes_per_span": tally.bytes_acked.load(Ordering::Relaxed) as f64 / acked.max(1) as f64,
         "ack_p50_ms": pct(0.50),
         "ack_p99_ms": pct(0.99),
         "ack_max_ms": latencies.last().map(|d| d.as_secs_f64() * 1000.0).unwrap_or(0.0),
@@ -179,6 +182,7 @@ async fn worker_loop(
         }
         let request = build_request(&mut rng, &corpus, traces_per_batch);
         let mut body = request.encode_to_vec();
+        let protobuf_bytes = body.len() as u64;
         let mut req = client
             .post(&url)
             .header("content-type", "application/x-protobuf");
@@ -203,6 +207,9 @@ async fn worker_loop(
                 tally
                     .spans_acked
                     .fetch_add(spans_per_batch, Ordering::Relaxed);
+                tally
+                    .bytes_acked
+                    .fetch_add(protobuf_bytes, Ordering::Relaxed);
             }
             Ok(resp) if resp.status().as_u16() == 429 => {
                 tally.throttled.fetch_add(1, Ordering::Relaxed);
@@ -231,9 +238,10 @@ async fn worker_loop(
 
 /// Pre-generated prompts and responses, so sending costs little CPU.
 struct TextCorpus {
-    system_prompts: Vec<String>,
     prompts: Vec<String>,
-    responses: Vec<String>,
+    /// `gen_ai.input.messages` / `gen_ai.output.messages` JSON, built once.
+    input_messages: Vec<String>,
+    output_messages: Vec<String>,
 }
 
 const WORDS: &[&str] = &[
@@ -361,10 +369,33 @@ impl TextCorpus {
             }
             s
         };
+        let system_prompts: Vec<String> = (0..4).map(|_| text(300, 600)).collect();
+        let prompts: Vec<String> = (0..64).map(|_| text(1200, 3000)).collect();
+        let responses: Vec<String> = (0..64).map(|_| text(300, 1200)).collect();
+        let input_messages = prompts
+            .iter()
+            .enumerate()
+            .map(|(i, prompt)| {
+                serde_json::json!([
+                    {"role": "system", "parts": [{"type": "text", "content": system_prompts[i % system_prompts.len()]}]},
+                    {"role": "user", "parts": [{"type": "text", "content": prompt}]},
+                ])
+                .to_string()
+            })
+            .collect();
+        let output_messages = responses
+            .iter()
+            .map(|response| {
+                serde_json::json!([
+                    {"role": "assistant", "parts": [{"type": "text", "content": response}], "finish_reason": "stop"},
+                ])
+                .to_string()
+            })
+            .collect();
         Self {
-            system_prompts: (0..4).map(|_| text(300, 600)).collect(),
-            prompts: (0..64).map(|_| text(1200, 3000)).collect(),
-            responses: (0..64).map(|_| text(300, 1200)).collect(),
+            prompts,
+            input_messages,
+            output_messages,
         }
     }
 }
@@ -436,9 +467,11 @@ fn build_request(
         let input_tokens = rng.random_range(300..1200i64);
         let output_tokens = rng.random_range(50..400i64);
         let failed = rng.random_ratio(1, 40);
-        let prompt = &corpus.prompts[rng.random_range(0..corpus.prompts.len())];
-        let system = &corpus.system_prompts[rng.random_range(0..corpus.system_prompts.len())];
-        let response = &corpus.responses[rng.random_range(0..corpus.responses.len())];
+        let prompt_idx = rng.random_range(0..corpus.prompts.len());
+        let prompt = &corpus.prompts[prompt_idx];
+        let input_messages = &corpus.input_messages[prompt_idx];
+        let output_messages =
+            &corpus.output_messages[rng.random_range(0..corpus.output_messages.len())];
         let user = format!("user-{}", rng.random_range(0..500u32));
         let span = |id: usize,
                     parent: Option<usize>,
@@ -520,13 +553,6 @@ fn build_request(
             false,
         ));
         let llm_start = retr_start + retr_ms * 1_000_000 + 1_000_000;
-        let input_messages = serde_json::json!([
-            {"role": "system", "parts": [{"type": "text", "content": system}]},
-            {"role": "user", "parts": [{"type": "text", "content": prompt}]},
-        ]);
-        let output_messages = serde_json::json!([
-            {"role": "assistant", "parts": [{"type": "text", "content": response}], "finish_reason": "stop"},
-        ]);
         by_service[2].push(span(
             2,
             Some(0),
@@ -565,8 +591,8 @@ fn build_request(
                         }],
                     }),
                 ),
-                s("gen_ai.input.messages", input_messages.to_string()),
-                s("gen_ai.output.messages", output_messages.to_string()),
+                s("gen_ai.input.messages", input_messages.as_str()),
+                s("gen_ai.output.messages", output_messages.as_str()),
                 s("server.address", format!("inference-{instance}.svc")),
                 s("llm.prompt_template.id", "support-chat"),
                 s("llm.prompt.version", "v2.1.4"),

@@ -10,6 +10,11 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
+/// mimalloc: ingest allocates many small strings per span; measured faster than glibc's
+/// allocator on the ingest benchmark (see BENCHMARKS.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "threadline",

@@ -4,7 +4,7 @@
 //! deprecated ones), then OpenInference, then vLLM's own names. Span attributes beat
 //! W3C baggage entries copied onto the span, which beat resource attributes.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use serde_json::Value as Json;
 use sha2::{Digest, Sha256};
@@ -25,7 +25,7 @@ impl<'a> Sources<'a> {
             .iter()
             .map(|a| (a.key.as_str(), &a.value))
             .collect();
-        let mut baggage = HashMap::new();
+        let mut baggage = HashMap::default();
         // BaggageSpanProcessor-style copies may arrive as `baggage.KEY` attributes, or the
         // raw header may be recorded in a `baggage` attribute.
         for attr in &detail.attributes {

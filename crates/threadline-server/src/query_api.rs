@@ -104,7 +104,9 @@ async fn health(State(state): State<QueryState>) -> Result<Json<Value>, ApiError
     Ok(Json(json!({
         "status": if store_ok { "ok" } else { "degraded" },
         "version": env!("CARGO_PKG_VERSION"),
-        "store": { "ok": store_ok, "queued_batches": writer.queued_batches, "spans_committed": writer.spans_committed },
+        "store": { "ok": store_ok, "queued_batches": writer.queued_batches, "spans_committed": writer.spans_committed,
+            "commits": writer.commits,
+            "commit_seconds_total": writer.commit_nanos_total as f64 / 1e9 },
         "ingest": {
             "spans_accepted": state.stats.spans_accepted.load(Ordering::Relaxed),
             "spans_rejected": state.stats.spans_rejected.load(Ordering::Relaxed),
@@ -249,7 +251,7 @@ mod tests {
         let q = parse_search(&params(&[
             ("service", "gw"),
             ("min_duration", "250ms"),
-            ("max_duration", "2"),
+            ("max_duration", "2500"),
             ("from", "2026-11-30T14:05:00Z"),
             ("status", "error"),
             ("attr.tier", "gold"),
@@ -257,7 +259,7 @@ mod tests {
         .unwrap();
         assert_eq!(q.service.as_deref(), Some("gw"));
         assert_eq!(q.min_duration_nanos, Some(250_000_000));
-        assert_eq!(q.max_duration_nanos, Some(2_000_000));
+        assert_eq!(q.max_duration_nanos, Some(2_500_000_000), "bare numbers are milliseconds");
         assert!(q.errors_only);
         assert_eq!(q.attributes, vec![("tier".to_owned(), "gold".to_owned())]);
         assert_eq!(q.start_from_unix_nano, Some(1_796_047_500_000_000_000));

@@ -81,6 +81,8 @@ struct Inner {
     path: PathBuf,
     writer: writer::WriterHandle,
     readers: Mutex<Vec<Connection>>,
+    /// Dropping it stops the checkpointer thread.
+    _stop_checkpointer: std::sync::mpsc::Sender<()>,
 }
 
 impl SqliteStore {
@@ -94,11 +96,14 @@ impl SqliteStore {
         let mut conn = schema::open_connection(&path)?;
         schema::migrate(&mut conn, &path)?;
         let writer = writer::WriterHandle::spawn(conn, path.clone(), config);
+        let (stop_checkpointer, stop) = std::sync::mpsc::channel();
+        schema::spawn_checkpointer(&path, stop)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 path,
                 writer,
                 readers: Mutex::new(Vec::new()),
+                _stop_checkpointer: stop_checkpointer,
             }),
         })
     }

@@ -10,7 +10,9 @@ use std::sync::Arc;
 
 use rusqlite::types::Value;
 use rusqlite::{params, Connection, OptionalExtension, Row};
-use threadline_model::{SpanId, SpanKind, SpanOrigin, SpanRecord, TenantId, TraceId};
+use threadline_model::{
+    LlmView, SpanDetail, SpanId, SpanKind, SpanOrigin, SpanRecord, TenantId, TraceId,
+};
 
 use crate::{codec, sqlite_err, StoreError};
 
@@ -87,17 +89,18 @@ pub(crate) fn get_trace(
     let mut stmt = conn
         .prepare_cached(
             "SELECT trace_id, span_id, parent_span_id, name, service, kind, start_ns, end_ns,
-                    origin_hash, detail
+                    origin_hash, block_id, block_offset, block_len
              FROM spans WHERE tenant_id = ?1 AND trace_id = ?2 ORDER BY start_ns, span_id",
         )
         .map_err(|e| sqlite_err(conn, e))?;
     let mut origins = OriginCache::new(tenant_id);
+    let mut blocks = BlockCache::default();
     let mut rows = stmt
         .query(params![tenant_id, &trace_id.0[..]])
         .map_err(|e| sqlite_err(conn, e))?;
     let mut spans = Vec::new();
     while let Some(row) = rows.next().map_err(|e| sqlite_err(conn, e))? {
-        spans.push(span_from_row(conn, row, &mut origins)?);
+        spans.push(span_from_row(conn, row, &mut origins, &mut blocks)?);
     }
     Ok(spans)
 }
@@ -106,14 +109,19 @@ fn span_from_row(
     conn: &Connection,
     row: &Row<'_>,
     origins: &mut OriginCache,
+    blocks: &mut BlockCache,
 ) -> Result<SpanRecord, StoreError> {
     let get_err = |e| sqlite_err(conn, e);
     let trace_id: Vec<u8> = row.get(0).map_err(get_err)?;
     let span_id: Vec<u8> = row.get(1).map_err(get_err)?;
     let parent: Option<Vec<u8>> = row.get(2).map_err(get_err)?;
     let origin_hash: i64 = row.get(8).map_err(get_err)?;
-    let detail_blob: Vec<u8> = row.get(9).map_err(get_err)?;
-    let (detail, llm) = codec::decode_detail(&detail_blob)?;
+    let slot = DetailSlot {
+        block_id: row.get(9).map_err(get_err)?,
+        offset: row.get(10).map_err(get_err)?,
+        len: row.get(11).map_err(get_err)?,
+    };
+    let (detail, llm) = blocks.detail(conn, slot)?;
     let corrupt = |e: threadline_model::IdError| StoreError::Corrupt(e.to_string());
     Ok(SpanRecord {
         trace_id: TraceId::from_bytes(&trace_id).map_err(corrupt)?,
@@ -172,6 +180,47 @@ impl OriginCache {
     }
 }
 
+/// Where a span's detail lives.
+#[derive(Clone, Copy)]
+struct DetailSlot {
+    block_id: i64,
+    offset: u32,
+    len: u32,
+}
+
+/// Detail blocks decompressed once per query (bounded: a scan may touch many).
+#[derive(Default)]
+struct BlockCache {
+    opened: HashMap<i64, Arc<Vec<u8>>>,
+}
+
+impl BlockCache {
+    const MAX_BLOCKS: usize = 64;
+
+    fn detail(
+        &mut self,
+        conn: &Connection,
+        slot: DetailSlot,
+    ) -> Result<(SpanDetail, Option<LlmView>), StoreError> {
+        let block = match self.opened.get(&slot.block_id) {
+            Some(b) => Arc::clone(b),
+            None => {
+                let blob: Vec<u8> = conn
+                    .prepare_cached("SELECT block FROM span_blocks WHERE id = ?1")
+                    .and_then(|mut stmt| stmt.query_row([slot.block_id], |r| r.get(0)))
+                    .map_err(|e| sqlite_err(conn, e))?;
+                let opened = Arc::new(codec::open_block(&blob)?);
+                if self.opened.len() >= Self::MAX_BLOCKS {
+                    self.opened.clear();
+                }
+                self.opened.insert(slot.block_id, Arc::clone(&opened));
+                opened
+            }
+        };
+        codec::decode_detail(&block, slot.offset, slot.len)
+    }
+}
+
 /// The SQL half of the filters (everything but attributes).
 fn sql_filters(tenant_id: i64, q: &TraceQuery) -> (String, Vec<Value>) {
     let mut sql = String::from("tenant_id = ?");
@@ -215,19 +264,20 @@ fn sql_filters(tenant_id: i64, q: &TraceQuery) -> (String, Vec<Value>) {
 struct AttrMatcher<'q> {
     wanted: &'q [(String, String)],
     origins: OriginCache,
+    blocks: BlockCache,
 }
 
 impl AttrMatcher<'_> {
     fn matches(
         &mut self,
         conn: &Connection,
-        detail_blob: &[u8],
+        slot: DetailSlot,
         origin_hash: i64,
     ) -> Result<bool, StoreError> {
         if self.wanted.is_empty() {
             return Ok(true);
         }
-        let (detail, _) = codec::decode_detail(detail_blob)?;
+        let (detail, _) = self.blocks.detail(conn, slot)?;
         let origin = self.origins.get(conn, origin_hash)?;
         Ok(self.wanted.iter().all(|(key, value)| {
             let found = detail.attr(key).or_else(|| origin.resource_attr(key));
@@ -239,7 +289,7 @@ impl AttrMatcher<'_> {
 struct Candidate {
     start_ns: i64,
     trace_id: Vec<u8>,
-    detail: Option<Vec<u8>>,
+    slot: DetailSlot,
     origin_hash: i64,
 }
 
@@ -257,10 +307,8 @@ pub(crate) fn search(
     };
     let (filters, filter_args) = sql_filters(tenant_id, q);
     let mut args = filter_args.clone();
-    let want_detail = !q.attributes.is_empty();
-    let detail_col = if want_detail { "detail" } else { "NULL" };
     let mut sql =
-        format!("SELECT start_ns, trace_id, {detail_col}, origin_hash FROM spans WHERE {filters}");
+        format!("SELECT start_ns, trace_id, origin_hash, block_id, block_offset, block_len FROM spans WHERE {filters}");
     if let Some(c) = &q.cursor {
         sql.push_str(" AND start_ns <= ?");
         args.push(Value::Integer(c.start_unix_nano as i64));
@@ -274,6 +322,7 @@ pub(crate) fn search(
     let mut matcher = AttrMatcher {
         wanted: &q.attributes,
         origins: OriginCache::new(tenant_id),
+        blocks: BlockCache::default(),
     };
     let mut emitted: Vec<(i64, Vec<u8>)> = Vec::new();
     let mut seen: HashSet<Vec<u8>> = HashSet::new();
@@ -295,10 +344,8 @@ pub(crate) fn search(
                     continue;
                 }
             }
-            if let Some(detail) = &cand.detail {
-                if !matcher.matches(conn, detail, cand.origin_hash)? {
-                    continue;
-                }
+            if !matcher.matches(conn, cand.slot, cand.origin_hash)? {
+                continue;
             }
             seen.insert(cand.trace_id.clone());
             if let Some(c) = &q.cursor {
@@ -324,12 +371,12 @@ pub(crate) fn search(
         let cand = Candidate {
             start_ns: row.get(0).map_err(|e| sqlite_err(conn, e))?,
             trace_id: row.get(1).map_err(|e| sqlite_err(conn, e))?,
-            detail: if want_detail {
-                row.get(2).map_err(|e| sqlite_err(conn, e))?
-            } else {
-                None
+            origin_hash: row.get(2).map_err(|e| sqlite_err(conn, e))?,
+            slot: DetailSlot {
+                block_id: row.get(3).map_err(|e| sqlite_err(conn, e))?,
+                offset: row.get(4).map_err(|e| sqlite_err(conn, e))?,
+                len: row.get(5).map_err(|e| sqlite_err(conn, e))?,
             },
-            origin_hash: row.get(3).map_err(|e| sqlite_err(conn, e))?,
         };
         if group.first().is_some_and(|g| g.start_ns != cand.start_ns)
             && flush(&mut group, &mut emitted)?
@@ -381,7 +428,8 @@ fn matched_before_cursor(
     args.push(Value::Blob(trace_id.to_vec()));
     args.push(Value::Integer(cursor.start_unix_nano as i64));
     let sql = format!(
-        "SELECT start_ns, detail, origin_hash FROM spans WHERE {filters} AND trace_id = ? AND start_ns >= ?"
+        "SELECT start_ns, origin_hash, block_id, block_offset, block_len FROM spans
+         WHERE {filters} AND trace_id = ? AND start_ns >= ?"
     );
     let mut stmt = conn.prepare_cached(&sql).map_err(|e| sqlite_err(conn, e))?;
     let mut rows = stmt
@@ -393,9 +441,13 @@ fn matched_before_cursor(
         if !later {
             continue;
         }
-        let detail: Vec<u8> = row.get(1).map_err(|e| sqlite_err(conn, e))?;
-        let origin_hash: i64 = row.get(2).map_err(|e| sqlite_err(conn, e))?;
-        if matcher.matches(conn, &detail, origin_hash)? {
+        let origin_hash: i64 = row.get(1).map_err(|e| sqlite_err(conn, e))?;
+        let slot = DetailSlot {
+            block_id: row.get(2).map_err(|e| sqlite_err(conn, e))?,
+            offset: row.get(3).map_err(|e| sqlite_err(conn, e))?,
+            len: row.get(4).map_err(|e| sqlite_err(conn, e))?,
+        };
+        if matcher.matches(conn, slot, origin_hash)? {
             return Ok(true);
         }
     }

@@ -1,7 +1,7 @@
 //! The SQLite schema and its migrations. Each migration runs once, in order, inside a
 //! transaction; `PRAGMA user_version` records how far a database has come.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use rusqlite::Connection;
 
@@ -9,7 +9,8 @@ use crate::StoreError;
 
 /// Migrations in order; index + 1 is the schema version they lead to.
 const MIGRATIONS: &[&str] = &[
-    // 1: tenants, deduplicated span origins (resource + scope), spans and their indexes.
+    // 1: tenants, deduplicated span origins (resource + scope), detail blocks, spans and
+    //    their indexes.
     "CREATE TABLE tenants (
         id INTEGER PRIMARY KEY,
         name TEXT NOT NULL UNIQUE
@@ -20,6 +21,11 @@ const MIGRATIONS: &[&str] = &[
         origin BLOB NOT NULL,
         PRIMARY KEY (tenant_id, origin_hash)
      ) WITHOUT ROWID;
+     CREATE TABLE span_blocks (
+        id INTEGER PRIMARY KEY,
+        tenant_id INTEGER NOT NULL REFERENCES tenants(id),
+        block BLOB NOT NULL
+     );
      CREATE TABLE spans (
         tenant_id INTEGER NOT NULL REFERENCES tenants(id),
         trace_id BLOB NOT NULL,
@@ -43,7 +49,9 @@ const MIGRATIONS: &[&str] = &[
         user_id TEXT,
         session_id TEXT,
         total_tokens INTEGER,
-        detail BLOB NOT NULL
+        block_id INTEGER NOT NULL REFERENCES span_blocks(id),
+        block_offset INTEGER NOT NULL,
+        block_len INTEGER NOT NULL
      );
      CREATE UNIQUE INDEX spans_by_trace ON spans (tenant_id, trace_id, span_id);
      CREATE INDEX spans_by_time ON spans (tenant_id, start_ns);
@@ -65,6 +73,8 @@ fn sqlite(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
 
 /// The writer's connection: WAL, and `synchronous = FULL` so a commit is on disk before
 /// the writer acknowledges it (group commit keeps the fsync cost per batch, not per span).
+/// Automatic checkpoints are off here: the checkpointer thread runs them, so copying
+/// WAL pages into the database never stalls the writer.
 pub(crate) fn open_connection(path: &Path) -> Result<Connection, StoreError> {
     let conn = Connection::open(path).map_err(sqlite(path))?;
     conn.execute_batch(
@@ -73,7 +83,7 @@ pub(crate) fn open_connection(path: &Path) -> Result<Connection, StoreError> {
          PRAGMA foreign_keys = OFF;
          PRAGMA busy_timeout = 5000;
          PRAGMA cache_size = -65536;
-         PRAGMA wal_autocheckpoint = 4000;",
+         PRAGMA wal_autocheckpoint = 0;",
     )
     .map_err(sqlite(path))?;
     Ok(conn)
@@ -108,5 +118,54 @@ pub(crate) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreErr
             .map_err(sqlite(path))?;
         tx.commit().map_err(sqlite(path))?;
     }
+    Ok(())
+}
+
+/// WAL frames (pages) after which the checkpointer forces the WAL back to the start.
+const WAL_RESTART_FRAMES: i64 = 16_384;
+
+/// Copies committed WAL pages into the database file, off the writer's path. PASSIVE
+/// never blocks the writer; but under continuous writes it never lets the WAL restart,
+/// so once the WAL is large a TRUNCATE checkpoint (which waits for the writer between
+/// transactions, with little left to copy) resets it. Stops when the store is dropped.
+pub(crate) fn spawn_checkpointer(
+    path: &Path,
+    stop: std::sync::mpsc::Receiver<()>,
+) -> Result<(), StoreError> {
+    let conn = Connection::open(path).map_err(sqlite(path))?;
+    conn.execute_batch("PRAGMA busy_timeout = 10000;")
+        .map_err(sqlite(path))?;
+    let path = path.to_owned();
+    let checkpoint = move |mode: &str| -> rusqlite::Result<i64> {
+        // Returns (busy, frames in WAL, frames checkpointed).
+        conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
+            r.get::<_, i64>(1)
+        })
+    };
+    std::thread::Builder::new()
+        .name("threadline-checkpoint".to_owned())
+        .spawn(move || loop {
+            let stopping = !matches!(
+                stop.recv_timeout(std::time::Duration::from_millis(250)),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+            );
+            let result = checkpoint("PASSIVE").and_then(|frames| {
+                if frames >= WAL_RESTART_FRAMES || stopping {
+                    checkpoint("TRUNCATE")
+                } else {
+                    Ok(frames)
+                }
+            });
+            if let Err(e) = result {
+                tracing::warn!(path = %path.display(), error = %e, "wal checkpoint failed");
+            }
+            if stopping {
+                return;
+            }
+        })
+        .map_err(|source| StoreError::CreateDir {
+            path: PathBuf::from("threadline-checkpoint thread"),
+            source,
+        })?;
     Ok(())
 }

@@ -36,7 +36,14 @@ fn span(trace: u8, span: u8, parent: Option<u8>, start: u64, model: Option<&str>
             attributes: vec![
                 Attribute::new(
                     "tier",
-                    AttrValue::String(if trace.is_multiple_of(2) { "gold" } else { "free" }.into()),
+                    AttrValue::String(
+                        if trace.is_multiple_of(2) {
+                            "gold"
+                        } else {
+                            "free"
+                        }
+                        .into(),
+                    ),
                 ),
                 Attribute::new(
                     "prompt",

@@ -39,7 +39,8 @@ struct SpanRow {
     user_id: Option<String>,
     session_id: Option<String>,
     total_tokens: Option<i64>,
-    detail: Vec<u8>,
+    block_offset: u32,
+    block_len: u32,
 }
 
 /// Spans of one request, encoded and ready for the writer.
@@ -47,6 +48,8 @@ pub struct PreparedBatch {
     tenant: TenantId,
     rows: Vec<SpanRow>,
     origins: Vec<(i64, Vec<u8>)>,
+    /// Compressed details of all rows; each row points at its slot.
+    block: Vec<u8>,
     encoded_bytes: usize,
 }
 
@@ -56,8 +59,9 @@ impl PreparedBatch {
         // Spans of one scope share one `Arc<SpanOrigin>`: hash each distinct one once.
         let mut origin_by_ptr: HashMap<*const threadline_model::SpanOrigin, i64> = HashMap::new();
         let mut rows = Vec::with_capacity(spans.len());
-        let mut encoded_bytes = 0;
-        for span in spans {
+        let block = codec::encode_block(spans.iter().map(|s| (&s.detail, &s.llm)))?;
+        let mut encoded_bytes = block.blob.len();
+        for (span, (block_offset, block_len)) in spans.iter().zip(block.slots) {
             let ptr = Arc::as_ptr(&span.origin);
             let origin_hash = match origin_by_ptr.get(&ptr) {
                 Some(h) => *h,
@@ -72,8 +76,7 @@ impl PreparedBatch {
             let llm = span.llm.as_ref();
             let field =
                 |f: fn(&threadline_model::LlmView) -> Option<&String>| llm.and_then(f).cloned();
-            let detail = codec::encode_detail(&span.detail, &span.llm)?;
-            encoded_bytes += detail.len() + span.name.len() + 128;
+            encoded_bytes += span.name.len() + span.service.len() + 128;
             rows.push(SpanRow {
                 trace_id: span.trace_id.0,
                 span_id: span.span_id.0,
@@ -97,13 +100,15 @@ impl PreparedBatch {
                 user_id: field(|l| l.user_id.as_ref()),
                 session_id: field(|l| l.session_id.as_ref()),
                 total_tokens: llm.and_then(|l| l.total_tokens),
-                detail,
+                block_offset,
+                block_len,
             });
         }
         Ok(Self {
             tenant: tenant.clone(),
             rows,
             origins,
+            block: block.blob,
             encoded_bytes,
         })
     }
@@ -331,13 +336,20 @@ fn insert_batch(
             origin_stmt.execute(params![tenant_id, hash, blob])?;
         }
     }
+    if batch.rows.is_empty() {
+        return Ok(());
+    }
+    tx.prepare_cached("INSERT INTO span_blocks (tenant_id, block) VALUES (?1, ?2)")?
+        .execute(params![tenant_id, batch.block])?;
+    let block_id = tx.last_insert_rowid();
     // A retried export re-sends the same spans: replace, so retries never duplicate.
     let mut span_stmt = tx.prepare_cached(
         "INSERT OR REPLACE INTO spans (tenant_id, trace_id, span_id, parent_span_id, name, service,
             kind, start_ns, end_ns, duration_ns, status_code, origin_hash, model, route, adapter,
-            ab_group, instance, image, prompt_version, user_id, session_id, total_tokens, detail)
+            ab_group, instance, image, prompt_version, user_id, session_id, total_tokens, block_id,
+            block_offset, block_len)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-            ?19, ?20, ?21, ?22, ?23)",
+            ?19, ?20, ?21, ?22, ?23, ?24, ?25)",
     )?;
     for row in &batch.rows {
         span_stmt.execute(params![
@@ -363,7 +375,9 @@ fn insert_batch(
             row.user_id,
             row.session_id,
             row.total_tokens,
-            row.detail,
+            block_id,
+            row.block_offset,
+            row.block_len,
         ])?;
     }
     Ok(())
