@@ -149,6 +149,10 @@ pub struct WriterStats {
     pub commit_nanos_total: u64,
 }
 
+/// Encoded bytes committed between two checkpoints run by the writer (the WAL holds
+/// about twice this, counting index pages).
+const WRITER_CHECKPOINT_BYTES: usize = 32 * 1024 * 1024;
+
 struct Job {
     batch: PreparedBatch,
     ack: oneshot::Sender<Result<(), String>>,
@@ -243,6 +247,7 @@ fn run_writer(
     max_spans: usize,
 ) {
     let mut cache = WriterCache::default();
+    let mut written_since_checkpoint = 0usize;
     while let Ok(first) = receiver.recv() {
         let mut spans = first.batch.rows.len();
         let mut jobs = vec![first];
@@ -281,6 +286,22 @@ fn run_writer(
                 Err(e.to_string())
             }
         };
+        // Finish the background checkpointer's work from the writer itself now and then:
+        // only a checkpoint that ends between two write transactions lets the WAL wrap
+        // around, so without this the WAL would grow for as long as writes never pause.
+        written_since_checkpoint += bytes;
+        if written_since_checkpoint >= WRITER_CHECKPOINT_BYTES {
+            // (busy, frames in WAL, frames checkpointed); retried after the next commit
+            // when the background checkpointer was busy or frames remain.
+            let done = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+                Ok(r.get::<_, i64>(0)? == 0 && r.get::<_, i64>(1)? == r.get::<_, i64>(2)?)
+            });
+            match done {
+                Ok(true) => written_since_checkpoint = 0,
+                Ok(false) => {}
+                Err(e) => tracing::warn!(path = %path.display(), error = %e, "wal checkpoint failed"),
+            }
+        }
         for job in jobs {
             // A client that hung up no longer waits for its ack; nothing to do.
             let _ = job.ack.send(outcome.clone());
@@ -342,9 +363,9 @@ fn insert_batch(
     tx.prepare_cached("INSERT INTO span_blocks (tenant_id, block) VALUES (?1, ?2)")?
         .execute(params![tenant_id, batch.block])?;
     let block_id = tx.last_insert_rowid();
-    // A retried export re-sends the same spans: replace, so retries never duplicate.
+    // A retried export re-sends the same spans: the first copy stays, retries never duplicate.
     let mut span_stmt = tx.prepare_cached(
-        "INSERT OR REPLACE INTO spans (tenant_id, trace_id, span_id, parent_span_id, name, service,
+        "INSERT OR IGNORE INTO spans (tenant_id, trace_id, span_id, parent_span_id, name, service,
             kind, start_ns, end_ns, duration_ns, status_code, origin_hash, model, route, adapter,
             ab_group, instance, image, prompt_version, user_id, session_id, total_tokens, block_id,
             block_offset, block_len)
