@@ -151,7 +151,7 @@ pub struct WriterStats {
 
 /// Encoded bytes committed between two checkpoints run by the writer (the WAL holds
 /// about twice this, counting index pages).
-const WRITER_CHECKPOINT_BYTES: usize = 32 * 1024 * 1024;
+const WRITER_CHECKPOINT_BYTES: usize = 4 * 1024 * 1024;
 
 struct Job {
     batch: PreparedBatch,
