@@ -4,6 +4,8 @@
 
 mod body;
 mod convert;
+#[cfg(test)]
+mod fuzz_tests;
 mod normalize;
 mod otlp_json;
 

@@ -259,7 +259,11 @@ mod tests {
         .unwrap();
         assert_eq!(q.service.as_deref(), Some("gw"));
         assert_eq!(q.min_duration_nanos, Some(250_000_000));
-        assert_eq!(q.max_duration_nanos, Some(2_500_000_000), "bare numbers are milliseconds");
+        assert_eq!(
+            q.max_duration_nanos,
+            Some(2_500_000_000),
+            "bare numbers are milliseconds"
+        );
         assert!(q.errors_only);
         assert_eq!(q.attributes, vec![("tier".to_owned(), "gold".to_owned())]);
         assert_eq!(q.start_from_unix_nano, Some(1_796_047_500_000_000_000));

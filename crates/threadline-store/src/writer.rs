@@ -299,7 +299,9 @@ fn run_writer(
             match done {
                 Ok(true) => written_since_checkpoint = 0,
                 Ok(false) => {}
-                Err(e) => tracing::warn!(path = %path.display(), error = %e, "wal checkpoint failed"),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "wal checkpoint failed")
+                }
             }
         }
         for job in jobs {

@@ -272,7 +272,11 @@ pub(crate) fn corpus_dir() -> PathBuf {
     if let Ok(dir) = std::env::var("THREADLINE_CORPUS_DIR") {
         return PathBuf::from(dir);
     }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus")
+    let beside_checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus");
+    if beside_checkout.join("otlp-json").is_dir() {
+        return beside_checkout;
+    }
+    PathBuf::from("/work/shared/corpus")
 }
 
 pub(crate) fn hex(bytes: &[u8]) -> String {
