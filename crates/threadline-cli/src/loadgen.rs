@@ -50,7 +50,8 @@ pub(crate) struct LoadgenArgs {
     /// gzip request bodies.
     #[arg(long)]
     gzip: bool,
-    /// Seed of the synthetic content.
+    /// Seed of the synthetic text. Trace and span ids are always fresh: a run that
+    /// repeated ids would only measure how fast duplicates are ignored.
     #[arg(long, default_value_t = 7)]
     seed: u64,
     /// Print the report as JSON.
@@ -88,7 +89,7 @@ pub(crate) async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
     );
     let started = Instant::now();
     let mut workers = Vec::new();
-    for worker in 0..args.concurrency {
+    for _ in 0..args.concurrency {
         let (client, url, corpus, tally, stop, args) = (
             client.clone(),
             url.clone(),
@@ -98,7 +99,7 @@ pub(crate) async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
             args.clone(),
         );
         workers.push(tokio::spawn(async move {
-            worker_loop(worker, client, url, corpus, tally, stop, args).await
+            worker_loop(client, url, corpus, tally, stop, args).await
         }));
     }
     while started.elapsed() < duration {
@@ -156,7 +157,6 @@ pub(crate) async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
 }
 
 async fn worker_loop(
-    worker: usize,
     client: reqwest::Client,
     url: String,
     corpus: Arc<TextCorpus>,
@@ -164,8 +164,8 @@ async fn worker_loop(
     stop: Arc<AtomicBool>,
     args: LoadgenArgs,
 ) -> anyhow::Result<Vec<Duration>> {
-    let mut rng =
-        SmallRng::seed_from_u64(args.seed ^ (worker as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    // Ids and timings come from the OS RNG: fresh on every run.
+    let mut rng = SmallRng::from_os_rng();
     let traces_per_batch = args.batch_spans / 4;
     let spans_per_batch = (traces_per_batch * 4) as u64;
     let mut ticker = (args.rate > 0).then(|| {
