@@ -7,6 +7,7 @@
 mod codec;
 mod query;
 mod schema;
+mod trace_lookup;
 mod writer;
 
 use std::path::{Path, PathBuf};

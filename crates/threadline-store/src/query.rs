@@ -14,6 +14,7 @@ use threadline_model::{
     LlmView, SpanDetail, SpanId, SpanKind, SpanOrigin, SpanRecord, TenantId, TraceId,
 };
 
+use crate::trace_lookup::{self, LoadedBlocks, RowRange};
 use crate::{codec, sqlite_err, StoreError};
 
 /// Filters of a trace search. Every set filter must hold on one span of the trace.
@@ -86,22 +87,37 @@ pub(crate) fn get_trace(
     let Some(tenant_id) = tenant_key(conn, tenant)? else {
         return Ok(Vec::new());
     };
+    let ranges = trace_lookup::ranges_for(conn, tenant_id, &[trace_id])?
+        .remove(&trace_id)
+        .unwrap_or_default();
     let mut stmt = conn
         .prepare_cached(
             "SELECT trace_id, span_id, parent_span_id, name, service, kind, start_ns, end_ns,
                     origin_hash, block_id, block_offset, block_len
-             FROM spans WHERE tenant_id = ?1 AND trace_id = ?2 ORDER BY start_ns, span_id",
+             FROM spans NOT INDEXED
+             WHERE rowid BETWEEN ?1 AND ?2 AND tenant_id = ?3 AND trace_id = ?4
+             ORDER BY rowid",
         )
         .map_err(|e| sqlite_err(conn, e))?;
     let mut origins = OriginCache::new(tenant_id);
     let mut blocks = BlockCache::default();
-    let mut rows = stmt
-        .query(params![tenant_id, &trace_id.0[..]])
-        .map_err(|e| sqlite_err(conn, e))?;
-    let mut spans = Vec::new();
-    while let Some(row) = rows.next().map_err(|e| sqlite_err(conn, e))? {
-        spans.push(span_from_row(conn, row, &mut origins, &mut blocks)?);
+    let mut spans: Vec<SpanRecord> = Vec::new();
+    let mut seen = HashSet::new();
+    for range in ranges {
+        let mut rows = stmt
+            .query(params![range.first, range.last, tenant_id, &trace_id.0[..]])
+            .map_err(|e| sqlite_err(conn, e))?;
+        while let Some(row) = rows.next().map_err(|e| sqlite_err(conn, e))? {
+            let span = span_from_row(conn, row, &mut origins, &mut blocks)?;
+            // A retried export stored the span twice: the first copy is the one kept.
+            if seen.insert(span.span_id) {
+                spans.push(span);
+            }
+        }
     }
+    spans.sort_by(|a, b| {
+        (a.start_time_unix_nano, a.span_id).cmp(&(b.start_time_unix_nano, b.span_id))
+    });
     Ok(spans)
 }
 
@@ -325,6 +341,7 @@ pub(crate) fn search(
         blocks: BlockCache::default(),
     };
     let mut emitted: Vec<(i64, Vec<u8>)> = Vec::new();
+    let mut after_cursor: Option<LoadedBlocks> = None;
     let mut seen: HashSet<Vec<u8>> = HashSet::new();
     let mut group: Vec<Candidate> = Vec::new();
     let mut done = false;
@@ -349,11 +366,26 @@ pub(crate) fn search(
             }
             seen.insert(cand.trace_id.clone());
             if let Some(c) = &q.cursor {
+                // Block lists of everything at or after the cursor, loaded once per request.
+                if after_cursor.is_none() {
+                    after_cursor = Some(LoadedBlocks::load(
+                        conn,
+                        tenant_id,
+                        c.start_unix_nano as i64,
+                    )?);
+                }
+                let id = TraceId::from_bytes(&cand.trace_id)
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                let ranges = after_cursor
+                    .as_ref()
+                    .map(|b| b.ranges(&id))
+                    .unwrap_or_default();
                 if matched_before_cursor(
                     conn,
                     &filters,
                     &filter_args,
                     &cand.trace_id,
+                    &ranges,
                     c,
                     &mut matcher,
                 )? {
@@ -403,10 +435,15 @@ pub(crate) fn search(
     } else {
         None
     };
-    let mut traces = Vec::with_capacity(emitted.len());
-    for (_, tid) in &emitted {
-        let trace_id = TraceId::from_bytes(tid).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        traces.push(summarize(conn, tenant_id, trace_id)?);
+    let ids = emitted
+        .iter()
+        .map(|(_, tid)| TraceId::from_bytes(tid).map_err(|e| StoreError::Corrupt(e.to_string())))
+        .collect::<Result<Vec<TraceId>, StoreError>>()?;
+    let ranges = trace_lookup::ranges_for(conn, tenant_id, &ids)?;
+    let mut traces = Vec::with_capacity(ids.len());
+    for trace_id in ids {
+        let trace_ranges = ranges.get(&trace_id).map(Vec::as_slice).unwrap_or_default();
+        traces.push(summarize(conn, tenant_id, trace_id, trace_ranges)?);
     }
     Ok(TracePage {
         traces,
@@ -421,34 +458,38 @@ fn matched_before_cursor(
     filters: &str,
     filter_args: &[Value],
     trace_id: &[u8],
+    ranges: &[RowRange],
     cursor: &TraceCursor,
     matcher: &mut AttrMatcher<'_>,
 ) -> Result<bool, StoreError> {
-    let mut args: Vec<Value> = filter_args.to_vec();
-    args.push(Value::Blob(trace_id.to_vec()));
-    args.push(Value::Integer(cursor.start_unix_nano as i64));
     let sql = format!(
-        "SELECT start_ns, origin_hash, block_id, block_offset, block_len FROM spans
-         WHERE {filters} AND trace_id = ? AND start_ns >= ?"
+        "SELECT start_ns, origin_hash, block_id, block_offset, block_len FROM spans NOT INDEXED
+         WHERE rowid BETWEEN ? AND ? AND {filters} AND trace_id = ? AND start_ns >= ?"
     );
     let mut stmt = conn.prepare_cached(&sql).map_err(|e| sqlite_err(conn, e))?;
-    let mut rows = stmt
-        .query(rusqlite::params_from_iter(args.iter()))
-        .map_err(|e| sqlite_err(conn, e))?;
-    while let Some(row) = rows.next().map_err(|e| sqlite_err(conn, e))? {
-        let start: i64 = row.get(0).map_err(|e| sqlite_err(conn, e))?;
-        let later = start > cursor.start_unix_nano as i64 || trace_id >= &cursor.trace_id.0[..];
-        if !later {
-            continue;
-        }
-        let origin_hash: i64 = row.get(1).map_err(|e| sqlite_err(conn, e))?;
-        let slot = DetailSlot {
-            block_id: row.get(2).map_err(|e| sqlite_err(conn, e))?,
-            offset: row.get(3).map_err(|e| sqlite_err(conn, e))?,
-            len: row.get(4).map_err(|e| sqlite_err(conn, e))?,
-        };
-        if matcher.matches(conn, slot, origin_hash)? {
-            return Ok(true);
+    for range in ranges {
+        let mut args = vec![Value::Integer(range.first), Value::Integer(range.last)];
+        args.extend_from_slice(filter_args);
+        args.push(Value::Blob(trace_id.to_vec()));
+        args.push(Value::Integer(cursor.start_unix_nano as i64));
+        let mut rows = stmt
+            .query(rusqlite::params_from_iter(args.iter()))
+            .map_err(|e| sqlite_err(conn, e))?;
+        while let Some(row) = rows.next().map_err(|e| sqlite_err(conn, e))? {
+            let start: i64 = row.get(0).map_err(|e| sqlite_err(conn, e))?;
+            let later = start > cursor.start_unix_nano as i64 || trace_id >= &cursor.trace_id.0[..];
+            if !later {
+                continue;
+            }
+            let origin_hash: i64 = row.get(1).map_err(|e| sqlite_err(conn, e))?;
+            let slot = DetailSlot {
+                block_id: row.get(2).map_err(|e| sqlite_err(conn, e))?,
+                offset: row.get(3).map_err(|e| sqlite_err(conn, e))?,
+                len: row.get(4).map_err(|e| sqlite_err(conn, e))?,
+            };
+            if matcher.matches(conn, slot, origin_hash)? {
+                return Ok(true);
+            }
         }
     }
     Ok(false)
@@ -458,6 +499,7 @@ fn summarize(
     conn: &Connection,
     tenant_id: i64,
     trace_id: TraceId,
+    ranges: &[RowRange],
 ) -> Result<TraceSummary, StoreError> {
     struct Head {
         span_id: Vec<u8>,
@@ -473,25 +515,37 @@ fn summarize(
     let mut stmt = conn
         .prepare_cached(
             "SELECT span_id, parent_span_id, name, service, start_ns, end_ns, status_code, model, total_tokens
-             FROM spans WHERE tenant_id = ?1 AND trace_id = ?2",
+             FROM spans NOT INDEXED
+             WHERE rowid BETWEEN ?1 AND ?2 AND tenant_id = ?3 AND trace_id = ?4
+             ORDER BY rowid",
         )
         .map_err(|e| sqlite_err(conn, e))?;
-    let heads: Vec<Head> = stmt
-        .query_map(params![tenant_id, &trace_id.0[..]], |r| {
-            Ok(Head {
-                span_id: r.get(0)?,
-                parent: r.get(1)?,
-                name: r.get(2)?,
-                service: r.get(3)?,
-                start: r.get::<_, i64>(4)? as u64,
-                end: r.get::<_, i64>(5)? as u64,
-                error: r.get::<_, i64>(6)? == 2,
-                model: r.get(7)?,
-                tokens: r.get(8)?,
-            })
-        })
-        .and_then(|rows| rows.collect())
-        .map_err(|e| sqlite_err(conn, e))?;
+    let mut heads: Vec<Head> = Vec::new();
+    for range in ranges {
+        let block_heads: Vec<Head> = stmt
+            .query_map(
+                params![range.first, range.last, tenant_id, &trace_id.0[..]],
+                |r| {
+                    Ok(Head {
+                        span_id: r.get(0)?,
+                        parent: r.get(1)?,
+                        name: r.get(2)?,
+                        service: r.get(3)?,
+                        start: r.get::<_, i64>(4)? as u64,
+                        end: r.get::<_, i64>(5)? as u64,
+                        error: r.get::<_, i64>(6)? == 2,
+                        model: r.get(7)?,
+                        tokens: r.get(8)?,
+                    })
+                },
+            )
+            .and_then(|rows| rows.collect())
+            .map_err(|e| sqlite_err(conn, e))?;
+        heads.extend(block_heads);
+    }
+    // Retried exports store a span twice; count the first copy only.
+    let mut distinct = HashSet::new();
+    heads.retain(|h| distinct.insert(h.span_id.clone()));
     let ids: HashSet<&[u8]> = heads.iter().map(|h| h.span_id.as_slice()).collect();
     // The root: a span without a parent in this trace, earliest first.
     let root = heads

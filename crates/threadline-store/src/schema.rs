@@ -10,7 +10,7 @@ use crate::StoreError;
 /// Migrations in order; index + 1 is the schema version they lead to.
 const MIGRATIONS: &[&str] = &[
     // 1: tenants, deduplicated span origins (resource + scope), detail blocks, spans and
-    //    their indexes.
+    //    their indexes, and the trace ids of each block (the trace-by-id index).
     "CREATE TABLE tenants (
         id INTEGER PRIMARY KEY,
         name TEXT NOT NULL UNIQUE
@@ -53,7 +53,16 @@ const MIGRATIONS: &[&str] = &[
         block_offset INTEGER NOT NULL,
         block_len INTEGER NOT NULL
      );
-     CREATE UNIQUE INDEX spans_by_trace ON spans (tenant_id, trace_id, span_id);
+     CREATE TABLE block_traces (
+        tenant_id INTEGER NOT NULL,
+        block_id INTEGER NOT NULL,
+        first_span_rowid INTEGER NOT NULL,
+        last_span_rowid INTEGER NOT NULL,
+        min_start_ns INTEGER NOT NULL,
+        max_start_ns INTEGER NOT NULL,
+        trace_ids BLOB NOT NULL,
+        PRIMARY KEY (tenant_id, block_id)
+     ) WITHOUT ROWID;
      CREATE INDEX spans_by_time ON spans (tenant_id, start_ns);
      CREATE INDEX spans_by_service ON spans (tenant_id, service, start_ns);
      CREATE INDEX spans_by_model ON spans (tenant_id, model, start_ns) WHERE model IS NOT NULL;

@@ -50,6 +50,10 @@ pub struct PreparedBatch {
     origins: Vec<(i64, Vec<u8>)>,
     /// Compressed details of all rows; each row points at its slot.
     block: Vec<u8>,
+    /// The distinct trace ids of the rows, sorted, 16 bytes each.
+    trace_ids: Vec<u8>,
+    min_start_ns: i64,
+    max_start_ns: i64,
     encoded_bytes: usize,
 }
 
@@ -104,8 +108,14 @@ impl PreparedBatch {
                 block_len,
             });
         }
+        let mut ids: Vec<[u8; 16]> = rows.iter().map(|r| r.trace_id).collect();
+        ids.sort_unstable();
+        ids.dedup();
         Ok(Self {
             tenant: tenant.clone(),
+            min_start_ns: rows.iter().map(|r| r.start_ns).min().unwrap_or(0),
+            max_start_ns: rows.iter().map(|r| r.start_ns).max().unwrap_or(0),
+            trace_ids: ids.concat(),
             rows,
             origins,
             block: block.blob,
@@ -365,15 +375,16 @@ fn insert_batch(
     tx.prepare_cached("INSERT INTO span_blocks (tenant_id, block) VALUES (?1, ?2)")?
         .execute(params![tenant_id, batch.block])?;
     let block_id = tx.last_insert_rowid();
-    // A retried export re-sends the same spans: the first copy stays, retries never duplicate.
+    // A retried export re-sends the same spans; readers keep the first copy of a span id.
     let mut span_stmt = tx.prepare_cached(
-        "INSERT OR IGNORE INTO spans (tenant_id, trace_id, span_id, parent_span_id, name, service,
+        "INSERT INTO spans (tenant_id, trace_id, span_id, parent_span_id, name, service,
             kind, start_ns, end_ns, duration_ns, status_code, origin_hash, model, route, adapter,
             ab_group, instance, image, prompt_version, user_id, session_id, total_tokens, block_id,
             block_offset, block_len)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
             ?19, ?20, ?21, ?22, ?23, ?24, ?25)",
     )?;
+    let mut first_rowid = None;
     for row in &batch.rows {
         span_stmt.execute(params![
             tenant_id,
@@ -402,6 +413,23 @@ fn insert_batch(
             row.block_offset,
             row.block_len,
         ])?;
+        first_rowid.get_or_insert_with(|| tx.last_insert_rowid());
     }
+    // The single writer appends one request's rows back to back: their rowids are the
+    // contiguous range first..=last, which is what trace lookups scan.
+    let last_rowid = tx.last_insert_rowid();
+    tx.prepare_cached(
+        "INSERT INTO block_traces (tenant_id, block_id, first_span_rowid, last_span_rowid,
+            min_start_ns, max_start_ns, trace_ids) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .execute(params![
+        tenant_id,
+        block_id,
+        first_rowid.unwrap_or(last_rowid),
+        last_rowid,
+        batch.min_start_ns,
+        batch.max_start_ns,
+        batch.trace_ids,
+    ])?;
     Ok(())
 }
