@@ -48,9 +48,10 @@ struct DetailOwned {
 }
 
 pub(crate) fn encode_block<'a>(
-    details: impl Iterator<Item = (&'a SpanDetail, &'a Option<LlmView>)>,
+    details: impl ExactSizeIterator<Item = (&'a SpanDetail, &'a Option<LlmView>)>,
 ) -> Result<EncodedBlock, StoreError> {
-    let mut raw = Vec::new();
+    // About what an LLM-shaped span encodes to: avoids most regrowth copies.
+    let mut raw = Vec::with_capacity(details.len() * 1024);
     let mut slots = Vec::new();
     for (detail, llm) in details {
         let start = raw.len();
