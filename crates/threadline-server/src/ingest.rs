@@ -96,4 +96,24 @@ pub(crate) struct IngestContext {
     pub(crate) store: SqliteStore,
     pub(crate) stats: Arc<IngestStats>,
     pub(crate) auth: Arc<crate::auth::Authenticator>,
+    /// Bounds decode/convert/encode work running at once to about the core count: more
+    /// would not go faster, and every extra thread keeps its own allocator heap.
+    pub(crate) cpu_permits: Arc<tokio::sync::Semaphore>,
+}
+
+impl IngestContext {
+    /// Runs CPU-bound ingest work on the blocking pool, at most `cpu_permits` at a time.
+    pub(crate) async fn run_cpu<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, IngestFailure> {
+        let _permit = self
+            .cpu_permits
+            .acquire()
+            .await
+            .map_err(|_| IngestFailure::Unavailable("server is shutting down".to_owned()))?;
+        tokio::task::spawn_blocking(work)
+            .await
+            .map_err(|e| IngestFailure::Unavailable(format!("ingest task failed: {e}")))
+    }
 }

@@ -50,10 +50,12 @@ pub async fn serve(
     tracing::info!(data_dir = %config.data_dir.display(), auth = config.auth_required(), "store opened");
     let auth = Arc::new(auth::Authenticator::new(&config.tenants));
     let stats = Arc::new(ingest::IngestStats::default());
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let ctx = ingest::IngestContext {
         store: store.clone(),
         stats: Arc::clone(&stats),
         auth: Arc::clone(&auth),
+        cpu_permits: Arc::new(tokio::sync::Semaphore::new(cores + 1)),
     };
 
     let bind = |what: &'static str, addr: SocketAddr| async move {

@@ -42,11 +42,13 @@ impl TraceService for GrpcTraceService {
             .auth
             .authenticate(authorization.as_deref())
             .map_err(|e| Status::unauthenticated(e.to_string()))?;
-        let ctx = self.ctx.clone();
+        let store = self.ctx.store.clone();
         let body = request.into_inner();
-        let ready = tokio::task::spawn_blocking(move || ingest::prepare(&ctx.store, &tenant, body))
+        let ready = self
+            .ctx
+            .run_cpu(move || ingest::prepare(&store, &tenant, body))
             .await
-            .map_err(|e| Status::internal(format!("ingest task failed: {e}")))?
+            .and_then(|prepared| prepared)
             .map_err(to_status)?;
         let response = ingest::commit(&self.ctx.store, &self.ctx.stats, ready)
             .await

@@ -115,14 +115,16 @@ async fn export_traces(
     let encoding = text_header(header::CONTENT_ENCODING);
     let ctx = state.ctx.clone();
     let limits = state.limits;
-    let prepared = tokio::task::spawn_blocking(move || {
-        let request = decode_export_request(kind, encoding.as_deref(), &bytes, limits)?;
-        Ok::<_, DecodeError>(ingest::prepare(&ctx.store, &tenant, request))
-    })
-    .await;
+    let store = ctx.store.clone();
+    let prepared = ctx
+        .run_cpu(move || {
+            let request = decode_export_request(kind, encoding.as_deref(), &bytes, limits)?;
+            Ok::<_, DecodeError>(ingest::prepare(&store, &tenant, request))
+        })
+        .await;
     let ready = match prepared {
         Ok(Ok(Ok(ready))) => ready,
-        Ok(Ok(Err(failure_))) => return ingest_failure(kind, failure_),
+        Ok(Ok(Err(e))) | Err(e) => return ingest_failure(kind, e),
         Ok(Err(e)) => {
             let status = match e {
                 DecodeError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -132,15 +134,6 @@ async fn export_traces(
                 DecodeError::Malformed(_) => StatusCode::BAD_REQUEST,
             };
             return failure(kind, status, rpc_code::INVALID_ARGUMENT, e.to_string());
-        }
-        Err(join) => {
-            tracing::error!(error = %join, "ingest task failed");
-            return failure(
-                kind,
-                StatusCode::INTERNAL_SERVER_ERROR,
-                rpc_code::UNAVAILABLE,
-                "internal error".to_owned(),
-            );
         }
     };
     match ingest::commit(&state.ctx.store, &state.ctx.stats, ready).await {
