@@ -80,3 +80,42 @@ fn grpc_requires_a_valid_key_when_tenants_are_configured() {
         200
     );
 }
+
+#[test]
+fn grpc_full_queue_is_resource_exhausted_with_retry_info() {
+    let server = TestServer::start_with_config(Some("[server]\nmax_queued_batches = 1\n"));
+    let blocker = rusqlite::Connection::open(server.db_path()).unwrap();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let codes = runtime().block_on(async {
+        let client = TraceServiceClient::connect(server.otlp_grpc.clone())
+            .await
+            .unwrap();
+        let mut calls = tokio::task::JoinSet::new();
+        for i in 0..6u8 {
+            let mut client = client.clone();
+            calls.spawn(async move {
+                client
+                    .export(llm_trace([0x90 + i; 16], "grpc-app", "m", now_nanos()))
+                    .await
+                    .map(|_| ())
+            });
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+        blocker.execute_batch("COMMIT").unwrap();
+        calls.join_all().await
+    });
+    let exhausted: Vec<&tonic::Status> = codes
+        .iter()
+        .filter_map(|r| r.as_ref().err())
+        .filter(|s| s.code() == tonic::Code::ResourceExhausted)
+        .collect();
+    assert!(!exhausted.is_empty(), "{codes:?}");
+    for status in exhausted {
+        assert_eq!(status.metadata().get("retry-after").unwrap(), "1");
+        assert!(
+            !status.details().is_empty(),
+            "RetryInfo makes the error retryable for OTLP clients"
+        );
+    }
+    assert!(codes.iter().any(|r| r.is_ok()), "{codes:?}");
+}
