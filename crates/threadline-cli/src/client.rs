@@ -18,7 +18,7 @@ impl ApiClient {
                 .build()
                 .context("cannot build HTTP client")?,
             base: args.server.trim_end_matches('/').to_owned(),
-            api_key: args.api_key.clone(),
+            api_key: args.api_key.key.clone(),
         })
     }
 

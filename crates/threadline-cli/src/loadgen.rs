@@ -27,14 +27,8 @@ pub(crate) struct LoadgenArgs {
     /// OTLP/HTTP base URL (the path /v1/traces is appended).
     #[arg(long, default_value = "http://127.0.0.1:4318", value_name = "URL")]
     endpoint: String,
-    /// API key (sent as a Bearer token).
-    #[arg(
-        long,
-        env = "THREADLINE_API_KEY",
-        hide_env_values = true,
-        value_name = "KEY"
-    )]
-    api_key: Option<String>,
+    #[command(flatten)]
+    api_key: crate::ApiKeyArg,
     /// Target spans per second across all workers; 0 sends as fast as acks allow.
     #[arg(long, default_value_t = 0)]
     rate: u64,
@@ -193,7 +187,7 @@ async fn worker_loop(
             body = enc.finish()?;
             req = req.header("content-encoding", "gzip");
         }
-        if let Some(key) = &args.api_key {
+        if let Some(key) = &args.api_key.key {
             req = req.bearer_auth(key);
         }
         tally

@@ -74,14 +74,21 @@ pub(crate) struct ClientArgs {
     /// Base URL of the Threadline JSON API.
     #[arg(long, default_value = "http://127.0.0.1:8080", value_name = "URL")]
     server: String,
+    #[command(flatten)]
+    api_key: ApiKeyArg,
+}
+
+/// `--api-key`, shared by every command that talks to a server.
+#[derive(Args, Clone)]
+pub(crate) struct ApiKeyArg {
     /// API key (sent as a Bearer token).
     #[arg(
-        long,
+        long = "api-key",
         env = "THREADLINE_API_KEY",
         hide_env_values = true,
         value_name = "KEY"
     )]
-    api_key: Option<String>,
+    pub(crate) key: Option<String>,
 }
 
 #[derive(Args)]

@@ -132,12 +132,7 @@ fn span_from_row(
     let span_id: Vec<u8> = row.get(1).map_err(get_err)?;
     let parent: Option<Vec<u8>> = row.get(2).map_err(get_err)?;
     let origin_hash: i64 = row.get(8).map_err(get_err)?;
-    let slot = DetailSlot {
-        block_id: row.get(9).map_err(get_err)?,
-        offset: row.get(10).map_err(get_err)?,
-        len: row.get(11).map_err(get_err)?,
-    };
-    let (detail, llm) = blocks.detail(conn, slot)?;
+    let (detail, llm) = blocks.detail(conn, DetailSlot::from_row(conn, row, 9)?)?;
     let corrupt = |e: threadline_model::IdError| StoreError::Corrupt(e.to_string());
     Ok(SpanRecord {
         trace_id: TraceId::from_bytes(&trace_id).map_err(corrupt)?,
@@ -202,6 +197,18 @@ struct DetailSlot {
     block_id: i64,
     offset: u32,
     len: u32,
+}
+
+impl DetailSlot {
+    /// Reads `block_id, block_offset, block_len` starting at column `first`.
+    fn from_row(conn: &Connection, row: &Row<'_>, first: usize) -> Result<Self, StoreError> {
+        let get_err = |e| sqlite_err(conn, e);
+        Ok(Self {
+            block_id: row.get(first).map_err(get_err)?,
+            offset: row.get(first + 1).map_err(get_err)?,
+            len: row.get(first + 2).map_err(get_err)?,
+        })
+    }
 }
 
 /// Detail blocks decompressed once per query (bounded: a scan may touch many).
@@ -404,11 +411,7 @@ pub(crate) fn search(
             start_ns: row.get(0).map_err(|e| sqlite_err(conn, e))?,
             trace_id: row.get(1).map_err(|e| sqlite_err(conn, e))?,
             origin_hash: row.get(2).map_err(|e| sqlite_err(conn, e))?,
-            slot: DetailSlot {
-                block_id: row.get(3).map_err(|e| sqlite_err(conn, e))?,
-                offset: row.get(4).map_err(|e| sqlite_err(conn, e))?,
-                len: row.get(5).map_err(|e| sqlite_err(conn, e))?,
-            },
+            slot: DetailSlot::from_row(conn, row, 3)?,
         };
         if group.first().is_some_and(|g| g.start_ns != cand.start_ns)
             && flush(&mut group, &mut emitted)?
@@ -482,11 +485,7 @@ fn matched_before_cursor(
                 continue;
             }
             let origin_hash: i64 = row.get(1).map_err(|e| sqlite_err(conn, e))?;
-            let slot = DetailSlot {
-                block_id: row.get(2).map_err(|e| sqlite_err(conn, e))?,
-                offset: row.get(3).map_err(|e| sqlite_err(conn, e))?,
-                len: row.get(4).map_err(|e| sqlite_err(conn, e))?,
-            };
+            let slot = DetailSlot::from_row(conn, row, 2)?;
             if matcher.matches(conn, slot, origin_hash)? {
                 return Ok(true);
             }
