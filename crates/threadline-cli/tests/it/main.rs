@@ -10,3 +10,4 @@ mod harness;
 mod http_ingest;
 mod python_sdk;
 mod tenants;
+mod tidy;
