@@ -117,9 +117,19 @@ impl ServerConfig {
                     path: path.to_owned(),
                     source,
                 })?;
-                toml::from_str::<FileConfig>(&text).map_err(|e| ConfigError::Parse {
-                    path: path.to_owned(),
-                    message: e.to_string(),
+                toml::from_str::<FileConfig>(&text).map_err(|e| {
+                    // The message and line only: toml's full rendering quotes the
+                    // offending line, which may hold an API key.
+                    let line = e
+                        .span()
+                        .map(|span| text[..span.start.min(text.len())].lines().count().max(1));
+                    ConfigError::Parse {
+                        path: path.to_owned(),
+                        message: match line {
+                            Some(n) => format!("line {n}: {}", e.message()),
+                            None => e.message().to_owned(),
+                        },
+                    }
                 })?
             }
             None => FileConfig::default(),
@@ -307,5 +317,13 @@ mod tests {
         assert!(err.contains("shorter than 16"), "{err}");
         assert!(!err.contains("short-secret"), "{err}");
         assert!(load("[server]\nbogus = 1\n", ConfigOverrides::default()).is_err());
+        let err = load(
+            "[[tenants]]\nid = \"acme\"\napi_keys = [\"secret-key-0123456789\", 7]\n",
+            ConfigOverrides::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("line 3"), "{err}");
+        assert!(!err.contains("secret-key-0123456789"), "{err}");
     }
 }
