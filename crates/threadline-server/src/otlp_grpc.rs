@@ -1,59 +1,156 @@
 //! OTLP/gRPC receiver: `opentelemetry.proto.collector.trace.v1.TraceService/Export`.
+//!
+//! Served by hand instead of through the generated `TraceServiceServer` for two
+//! reasons: the generated codec decodes the request on the async runtime and answers a
+//! malformed message with INTERNAL, where OTLP asks for INVALID_ARGUMENT. Here the
+//! codec hands over the raw message and the decode runs with the rest of the CPU-bound
+//! ingest work on the blocking pool, failing with INVALID_ARGUMENT.
 
+use std::convert::Infallible;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
+use bytes::{Buf, Bytes};
+use prost::Message;
 use threadline_ingest::{ExportTraceServiceRequest, ExportTraceServiceResponse};
-use tonic::codec::CompressionEncoding;
+use tonic::codec::{
+    Codec, CompressionEncoding, DecodeBuf, Decoder, EnabledCompressionEncodings, EncodeBuf, Encoder,
+};
+use tonic::codegen::{http, BoxFuture, Service, StdError};
+use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Request, Response, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::ingest::{self, IngestContext, IngestFailure};
 
-pub(crate) struct GrpcTraceService {
-    ctx: IngestContext,
-}
+const EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
 
-pub(crate) fn service(
+/// The trace service, mounted on the gRPC listener.
+#[derive(Clone)]
+pub(crate) struct OtlpGrpcService {
     ctx: IngestContext,
     max_message_bytes: usize,
-) -> TraceServiceServer<GrpcTraceService> {
-    TraceServiceServer::new(GrpcTraceService { ctx })
-        .accept_compressed(CompressionEncoding::Gzip)
-        .send_compressed(CompressionEncoding::Gzip)
-        .max_decoding_message_size(max_message_bytes)
 }
 
-#[tonic::async_trait]
-impl TraceService for GrpcTraceService {
-    async fn export(
-        &self,
-        request: Request<ExportTraceServiceRequest>,
-    ) -> Result<Response<ExportTraceServiceResponse>, Status> {
-        let authorization = request
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let tenant = self
-            .ctx
-            .auth
-            .authenticate(authorization.as_deref())
-            .map_err(|e| Status::unauthenticated(e.to_string()))?;
-        let store = self.ctx.store.clone();
-        let body = request.into_inner();
-        let ready = self
-            .ctx
-            .run_cpu(move || ingest::prepare(&store, &tenant, body))
-            .await
-            .and_then(|prepared| prepared)
-            .map_err(to_status)?;
-        let response = ingest::commit(&self.ctx.store, &self.ctx.stats, ready)
-            .await
-            .map_err(to_status)?;
-        Ok(Response::new(response))
+pub(crate) fn service(ctx: IngestContext, max_message_bytes: usize) -> OtlpGrpcService {
+    OtlpGrpcService {
+        ctx,
+        max_message_bytes,
+    }
+}
+
+impl NamedService for OtlpGrpcService {
+    const NAME: &'static str = "opentelemetry.proto.collector.trace.v1.TraceService";
+}
+
+impl<B> Service<http::Request<B>> for OtlpGrpcService
+where
+    B: tonic::codegen::Body + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        if req.uri().path() != EXPORT_PATH {
+            return Box::pin(async move {
+                Ok(
+                    Status::unimplemented(format!("no gRPC method {}", req.uri().path()))
+                        .into_http(),
+                )
+            });
+        }
+        let mut gzip = EnabledCompressionEncodings::default();
+        gzip.enable(CompressionEncoding::Gzip);
+        let mut grpc = Grpc::new(RawRequestCodec)
+            .apply_compression_config(gzip, gzip)
+            .apply_max_message_size_config(Some(self.max_message_bytes), None);
+        let method = ExportMethod(self.ctx.clone());
+        Box::pin(async move { Ok(grpc.unary(method, req).await) })
+    }
+}
+
+/// `Export`: the request arrives as raw protobuf bytes.
+struct ExportMethod(IngestContext);
+
+impl UnaryService<Bytes> for ExportMethod {
+    type Response = ExportTraceServiceResponse;
+    type Future = BoxFuture<Response<Self::Response>, Status>;
+
+    fn call(&mut self, request: Request<Bytes>) -> Self::Future {
+        let ctx = self.0.clone();
+        Box::pin(async move {
+            let authorization = request
+                .metadata()
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let tenant = ctx
+                .auth
+                .authenticate(authorization.as_deref())
+                .map_err(|e| Status::unauthenticated(e.to_string()))?;
+            let body = request.into_inner();
+            let store = ctx.store.clone();
+            let ready = ctx
+                .run_cpu(move || {
+                    let request = ExportTraceServiceRequest::decode(body).map_err(|e| {
+                        Status::invalid_argument(format!(
+                            "message is not a valid ExportTraceServiceRequest: {e}"
+                        ))
+                    })?;
+                    ingest::prepare(&store, &tenant, request).map_err(to_status)
+                })
+                .await
+                .map_err(to_status)??;
+            let response = ingest::commit(&ctx.store, &ctx.stats, ready)
+                .await
+                .map_err(to_status)?;
+            Ok(Response::new(response))
+        })
+    }
+}
+
+/// Decodes nothing (the bytes go to the blocking pool), encodes responses with prost.
+#[derive(Clone, Copy, Default)]
+struct RawRequestCodec;
+
+impl Codec for RawRequestCodec {
+    type Encode = ExportTraceServiceResponse;
+    type Decode = Bytes;
+    type Encoder = RawRequestCodec;
+    type Decoder = RawRequestCodec;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        RawRequestCodec
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        RawRequestCodec
+    }
+}
+
+impl Encoder for RawRequestCodec {
+    type Item = ExportTraceServiceResponse;
+    type Error = Status;
+
+    fn encode(&mut self, item: Self::Item, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        item.encode(dst)
+            .map_err(|e| Status::internal(format!("cannot encode the response: {e}")))
+    }
+}
+
+impl Decoder for RawRequestCodec {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
+        let len = src.remaining();
+        Ok(Some(src.copy_to_bytes(len)))
     }
 }
 

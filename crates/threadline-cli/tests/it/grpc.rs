@@ -119,3 +119,80 @@ fn grpc_full_queue_is_resource_exhausted_with_retry_info() {
     }
     assert!(codes.iter().any(|r| r.is_ok()), "{codes:?}");
 }
+
+#[test]
+fn grpc_malformed_protobuf_is_invalid_argument() {
+    let server = TestServer::start();
+    // A gRPC frame (uncompressed, 4 bytes) whose protobuf is invalid, sent as raw HTTP/2.
+    let status = runtime().block_on(async {
+        let channel = tonic::transport::Channel::from_shared(server.otlp_grpc.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut grpc = tonic::client::Grpc::new(channel);
+        grpc.ready().await.unwrap();
+        let path = tonic::codegen::http::uri::PathAndQuery::from_static(
+            "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+        );
+        grpc.unary::<RawBytes, RawBytes, RawCodec>(
+            tonic::Request::new(RawBytes(vec![0x0a, 0xff, 0xff, 0xff, 0x0f])),
+            path,
+            RawCodec,
+        )
+        .await
+        .unwrap_err()
+    });
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+}
+
+/// Bytes sent as they are: lets a test put an invalid message on the wire.
+#[derive(Debug, Clone)]
+struct RawBytes(Vec<u8>);
+
+#[derive(Debug, Clone, Default)]
+struct RawCodec;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = RawBytes;
+    type Decode = RawBytes;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        RawCodec
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        RawCodec
+    }
+}
+
+impl tonic::codec::Encoder for RawCodec {
+    type Item = RawBytes;
+    type Error = tonic::Status;
+
+    fn encode(
+        &mut self,
+        item: RawBytes,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        use bytes::BufMut;
+        dst.put_slice(&item.0);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawCodec {
+    type Item = RawBytes;
+    type Error = tonic::Status;
+
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<RawBytes>, tonic::Status> {
+        use bytes::Buf;
+        let n = src.remaining();
+        Ok(Some(RawBytes(src.copy_to_bytes(n).to_vec())))
+    }
+}
