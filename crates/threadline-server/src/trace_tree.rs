@@ -99,7 +99,7 @@ mod tests {
     fn self_time_subtracts_the_union_of_children() {
         assert_eq!(self_time(0, 100, vec![]), 100);
         assert_eq!(self_time(0, 100, vec![(10, 30), (20, 40)]), 70);
-        assert_eq!(self_time(0, 100, vec![(90, 150), (-0i64 as u64, 5)]), 85);
+        assert_eq!(self_time(0, 100, vec![(90, 150), (0, 5)]), 85);
         assert_eq!(self_time(0, 100, vec![(0, 100), (10, 20)]), 0);
     }
 }

@@ -29,6 +29,11 @@ pub enum StoreError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("cannot start the {name} thread: {source}")]
+    Thread {
+        name: &'static str,
+        source: std::io::Error,
+    },
     #[error("sqlite error on {path}: {source}")]
     Sqlite {
         path: PathBuf,
@@ -96,7 +101,7 @@ impl SqliteStore {
         let path = data_dir.join(DB_FILE_NAME);
         let mut conn = schema::open_connection(&path)?;
         schema::migrate(&mut conn, &path)?;
-        let writer = writer::WriterHandle::spawn(conn, path.clone(), config);
+        let writer = writer::WriterHandle::spawn(conn, path.clone(), config)?;
         let (stop_checkpointer, stop) = std::sync::mpsc::channel();
         schema::spawn_checkpointer(&path, stop)?;
         Ok(Self {

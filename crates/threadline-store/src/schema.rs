@@ -1,7 +1,7 @@
 //! The SQLite schema and its migrations. Each migration runs once, in order, inside a
 //! transaction; `PRAGMA user_version` records how far a database has come.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use rusqlite::Connection;
 
@@ -172,8 +172,8 @@ pub(crate) fn spawn_checkpointer(
                 return;
             }
         })
-        .map_err(|source| StoreError::CreateDir {
-            path: PathBuf::from("threadline-checkpoint thread"),
+        .map_err(|source| StoreError::Thread {
+            name: "threadline-checkpoint",
             source,
         })?;
     Ok(())

@@ -184,7 +184,11 @@ pub(crate) struct WriterHandle {
 }
 
 impl WriterHandle {
-    pub(crate) fn spawn(conn: Connection, path: PathBuf, config: SqliteConfig) -> Self {
+    pub(crate) fn spawn(
+        conn: Connection,
+        path: PathBuf,
+        config: SqliteConfig,
+    ) -> Result<Self, StoreError> {
         let (sender, receiver) = mpsc::sync_channel(config.max_queued_batches);
         let counters = Arc::new(Counters::default());
         let thread_counters = Arc::clone(&counters);
@@ -192,12 +196,15 @@ impl WriterHandle {
         std::thread::Builder::new()
             .name("threadline-writer".to_owned())
             .spawn(move || run_writer(conn, path, receiver, thread_counters, max_spans))
-            .expect("spawning the writer thread should succeed at startup");
-        Self {
+            .map_err(|source| StoreError::Thread {
+                name: "threadline-writer",
+                source,
+            })?;
+        Ok(Self {
             sender,
             counters,
             max_queued_bytes: config.max_queued_bytes,
-        }
+        })
     }
 
     pub(crate) fn submit(&self, batch: PreparedBatch) -> Result<WriteAck, StoreError> {
