@@ -3,6 +3,7 @@
 //! attributes and realistic prompt/response sizes. Reports acked spans/s and the ack
 //! latency distribution (time from sending a batch to its 2xx, i.e. its commit).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -83,7 +84,7 @@ pub(crate) async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
     );
     let started = Instant::now();
     let mut workers = Vec::new();
-    for _ in 0..args.concurrency {
+    for worker in 0..args.concurrency {
         let (client, url, corpus, tally, stop, args) = (
             client.clone(),
             url.clone(),
@@ -93,7 +94,7 @@ pub(crate) async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
             args.clone(),
         );
         workers.push(tokio::spawn(async move {
-            worker_loop(client, url, corpus, tally, stop, args).await
+            worker_loop(worker, client, url, corpus, tally, stop, args).await
         }));
     }
     while started.elapsed() < duration {
@@ -151,6 +152,7 @@ pub(crate) async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
 }
 
 async fn worker_loop(
+    worker: usize,
     client: reqwest::Client,
     url: String,
     corpus: Arc<TextCorpus>,
@@ -165,16 +167,28 @@ async fn worker_loop(
     let mut ticker = (args.rate > 0).then(|| {
         let batches_per_s = args.rate as f64 / spans_per_batch as f64;
         let period = Duration::from_secs_f64(args.concurrency as f64 / batches_per_s);
-        let mut t = tokio::time::interval(period);
+        // Workers start evenly staggered over one period, so a fixed rate arrives
+        // evenly spread rather than as bursts of `concurrency` requests.
+        let offset = period.mul_f64(worker as f64 / args.concurrency as f64);
+        let mut t = tokio::time::interval_at(tokio::time::Instant::now() + offset, period);
         t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         t
     });
     let mut latencies = Vec::new();
+    // A few requests built once per worker, then re-sent with fresh ids and times:
+    // building hundreds of attribute strings per request cost the loadgen, which
+    // shares the cores with the server, more than encoding them.
+    let mut templates: Vec<ExportTraceServiceRequest> = (0..TEMPLATES_PER_WORKER)
+        .map(|_| build_request(&mut rng, &corpus, traces_per_batch))
+        .collect();
+    let mut next = 0;
     while !stop.load(Ordering::Relaxed) {
         if let Some(t) = ticker.as_mut() {
             t.tick().await;
         }
-        let request = build_request(&mut rng, &corpus, traces_per_batch);
+        let request = &mut templates[next % TEMPLATES_PER_WORKER];
+        next += 1;
+        refresh_ids_and_times(request, &mut rng);
         let mut body = request.encode_to_vec();
         let protobuf_bytes = body.len() as u64;
         let mut req = client
@@ -228,6 +242,48 @@ async fn worker_loop(
         }
     }
     Ok(latencies)
+}
+
+/// Requests each worker builds up front and re-sends with fresh ids and times.
+const TEMPLATES_PER_WORKER: usize = 4;
+
+/// Gives every trace and span of `request` a new random id (keeping parent links and
+/// trace membership) and moves all times so the newest root starts about now.
+fn refresh_ids_and_times(request: &mut ExportTraceServiceRequest, rng: &mut SmallRng) {
+    let spans = || {
+        request
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .flat_map(|s| &s.spans)
+    };
+    let latest_start = spans().map(|s| s.start_time_unix_nano).max().unwrap_or(0);
+    let shift = now_nanos().saturating_sub(latest_start);
+    let mut new_trace: HashMap<Vec<u8>, [u8; 16]> = HashMap::new();
+    let mut new_span: HashMap<Vec<u8>, [u8; 8]> = HashMap::new();
+    for span in spans() {
+        new_trace
+            .entry(span.trace_id.clone())
+            .or_insert_with(|| rng.random());
+        new_span
+            .entry(span.span_id.clone())
+            .or_insert_with(|| rng.random());
+    }
+    let spans_mut = request
+        .resource_spans
+        .iter_mut()
+        .flat_map(|r| &mut r.scope_spans)
+        .flat_map(|s| &mut s.spans);
+    for span in spans_mut {
+        let (trace_id, span_id) = (new_trace[&span.trace_id], new_span[&span.span_id]);
+        span.trace_id.copy_from_slice(&trace_id);
+        span.span_id.copy_from_slice(&span_id);
+        if let Some(parent) = new_span.get(&span.parent_span_id) {
+            span.parent_span_id.copy_from_slice(parent);
+        }
+        span.start_time_unix_nano += shift;
+        span.end_time_unix_nano += shift;
+    }
 }
 
 /// Pre-generated prompts and responses, so sending costs little CPU.

@@ -96,23 +96,19 @@ pub(crate) struct IngestContext {
     pub(crate) store: SqliteStore,
     pub(crate) stats: Arc<IngestStats>,
     pub(crate) auth: Arc<crate::auth::Authenticator>,
-    /// Bounds decode/convert/encode work running at once to about the core count: more
-    /// would not go faster, and every extra thread keeps its own allocator heap.
-    pub(crate) cpu_permits: Arc<tokio::sync::Semaphore>,
+    /// Decode/convert/encode work runs here, off the async runtime, about one task per
+    /// core: more at once would not go faster, and each thread keeps an allocator heap.
+    pub(crate) cpu_pool: Arc<crate::cpu_pool::CpuPool>,
 }
 
 impl IngestContext {
-    /// Runs CPU-bound ingest work on the blocking pool, at most `cpu_permits` at a time.
+    /// Runs CPU-bound ingest work on the ingest CPU pool.
     pub(crate) async fn run_cpu<T: Send + 'static>(
         &self,
         work: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, IngestFailure> {
-        let _permit = self
-            .cpu_permits
-            .acquire()
-            .await
-            .map_err(|_| IngestFailure::Unavailable("server is shutting down".to_owned()))?;
-        tokio::task::spawn_blocking(work)
+        self.cpu_pool
+            .run(work)
             .await
             .map_err(|e| IngestFailure::Unavailable(format!("ingest task failed: {e}")))
     }

@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod config;
+mod cpu_pool;
 mod dto;
 mod error;
 mod ingest;
@@ -34,6 +35,8 @@ pub enum ServeError {
     },
     #[error("{what} listener failed: {message}")]
     Listener { what: &'static str, message: String },
+    #[error("cannot start the ingest worker threads: {0}")]
+    IngestThreads(std::io::Error),
 }
 
 /// Opens the store, binds the three listeners (logging one line each, with the real
@@ -55,7 +58,7 @@ pub async fn serve(
         store: store.clone(),
         stats: Arc::clone(&stats),
         auth: Arc::clone(&auth),
-        cpu_permits: Arc::new(tokio::sync::Semaphore::new(cores + 1)),
+        cpu_pool: Arc::new(cpu_pool::CpuPool::start(cores + 1).map_err(ServeError::IngestThreads)?),
     };
 
     let bind = |what: &'static str, addr: SocketAddr| async move {
