@@ -6,10 +6,16 @@
 //! them with postcard); API shapes are written as DTOs in the server crate.
 
 mod ids;
+mod lineage;
 mod llm;
 mod span;
 
 pub use ids::{IdError, SpanId, TenantId, TraceId};
+pub use lineage::{
+    Direction, EdgeEnd, EdgeKind, EdgeUpsert, GraphUpdate, LineageEdge, LineageEventKey,
+    LineageGraph, LineageNode, NodeId, NodeIdError, NodeKind, NodeUpsert, RunState, RunTransition,
+    UnknownNodeKind,
+};
 pub use llm::{LlmView, RejectionReason};
 pub use span::{
     AttrValue, Attribute, InstrumentationScope, SpanDetail, SpanEvent, SpanKind, SpanLink,

@@ -5,6 +5,7 @@
 //! the trait will be extracted when that second implementation lands, not before.
 
 mod codec;
+mod graph;
 mod query;
 mod schema;
 mod trace_lookup;
@@ -14,10 +15,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use rusqlite::Connection;
-use threadline_model::{SpanRecord, TenantId, TraceId};
+use threadline_model::{
+    GraphUpdate, LineageGraph, LineageNode, NodeId, NodeKind, SpanRecord, TenantId, TraceId,
+};
 
 pub use query::{ServiceSummary, TraceCursor, TracePage, TraceQuery, TraceSummary};
-pub use writer::{PreparedBatch, WriteAck, WriterStats};
+pub use graph::WalkLimits;
+pub use writer::{Applied, PreparedBatch, WriteAck, WriterStats};
 
 /// The database file inside the data directory.
 pub const DB_FILE_NAME: &str = "threadline.db";
@@ -140,7 +144,52 @@ impl SqliteStore {
         spans: &[SpanRecord],
     ) -> Result<(), StoreError> {
         let ack = self.submit(self.prepare(tenant, spans)?)?;
-        ack.wait_blocking()
+        ack.wait_blocking().map(|_| ())
+    }
+
+    /// Queues a lineage graph change; the ack says whether it changed anything (an
+    /// update keyed by an already-stored event does not).
+    pub fn submit_graph(
+        &self,
+        tenant: &TenantId,
+        update: GraphUpdate,
+        received_ns: i64,
+    ) -> Result<WriteAck, StoreError> {
+        self.inner.writer.submit_graph(writer::GraphJob {
+            tenant: tenant.clone(),
+            update,
+            received_ns,
+        })
+    }
+
+    /// The node ids `name` may mean: a `kind:key` that exists, else every node whose
+    /// key or bare name (last `:`-segment) is `name`.
+    pub fn resolve_node(&self, tenant: &TenantId, name: &str) -> Result<Vec<NodeId>, StoreError> {
+        self.with_reader(|conn| graph::resolve(conn, tenant.as_str(), name))
+    }
+
+    pub fn get_node(&self, tenant: &TenantId, id: &NodeId) -> Result<Option<LineageNode>, StoreError> {
+        self.with_reader(|conn| graph::get_node(conn, tenant.as_str(), id))
+    }
+
+    /// Nodes of one kind, most recently seen first.
+    pub fn nodes_of_kind(
+        &self,
+        tenant: &TenantId,
+        kind: NodeKind,
+        limit: usize,
+    ) -> Result<Vec<LineageNode>, StoreError> {
+        self.with_reader(|conn| graph::nodes_of_kind(conn, tenant.as_str(), kind, limit))
+    }
+
+    /// The subgraph reached from `start`; `None` when the tenant has no such node.
+    pub fn walk(
+        &self,
+        tenant: &TenantId,
+        start: &NodeId,
+        limits: &WalkLimits,
+    ) -> Result<Option<LineageGraph>, StoreError> {
+        self.with_reader(|conn| graph::walk(conn, tenant.as_str(), start, limits))
     }
 
     pub fn writer_stats(&self) -> WriterStats {

@@ -69,6 +69,42 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX spans_by_route ON spans (tenant_id, route, start_ns) WHERE route IS NOT NULL;
      CREATE INDEX spans_by_adapter ON spans (tenant_id, adapter, start_ns) WHERE adapter IS NOT NULL;
      CREATE INDEX spans_with_error ON spans (tenant_id, start_ns) WHERE status_code = 2;",
+    // 2: the lineage graph. Node ids are per tenant; `name` is the last `:`-segment of
+    //    the key so a bare name ("fin-qa" for dataset:warehouse:fin-qa) resolves.
+    //    Edges point the way data flows (src feeds dst). OpenLineage events are kept
+    //    raw, unique per (subject, type, time) so a re-sent event is stored once.
+    "CREATE TABLE graph_nodes (
+        id INTEGER PRIMARY KEY,
+        tenant_id INTEGER NOT NULL REFERENCES tenants(id),
+        kind TEXT NOT NULL,
+        key TEXT NOT NULL,
+        name TEXT NOT NULL,
+        first_seen_ns INTEGER NOT NULL,
+        last_seen_ns INTEGER NOT NULL,
+        props TEXT NOT NULL DEFAULT '{}',
+        UNIQUE (tenant_id, kind, key)
+     );
+     CREATE INDEX graph_nodes_by_name ON graph_nodes (tenant_id, name);
+     CREATE TABLE graph_edges (
+        src INTEGER NOT NULL REFERENCES graph_nodes(id),
+        dst INTEGER NOT NULL REFERENCES graph_nodes(id),
+        kind TEXT NOT NULL,
+        tenant_id INTEGER NOT NULL,
+        first_seen_ns INTEGER NOT NULL,
+        last_seen_ns INTEGER NOT NULL,
+        evidence TEXT NOT NULL DEFAULT '{}',
+        PRIMARY KEY (src, dst, kind)
+     ) WITHOUT ROWID;
+     CREATE INDEX graph_edges_by_dst ON graph_edges (dst, src, kind);
+     CREATE TABLE lineage_events (
+        tenant_id INTEGER NOT NULL REFERENCES tenants(id),
+        subject TEXT NOT NULL,
+        event_type TEXT NOT NULL,
+        event_time TEXT NOT NULL,
+        received_ns INTEGER NOT NULL,
+        event TEXT NOT NULL,
+        PRIMARY KEY (tenant_id, subject, event_type, event_time)
+     ) WITHOUT ROWID;",
 ];
 
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

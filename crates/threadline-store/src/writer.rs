@@ -128,23 +128,63 @@ impl PreparedBatch {
     }
 }
 
-/// Resolves when the batch is committed to disk, or the commit failed.
-pub struct WriteAck(oneshot::Receiver<Result<(), String>>);
+/// What the writer reports for one job once its transaction is over.
+type JobOutcome = Result<Applied, String>;
+
+/// Whether a committed job changed anything: false for an already-stored lineage event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Applied(pub bool);
+
+/// Resolves when the job is committed to disk, or the commit failed.
+pub struct WriteAck(oneshot::Receiver<JobOutcome>);
 
 impl WriteAck {
-    pub async fn wait(self) -> Result<(), StoreError> {
-        match self.0.await {
-            Ok(Ok(())) => Ok(()),
+    pub async fn wait(self) -> Result<Applied, StoreError> {
+        Self::outcome(self.0.await)
+    }
+
+    pub fn wait_blocking(self) -> Result<Applied, StoreError> {
+        Self::outcome(self.0.blocking_recv())
+    }
+
+    fn outcome(
+        received: Result<JobOutcome, oneshot::error::RecvError>,
+    ) -> Result<Applied, StoreError> {
+        match received {
+            Ok(Ok(applied)) => Ok(applied),
             Ok(Err(msg)) => Err(StoreError::Corrupt(format!("commit failed: {msg}"))),
             Err(_) => Err(StoreError::WriterStopped),
         }
     }
+}
 
-    pub fn wait_blocking(self) -> Result<(), StoreError> {
-        match self.0.blocking_recv() {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(msg)) => Err(StoreError::Corrupt(format!("commit failed: {msg}"))),
-            Err(_) => Err(StoreError::WriterStopped),
+/// A lineage graph change for the writer.
+pub(crate) struct GraphJob {
+    pub(crate) tenant: TenantId,
+    pub(crate) update: threadline_model::GraphUpdate,
+    pub(crate) received_ns: i64,
+}
+
+enum Work {
+    Spans(PreparedBatch),
+    Graph(GraphJob),
+}
+
+impl Work {
+    fn span_count(&self) -> usize {
+        match self {
+            Work::Spans(b) => b.rows.len(),
+            Work::Graph(g) => 1 + g.update.nodes.len() + g.update.edges.len(),
+        }
+    }
+
+    fn encoded_bytes(&self) -> usize {
+        match self {
+            Work::Spans(b) => b.encoded_bytes,
+            Work::Graph(g) => {
+                256 * (1 + g.update.nodes.len() + g.update.edges.len())
+                    + g.update.event.as_ref().map_or(0, |(_, raw)| raw.to_string().len())
+            }
         }
     }
 }
@@ -164,8 +204,10 @@ pub struct WriterStats {
 const WRITER_CHECKPOINT_BYTES: usize = 4 * 1024 * 1024;
 
 struct Job {
-    batch: PreparedBatch,
-    ack: oneshot::Sender<Result<(), String>>,
+    work: Work,
+    /// Encoded size, counted against the queue's byte bound.
+    bytes: usize,
+    ack: oneshot::Sender<JobOutcome>,
 }
 
 #[derive(Default)]
@@ -208,7 +250,15 @@ impl WriterHandle {
     }
 
     pub(crate) fn submit(&self, batch: PreparedBatch) -> Result<WriteAck, StoreError> {
-        let bytes = batch.encoded_bytes;
+        self.submit_work(Work::Spans(batch))
+    }
+
+    pub(crate) fn submit_graph(&self, job: GraphJob) -> Result<WriteAck, StoreError> {
+        self.submit_work(Work::Graph(job))
+    }
+
+    fn submit_work(&self, work: Work) -> Result<WriteAck, StoreError> {
+        let bytes = work.encoded_bytes();
         let queued_bytes = self.counters.queued_bytes.load(Ordering::Relaxed);
         let full = || StoreError::QueueFull {
             queued_batches: self.counters.queued_batches.load(Ordering::Relaxed),
@@ -222,7 +272,11 @@ impl WriterHandle {
         self.counters
             .queued_bytes
             .fetch_add(bytes, Ordering::Relaxed);
-        match self.sender.try_send(Job { batch, ack: tx }) {
+        match self.sender.try_send(Job {
+            work,
+            bytes,
+            ack: tx,
+        }) {
             Ok(()) => Ok(WriteAck(rx)),
             Err(e) => {
                 self.counters.queued_batches.fetch_sub(1, Ordering::Relaxed);
@@ -254,6 +308,7 @@ impl WriterHandle {
 struct WriterCache {
     tenant_ids: HashMap<TenantId, i64>,
     origins: HashSet<(i64, i64)>,
+    graph: crate::graph::GraphCache,
 }
 
 fn run_writer(
@@ -266,27 +321,34 @@ fn run_writer(
     let mut cache = WriterCache::default();
     let mut written_since_checkpoint = 0usize;
     while let Ok(first) = receiver.recv() {
-        let mut spans = first.batch.rows.len();
+        let mut rows = first.work.span_count();
         let mut jobs = vec![first];
-        while spans < max_spans {
+        while rows < max_spans {
             match receiver.try_recv() {
                 Ok(job) => {
-                    spans += job.batch.rows.len();
+                    rows += job.work.span_count();
                     jobs.push(job);
                 }
                 Err(_) => break,
             }
         }
+        let spans: usize = jobs
+            .iter()
+            .map(|j| match &j.work {
+                Work::Spans(b) => b.rows.len(),
+                Work::Graph(_) => 0,
+            })
+            .sum();
         let started = Instant::now();
         let result = commit_jobs(&mut conn, &jobs, &mut cache);
         let elapsed = started.elapsed().as_nanos() as u64;
-        let bytes: usize = jobs.iter().map(|j| j.batch.encoded_bytes).sum();
+        let bytes: usize = jobs.iter().map(|j| j.bytes).sum();
         counters
             .queued_batches
             .fetch_sub(jobs.len(), Ordering::Relaxed);
         counters.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
-        let outcome = match result {
-            Ok(()) => {
+        let outcomes = match result {
+            Ok(outcomes) => {
                 counters
                     .spans_committed
                     .fetch_add(spans as u64, Ordering::Relaxed);
@@ -294,13 +356,13 @@ fn run_writer(
                 counters
                     .commit_nanos_total
                     .fetch_add(elapsed, Ordering::Relaxed);
-                Ok(())
+                outcomes
             }
             Err(e) => {
                 tracing::error!(path = %path.display(), error = %e, "commit failed");
                 // The transaction rolled back: forget what it may have inserted.
                 cache = WriterCache::default();
-                Err(e.to_string())
+                vec![Err(e.to_string()); jobs.len()]
             }
         };
         // Finish the background checkpointer's work from the writer itself now and then:
@@ -321,24 +383,54 @@ fn run_writer(
                 }
             }
         }
-        for job in jobs {
+        for (job, outcome) in jobs.into_iter().zip(outcomes) {
             // A client that hung up no longer waits for its ack; nothing to do.
-            let _ = job.ack.send(outcome.clone());
+            let _ = job.ack.send(outcome);
         }
     }
 }
 
+/// One transaction for all jobs. A graph update that fails is rolled back alone (to
+/// its savepoint) and reported to its sender; any other failure fails the group.
 fn commit_jobs(
     conn: &mut Connection,
     jobs: &[Job],
     cache: &mut WriterCache,
-) -> Result<(), rusqlite::Error> {
-    let tx = conn.transaction()?;
+) -> Result<Vec<JobOutcome>, rusqlite::Error> {
+    let mut tx = conn.transaction()?;
+    let mut outcomes = Vec::with_capacity(jobs.len());
+    let mut graph_failed = false;
     for job in jobs {
-        let tenant_id = tenant_id(&tx, &job.batch.tenant, cache)?;
-        insert_batch(&tx, tenant_id, &job.batch, cache)?;
+        match &job.work {
+            Work::Spans(batch) => {
+                let tenant_id = tenant_id(&tx, &batch.tenant, cache)?;
+                insert_batch(&tx, tenant_id, batch, cache)?;
+                outcomes.push(Ok(Applied(true)));
+            }
+            Work::Graph(g) => {
+                let tenant_id = tenant_id(&tx, &g.tenant, cache)?;
+                let sp = tx.savepoint()?;
+                match crate::graph::apply(&sp, tenant_id, &g.update, g.received_ns, &mut cache.graph) {
+                    Ok(applied) => {
+                        sp.commit()?;
+                        outcomes.push(Ok(Applied(applied)));
+                    }
+                    Err(e) => {
+                        // Dropping the savepoint rolls it back.
+                        drop(sp);
+                        graph_failed = true;
+                        outcomes.push(Err(e.to_string()));
+                    }
+                }
+            }
+        }
     }
-    tx.commit()
+    if graph_failed {
+        // Cached graph rows may belong to the rolled-back savepoint.
+        cache.graph = Default::default();
+    }
+    tx.commit()?;
+    Ok(outcomes)
 }
 
 fn tenant_id(

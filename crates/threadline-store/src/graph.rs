@@ -1,0 +1,526 @@
+//! The lineage graph in SQLite: applying `GraphUpdate`s inside the writer's
+//! transaction (upserts that widen seen-intervals and merge JSON properties), and
+//! reading nodes and walking edges for queries.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use rusqlite::{params, params_from_iter, Connection, OptionalExtension};
+use threadline_model::{
+    Direction, EdgeEnd, EdgeKind, EdgeUpsert, GraphUpdate, LineageEdge, LineageGraph,
+    LineageNode, NodeId, NodeKind, NodeUpsert, RunTransition,
+};
+
+use crate::{sqlite_err, StoreError};
+
+/// Seen-intervals the writer already stored, so a binding seen again within this many
+/// nanoseconds of its stored last-seen costs no write (span ingest re-reveals the same
+/// edges on every request).
+const LAST_SEEN_SLACK_NS: i64 = 1_000_000_000;
+
+/// What the writer remembers about graph rows between commits.
+#[derive(Default)]
+pub(crate) struct GraphCache {
+    /// (tenant row id, node) → (row id, first seen, last seen) as stored.
+    nodes: HashMap<(i64, NodeId), (i64, i64, i64)>,
+    /// (src, dst, kind) → (first seen, last seen) as stored.
+    edges: HashMap<(i64, i64, EdgeKind), (i64, i64)>,
+}
+
+/// The bare name a node answers to: the key's last `:`-segment.
+fn bare_name(key: &str) -> &str {
+    key.rsplit(':').next().unwrap_or(key)
+}
+
+fn is_empty_object(v: &serde_json::Value) -> bool {
+    v.as_object().is_none_or(|m| m.is_empty())
+}
+
+/// Applies one update. Returns false (and changes nothing) when the update carries an
+/// event key that is already stored.
+pub(crate) fn apply(
+    tx: &Connection,
+    tenant_id: i64,
+    update: &GraphUpdate,
+    received_ns: i64,
+    cache: &mut GraphCache,
+) -> rusqlite::Result<bool> {
+    if let Some((key, raw)) = &update.event {
+        let inserted = tx
+            .prepare_cached(
+                "INSERT OR IGNORE INTO lineage_events
+                    (tenant_id, subject, event_type, event_time, received_ns, event)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?
+            .execute(params![
+                tenant_id,
+                key.subject,
+                key.event_type,
+                key.event_time,
+                received_ns,
+                raw.to_string()
+            ])?;
+        if inserted == 0 {
+            return Ok(false);
+        }
+    }
+    for node in &update.nodes {
+        upsert_node(tx, tenant_id, node, cache)?;
+    }
+    for edge in &update.edges {
+        upsert_edge(tx, tenant_id, edge, cache)?;
+    }
+    for run in &update.runs {
+        apply_run_transition(tx, tenant_id, run, cache)?;
+    }
+    Ok(true)
+}
+
+fn upsert_node(
+    tx: &Connection,
+    tenant_id: i64,
+    node: &NodeUpsert,
+    cache: &mut GraphCache,
+) -> rusqlite::Result<i64> {
+    let cache_key = (tenant_id, node.id.clone());
+    if let Some(&(row, first, last)) = cache.nodes.get(&cache_key) {
+        let covered = node.seen_ns >= first && node.seen_ns <= last + LAST_SEEN_SLACK_NS;
+        if covered && is_empty_object(&node.props) {
+            return Ok(row);
+        }
+    }
+    let (row, first, last): (i64, i64, i64) = tx
+        .prepare_cached(
+            "INSERT INTO graph_nodes (tenant_id, kind, key, name, first_seen_ns, last_seen_ns, props)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?5, json(?6))
+             ON CONFLICT (tenant_id, kind, key) DO UPDATE SET
+                first_seen_ns = min(first_seen_ns, excluded.first_seen_ns),
+                last_seen_ns = max(last_seen_ns, excluded.last_seen_ns),
+                props = json_patch(props, excluded.props)
+             RETURNING id, first_seen_ns, last_seen_ns",
+        )?
+        .query_row(
+            params![
+                tenant_id,
+                node.id.kind.as_str(),
+                node.id.key,
+                bare_name(&node.id.key),
+                node.seen_ns,
+                props_text(&node.props),
+            ],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?;
+    cache.nodes.insert(cache_key, (row, first, last));
+    Ok(row)
+}
+
+fn props_text(v: &serde_json::Value) -> String {
+    if v.is_object() {
+        v.to_string()
+    } else {
+        "{}".to_owned()
+    }
+}
+
+/// The row id of an edge end, creating nodes as needed.
+fn resolve_end(
+    tx: &Connection,
+    tenant_id: i64,
+    end: &EdgeEnd,
+    seen_ns: i64,
+    cache: &mut GraphCache,
+) -> rusqlite::Result<i64> {
+    let node = |id: &NodeId| NodeUpsert {
+        id: id.clone(),
+        seen_ns,
+        props: serde_json::Value::Null,
+    };
+    match end {
+        EdgeEnd::Node(id) => upsert_node(tx, tenant_id, &node(id), cache),
+        EdgeEnd::CurrentVersionOf(dataset) => {
+            let dataset_row = upsert_node(tx, tenant_id, &node(dataset), cache)?;
+            let newest: Option<i64> = tx
+                .prepare_cached(
+                    "SELECT dst FROM graph_edges WHERE src = ?1 AND kind = 'has_version'
+                     ORDER BY first_seen_ns DESC, dst DESC LIMIT 1",
+                )?
+                .query_row([dataset_row], |r| r.get(0))
+                .optional()?;
+            if let Some(row) = newest {
+                return Ok(row);
+            }
+            // Read before any version was reported: an "unversioned" version stands in.
+            let version = NodeId::dataset_version(dataset, "unversioned");
+            let version_row = upsert_node(tx, tenant_id, &node(&version), cache)?;
+            insert_edge_rows(
+                tx,
+                tenant_id,
+                (dataset_row, version_row, EdgeKind::HasVersion),
+                seen_ns,
+                &serde_json::Value::Null,
+                cache,
+            )?;
+            Ok(version_row)
+        }
+    }
+}
+
+fn upsert_edge(
+    tx: &Connection,
+    tenant_id: i64,
+    edge: &EdgeUpsert,
+    cache: &mut GraphCache,
+) -> rusqlite::Result<()> {
+    let src = resolve_end(tx, tenant_id, &edge.src, edge.seen_ns, cache)?;
+    let dst = resolve_end(tx, tenant_id, &edge.dst, edge.seen_ns, cache)?;
+    insert_edge_rows(
+        tx,
+        tenant_id,
+        (src, dst, edge.kind),
+        edge.seen_ns,
+        &edge.evidence,
+        cache,
+    )
+}
+
+fn insert_edge_rows(
+    tx: &Connection,
+    tenant_id: i64,
+    key: (i64, i64, EdgeKind),
+    seen_ns: i64,
+    evidence: &serde_json::Value,
+    cache: &mut GraphCache,
+) -> rusqlite::Result<()> {
+    if let Some(&(first, last)) = cache.edges.get(&key) {
+        let covered = seen_ns >= first && seen_ns <= last + LAST_SEEN_SLACK_NS;
+        if covered && is_empty_object(evidence) {
+            return Ok(());
+        }
+    }
+    let (first, last): (i64, i64) = tx
+        .prepare_cached(
+            "INSERT INTO graph_edges (src, dst, kind, tenant_id, first_seen_ns, last_seen_ns, evidence)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?5, json(?6))
+             ON CONFLICT (src, dst, kind) DO UPDATE SET
+                first_seen_ns = min(first_seen_ns, excluded.first_seen_ns),
+                last_seen_ns = max(last_seen_ns, excluded.last_seen_ns),
+                evidence = json_patch(evidence, excluded.evidence)
+             RETURNING first_seen_ns, last_seen_ns",
+        )?
+        .query_row(
+            params![
+                key.0,
+                key.1,
+                key.2.as_str(),
+                tenant_id,
+                seen_ns,
+                props_text(evidence)
+            ],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+    cache.edges.insert(key, (first, last));
+    Ok(())
+}
+
+/// Keeps the state of the latest event time (a terminal state wins a tie), the
+/// earliest START as `started_at_ns` and the latest terminal time as `ended_at_ns`.
+fn apply_run_transition(
+    tx: &Connection,
+    tenant_id: i64,
+    run: &RunTransition,
+    cache: &mut GraphCache,
+) -> rusqlite::Result<()> {
+    let row = upsert_node(
+        tx,
+        tenant_id,
+        &NodeUpsert {
+            id: run.run.clone(),
+            seen_ns: run.event_time_ns,
+            props: serde_json::Value::Null,
+        },
+        cache,
+    )?;
+    let props: String = tx
+        .prepare_cached("SELECT props FROM graph_nodes WHERE id = ?1")?
+        .query_row([row], |r| r.get(0))?;
+    let mut props: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(&props).unwrap_or_default();
+    let get = |m: &serde_json::Map<String, serde_json::Value>, k: &str| -> Option<i64> {
+        m.get(k).and_then(|v| v.as_i64())
+    };
+    let t = run.event_time_ns;
+    let state_time = get(&props, "state_time_ns");
+    let current_terminal = props
+        .get("state")
+        .and_then(|s| s.as_str())
+        .and_then(threadline_model::RunState::parse)
+        .is_some_and(|s| s.is_terminal());
+    let newer = match state_time {
+        None => true,
+        Some(st) => t > st || (t == st && (run.state.is_terminal() || !current_terminal)),
+    };
+    if newer {
+        props.insert("state".into(), run.state.as_str().into());
+        props.insert("state_time_ns".into(), t.into());
+    }
+    if run.state == threadline_model::RunState::Start
+        && get(&props, "started_at_ns").is_none_or(|s| t < s)
+    {
+        props.insert("started_at_ns".into(), t.into());
+    }
+    if run.state.is_terminal() && get(&props, "ended_at_ns").is_none_or(|e| t > e) {
+        props.insert("ended_at_ns".into(), t.into());
+    }
+    tx.prepare_cached("UPDATE graph_nodes SET props = ?2 WHERE id = ?1")?
+        .execute(params![row, serde_json::Value::Object(props).to_string()])?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------
+// Reads
+
+fn tenant_row(conn: &Connection, tenant: &str) -> Result<Option<i64>, StoreError> {
+    conn.prepare_cached("SELECT id FROM tenants WHERE name = ?1")
+        .and_then(|mut s| s.query_row([tenant], |r| r.get(0)).optional())
+        .map_err(|e| sqlite_err(conn, e))
+}
+
+fn parse_node_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, LineageNode)> {
+    let kind: String = r.get(1)?;
+    let props: String = r.get(5)?;
+    Ok((
+        r.get(0)?,
+        LineageNode {
+            id: NodeId::new(
+                kind.parse().unwrap_or(NodeKind::Dataset),
+                r.get::<_, String>(2)?,
+            ),
+            first_seen_ns: r.get(3)?,
+            last_seen_ns: r.get(4)?,
+            props: serde_json::from_str(&props).unwrap_or(serde_json::Value::Null),
+        },
+    ))
+}
+
+const NODE_COLUMNS: &str = "id, kind, key, first_seen_ns, last_seen_ns, props";
+
+/// The node ids `name` may mean: itself when it parses as an existing `kind:key`,
+/// else every node whose key or bare name is `name`.
+pub(crate) fn resolve(
+    conn: &Connection,
+    tenant: &str,
+    name: &str,
+) -> Result<Vec<NodeId>, StoreError> {
+    let Some(tenant_id) = tenant_row(conn, tenant)? else {
+        return Ok(Vec::new());
+    };
+    if let Ok(id) = name.parse::<NodeId>() {
+        if node_row(conn, tenant_id, &id)?.is_some() {
+            return Ok(vec![id]);
+        }
+    }
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT kind, key FROM graph_nodes WHERE tenant_id = ?1 AND name = ?2
+             UNION SELECT kind, key FROM graph_nodes WHERE tenant_id = ?1 AND key = ?2 LIMIT 50",
+        )
+        .map_err(|e| sqlite_err(conn, e))?;
+    let rows = stmt
+        .query_map(params![tenant_id, name], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+        })
+        .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| sqlite_err(conn, e))?;
+    let mut ids: Vec<NodeId> = rows
+        .into_iter()
+        .filter_map(|(kind, key)| Some(NodeId::new(kind.parse().ok()?, key)))
+        .collect();
+    ids.sort();
+    ids.dedup();
+    Ok(ids)
+}
+
+fn node_row(
+    conn: &Connection,
+    tenant_id: i64,
+    id: &NodeId,
+) -> Result<Option<(i64, LineageNode)>, StoreError> {
+    conn.prepare_cached(&format!(
+        "SELECT {NODE_COLUMNS} FROM graph_nodes WHERE tenant_id = ?1 AND kind = ?2 AND key = ?3"
+    ))
+    .and_then(|mut s| {
+        s.query_row(
+            params![tenant_id, id.kind.as_str(), id.key],
+            parse_node_row,
+        )
+        .optional()
+    })
+    .map_err(|e| sqlite_err(conn, e))
+}
+
+pub(crate) fn get_node(
+    conn: &Connection,
+    tenant: &str,
+    id: &NodeId,
+) -> Result<Option<LineageNode>, StoreError> {
+    let Some(tenant_id) = tenant_row(conn, tenant)? else {
+        return Ok(None);
+    };
+    Ok(node_row(conn, tenant_id, id)?.map(|(_, n)| n))
+}
+
+/// Nodes of one kind, newest first.
+pub(crate) fn nodes_of_kind(
+    conn: &Connection,
+    tenant: &str,
+    kind: NodeKind,
+    limit: usize,
+) -> Result<Vec<LineageNode>, StoreError> {
+    let Some(tenant_id) = tenant_row(conn, tenant)? else {
+        return Ok(Vec::new());
+    };
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "SELECT {NODE_COLUMNS} FROM graph_nodes WHERE tenant_id = ?1 AND kind = ?2
+             ORDER BY last_seen_ns DESC LIMIT ?3"
+        ))
+        .map_err(|e| sqlite_err(conn, e))?;
+    stmt.query_map(
+        params![tenant_id, kind.as_str(), limit as i64],
+        parse_node_row,
+    )
+    .and_then(|rows| rows.map(|r| r.map(|(_, n)| n)).collect())
+    .map_err(|e| sqlite_err(conn, e))
+}
+
+/// What a walk may visit.
+#[derive(Clone, Debug)]
+pub struct WalkLimits {
+    pub direction: Direction,
+    /// Hops from the start node.
+    pub depth: usize,
+    /// Stop expanding once this many nodes were reached.
+    pub max_nodes: usize,
+    /// Follow only these edge kinds (all when empty).
+    pub edge_kinds: Vec<EdgeKind>,
+}
+
+/// Breadth-first walk from `start`, one batched query per hop and direction.
+pub(crate) fn walk(
+    conn: &Connection,
+    tenant: &str,
+    start: &NodeId,
+    limits: &WalkLimits,
+) -> Result<Option<LineageGraph>, StoreError> {
+    let Some(tenant_id) = tenant_row(conn, tenant)? else {
+        return Ok(None);
+    };
+    let Some((start_row, start_node)) = node_row(conn, tenant_id, start)? else {
+        return Ok(None);
+    };
+    let mut seen: HashSet<i64> = HashSet::from([start_row]);
+    let mut order: Vec<i64> = vec![start_row];
+    let mut nodes: HashMap<i64, LineageNode> = HashMap::from([(start_row, start_node)]);
+    let mut edges: Vec<(i64, i64, LineageEdge)> = Vec::new();
+    let mut edge_seen: HashSet<(i64, i64, EdgeKind)> = HashSet::new();
+    let directions: &[bool] = match limits.direction {
+        Direction::Downstream => &[true],
+        Direction::Upstream => &[false],
+        Direction::Both => &[true, false],
+    };
+    for &downstream in directions {
+        let mut frontier: VecDeque<i64> = VecDeque::from([start_row]);
+        for _ in 0..limits.depth {
+            if frontier.is_empty() || seen.len() >= limits.max_nodes {
+                break;
+            }
+            let batch: Vec<i64> = frontier.drain(..).collect();
+            for chunk in batch.chunks(500) {
+                for (src, dst, edge) in edges_touching(conn, chunk, downstream)? {
+                    if !limits.edge_kinds.is_empty() && !limits.edge_kinds.contains(&edge.kind) {
+                        continue;
+                    }
+                    let next = if downstream { dst } else { src };
+                    if edge_seen.insert((src, dst, edge.kind)) {
+                        edges.push((src, dst, edge));
+                    }
+                    if seen.len() < limits.max_nodes && seen.insert(next) {
+                        order.push(next);
+                        frontier.push_back(next);
+                    }
+                }
+            }
+        }
+    }
+    let missing: Vec<i64> = order
+        .iter()
+        .copied()
+        .filter(|r| !nodes.contains_key(r))
+        .collect();
+    for chunk in missing.chunks(500) {
+        for (row, node) in nodes_by_row(conn, chunk)? {
+            nodes.insert(row, node);
+        }
+    }
+    // Edges to nodes past the node budget are dropped with them.
+    let node_ids: HashMap<i64, NodeId> = nodes.iter().map(|(r, n)| (*r, n.id.clone())).collect();
+    let edges = edges
+        .into_iter()
+        .filter_map(|(src, dst, mut e)| {
+            e.src = node_ids.get(&src)?.clone();
+            e.dst = node_ids.get(&dst)?.clone();
+            Some(e)
+        })
+        .collect();
+    let nodes = order.iter().filter_map(|r| nodes.remove(r)).collect();
+    Ok(Some(LineageGraph { nodes, edges }))
+}
+
+fn placeholders(n: usize) -> String {
+    vec!["?"; n].join(",")
+}
+
+/// Edges leaving (downstream) or entering (upstream) the given nodes; the returned
+/// `LineageEdge`s carry placeholder ids, resolved by the caller from the row ids.
+fn edges_touching(
+    conn: &Connection,
+    rows: &[i64],
+    downstream: bool,
+) -> Result<Vec<(i64, i64, LineageEdge)>, StoreError> {
+    let column = if downstream { "src" } else { "dst" };
+    let sql = format!(
+        "SELECT src, dst, kind, first_seen_ns, last_seen_ns, evidence FROM graph_edges
+         WHERE {column} IN ({})",
+        placeholders(rows.len())
+    );
+    let mut stmt = conn.prepare(&sql).map_err(|e| sqlite_err(conn, e))?;
+    let placeholder = NodeId::new(NodeKind::Dataset, "");
+    stmt.query_map(params_from_iter(rows), |r| {
+        let kind: String = r.get(2)?;
+        let evidence: String = r.get(5)?;
+        Ok((
+            r.get(0)?,
+            r.get(1)?,
+            LineageEdge {
+                src: placeholder.clone(),
+                dst: placeholder.clone(),
+                kind: kind.parse().unwrap_or(EdgeKind::Produced),
+                first_seen_ns: r.get(3)?,
+                last_seen_ns: r.get(4)?,
+                evidence: serde_json::from_str(&evidence).unwrap_or(serde_json::Value::Null),
+            },
+        ))
+    })
+    .and_then(|rows| rows.collect())
+    .map_err(|e| sqlite_err(conn, e))
+}
+
+fn nodes_by_row(conn: &Connection, rows: &[i64]) -> Result<Vec<(i64, LineageNode)>, StoreError> {
+    let sql = format!(
+        "SELECT {NODE_COLUMNS} FROM graph_nodes WHERE id IN ({})",
+        placeholders(rows.len())
+    );
+    let mut stmt = conn.prepare(&sql).map_err(|e| sqlite_err(conn, e))?;
+    stmt.query_map(params_from_iter(rows), parse_node_row)
+        .and_then(|rows| rows.collect())
+        .map_err(|e| sqlite_err(conn, e))
+}
