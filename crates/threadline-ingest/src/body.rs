@@ -68,22 +68,20 @@ pub enum DecodeError {
     Malformed(String),
 }
 
-/// Decompresses (if asked) and decodes one OTLP/HTTP trace export body.
-pub fn decode_export_request(
-    kind: ContentKind,
+/// Decompresses a request body if its `Content-Encoding` asks for it (gzip or
+/// identity), within the size limit.
+pub fn decode_body<'a>(
     content_encoding: Option<&str>,
-    body: &[u8],
+    body: &'a [u8],
     limits: BodyLimits,
-) -> Result<ExportTraceServiceRequest, DecodeError> {
-    let inflated;
-    let bytes: &[u8] = match content_encoding
+) -> Result<std::borrow::Cow<'a, [u8]>, DecodeError> {
+    let bytes = match content_encoding
         .map(|e| e.trim().to_ascii_lowercase())
         .as_deref()
     {
-        None | Some("") | Some("identity") => body,
+        None | Some("") | Some("identity") => std::borrow::Cow::Borrowed(body),
         Some("gzip") | Some("x-gzip") => {
-            inflated = gunzip_bounded(body, limits.max_body_bytes)?;
-            &inflated
+            std::borrow::Cow::Owned(gunzip_bounded(body, limits.max_body_bytes)?)
         }
         Some(other) => {
             return Err(DecodeError::UnsupportedEncoding(
@@ -96,6 +94,18 @@ pub fn decode_export_request(
             limit: limits.max_body_bytes,
         });
     }
+    Ok(bytes)
+}
+
+/// Decompresses (if asked) and decodes one OTLP/HTTP trace export body.
+pub fn decode_export_request(
+    kind: ContentKind,
+    content_encoding: Option<&str>,
+    body: &[u8],
+    limits: BodyLimits,
+) -> Result<ExportTraceServiceRequest, DecodeError> {
+    let bytes = decode_body(content_encoding, body, limits)?;
+    let bytes: &[u8] = &bytes;
     match kind {
         ContentKind::Protobuf => ExportTraceServiceRequest::decode(bytes).map_err(|e| {
             DecodeError::Malformed(format!(

@@ -9,7 +9,7 @@ mod fuzz_tests;
 mod normalize;
 mod otlp_json;
 
-pub use body::{decode_export_request, BodyLimits, ContentKind, DecodeError};
+pub use body::{decode_body, decode_export_request, BodyLimits, ContentKind, DecodeError};
 pub use convert::{convert_request, ConvertedBatch};
 pub use normalize::llm_view;
 pub use otlp_json::parse_otlp_json;

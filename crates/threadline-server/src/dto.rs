@@ -131,3 +131,27 @@ pub(crate) fn trace_summary(t: &TraceSummary) -> Value {
         "total_tokens": t.total_tokens,
     })
 }
+
+/// A lineage node: `id` is the public `kind:key` form.
+pub(crate) fn lineage_node(node: &threadline_model::LineageNode) -> Value {
+    json!({
+        "id": node.id.to_string(),
+        "kind": node.id.kind.as_str(),
+        "key": node.id.key,
+        "first_seen_unix_nano": node.first_seen_ns.to_string(),
+        "last_seen_unix_nano": node.last_seen_ns.to_string(),
+        "props": node.props,
+    })
+}
+
+/// A lineage edge; `src` feeds `dst`.
+pub(crate) fn lineage_edge(edge: &threadline_model::LineageEdge) -> Value {
+    json!({
+        "src": edge.src.to_string(),
+        "dst": edge.dst.to_string(),
+        "kind": edge.kind.as_str(),
+        "first_seen_unix_nano": edge.first_seen_ns.to_string(),
+        "last_seen_unix_nano": edge.last_seen_ns.to_string(),
+        "evidence": edge.evidence,
+    })
+}

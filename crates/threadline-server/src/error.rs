@@ -15,6 +15,13 @@ pub enum ApiError {
     Unauthorized(#[from] AuthError),
     #[error("{0}")]
     NotFound(String),
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    /// The write queue is full: 429 with Retry-After.
+    #[error("{0}")]
+    Busy(String),
     #[error("internal error")]
     Internal(String),
 }
@@ -25,16 +32,26 @@ impl IntoResponse for ApiError {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Busy(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Internal(detail) => {
                 tracing::error!(%detail, "api request failed");
                 StatusCode::INTERNAL_SERVER_ERROR
             }
         };
-        (
+        let mut response = (
             status,
             Json(serde_json::json!({ "error": self.to_string() })),
         )
-            .into_response()
+            .into_response();
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("1"),
+            );
+        }
+        response
     }
 }
 

@@ -7,6 +7,8 @@ mod cpu_pool;
 mod dto;
 mod error;
 mod ingest;
+mod lineage_api;
+mod marquez;
 mod otlp_grpc;
 mod otlp_http;
 mod query_api;
@@ -94,11 +96,18 @@ pub async fn serve(
             max_body_bytes: config.max_body_bytes,
         },
     });
-    let query_app = query_api::router(query_api::QueryState {
+    let query_app = lineage_api::router(lineage_api::LineageState {
+        store: store.clone(),
+        auth: Arc::clone(&auth),
+        limits: BodyLimits {
+            max_body_bytes: config.max_body_bytes,
+        },
+    })
+    .merge(query_api::router(query_api::QueryState {
         store: store.clone(),
         auth,
         stats,
-    });
+    }));
     let grpc = tonic::transport::Server::builder()
         .add_service(otlp_grpc::service(ctx, config.max_body_bytes))
         .serve_with_incoming_shutdown(

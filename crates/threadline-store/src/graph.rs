@@ -6,8 +6,8 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension};
 use threadline_model::{
-    Direction, EdgeEnd, EdgeKind, EdgeUpsert, GraphUpdate, LineageEdge, LineageGraph,
-    LineageNode, NodeId, NodeKind, NodeUpsert, RunTransition,
+    Direction, EdgeEnd, EdgeKind, EdgeUpsert, GraphUpdate, LineageEdge, LineageGraph, LineageNode,
+    NodeId, NodeKind, NodeUpsert, RunTransition,
 };
 
 use crate::{sqlite_err, StoreError};
@@ -348,11 +348,8 @@ fn node_row(
         "SELECT {NODE_COLUMNS} FROM graph_nodes WHERE tenant_id = ?1 AND kind = ?2 AND key = ?3"
     ))
     .and_then(|mut s| {
-        s.query_row(
-            params![tenant_id, id.kind.as_str(), id.key],
-            parse_node_row,
-        )
-        .optional()
+        s.query_row(params![tenant_id, id.kind.as_str(), id.key], parse_node_row)
+            .optional()
     })
     .map_err(|e| sqlite_err(conn, e))
 }

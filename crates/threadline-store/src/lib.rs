@@ -19,8 +19,8 @@ use threadline_model::{
     GraphUpdate, LineageGraph, LineageNode, NodeId, NodeKind, SpanRecord, TenantId, TraceId,
 };
 
-pub use query::{ServiceSummary, TraceCursor, TracePage, TraceQuery, TraceSummary};
 pub use graph::WalkLimits;
+pub use query::{ServiceSummary, TraceCursor, TracePage, TraceQuery, TraceSummary};
 pub use writer::{Applied, PreparedBatch, WriteAck, WriterStats};
 
 /// The database file inside the data directory.
@@ -168,7 +168,11 @@ impl SqliteStore {
         self.with_reader(|conn| graph::resolve(conn, tenant.as_str(), name))
     }
 
-    pub fn get_node(&self, tenant: &TenantId, id: &NodeId) -> Result<Option<LineageNode>, StoreError> {
+    pub fn get_node(
+        &self,
+        tenant: &TenantId,
+        id: &NodeId,
+    ) -> Result<Option<LineageNode>, StoreError> {
         self.with_reader(|conn| graph::get_node(conn, tenant.as_str(), id))
     }
 

@@ -183,7 +183,10 @@ impl Work {
             Work::Spans(b) => b.encoded_bytes,
             Work::Graph(g) => {
                 256 * (1 + g.update.nodes.len() + g.update.edges.len())
-                    + g.update.event.as_ref().map_or(0, |(_, raw)| raw.to_string().len())
+                    + g.update
+                        .event
+                        .as_ref()
+                        .map_or(0, |(_, raw)| raw.to_string().len())
             }
         }
     }
@@ -410,7 +413,13 @@ fn commit_jobs(
             Work::Graph(g) => {
                 let tenant_id = tenant_id(&tx, &g.tenant, cache)?;
                 let sp = tx.savepoint()?;
-                match crate::graph::apply(&sp, tenant_id, &g.update, g.received_ns, &mut cache.graph) {
+                match crate::graph::apply(
+                    &sp,
+                    tenant_id,
+                    &g.update,
+                    g.received_ns,
+                    &mut cache.graph,
+                ) {
                     Ok(applied) => {
                         sp.commit()?;
                         outcomes.push(Ok(Applied(applied)));

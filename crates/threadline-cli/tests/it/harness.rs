@@ -282,3 +282,33 @@ pub(crate) fn corpus_dir() -> PathBuf {
 pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+impl TestServer {
+    /// POST on the JSON API: (status, body).
+    pub(crate) fn post_json(
+        &self,
+        path: &str,
+        body: Vec<u8>,
+        headers: &[(&str, &str)],
+        api_key: Option<&str>,
+    ) -> (u16, Value) {
+        let mut req = client()
+            .post(format!("{}{}", self.api, path))
+            .header("content-type", "application/json")
+            .body(body);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        if let Some(k) = api_key {
+            req = req.bearer_auth(k);
+        }
+        let resp = req.send().expect("POST api");
+        let status = resp.status().as_u16();
+        (status, resp.json().unwrap_or(Value::Null))
+    }
+}
+
+/// A node id as one URL path segment.
+pub(crate) fn encode_node(id: &str) -> String {
+    percent_encoding::utf8_percent_encode(id, percent_encoding::NON_ALPHANUMERIC).to_string()
+}

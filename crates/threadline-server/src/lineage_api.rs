@@ -1,0 +1,266 @@
+//! The lineage API under `/api/v1`: OpenLineage ingest (`POST /lineage`, answered 201
+//! as Marquez does), graph walks from any node, and the Marquez-compatible lineage
+//! graph. Every call is scoped to the tenant of the caller's API key.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use threadline_ingest::BodyLimits;
+use threadline_model::{Direction, EdgeKind, NodeId, NodeKind, TenantId};
+use threadline_store::{SqliteStore, StoreError, WalkLimits};
+
+use crate::auth::Authenticator;
+use crate::dto;
+use crate::error::ApiError;
+
+#[derive(Clone)]
+pub(crate) struct LineageState {
+    pub(crate) store: SqliteStore,
+    pub(crate) auth: Arc<Authenticator>,
+    pub(crate) limits: BodyLimits,
+}
+
+pub(crate) fn router(state: LineageState) -> Router {
+    Router::new()
+        .route("/api/v1/lineage", post(ingest_event).get(marquez_lineage))
+        .route("/api/v1/lineage/{*node_id}", get(node_lineage))
+        .with_state(state)
+}
+
+fn tenant(state: &LineageState, headers: &HeaderMap) -> Result<TenantId, ApiError> {
+    let auth = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    Ok(state.auth.authenticate(auth)?)
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::Internal(format!("lineage task failed: {e}")))?
+}
+
+fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}
+
+/// `POST /api/v1/lineage`: one OpenLineage event (gzip allowed). 201 with
+/// `{"status": "stored" | "duplicate", "warnings": [...]}`.
+async fn ingest_event(
+    State(state): State<LineageState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let tenant = tenant(&state, &headers)?;
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
+    if !content_type
+        .split(';')
+        .next()
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
+    {
+        return Ok(ApiError::UnsupportedMediaType(format!(
+            "unsupported content type {content_type:?}: send application/json"
+        ))
+        .into_response());
+    }
+    let encoding = headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let limits = state.limits;
+    let parsed = blocking(move || {
+        let json = threadline_ingest::decode_body(encoding.as_deref(), &body, limits).map_err(
+            |e| match e {
+                threadline_ingest::DecodeError::TooLarge { .. } => {
+                    ApiError::PayloadTooLarge(e.to_string())
+                }
+                other => ApiError::BadRequest(other.to_string()),
+            },
+        )?;
+        threadline_lineage::parse_event(&json).map_err(|e| ApiError::BadRequest(e.to_string()))
+    })
+    .await?;
+    let ack = state
+        .store
+        .submit_graph(&tenant, parsed.update, now_ns())
+        .map_err(|e| match e {
+            e @ StoreError::QueueFull { .. } => ApiError::Busy(e.to_string()),
+            other => ApiError::from(other),
+        })?;
+    let applied = ack.wait().await?;
+    for warning in &parsed.warnings {
+        tracing::debug!(tenant = %tenant, %warning, "openlineage event accepted with a warning");
+    }
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({
+            "status": if applied.0 { "stored" } else { "duplicate" },
+            "warnings": parsed.warnings,
+        })),
+    )
+        .into_response())
+}
+
+const DEFAULT_DEPTH: usize = 3;
+const MAX_DEPTH: usize = 20;
+const MAX_NODES: usize = 5000;
+
+fn parse_depth(value: &str) -> Result<usize, ApiError> {
+    let depth: usize = value
+        .parse()
+        .map_err(|_| ApiError::BadRequest(format!("depth {value:?} is not a whole number")))?;
+    if depth > MAX_DEPTH {
+        return Err(ApiError::BadRequest(format!(
+            "depth {depth} is more than the maximum of {MAX_DEPTH}"
+        )));
+    }
+    Ok(depth)
+}
+
+/// The one node `name` means in this tenant: a `kind:key` id, or an unambiguous bare
+/// name (`fin-qa`, `fin-lora@7`, `inst-3`).
+pub(crate) fn resolve_one(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    name: &str,
+) -> Result<NodeId, ApiError> {
+    let mut found = store.resolve_node(tenant, name)?;
+    match found.len() {
+        0 => Err(ApiError::NotFound(format!("no lineage node {name:?}"))),
+        1 => Ok(found.remove(0)),
+        _ => Err(ApiError::BadRequest(format!(
+            "node name {name:?} is ambiguous: it matches {}; use the full kind:key id",
+            found
+                .iter()
+                .map(|id| id.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+/// `GET /api/v1/lineage/{node_id}?direction=upstream|downstream|both&depth=N&kinds=a,b`
+async fn node_lineage(
+    State(state): State<LineageState>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+    Query(params): Query<Vec<(String, String)>>,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = tenant(&state, &headers)?;
+    let mut limits = WalkLimits {
+        direction: Direction::Both,
+        depth: DEFAULT_DEPTH,
+        max_nodes: MAX_NODES,
+        edge_kinds: Vec::new(),
+    };
+    let mut kinds: Vec<NodeKind> = Vec::new();
+    for (key, value) in &params {
+        match key.as_str() {
+            "direction" => {
+                limits.direction = value.parse().map_err(ApiError::BadRequest)?;
+            }
+            "depth" => limits.depth = parse_depth(value)?,
+            "kinds" => {
+                for k in value.split(',').filter(|k| !k.is_empty()) {
+                    kinds.push(k.parse().map_err(|e: threadline_model::UnknownNodeKind| {
+                        ApiError::BadRequest(format!("kinds: {e}"))
+                    })?);
+                }
+            }
+            "edges" => {
+                for k in value.split(',').filter(|k| !k.is_empty()) {
+                    limits.edge_kinds.push(
+                        k.parse::<EdgeKind>()
+                            .map_err(|e| ApiError::BadRequest(format!("edges: {e}")))?,
+                    );
+                }
+            }
+            other => {
+                return Err(ApiError::BadRequest(format!(
+                    "unknown query parameter {other:?}: use direction, depth, kinds or edges"
+                )))
+            }
+        }
+    }
+    let store = state.store.clone();
+    let node = node.trim_start_matches('/').to_owned();
+    let graph = blocking(move || {
+        let start = resolve_one(&store, &tenant, &node)?;
+        let graph = store
+            .walk(&tenant, &start, &limits)?
+            .ok_or_else(|| ApiError::NotFound(format!("no lineage node {node:?}")))?;
+        Ok((start, graph))
+    })
+    .await?;
+    let (start, mut graph) = graph;
+    if !kinds.is_empty() {
+        graph
+            .nodes
+            .retain(|n| n.id == start || kinds.contains(&n.id.kind));
+        let kept: std::collections::HashSet<&NodeId> = graph.nodes.iter().map(|n| &n.id).collect();
+        let edges = std::mem::take(&mut graph.edges);
+        graph.edges = edges
+            .into_iter()
+            .filter(|e| kept.contains(&e.src) && kept.contains(&e.dst))
+            .collect();
+    }
+    Ok(Json(json!({
+        "root": start.to_string(),
+        "nodes": graph.nodes.iter().map(dto::lineage_node).collect::<Vec<_>>(),
+        "edges": graph.edges.iter().map(dto::lineage_edge).collect::<Vec<_>>(),
+    })))
+}
+
+/// Marquez's `GET /api/v1/lineage?nodeId=dataset:NS:NAME|job:NS:NAME&depth=N`.
+async fn marquez_lineage(
+    State(state): State<LineageState>,
+    headers: HeaderMap,
+    Query(params): Query<Vec<(String, String)>>,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = tenant(&state, &headers)?;
+    let mut node_id = None;
+    let mut depth = 20;
+    for (key, value) in &params {
+        match key.as_str() {
+            "nodeId" => node_id = Some(value.clone()),
+            "depth" => depth = parse_depth(value)?,
+            other => {
+                return Err(ApiError::BadRequest(format!(
+                    "unknown query parameter {other:?}: use nodeId and depth"
+                )))
+            }
+        }
+    }
+    let node_id = node_id.ok_or_else(|| {
+        ApiError::BadRequest("nodeId is required (dataset:NS:NAME or job:NS:NAME)".to_owned())
+    })?;
+    let start: NodeId = node_id
+        .parse()
+        .map_err(|e: threadline_model::NodeIdError| ApiError::BadRequest(e.to_string()))?;
+    if !matches!(start.kind, NodeKind::Dataset | NodeKind::Job) {
+        return Err(ApiError::BadRequest(format!(
+            "nodeId {node_id:?}: the Marquez lineage graph has dataset and job nodes only"
+        )));
+    }
+    let store = state.store.clone();
+    let graph = blocking(move || {
+        crate::marquez::lineage(&store, &tenant, &start, depth)?
+            .ok_or_else(|| ApiError::NotFound(format!("no lineage node {node_id:?}")))
+    })
+    .await?;
+    Ok(Json(graph))
+}
