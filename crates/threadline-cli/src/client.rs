@@ -28,7 +28,22 @@ impl ApiClient {
         query: &[(String, String)],
     ) -> anyhow::Result<Value> {
         let url = format!("{}{}", self.base, path);
-        let mut req = self.http.get(&url).query(query);
+        self.send(&url, self.http.get(&url).query(query)).await
+    }
+
+    /// PUT (or POST) a JSON body.
+    pub(crate) async fn send_json(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: &Value,
+    ) -> anyhow::Result<Value> {
+        let url = format!("{}{}", self.base, path);
+        self.send(&url, self.http.request(method, &url).json(body))
+            .await
+    }
+
+    async fn send(&self, url: &str, mut req: reqwest::RequestBuilder) -> anyhow::Result<Value> {
         if let Some(key) = &self.api_key {
             req = req.bearer_auth(key);
         }

@@ -1,7 +1,9 @@
 //! `threadline`: the server (`serve`) and the client commands that talk to it over the
-//! JSON API (`trace`, `search`) or OTLP (`loadgen`). Thin: parsing, output, exit codes.
+//! JSON API (`trace`, `search`, `register`, `lineage`) or OTLP (`loadgen`). Thin:
+//! parsing, output, exit codes.
 
 mod client;
+mod lineage_cmd;
 mod loadgen;
 mod render;
 
@@ -44,6 +46,10 @@ enum Command {
     Search(Box<SearchArgs>),
     /// Send synthetic LLM-shaped OTLP traffic and report throughput and ack latency.
     Loadgen(Box<loadgen::LoadgenArgs>),
+    /// Register models, adapters, prompt templates and deployments from a manifest.
+    Register(Box<lineage_cmd::RegisterArgs>),
+    /// Walk the lineage graph from a node (upstream, downstream or both).
+    Lineage(Box<lineage_cmd::LineageArgs>),
 }
 
 #[derive(Args)]
@@ -169,6 +175,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }),
         Command::Search(args) => runtime.block_on(search(*args)),
         Command::Loadgen(args) => runtime.block_on(loadgen::run(*args)),
+        Command::Register(args) => runtime.block_on(lineage_cmd::register(*args)),
+        Command::Lineage(args) => runtime.block_on(lineage_cmd::lineage(*args)),
     }
 }
 

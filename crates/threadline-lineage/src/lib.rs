@@ -1,8 +1,12 @@
-//! The lineage graph's inputs and outputs, independent of storage: OpenLineage events
-//! turned into typed graph updates (with spec validation and facet checks). The
-//! store applies the updates; the server wires both to HTTP.
+//! The lineage graph's inputs and outputs, independent of storage: OpenLineage events,
+//! asset manifests and span bindings turned into typed graph updates (with validation). The store
+//! applies the updates; the server wires both to HTTP.
 
+mod bindings;
 mod facets;
 pub mod openlineage;
+pub mod registry;
 
+pub use bindings::span_bindings;
 pub use openlineage::{event_to_update, parse_event, EventKind, OpenLineageError, ParsedEvent};
+pub use registry::{manifest_to_update, parse_manifest, Manifest, ManifestError};

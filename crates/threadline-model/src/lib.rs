@@ -12,9 +12,9 @@ mod span;
 
 pub use ids::{IdError, SpanId, TenantId, TraceId};
 pub use lineage::{
-    Direction, EdgeEnd, EdgeKind, EdgeUpsert, GraphUpdate, LineageEdge, LineageEventKey,
-    LineageGraph, LineageNode, NodeId, NodeIdError, NodeKind, NodeUpsert, RunState, RunTransition,
-    UnknownNodeKind,
+    AssetOutcome, AssetRegistration, Direction, EdgeEnd, EdgeKind, EdgeUpsert, GraphUpdate,
+    LineageEdge, LineageEventKey, LineageGraph, LineageNode, NodeId, NodeIdError, NodeKind,
+    NodeUpsert, RunState, RunTransition, UnknownNodeKind,
 };
 pub use llm::{LlmView, RejectionReason};
 pub use span::{

@@ -182,10 +182,13 @@ pub enum EdgeKind {
     PromptFor,
     /// callee service → caller service (the caller depends on the callee).
     Serves,
+    /// dataset holding an artifact's files → the adapter / model version registered
+    /// with that artifact URI.
+    ArtifactOf,
 }
 
 impl EdgeKind {
-    pub const ALL: [EdgeKind; 12] = [
+    pub const ALL: [EdgeKind; 13] = [
         EdgeKind::HasVersion,
         EdgeKind::InputTo,
         EdgeKind::Produced,
@@ -198,6 +201,7 @@ impl EdgeKind {
         EdgeKind::Answers,
         EdgeKind::PromptFor,
         EdgeKind::Serves,
+        EdgeKind::ArtifactOf,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -214,6 +218,7 @@ impl EdgeKind {
             EdgeKind::Answers => "answers",
             EdgeKind::PromptFor => "prompt_for",
             EdgeKind::Serves => "serves",
+            EdgeKind::ArtifactOf => "artifact_of",
         }
     }
 }
@@ -324,9 +329,31 @@ pub struct LineageEventKey {
     pub event_time: String,
 }
 
+/// A registry entry (model, adapter, prompt template, deployment …) as registered.
+/// Registering the same spec again changes nothing; a different spec becomes the
+/// node's next revision (earlier ones are kept).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AssetRegistration {
+    pub id: NodeId,
+    /// The entry as given in the manifest (a JSON object).
+    pub spec: serde_json::Value,
+    pub registered_ns: i64,
+}
+
+/// What registering one asset did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AssetOutcome {
+    Created,
+    Unchanged,
+    /// The spec changed: this is its revision number (the first is 1).
+    Revised(u32),
+}
+
 /// One atomic change to the graph, e.g. everything one OpenLineage event implies.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct GraphUpdate {
+    /// Registry entries, applied before the nodes and edges.
+    pub assets: Vec<AssetRegistration>,
     pub nodes: Vec<NodeUpsert>,
     pub edges: Vec<EdgeUpsert>,
     pub runs: Vec<RunTransition>,

@@ -135,8 +135,9 @@ impl SpanKind {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum StatusCode {
+    #[default]
     Unset,
     Ok,
     Error,
@@ -168,7 +169,7 @@ impl StatusCode {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SpanStatus {
     pub code: StatusCode,
     pub message: String,
@@ -230,7 +231,7 @@ impl SpanOrigin {
 }
 
 /// Everything of a span that is not an indexed header field. Persisted compressed.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SpanDetail {
     pub trace_state: String,
     pub flags: u32,

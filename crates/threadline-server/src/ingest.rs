@@ -49,11 +49,14 @@ pub(crate) fn prepare(
     let prepared = if converted.spans.is_empty() {
         None
     } else {
-        Some(
-            store
-                .prepare(tenant, &converted.spans)
-                .map_err(|e| IngestFailure::Unavailable(e.to_string()))?,
-        )
+        let mut prepared = store
+            .prepare(tenant, &converted.spans)
+            .map_err(|e| IngestFailure::Unavailable(e.to_string()))?;
+        prepared.attach_graph(threadline_model::GraphUpdate {
+            edges: threadline_lineage::span_bindings(&converted.spans),
+            ..Default::default()
+        });
+        Some(prepared)
     };
     Ok(ReadyBatch {
         prepared,

@@ -1,6 +1,7 @@
 //! Threadline's network edge: the OTLP/HTTP and OTLP/gRPC receivers, the JSON query
 //! API, API-key auth and the server configuration. The only crate with axum and tonic.
 
+mod assets_api;
 pub mod auth;
 pub mod config;
 mod cpu_pool;
@@ -12,6 +13,7 @@ mod marquez;
 mod otlp_grpc;
 mod otlp_http;
 mod query_api;
+mod trace_lineage;
 mod trace_tree;
 
 use std::future::{Future, IntoFuture};
@@ -103,6 +105,10 @@ pub async fn serve(
             max_body_bytes: config.max_body_bytes,
         },
     })
+    .merge(assets_api::router(assets_api::AssetsState {
+        store: store.clone(),
+        auth: Arc::clone(&auth),
+    }))
     .merge(query_api::router(query_api::QueryState {
         store: store.clone(),
         auth,

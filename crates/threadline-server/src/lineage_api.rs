@@ -13,7 +13,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use threadline_ingest::BodyLimits;
-use threadline_model::{Direction, EdgeKind, NodeId, NodeKind, TenantId};
+use threadline_model::{Direction, EdgeKind, NodeId, NodeKind, TenantId, TraceId};
 use threadline_store::{SqliteStore, StoreError, WalkLimits};
 
 use crate::auth::Authenticator;
@@ -31,6 +31,7 @@ pub(crate) fn router(state: LineageState) -> Router {
     Router::new()
         .route("/api/v1/lineage", post(ingest_event).get(marquez_lineage))
         .route("/api/v1/lineage/{*node_id}", get(node_lineage))
+        .route("/api/v1/traces/{trace_id}/lineage", get(trace_chain))
         .with_state(state)
 }
 
@@ -108,7 +109,7 @@ async fn ingest_event(
     Ok((
         StatusCode::CREATED,
         Json(json!({
-            "status": if applied.0 { "stored" } else { "duplicate" },
+            "status": if applied.changed { "stored" } else { "duplicate" },
             "warnings": parsed.warnings,
         })),
     )
@@ -263,4 +264,27 @@ async fn marquez_lineage(
     })
     .await?;
     Ok(Json(graph))
+}
+
+/// `GET /api/v1/traces/{trace_id}/lineage`: the chain behind one request.
+async fn trace_chain(
+    State(state): State<LineageState>,
+    headers: HeaderMap,
+    Path(raw_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = tenant(&state, &headers)?;
+    let trace_id: TraceId = raw_id
+        .parse()
+        .map_err(|e| ApiError::BadRequest(format!("trace id {raw_id:?} is invalid: {e}")))?;
+    let store = state.store.clone();
+    blocking(move || {
+        let spans = store.get_trace(&tenant, trace_id)?;
+        if spans.is_empty() {
+            return Err(ApiError::NotFound(format!("trace {trace_id} not found")));
+        }
+        Ok(Json(crate::trace_lineage::trace_lineage(
+            &store, &tenant, &spans,
+        )?))
+    })
+    .await
 }

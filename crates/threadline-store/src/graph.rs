@@ -6,8 +6,8 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension};
 use threadline_model::{
-    Direction, EdgeEnd, EdgeKind, EdgeUpsert, GraphUpdate, LineageEdge, LineageGraph, LineageNode,
-    NodeId, NodeKind, NodeUpsert, RunTransition,
+    AssetOutcome, AssetRegistration, Direction, EdgeEnd, EdgeKind, EdgeUpsert, GraphUpdate,
+    LineageEdge, LineageGraph, LineageNode, NodeId, NodeKind, NodeUpsert, RunTransition,
 };
 
 use crate::{sqlite_err, StoreError};
@@ -35,15 +35,15 @@ fn is_empty_object(v: &serde_json::Value) -> bool {
     v.as_object().is_none_or(|m| m.is_empty())
 }
 
-/// Applies one update. Returns false (and changes nothing) when the update carries an
-/// event key that is already stored.
+/// Applies one update. Returns `None` (and changes nothing) when the update carries an
+/// event key that is already stored, else what each registered asset became.
 pub(crate) fn apply(
     tx: &Connection,
     tenant_id: i64,
     update: &GraphUpdate,
     received_ns: i64,
     cache: &mut GraphCache,
-) -> rusqlite::Result<bool> {
+) -> rusqlite::Result<Option<Vec<(NodeId, AssetOutcome)>>> {
     if let Some((key, raw)) = &update.event {
         let inserted = tx
             .prepare_cached(
@@ -60,19 +60,108 @@ pub(crate) fn apply(
                 raw.to_string()
             ])?;
         if inserted == 0 {
-            return Ok(false);
+            return Ok(None);
         }
+    }
+    let mut outcomes = Vec::with_capacity(update.assets.len());
+    for asset in &update.assets {
+        outcomes.push((
+            asset.id.clone(),
+            register_asset(tx, tenant_id, asset, cache)?,
+        ));
     }
     for node in &update.nodes {
         upsert_node(tx, tenant_id, node, cache)?;
     }
+    // Datasets whose versions or artifact claims changed: their producing runs may now
+    // be joined to a registered adapter / model version.
+    let mut artifact_datasets = Vec::new();
     for edge in &update.edges {
-        upsert_edge(tx, tenant_id, edge, cache)?;
+        let (src, _) = upsert_edge(tx, tenant_id, edge, cache)?;
+        if matches!(edge.kind, EdgeKind::HasVersion | EdgeKind::ArtifactOf) {
+            artifact_datasets.push(src);
+        }
+    }
+    artifact_datasets.sort_unstable();
+    artifact_datasets.dedup();
+    for dataset in artifact_datasets {
+        join_artifact_producers(tx, tenant_id, dataset)?;
     }
     for run in &update.runs {
         apply_run_transition(tx, tenant_id, run, cache)?;
     }
-    Ok(true)
+    Ok(Some(outcomes))
+}
+
+/// A run that wrote a version of an artifact dataset produced the adapter / model
+/// version registered with that artifact: add run → asset (`produced`), so dataset →
+/// run → adapter is one chain whichever of the event and the registration came first.
+fn join_artifact_producers(tx: &Connection, tenant_id: i64, dataset: i64) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO graph_edges (src, dst, kind, tenant_id, first_seen_ns, last_seen_ns, evidence)
+         SELECT p.src, a.dst, 'produced', ?2, p.first_seen_ns, p.last_seen_ns,
+                json_object('via_artifact_version', v.key)
+         FROM graph_edges a
+         JOIN graph_edges hv ON hv.src = a.src AND hv.kind = 'has_version'
+         JOIN graph_edges p ON p.dst = hv.dst AND p.kind = 'produced'
+         JOIN graph_nodes v ON v.id = hv.dst
+         WHERE a.src = ?1 AND a.kind = 'artifact_of'
+         ON CONFLICT (src, dst, kind) DO UPDATE SET
+            first_seen_ns = min(first_seen_ns, excluded.first_seen_ns),
+            last_seen_ns = max(last_seen_ns, excluded.last_seen_ns)",
+    )?
+    .execute(params![dataset, tenant_id])?;
+    Ok(())
+}
+
+/// Stores the asset's spec as a new revision unless it equals the latest one.
+fn register_asset(
+    tx: &Connection,
+    tenant_id: i64,
+    asset: &AssetRegistration,
+    cache: &mut GraphCache,
+) -> rusqlite::Result<AssetOutcome> {
+    use sha2::Digest;
+    let row = upsert_node(
+        tx,
+        tenant_id,
+        &NodeUpsert {
+            id: asset.id.clone(),
+            seen_ns: asset.registered_ns,
+            props: serde_json::Value::Null,
+        },
+        cache,
+    )?;
+    // serde_json maps are sorted by key, so equal specs serialize equally.
+    let spec = asset.spec.to_string();
+    let sha = hex::encode(sha2::Sha256::digest(spec.as_bytes()));
+    let latest: Option<(u32, String)> = tx
+        .prepare_cached(
+            "SELECT revision, spec_sha256 FROM asset_revisions WHERE node_id = ?1
+             ORDER BY revision DESC LIMIT 1",
+        )?
+        .query_row([row], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let revision = match &latest {
+        Some((_, latest_sha)) if *latest_sha == sha => return Ok(AssetOutcome::Unchanged),
+        Some((n, _)) => n + 1,
+        None => 1,
+    };
+    tx.prepare_cached(
+        "INSERT INTO asset_revisions (node_id, revision, spec_sha256, spec, registered_ns)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![row, revision, sha, spec, asset.registered_ns])?;
+    tx.prepare_cached(
+        "UPDATE graph_nodes SET props = json_set(props, '$.spec', json(?2), '$.revision', ?3,
+            '$.registered_at_ns', ?4) WHERE id = ?1",
+    )?
+    .execute(params![row, spec, revision, asset.registered_ns])?;
+    Ok(if revision == 1 {
+        AssetOutcome::Created
+    } else {
+        AssetOutcome::Revised(revision)
+    })
 }
 
 fn upsert_node(
@@ -164,12 +253,13 @@ fn resolve_end(
     }
 }
 
+/// Returns the (src, dst) row ids.
 fn upsert_edge(
     tx: &Connection,
     tenant_id: i64,
     edge: &EdgeUpsert,
     cache: &mut GraphCache,
-) -> rusqlite::Result<()> {
+) -> rusqlite::Result<(i64, i64)> {
     let src = resolve_end(tx, tenant_id, &edge.src, edge.seen_ns, cache)?;
     let dst = resolve_end(tx, tenant_id, &edge.dst, edge.seen_ns, cache)?;
     insert_edge_rows(
@@ -179,7 +269,8 @@ fn upsert_edge(
         edge.seen_ns,
         &edge.evidence,
         cache,
-    )
+    )?;
+    Ok((src, dst))
 }
 
 fn insert_edge_rows(

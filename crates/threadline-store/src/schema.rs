@@ -105,6 +105,15 @@ const MIGRATIONS: &[&str] = &[
         event TEXT NOT NULL,
         PRIMARY KEY (tenant_id, subject, event_type, event_time)
      ) WITHOUT ROWID;",
+    // 3: registry revisions: every distinct spec a registry node was registered with.
+    "CREATE TABLE asset_revisions (
+        node_id INTEGER NOT NULL REFERENCES graph_nodes(id),
+        revision INTEGER NOT NULL,
+        spec_sha256 TEXT NOT NULL,
+        spec TEXT NOT NULL,
+        registered_ns INTEGER NOT NULL,
+        PRIMARY KEY (node_id, revision)
+     ) WITHOUT ROWID;",
 ];
 
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

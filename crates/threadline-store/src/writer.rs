@@ -55,6 +55,8 @@ pub struct PreparedBatch {
     min_start_ns: i64,
     max_start_ns: i64,
     encoded_bytes: usize,
+    /// Lineage edges the spans reveal, committed with them.
+    graph: Option<threadline_model::GraphUpdate>,
 }
 
 impl PreparedBatch {
@@ -120,7 +122,15 @@ impl PreparedBatch {
             origins,
             block: block.blob,
             encoded_bytes,
+            graph: None,
         })
+    }
+
+    /// Lineage graph changes to commit in the same transaction as the spans.
+    pub fn attach_graph(&mut self, update: threadline_model::GraphUpdate) {
+        if !update.edges.is_empty() || !update.nodes.is_empty() {
+            self.graph = Some(update);
+        }
     }
 
     pub fn span_count(&self) -> usize {
@@ -131,9 +141,23 @@ impl PreparedBatch {
 /// What the writer reports for one job once its transaction is over.
 type JobOutcome = Result<Applied, String>;
 
-/// Whether a committed job changed anything: false for an already-stored lineage event.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Applied(pub bool);
+/// What a committed job did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Applied {
+    /// False for an already-stored lineage event (nothing changed).
+    pub changed: bool,
+    /// What each registry entry of a graph update became.
+    pub assets: Vec<(threadline_model::NodeId, threadline_model::AssetOutcome)>,
+}
+
+impl Applied {
+    fn changed() -> Self {
+        Self {
+            changed: true,
+            assets: Vec::new(),
+        }
+    }
+}
 
 /// Resolves when the job is committed to disk, or the commit failed.
 pub struct WriteAck(oneshot::Receiver<JobOutcome>);
@@ -408,7 +432,16 @@ fn commit_jobs(
             Work::Spans(batch) => {
                 let tenant_id = tenant_id(&tx, &batch.tenant, cache)?;
                 insert_batch(&tx, tenant_id, batch, cache)?;
-                outcomes.push(Ok(Applied(true)));
+                if let Some(update) = &batch.graph {
+                    crate::graph::apply(
+                        &tx,
+                        tenant_id,
+                        update,
+                        batch.max_start_ns,
+                        &mut cache.graph,
+                    )?;
+                }
+                outcomes.push(Ok(Applied::changed()));
             }
             Work::Graph(g) => {
                 let tenant_id = tenant_id(&tx, &g.tenant, cache)?;
@@ -420,9 +453,18 @@ fn commit_jobs(
                     g.received_ns,
                     &mut cache.graph,
                 ) {
-                    Ok(applied) => {
+                    Ok(result) => {
                         sp.commit()?;
-                        outcomes.push(Ok(Applied(applied)));
+                        outcomes.push(Ok(match result {
+                            Some(assets) => Applied {
+                                changed: true,
+                                assets,
+                            },
+                            None => Applied {
+                                changed: false,
+                                assets: Vec::new(),
+                            },
+                        }));
                     }
                     Err(e) => {
                         // Dropping the savepoint rolls it back.

@@ -8,6 +8,7 @@ mod crash;
 mod grpc;
 mod harness;
 mod http_ingest;
+mod lineage_chain;
 mod openlineage;
 mod python_sdk;
 mod tenants;

@@ -1,0 +1,264 @@
+//! The lineage chain end to end: a YAML manifest registered with the CLI, a training
+//! run reported over OpenLineage, request spans over OTLP; then one query from a
+//! request to the dataset version behind it, and one from the dataset to what it
+//! touched. Also: idempotent re-registration, revisions, and a hot-swap edge.
+
+use serde_json::{json, Value};
+
+use crate::harness::*;
+
+const RUN_ID: &str = "3f0c9a62-7d1e-4b55-9a8e-1c2d3e4f5a6b";
+
+const MANIFEST: &str = r#"
+models:
+  - {id: meta-llama/Meta-Llama-3-8B}
+adapters:
+  - id: fin-lora@7
+    base_model: meta-llama/Meta-Llama-3-8B
+    relation: adapter
+    artifact: "s3://models/fin-lora/7"
+    tags: [pii]
+prompt_templates:
+  - {id: support-chat, version: v2.1.4, text_sha256: "9f2b5c1a0d3e4f5a6b7c8d9e0f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c"}
+deployments:
+  - id: chat-prod
+    image: "ghcr.io/acme/inference:v2.3.1"
+    route: /v1/chat/completions
+    instances:
+      - {id: inst-3, serves: fin-lora@7}
+"#;
+
+fn training_event(event_type: &str, minutes: u32, outputs: Value) -> Value {
+    json!({
+        "eventType": event_type,
+        "eventTime": format!("2026-11-29T02:{minutes:02}:00Z"),
+        "run": {"runId": RUN_ID},
+        "job": {"namespace": "training", "name": "finetune-fin"},
+        "inputs": [{"namespace": "warehouse", "name": "fin-qa",
+                    "facets": {"version": {"_producer": "p", "_schemaURL": "s", "datasetVersion": "v3"}},
+                    "inputFacets": {"dataQualityMetrics": {"_producer": "p", "_schemaURL": "s",
+                        "rowCount": 1000, "columnMetrics": {"answer": {"nullCount": 3}}}}}],
+        "outputs": outputs,
+        "producer": "https://example.com/trainer",
+        "schemaURL": "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent"
+    })
+}
+
+/// A request: gateway root with the route, chat span on inst-3 with the adapter.
+fn request(trace: u8, adapter: &str, start: u64) -> Vec<u8> {
+    use opentelemetry_proto::tonic::trace::v1::Span;
+    let mut req = llm_trace([trace; 16], "gateway", "meta-llama/Meta-Llama-3-8B", start);
+    let spans: &mut Vec<Span> = &mut req.resource_spans[0].scope_spans[0].spans;
+    spans[1]
+        .attributes
+        .retain(|kv| kv.key != "llm.lora.adapter_id");
+    spans[1].attributes.extend([
+        kv("llm.lora.adapter_id", adapter),
+        kv("model.instance.id", "inst-3"),
+        kv("llm.prompt_template.id", "support-chat"),
+        kv("llm.prompt.version", "v2.1.4"),
+    ]);
+    proto(&req)
+}
+
+fn ids(graph: &Value) -> Vec<String> {
+    graph["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn request_to_dataset_chain_registry_and_hot_swap() {
+    let server = TestServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("platform.yaml");
+    std::fs::write(&manifest, MANIFEST).unwrap();
+
+    // Register with the CLI; again → unchanged; a change → revision 2.
+    let path = manifest.to_str().unwrap();
+    let (ok, out, err) = server.cli(&["register", path]);
+    assert!(ok, "{err}");
+    assert!(out.contains("created    adapter:fin-lora@7"), "{out}");
+    let (ok, out, _) = server.cli(&["register", path]);
+    assert!(ok);
+    assert!(out.lines().all(|l| l.starts_with("unchanged")), "{out}");
+    std::fs::write(
+        &manifest,
+        MANIFEST.replace("relation: adapter", "relation: finetune"),
+    )
+    .unwrap();
+    let (_, out, _) = server.cli(&["register", path]);
+    assert!(
+        out.contains("revised    adapter:fin-lora@7 (revision 2)"),
+        "{out}"
+    );
+    let (status, adapter) = server.get("/api/v1/assets/adapters/fin-lora@7", None);
+    assert_eq!(status, 200, "{adapter}");
+    assert_eq!(
+        (
+            adapter["revision"].as_i64(),
+            adapter["spec"]["relation"].as_str()
+        ),
+        (Some(2), Some("finetune"))
+    );
+    let (status, err) = server.post_json("/api/v1/assets", b"{}".to_vec(), &[], None);
+    assert_eq!(status, 405, "PUT only: {err}");
+    let bad = client()
+        .put(format!("{}/api/v1/assets", server.api))
+        .json(&json!({"adapters": [{"id": "x"}]}))
+        .send()
+        .unwrap();
+    assert_eq!(bad.status().as_u16(), 400);
+    assert!(bad.text().unwrap().contains("base_model"));
+
+    // The training run reports the artifact after the registration: joined to the adapter.
+    for (t, m, outputs) in [
+        ("START", 0, json!([])),
+        (
+            "COMPLETE",
+            40,
+            json!([{"namespace": "s3://models", "name": "fin-lora/7"}]),
+        ),
+    ] {
+        let (status, body) = server.post_json(
+            "/api/v1/lineage",
+            training_event(t, m, outputs).to_string().into_bytes(),
+            &[],
+            None,
+        );
+        assert_eq!(status, 201, "{body}");
+    }
+
+    // Requests: fin-lora@7 at T, then fin-lora@8 hot-swapped onto inst-3 at T+60s.
+    let t0: u64 = 1_764_400_000_000_000_000;
+    let swap = t0 + 60_000_000_000;
+    for (trace, adapter, start) in [
+        (1u8, "fin-lora@7", t0),
+        (2, "fin-lora@7", t0 + 1_000_000_000),
+        (3, "fin-lora@8", swap),
+    ] {
+        let resp = server.post_traces(
+            "application/x-protobuf",
+            request(trace, adapter, start),
+            &[],
+        );
+        assert_eq!(resp.status(), 200);
+    }
+
+    // Request → route → instance → adapter → base model / training run → dataset version.
+    let (status, chain) = server.get(&format!("/api/v1/traces/{}/lineage", hex(&[1u8; 16])), None);
+    assert_eq!(status, 200, "{chain}");
+    let c = &chain["chain"];
+    assert_eq!(
+        c["routes"],
+        json!(["route:/v1/chat/completions"]),
+        "{chain}"
+    );
+    assert_eq!(c["instances"], json!(["instance:inst-3"]));
+    assert_eq!(
+        c["adapters"],
+        json!(["adapter:fin-lora@7"]),
+        "only this request's adapter: {c}"
+    );
+    assert!(c["models"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("model:meta-llama/Meta-Llama-3-8B")));
+    assert_eq!(c["training_runs"], json!([format!("run:{RUN_ID}")]), "{c}");
+    assert!(
+        c["dataset_versions"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("dataset_version:warehouse:fin-qa@v3")),
+        "{c}"
+    );
+    assert_eq!(c["prompts"], json!(["prompt:support-chat@v2.1.4"]));
+    assert_eq!(c["images"], json!(["image:ghcr.io/acme/inference:v2.3.1"]));
+    let v3 = chain["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["id"] == "dataset_version:warehouse:fin-qa@v3")
+        .unwrap();
+    assert_eq!(
+        v3["props"]["inputFacets"]["dataQualityMetrics"]["rowCount"], 1000,
+        "quality facets ride along"
+    );
+
+    // Dataset → everything downstream, by bare name.
+    let (status, down) = server.get("/api/v1/lineage/fin-qa?direction=downstream&depth=6", None);
+    assert_eq!(status, 200, "{down}");
+    let down_ids = ids(&down);
+    for want in [
+        "adapter:fin-lora@7",
+        "instance:inst-3",
+        "route:/v1/chat/completions",
+    ] {
+        assert!(
+            down_ids.contains(&want.to_owned()),
+            "{want} not downstream of fin-qa: {down_ids:?}"
+        );
+    }
+
+    // The hot swap is a new edge whose first-seen is the first request it served.
+    let (_, up) = server.get(
+        &format!(
+            "/api/v1/lineage/{}?direction=upstream&depth=1",
+            encode_node("instance:inst-3")
+        ),
+        None,
+    );
+    let edge = up["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["src"] == "adapter:fin-lora@8" && e["kind"] == "served_by")
+        .unwrap_or_else(|| panic!("no hot-swap edge: {up}"));
+    // (the chat span on inst-3 starts 100 ms into the request)
+    assert_eq!(
+        edge["first_seen_unix_nano"],
+        (swap + 100_000_000).to_string()
+    );
+    let old = up["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["src"] == "adapter:fin-lora@7" && e["kind"] == "served_by")
+        .unwrap();
+    assert!(
+        old["first_seen_unix_nano"]
+            .as_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            < swap
+    );
+
+    // Ambiguous and unknown names.
+    let (status, body) = server.get("/api/v1/lineage/nothing-like-this", None);
+    assert_eq!(status, 404, "{body}");
+
+    // The CLI: tree, json and dot.
+    let (ok, tree, err) = server.cli(&[
+        "lineage",
+        "dataset:warehouse:fin-qa",
+        "--down",
+        "--depth",
+        "6",
+    ]);
+    assert!(ok, "{err}");
+    assert!(tree.starts_with("dataset:warehouse:fin-qa\n"), "{tree}");
+    assert!(tree.contains("-> adapter:fin-lora@7  (produced)"), "{tree}");
+    let (ok, dot, _) = server.cli(&["lineage", "adapter:fin-lora@7", "--up", "--format", "dot"]);
+    assert!(ok);
+    assert!(dot.starts_with("digraph lineage {") && dot.contains("\"model:meta-llama/Meta-Llama-3-8B\" -> \"adapter:fin-lora@7\" [label=\"base_of\"]"), "{dot}");
+    let (ok, json_out, _) = server.cli(&[
+        "lineage", "inst-3", "--up", "--depth", "1", "--format", "json",
+    ]);
+    assert!(ok);
+    let parsed: Value = serde_json::from_str(&json_out).unwrap();
+    assert_eq!(parsed["root"], "instance:inst-3");
+}

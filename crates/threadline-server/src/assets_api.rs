@@ -1,0 +1,182 @@
+//! The asset registry API: `PUT /api/v1/assets` (a whole manifest, as JSON),
+//! `PUT /api/v1/assets/{collection}/{id}` (one entry), and `GET` of both to read
+//! registered entries back with their revision. Scoped to the caller's tenant.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use threadline_lineage::registry::{self, COLLECTIONS};
+use threadline_model::{AssetOutcome, NodeId, TenantId};
+use threadline_store::{SqliteStore, StoreError};
+
+use crate::auth::Authenticator;
+use crate::dto;
+use crate::error::ApiError;
+
+#[derive(Clone)]
+pub(crate) struct AssetsState {
+    pub(crate) store: SqliteStore,
+    pub(crate) auth: Arc<Authenticator>,
+}
+
+pub(crate) fn router(state: AssetsState) -> Router {
+    Router::new()
+        .route("/api/v1/assets", axum::routing::put(register_manifest))
+        .route("/api/v1/assets/{collection}", get(list_assets))
+        .route(
+            "/api/v1/assets/{collection}/{*id}",
+            get(get_asset).put(register_one),
+        )
+        .with_state(state)
+}
+
+fn tenant(state: &AssetsState, headers: &HeaderMap) -> Result<TenantId, ApiError> {
+    let auth = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    Ok(state.auth.authenticate(auth)?)
+}
+
+fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::BadRequest(format!("body is not valid JSON: {e}")))
+}
+
+async fn register(
+    state: &AssetsState,
+    tenant: &TenantId,
+    manifest: Value,
+) -> Result<Json<Value>, ApiError> {
+    let manifest =
+        registry::parse_manifest(manifest).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64);
+    let update = registry::manifest_to_update(&manifest, now)
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let ack = state
+        .store
+        .submit_graph(tenant, update, now)
+        .map_err(|e| match e {
+            e @ StoreError::QueueFull { .. } => ApiError::Busy(e.to_string()),
+            other => ApiError::from(other),
+        })?;
+    let applied = ack.wait().await?;
+    let assets: Vec<Value> = applied
+        .assets
+        .iter()
+        .map(|(id, outcome)| {
+            let (word, revision) = match outcome {
+                AssetOutcome::Created => ("created", 1),
+                AssetOutcome::Unchanged => ("unchanged", 0),
+                AssetOutcome::Revised(n) => ("revised", *n),
+            };
+            let mut v = json!({ "id": id.to_string(), "outcome": word });
+            if revision > 0 {
+                v["revision"] = json!(revision);
+            }
+            v
+        })
+        .collect();
+    Ok(Json(json!({ "assets": assets })))
+}
+
+/// `PUT /api/v1/assets`: a manifest (`models`, `model_versions`, `adapters`,
+/// `prompt_templates`, `deployments`).
+async fn register_manifest(
+    State(state): State<AssetsState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = tenant(&state, &headers)?;
+    register(&state, &tenant, parse_json(&body)?).await
+}
+
+fn check_collection(collection: &str) -> Result<(), ApiError> {
+    if registry::collection_kind(collection).is_none() {
+        return Err(ApiError::NotFound(format!(
+            "no asset collection {collection:?}: use one of {}",
+            COLLECTIONS.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// `PUT /api/v1/assets/{collection}/{id}`: one entry; its `id` may be left out.
+async fn register_one(
+    State(state): State<AssetsState>,
+    headers: HeaderMap,
+    Path((collection, id)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = tenant(&state, &headers)?;
+    check_collection(&collection)?;
+    let mut entry = parse_json(&body)?;
+    let obj = entry
+        .as_object_mut()
+        .ok_or_else(|| ApiError::BadRequest("body must be a JSON object".to_owned()))?;
+    match obj.get("id").and_then(Value::as_str) {
+        Some(body_id) if body_id != id => {
+            return Err(ApiError::BadRequest(format!(
+                "id {body_id:?} in the body differs from {id:?} in the path"
+            )))
+        }
+        _ => {
+            obj.insert("id".into(), json!(id));
+        }
+    }
+    register(&state, &tenant, json!({ collection: [entry] })).await
+}
+
+fn asset_json(node: &threadline_model::LineageNode) -> Value {
+    let mut v = dto::lineage_node(node);
+    v["spec"] = node.props.get("spec").cloned().unwrap_or(Value::Null);
+    v["revision"] = node.props.get("revision").cloned().unwrap_or(Value::Null);
+    v
+}
+
+async fn list_assets(
+    State(state): State<AssetsState>,
+    headers: HeaderMap,
+    Path(collection): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = tenant(&state, &headers)?;
+    check_collection(&collection)?;
+    let kind = registry::collection_kind(&collection).expect("checked");
+    let store = state.store.clone();
+    let nodes = tokio::task::spawn_blocking(move || store.nodes_of_kind(&tenant, kind, 1000))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))??;
+    // Nodes seen only in spans are not registered: list the registered ones.
+    let assets: Vec<Value> = nodes
+        .iter()
+        .filter(|n| n.props.get("spec").is_some())
+        .map(asset_json)
+        .collect();
+    Ok(Json(json!({ collection: assets })))
+}
+
+async fn get_asset(
+    State(state): State<AssetsState>,
+    headers: HeaderMap,
+    Path((collection, id)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = tenant(&state, &headers)?;
+    check_collection(&collection)?;
+    let kind = registry::collection_kind(&collection).expect("checked");
+    let node_id = NodeId::new(kind, id.clone());
+    let store = state.store.clone();
+    let node = tokio::task::spawn_blocking(move || store.get_node(&tenant, &node_id))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))??;
+    match node {
+        Some(n) if n.props.get("spec").is_some() => Ok(Json(asset_json(&n))),
+        _ => Err(ApiError::NotFound(format!("no {collection} entry {id:?}"))),
+    }
+}

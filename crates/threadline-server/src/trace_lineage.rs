@@ -1,0 +1,200 @@
+//! `GET /api/v1/traces/{trace_id}/lineage`: the chain behind one request — request →
+//! route → instance → adapter / model version → base model → training run → dataset
+//! versions (with their quality facets) and the prompt template version. The request's
+//! own spans say which route, instance, adapter, model and prompt served it; from
+//! those the graph is walked upstream. (Walking up from the instance would also bring
+//! in adapters it served for *other* requests, so the trace's own adapter is the start.)
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::{json, Value};
+use threadline_model::{
+    Direction, EdgeKind, LineageEdge, LineageGraph, LineageNode, NodeId, NodeKind, SpanRecord,
+    TenantId,
+};
+use threadline_store::{SqliteStore, StoreError, WalkLimits};
+
+use crate::dto;
+
+/// Hops walked upstream from the trace's adapter / model / prompt.
+const CHAIN_DEPTH: usize = 12;
+
+/// What the request's spans say served it.
+struct ServedBy {
+    routes: Vec<NodeId>,
+    instances: Vec<NodeId>,
+    /// Adapters, models, prompt versions, images.
+    sources: Vec<NodeId>,
+}
+
+fn served_by(spans: &[SpanRecord]) -> ServedBy {
+    let mut s = ServedBy {
+        routes: Vec::new(),
+        instances: Vec::new(),
+        sources: Vec::new(),
+    };
+    let push = |v: &mut Vec<NodeId>, id: NodeId| {
+        if !v.contains(&id) {
+            v.push(id);
+        }
+    };
+    for llm in spans.iter().filter_map(|s| s.llm.as_ref()) {
+        if let Some(r) = &llm.route {
+            push(&mut s.routes, NodeId::new(NodeKind::Route, r));
+        }
+        if let Some(i) = &llm.instance_id {
+            push(&mut s.instances, NodeId::new(NodeKind::Instance, i));
+        }
+        if let Some(a) = &llm.adapter_id {
+            push(&mut s.sources, NodeId::new(NodeKind::Adapter, a));
+        }
+        if let Some(m) = llm.model() {
+            push(&mut s.sources, NodeId::new(NodeKind::Model, m));
+        }
+        if let Some(img) = &llm.image {
+            push(&mut s.sources, NodeId::new(NodeKind::Image, img));
+        }
+        if let (Some(id), Some(v)) = (&llm.prompt_template_id, &llm.prompt_template_version) {
+            push(
+                &mut s.sources,
+                threadline_lineage::registry::prompt_node(id, v),
+            );
+        }
+    }
+    s
+}
+
+struct Merged {
+    nodes: Vec<LineageNode>,
+    node_ids: HashSet<NodeId>,
+    edges: Vec<LineageEdge>,
+    edge_keys: HashSet<(NodeId, NodeId, EdgeKind)>,
+}
+
+impl Merged {
+    fn add(&mut self, graph: LineageGraph) {
+        for n in graph.nodes {
+            if self.node_ids.insert(n.id.clone()) {
+                self.nodes.push(n);
+            }
+        }
+        for e in graph.edges {
+            if self
+                .edge_keys
+                .insert((e.src.clone(), e.dst.clone(), e.kind))
+            {
+                self.edges.push(e);
+            }
+        }
+    }
+}
+
+/// The lineage chain of a trace, or `None` when the tenant has no such trace.
+pub(crate) fn trace_lineage(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    spans: &[SpanRecord],
+) -> Result<Value, StoreError> {
+    let served = served_by(spans);
+    let mut merged = Merged {
+        nodes: Vec::new(),
+        node_ids: HashSet::new(),
+        edges: Vec::new(),
+        edge_keys: HashSet::new(),
+    };
+    let walk = |start: &NodeId, depth: usize, edge_kinds: Vec<EdgeKind>| {
+        store.walk(
+            tenant,
+            start,
+            &WalkLimits {
+                direction: Direction::Upstream,
+                depth,
+                max_nodes: 2000,
+                edge_kinds,
+            },
+        )
+    };
+    for route in &served.routes {
+        if let Some(g) = walk(route, 0, Vec::new())? {
+            merged.add(g);
+        }
+    }
+    for instance in &served.instances {
+        // Its image and deployment, not every adapter it ever served.
+        if let Some(g) = walk(instance, 1, vec![EdgeKind::RunsOn, EdgeKind::Deploys])? {
+            merged.add(g);
+        }
+    }
+    for source in &served.sources {
+        if let Some(g) = walk(source, CHAIN_DEPTH, Vec::new())? {
+            merged.add(g);
+        }
+    }
+    // The request's own bindings, as this trace saw them.
+    let root = spans
+        .iter()
+        .find(|s| s.parent_span_id.is_none())
+        .or(spans.first());
+    let request_id = spans
+        .first()
+        .map(|s| format!("request:{}", s.trace_id))
+        .unwrap_or_default();
+    let mut chain_edges: Vec<Value> = Vec::new();
+    let present = |id: &NodeId| merged.node_ids.contains(id);
+    for route in served.routes.iter().filter(|r| present(r)) {
+        chain_edges.push(json!({"src": route.to_string(), "dst": request_id, "kind": "handled"}));
+        for instance in served.instances.iter().filter(|i| present(i)) {
+            chain_edges.push(
+                json!({"src": instance.to_string(), "dst": route.to_string(), "kind": "answers"}),
+            );
+        }
+    }
+    for instance in served.instances.iter().filter(|i| present(i)) {
+        for source in served.sources.iter().filter(|s| present(s)) {
+            let kind = match source.kind {
+                NodeKind::Image => "runs_on",
+                NodeKind::Prompt => continue,
+                _ => "served_by",
+            };
+            chain_edges.push(
+                json!({"src": source.to_string(), "dst": instance.to_string(), "kind": kind}),
+            );
+        }
+    }
+    let by_kind = |kind: NodeKind| -> Vec<String> {
+        merged
+            .nodes
+            .iter()
+            .filter(|n| n.id.kind == kind)
+            .map(|n| n.id.to_string())
+            .collect()
+    };
+    let summary: HashMap<&str, Vec<String>> = [
+        ("routes", by_kind(NodeKind::Route)),
+        ("instances", by_kind(NodeKind::Instance)),
+        ("adapters", by_kind(NodeKind::Adapter)),
+        ("model_versions", by_kind(NodeKind::ModelVersion)),
+        ("models", by_kind(NodeKind::Model)),
+        ("training_runs", by_kind(NodeKind::Run)),
+        ("dataset_versions", by_kind(NodeKind::DatasetVersion)),
+        ("datasets", by_kind(NodeKind::Dataset)),
+        ("prompts", by_kind(NodeKind::Prompt)),
+        ("images", by_kind(NodeKind::Image)),
+        ("deployments", by_kind(NodeKind::Deployment)),
+    ]
+    .into_iter()
+    .collect();
+    Ok(json!({
+        "trace_id": spans.first().map(|s| s.trace_id.to_string()),
+        "request": root.map(|r| json!({
+            "id": request_id,
+            "name": r.name,
+            "service": r.service,
+            "start_time_unix_nano": r.start_time_unix_nano.to_string(),
+            "duration_ms": r.duration_nanos() as f64 / 1e6,
+        })),
+        "chain": summary,
+        "nodes": merged.nodes.iter().map(dto::lineage_node).collect::<Vec<_>>(),
+        "edges": merged.edges.iter().map(dto::lineage_edge).chain(chain_edges).collect::<Vec<_>>(),
+    }))
+}
