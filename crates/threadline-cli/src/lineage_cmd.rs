@@ -1,5 +1,5 @@
-//! `threadline register FILE` (asset manifests, YAML or JSON) and
-//! `threadline lineage NODE` (a walk of the graph as a tree, JSON or Graphviz dot).
+//! `threadline register FILE` (asset manifests, YAML or JSON), `threadline lineage
+//! NODE` (a walk of the graph as a tree, JSON or Graphviz dot) and `threadline erase`.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
@@ -207,4 +207,46 @@ fn walk_tree(
             walk_tree(next, adjacency, arrow, indent + 1, visited, out);
         }
     }
+}
+
+#[derive(Args)]
+#[group(required = true, multiple = false, id = "subject")]
+pub(crate) struct EraseArgs {
+    /// Erase every trace of this user id.
+    #[arg(long, group = "subject")]
+    user_id: Option<String>,
+    /// Erase every trace of this session id.
+    #[arg(long, group = "subject")]
+    session_id: Option<String>,
+    /// Who asked (recorded in the audit log).
+    #[arg(long, default_value = "cli")]
+    requested_by: String,
+    #[command(flatten)]
+    client: ClientArgs,
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) async fn erase(args: EraseArgs) -> anyhow::Result<()> {
+    let mut body = serde_json::json!({ "requested_by": args.requested_by });
+    if let Some(u) = &args.user_id {
+        body["user_id"] = Value::String(u.clone());
+    }
+    if let Some(s) = &args.session_id {
+        body["session_id"] = Value::String(s.clone());
+    }
+    let api = ApiClient::new(&args.client)?;
+    let report = api
+        .send_json(reqwest::Method::POST, "/api/v1/erasures", &body)
+        .await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "erasure {}: {} traces, {} spans deleted ({} blocks rewritten); audit subject sha256 {}",
+            report["erasure_id"], report["traces_matched"], report["spans_deleted"],
+            report["blocks_rewritten"], report["subject_sha256"].as_str().unwrap_or("?")
+        );
+    }
+    Ok(())
 }

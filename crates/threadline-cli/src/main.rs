@@ -50,6 +50,8 @@ enum Command {
     Register(Box<lineage_cmd::RegisterArgs>),
     /// Walk the lineage graph from a node (upstream, downstream or both).
     Lineage(Box<lineage_cmd::LineageArgs>),
+    /// Erase every trace of a user or session (GDPR), with an audit entry.
+    Erase(Box<lineage_cmd::EraseArgs>),
 }
 
 #[derive(Args)]
@@ -177,6 +179,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Loadgen(args) => runtime.block_on(loadgen::run(*args)),
         Command::Register(args) => runtime.block_on(lineage_cmd::register(*args)),
         Command::Lineage(args) => runtime.block_on(lineage_cmd::lineage(*args)),
+        Command::Erase(args) => runtime.block_on(lineage_cmd::erase(*args)),
     }
 }
 

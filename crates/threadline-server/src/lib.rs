@@ -6,6 +6,7 @@ pub mod auth;
 pub mod config;
 mod cpu_pool;
 mod dto;
+mod erasure_api;
 mod error;
 mod ingest;
 mod lineage_api;
@@ -106,6 +107,10 @@ pub async fn serve(
         },
     })
     .merge(assets_api::router(assets_api::AssetsState {
+        store: store.clone(),
+        auth: Arc::clone(&auth),
+    }))
+    .merge(erasure_api::router(erasure_api::ErasureState {
         store: store.clone(),
         auth: Arc::clone(&auth),
     }))

@@ -94,6 +94,20 @@ pub(crate) fn decode_detail(
     Ok((owned.detail, owned.llm))
 }
 
+/// The block with the given detail slots overwritten by zeros, recompressed (erasure:
+/// other spans keep their slots, so their rows need no change).
+pub(crate) fn blank_slots(blob: &[u8], slots: &[(u32, u32)]) -> Result<Vec<u8>, StoreError> {
+    let mut raw = open_block(blob)?;
+    for &(offset, len) in slots {
+        let range = offset as usize..offset as usize + len as usize;
+        let slot = raw.get_mut(range).ok_or_else(|| {
+            StoreError::Corrupt(format!("detail slot {offset}+{len} is outside its block"))
+        })?;
+        slot.fill(0);
+    }
+    Ok(wrap(raw))
+}
+
 pub(crate) fn encode_origin(origin: &SpanOrigin) -> Result<(i64, Vec<u8>), StoreError> {
     let raw = postcard::to_stdvec(origin)
         .map_err(|e| StoreError::Corrupt(format!("cannot encode span origin: {e}")))?;

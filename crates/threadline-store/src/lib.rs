@@ -5,6 +5,7 @@
 //! the trait will be extracted when that second implementation lands, not before.
 
 mod codec;
+mod erase;
 mod graph;
 mod query;
 mod schema;
@@ -19,6 +20,7 @@ use threadline_model::{
     GraphUpdate, LineageGraph, LineageNode, NodeId, NodeKind, SpanRecord, TenantId, TraceId,
 };
 
+pub use erase::{ErasureRecord, ErasureReport, ErasureSubject};
 pub use graph::WalkLimits;
 pub use query::{ServiceSummary, TraceCursor, TracePage, TraceQuery, TraceSummary};
 pub use writer::{Applied, PreparedBatch, WriteAck, WriterStats};
@@ -159,6 +161,30 @@ impl SqliteStore {
             tenant: tenant.clone(),
             update,
             received_ns,
+        })
+    }
+
+    /// Erases every trace of a user or session in the tenant (see `erase`); resolves
+    /// once committed and the WAL is truncated.
+    pub fn submit_erasure(
+        &self,
+        tenant: &TenantId,
+        subject: ErasureSubject,
+        requested_by: &str,
+        requested_ns: i64,
+    ) -> Result<WriteAck, StoreError> {
+        self.inner.writer.submit_erase(writer::EraseJob {
+            tenant: tenant.clone(),
+            subject,
+            requested_by: requested_by.to_owned(),
+            requested_ns,
+        })
+    }
+
+    /// The tenant's erasure audit log, newest first.
+    pub fn erasures(&self, tenant: &TenantId) -> Result<Vec<ErasureRecord>, StoreError> {
+        self.with_reader(|conn| {
+            erase::audit_log(conn, tenant.as_str()).map_err(|e| sqlite_err(conn, e))
         })
     }
 

@@ -114,6 +114,19 @@ const MIGRATIONS: &[&str] = &[
         registered_ns INTEGER NOT NULL,
         PRIMARY KEY (node_id, revision)
      ) WITHOUT ROWID;",
+    // 4: the erasure audit log. The subject is kept only as a SHA-256 digest, so the
+    //    log itself never holds the erased id.
+    "CREATE TABLE erasures (
+        id INTEGER PRIMARY KEY,
+        tenant_id INTEGER NOT NULL REFERENCES tenants(id),
+        requested_by TEXT NOT NULL,
+        requested_ns INTEGER NOT NULL,
+        subject_kind TEXT NOT NULL,
+        subject_sha256 TEXT NOT NULL,
+        traces_matched INTEGER NOT NULL,
+        spans_deleted INTEGER NOT NULL,
+        blocks_rewritten INTEGER NOT NULL
+     );",
 ];
 
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -128,7 +141,8 @@ fn sqlite(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
 /// The writer's connection: WAL, and `synchronous = FULL` so a commit is on disk before
 /// the writer acknowledges it (group commit keeps the fsync cost per batch, not per span).
 /// Automatic checkpoints are off here: the checkpointer thread runs them, so copying
-/// WAL pages into the database never stalls the writer.
+/// WAL pages into the database never stalls the writer. `secure_delete` zeroes what
+/// is deleted (the store deletes only for erasure), so no byte of it stays in a page.
 pub(crate) fn open_connection(path: &Path) -> Result<Connection, StoreError> {
     let conn = Connection::open(path).map_err(sqlite(path))?;
     conn.execute_batch(
@@ -137,7 +151,8 @@ pub(crate) fn open_connection(path: &Path) -> Result<Connection, StoreError> {
          PRAGMA foreign_keys = OFF;
          PRAGMA busy_timeout = 5000;
          PRAGMA cache_size = -65536;
-         PRAGMA wal_autocheckpoint = 0;",
+         PRAGMA wal_autocheckpoint = 0;
+         PRAGMA secure_delete = ON;",
     )
     .map_err(sqlite(path))?;
     Ok(conn)

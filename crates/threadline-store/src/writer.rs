@@ -148,6 +148,8 @@ pub struct Applied {
     pub changed: bool,
     /// What each registry entry of a graph update became.
     pub assets: Vec<(threadline_model::NodeId, threadline_model::AssetOutcome)>,
+    /// What an erasure did.
+    pub erasure: Option<crate::ErasureReport>,
 }
 
 impl Applied {
@@ -155,6 +157,7 @@ impl Applied {
         Self {
             changed: true,
             assets: Vec::new(),
+            erasure: None,
         }
     }
 }
@@ -189,9 +192,18 @@ pub(crate) struct GraphJob {
     pub(crate) received_ns: i64,
 }
 
+/// An erasure for the writer.
+pub(crate) struct EraseJob {
+    pub(crate) tenant: TenantId,
+    pub(crate) subject: crate::ErasureSubject,
+    pub(crate) requested_by: String,
+    pub(crate) requested_ns: i64,
+}
+
 enum Work {
     Spans(PreparedBatch),
     Graph(GraphJob),
+    Erase(EraseJob),
 }
 
 impl Work {
@@ -199,6 +211,7 @@ impl Work {
         match self {
             Work::Spans(b) => b.rows.len(),
             Work::Graph(g) => 1 + g.update.nodes.len() + g.update.edges.len(),
+            Work::Erase(_) => 1,
         }
     }
 
@@ -212,6 +225,7 @@ impl Work {
                         .as_ref()
                         .map_or(0, |(_, raw)| raw.to_string().len())
             }
+            Work::Erase(_) => 256,
         }
     }
 }
@@ -282,6 +296,10 @@ impl WriterHandle {
 
     pub(crate) fn submit_graph(&self, job: GraphJob) -> Result<WriteAck, StoreError> {
         self.submit_work(Work::Graph(job))
+    }
+
+    pub(crate) fn submit_erase(&self, job: EraseJob) -> Result<WriteAck, StoreError> {
+        self.submit_work(Work::Erase(job))
     }
 
     fn submit_work(&self, work: Work) -> Result<WriteAck, StoreError> {
@@ -363,7 +381,7 @@ fn run_writer(
             .iter()
             .map(|j| match &j.work {
                 Work::Spans(b) => b.rows.len(),
-                Work::Graph(_) => 0,
+                Work::Graph(_) | Work::Erase(_) => 0,
             })
             .sum();
         let started = Instant::now();
@@ -375,7 +393,18 @@ fn run_writer(
             .fetch_sub(jobs.len(), Ordering::Relaxed);
         counters.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
         let outcomes = match result {
-            Ok(outcomes) => {
+            Ok(mut outcomes) => {
+                if outcomes
+                    .iter()
+                    .any(|o| o.as_ref().is_ok_and(|a| a.erasure.is_some()))
+                {
+                    let truncated = truncate_wal(&conn);
+                    for o in outcomes.iter_mut().flatten() {
+                        if let Some(report) = &mut o.erasure {
+                            report.wal_truncated = truncated;
+                        }
+                    }
+                }
                 counters
                     .spans_committed
                     .fetch_add(spans as u64, Ordering::Relaxed);
@@ -415,6 +444,26 @@ fn run_writer(
             let _ = job.ack.send(outcome);
         }
     }
+}
+
+/// After an erasure: copy the WAL into the database and truncate it, so the erased
+/// bytes' old page images are gone from the WAL file too. Retries while readers hold
+/// old snapshots; false if it could not finish (the checkpointer truncates later).
+fn truncate_wal(conn: &Connection) -> bool {
+    for _ in 0..20 {
+        let done = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+            Ok(r.get::<_, i64>(0)? == 0)
+        });
+        match done {
+            Ok(true) => return true,
+            Ok(false) => std::thread::sleep(std::time::Duration::from_millis(50)),
+            Err(e) => {
+                tracing::warn!(error = %e, "wal truncation after erasure failed");
+                return false;
+            }
+        }
+    }
+    false
 }
 
 /// One transaction for all jobs. A graph update that fails is rolled back alone (to
@@ -459,10 +508,12 @@ fn commit_jobs(
                             Some(assets) => Applied {
                                 changed: true,
                                 assets,
+                                erasure: None,
                             },
                             None => Applied {
                                 changed: false,
                                 assets: Vec::new(),
+                                erasure: None,
                             },
                         }));
                     }
@@ -470,6 +521,31 @@ fn commit_jobs(
                         // Dropping the savepoint rolls it back.
                         drop(sp);
                         graph_failed = true;
+                        outcomes.push(Err(e.to_string()));
+                    }
+                }
+            }
+            Work::Erase(job) => {
+                let tenant_id = tenant_id(&tx, &job.tenant, cache)?;
+                let sp = tx.savepoint()?;
+                let erased = crate::erase::erase(
+                    &sp,
+                    tenant_id,
+                    &job.subject,
+                    &job.requested_by,
+                    job.requested_ns,
+                );
+                match erased {
+                    Ok(report) => {
+                        sp.commit()?;
+                        outcomes.push(Ok(Applied {
+                            changed: true,
+                            assets: Vec::new(),
+                            erasure: Some(report),
+                        }));
+                    }
+                    Err(e) => {
+                        drop(sp);
                         outcomes.push(Err(e.to_string()));
                     }
                 }

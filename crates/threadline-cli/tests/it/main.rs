@@ -5,6 +5,7 @@
 mod cli;
 mod conformance;
 mod crash;
+mod erasure;
 mod grpc;
 mod harness;
 mod http_ingest;

@@ -1,0 +1,130 @@
+//! GDPR erasure: every trace of a user disappears, other users' traces stay, the audit
+//! log records it (without the id), and no byte of the id remains in the database
+//! files — the WAL included.
+
+use serde_json::Value;
+
+use crate::harness::*;
+
+const SUBJECT: &str = "user-5f3c9e-erase-me";
+const OTHER: &str = "user-11aa22-keep-me";
+
+fn request(trace: [u8; 16], user: &str, session: &str, start: u64) -> Vec<u8> {
+    let mut req = llm_trace(trace, "gateway", "llama-3-8b", start);
+    let spans = &mut req.resource_spans[0].scope_spans[0].spans;
+    spans[0]
+        .attributes
+        .extend([kv("user.id", user), kv("session.id", session)]);
+    spans[1].attributes.push(kv(
+        "gen_ai.prompt",
+        &format!("hello, I am {user} and my card was declined"),
+    ));
+    proto(&req)
+}
+
+/// Every file in the data directory that contains `needle`.
+fn files_containing(dir: &std::path::Path, needle: &str) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let bytes = std::fs::read(p).unwrap_or_default();
+            bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
+        })
+        .map(|p| p.display().to_string())
+        .collect()
+}
+
+#[test]
+fn erasing_a_user_removes_every_byte_of_them() {
+    let server = TestServer::start();
+    let t0: u64 = 1_764_400_000_000_000_000;
+    let mut mine = Vec::new();
+    let mut theirs = Vec::new();
+    for i in 0..60u8 {
+        let (user, list) = if i % 3 == 0 {
+            (SUBJECT, &mut mine)
+        } else {
+            (OTHER, &mut theirs)
+        };
+        let id = [i + 1; 16];
+        let body = request(
+            id,
+            user,
+            &format!("sess-{user}"),
+            t0 + u64::from(i) * 1_000_000,
+        );
+        // A retried export stores the same spans twice.
+        for _ in 0..if i == 0 { 2 } else { 1 } {
+            assert_eq!(
+                server
+                    .post_traces("application/x-protobuf", body.clone(), &[])
+                    .status(),
+                200
+            );
+        }
+        list.push(hex(&id));
+    }
+    // Let the background checkpointer copy pages into the database file as well.
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    assert!(
+        !files_containing(&server.data_dir, SUBJECT).is_empty(),
+        "the id is on disk before"
+    );
+
+    let (ok, out, err) = server.cli(&["erase", "--user-id", SUBJECT, "--requested-by", "dpo@acme"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("20 traces, 42 spans deleted"), "{out}");
+
+    let leftovers = files_containing(&server.data_dir, SUBJECT);
+    assert!(
+        leftovers.is_empty(),
+        "the erased id is still in {leftovers:?}"
+    );
+    for id in &mine {
+        assert_eq!(
+            server.get(&format!("/api/v1/traces/{id}"), None).0,
+            404,
+            "{id} survived"
+        );
+    }
+    for id in &theirs {
+        let (status, trace) = server.get(&format!("/api/v1/traces/{id}"), None);
+        assert_eq!(status, 200, "{id} was lost");
+        assert_eq!(trace["span_count"], 2);
+    }
+    let (_, found) = server.get(&format!("/api/v1/traces?attr.user.id={SUBJECT}"), None);
+    assert_eq!(found["traces"], Value::Array(vec![]));
+
+    // The audit log: who, when, what matched, how many — and only a digest of the id.
+    let (status, log) = server.get("/api/v1/erasures", None);
+    assert_eq!(status, 200);
+    let entry = &log["erasures"][0];
+    assert_eq!(entry["requested_by"], "dpo@acme");
+    assert_eq!(entry["subject_kind"], "user_id");
+    assert_eq!(
+        (
+            entry["traces_matched"].as_u64(),
+            entry["spans_deleted"].as_u64()
+        ),
+        (Some(20), Some(42))
+    );
+    assert_eq!(entry["subject_sha256"].as_str().unwrap().len(), 64);
+    assert!(!log.to_string().contains(SUBJECT));
+
+    // Sessions too; and bad requests say what is wrong.
+    let (status, body) = server.post_json(
+        "/api/v1/erasures",
+        br#"{"session_id": "sess-user-11aa22-keep-me"}"#.to_vec(),
+        &[],
+        None,
+    );
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["traces_matched"], 40);
+    let (status, body) = server.post_json("/api/v1/erasures", b"{}".to_vec(), &[], None);
+    assert_eq!(status, 400);
+    assert!(body["error"]
+        .as_str()
+        .unwrap()
+        .contains("user_id or session_id"));
+}

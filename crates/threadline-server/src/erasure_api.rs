@@ -1,0 +1,131 @@
+//! Erasure (GDPR) over the API: `POST /api/v1/erasures` with `{"user_id": …}` or
+//! `{"session_id": …}` (and optionally `"requested_by"`) deletes every trace of that
+//! subject in the caller's tenant; `GET /api/v1/erasures` is the audit log.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use threadline_model::TenantId;
+use threadline_store::{ErasureSubject, SqliteStore, StoreError};
+
+use crate::auth::Authenticator;
+use crate::error::ApiError;
+
+#[derive(Clone)]
+pub(crate) struct ErasureState {
+    pub(crate) store: SqliteStore,
+    pub(crate) auth: Arc<Authenticator>,
+}
+
+pub(crate) fn router(state: ErasureState) -> Router {
+    Router::new()
+        .route("/api/v1/erasures", get(audit_log).post(erase))
+        .with_state(state)
+}
+
+fn tenant(state: &ErasureState, headers: &HeaderMap) -> Result<TenantId, ApiError> {
+    let auth = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    Ok(state.auth.authenticate(auth)?)
+}
+
+fn subject(body: &Value) -> Result<ErasureSubject, ApiError> {
+    let text = |key: &str| -> Result<Option<String>, ApiError> {
+        match body.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if !s.is_empty() => Ok(Some(s.clone())),
+            Some(_) => Err(ApiError::BadRequest(format!(
+                "{key} must be a non-empty string"
+            ))),
+        }
+    };
+    match (text("user_id")?, text("session_id")?) {
+        (Some(u), None) => Ok(ErasureSubject::UserId(u)),
+        (None, Some(s)) => Ok(ErasureSubject::SessionId(s)),
+        (Some(_), Some(_)) => Err(ApiError::BadRequest(
+            "give either user_id or session_id, not both".to_owned(),
+        )),
+        (None, None) => Err(ApiError::BadRequest(
+            "user_id or session_id is required".to_owned(),
+        )),
+    }
+}
+
+async fn erase(
+    State(state): State<ErasureState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let tenant = tenant(&state, &headers)?;
+    let body: Value = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::BadRequest(format!("body is not valid JSON: {e}")))?;
+    let subject = subject(&body)?;
+    let requested_by = body
+        .get("requested_by")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .unwrap_or("api")
+        .to_owned();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64);
+    let kind = subject.kind();
+    let digest = subject.digest();
+    let ack = state
+        .store
+        .submit_erasure(&tenant, subject, &requested_by, now)
+        .map_err(|e| match e {
+            e @ StoreError::QueueFull { .. } => ApiError::Busy(e.to_string()),
+            other => ApiError::from(other),
+        })?;
+    let report = ack
+        .wait()
+        .await?
+        .erasure
+        .ok_or_else(|| ApiError::Internal("erasure finished without a report".to_owned()))?;
+    // The subject id is never logged; its digest identifies the audit row.
+    tracing::info!(tenant = %tenant, subject_kind = kind, subject_sha256 = %digest,
+        spans = report.spans_deleted, "erasure done");
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({
+            "erasure_id": report.erasure_id,
+            "subject_kind": kind,
+            "subject_sha256": digest,
+            "requested_by": requested_by,
+            "traces_matched": report.traces_matched,
+            "spans_deleted": report.spans_deleted,
+            "blocks_rewritten": report.blocks_rewritten,
+            "wal_truncated": report.wal_truncated,
+        })),
+    ))
+}
+
+async fn audit_log(
+    State(state): State<ErasureState>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = tenant(&state, &headers)?;
+    let store = state.store.clone();
+    let records = tokio::task::spawn_blocking(move || store.erasures(&tenant))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))??;
+    Ok(Json(json!({
+        "erasures": records.iter().map(|r| json!({
+            "erasure_id": r.erasure_id,
+            "requested_by": r.requested_by,
+            "requested_at_unix_nano": r.requested_ns.to_string(),
+            "subject_kind": r.subject_kind,
+            "subject_sha256": r.subject_sha256,
+            "traces_matched": r.traces_matched,
+            "spans_deleted": r.spans_deleted,
+        })).collect::<Vec<_>>(),
+    })))
+}

@@ -1,0 +1,158 @@
+//! Erasure (GDPR): every trace in which a user or session id appears is deleted from
+//! the tenant — span rows, and their details inside the shared compressed blocks
+//! (blanked and recompressed in place) — and an audit row records who, when, what
+//! matched and how much went, with the subject only as a SHA-256 digest. The writer
+//! runs it with `secure_delete` on and truncates the WAL afterwards, so no byte of the
+//! subject stays in the database files.
+
+use std::collections::BTreeMap;
+
+use rusqlite::{params, params_from_iter, Connection};
+use sha2::Digest;
+
+use crate::codec;
+
+/// Whose data to erase.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ErasureSubject {
+    UserId(String),
+    SessionId(String),
+}
+
+impl ErasureSubject {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ErasureSubject::UserId(_) => "user_id",
+            ErasureSubject::SessionId(_) => "session_id",
+        }
+    }
+
+    fn value(&self) -> &str {
+        match self {
+            ErasureSubject::UserId(v) | ErasureSubject::SessionId(v) => v,
+        }
+    }
+
+    /// SHA-256 hex of the subject id: what the audit log keeps.
+    pub fn digest(&self) -> String {
+        hex::encode(sha2::Sha256::digest(self.value().as_bytes()))
+    }
+}
+
+/// What an erasure did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ErasureReport {
+    pub erasure_id: i64,
+    pub traces_matched: u64,
+    pub spans_deleted: u64,
+    pub blocks_rewritten: u64,
+    /// Whether the WAL could be truncated right away (false when a long read held it;
+    /// the background checkpointer truncates it later).
+    pub wal_truncated: bool,
+}
+
+/// Deletes the subject's traces inside the caller's transaction and logs the erasure.
+pub(crate) fn erase(
+    tx: &Connection,
+    tenant_id: i64,
+    subject: &ErasureSubject,
+    requested_by: &str,
+    requested_ns: i64,
+) -> rusqlite::Result<ErasureReport> {
+    // Whole traces: the subject's id sits on some spans (usually the root), while the
+    // prompt and response text it wrote sits on their children.
+    let column = subject.kind();
+    let rows: Vec<(i64, Vec<u8>, i64, u32, u32)> = tx
+        .prepare(&format!(
+            "SELECT rowid, trace_id, block_id, block_offset, block_len FROM spans
+             WHERE tenant_id = ?1 AND trace_id IN
+                (SELECT trace_id FROM spans WHERE tenant_id = ?1 AND {column} = ?2)"
+        ))?
+        .query_map(params![tenant_id, subject.value()], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })?
+        .collect::<Result<_, _>>()?;
+    let mut traces: Vec<&Vec<u8>> = rows.iter().map(|r| &r.1).collect();
+    traces.sort();
+    traces.dedup();
+    let mut by_block: BTreeMap<i64, Vec<(u32, u32)>> = BTreeMap::new();
+    for (_, _, block, offset, len) in &rows {
+        by_block.entry(*block).or_default().push((*offset, *len));
+    }
+    for (block_id, slots) in &by_block {
+        let blob: Vec<u8> = tx
+            .prepare_cached("SELECT block FROM span_blocks WHERE id = ?1")?
+            .query_row([block_id], |r| r.get(0))?;
+        let blanked = codec::blank_slots(&blob, slots).map_err(|e| {
+            rusqlite::Error::ToSqlConversionFailure(Box::new(std::io::Error::other(e.to_string())))
+        })?;
+        tx.prepare_cached("UPDATE span_blocks SET block = ?2 WHERE id = ?1")?
+            .execute(params![block_id, blanked])?;
+    }
+    for chunk in rows.chunks(500) {
+        let sql = format!(
+            "DELETE FROM spans WHERE rowid IN ({})",
+            vec!["?"; chunk.len()].join(",")
+        );
+        tx.execute(&sql, params_from_iter(chunk.iter().map(|r| r.0)))?;
+    }
+    let report = ErasureReport {
+        erasure_id: 0,
+        traces_matched: traces.len() as u64,
+        spans_deleted: rows.len() as u64,
+        blocks_rewritten: by_block.len() as u64,
+        wal_truncated: false,
+    };
+    tx.prepare_cached(
+        "INSERT INTO erasures (tenant_id, requested_by, requested_ns, subject_kind,
+            subject_sha256, traces_matched, spans_deleted, blocks_rewritten)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?
+    .execute(params![
+        tenant_id,
+        requested_by,
+        requested_ns,
+        subject.kind(),
+        subject.digest(),
+        report.traces_matched as i64,
+        report.spans_deleted as i64,
+        report.blocks_rewritten as i64,
+    ])?;
+    Ok(ErasureReport {
+        erasure_id: tx.last_insert_rowid(),
+        ..report
+    })
+}
+
+/// One row of the erasure audit log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ErasureRecord {
+    pub erasure_id: i64,
+    pub requested_by: String,
+    pub requested_ns: i64,
+    pub subject_kind: String,
+    pub subject_sha256: String,
+    pub traces_matched: u64,
+    pub spans_deleted: u64,
+}
+
+pub(crate) fn audit_log(conn: &Connection, tenant: &str) -> rusqlite::Result<Vec<ErasureRecord>> {
+    conn.prepare(
+        "SELECT e.id, e.requested_by, e.requested_ns, e.subject_kind, e.subject_sha256,
+                e.traces_matched, e.spans_deleted
+         FROM erasures e JOIN tenants t ON t.id = e.tenant_id
+         WHERE t.name = ?1 ORDER BY e.id DESC LIMIT 1000",
+    )?
+    .query_map([tenant], |r| {
+        Ok(ErasureRecord {
+            erasure_id: r.get(0)?,
+            requested_by: r.get(1)?,
+            requested_ns: r.get(2)?,
+            subject_kind: r.get(3)?,
+            subject_sha256: r.get(4)?,
+            traces_matched: r.get::<_, i64>(5)? as u64,
+            spans_deleted: r.get::<_, i64>(6)? as u64,
+        })
+    })?
+    .collect()
+}
