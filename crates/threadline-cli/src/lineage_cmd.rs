@@ -250,3 +250,72 @@ pub(crate) async fn erase(args: EraseArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[derive(Args)]
+pub(crate) struct ImpactArgs {
+    /// Node id (`kind:key`) or an unambiguous bare name.
+    node: String,
+    /// Count requests served since this time (RFC 3339 or unix seconds) [default: 7 days ago].
+    #[arg(long)]
+    since: Option<String>,
+    #[command(flatten)]
+    client: ClientArgs,
+    /// Print the API's JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) async fn impact(args: ImpactArgs) -> anyhow::Result<()> {
+    let api = ApiClient::new(&args.client)?;
+    let query: Vec<(String, String)> = args
+        .since
+        .iter()
+        .map(|s| ("since".to_owned(), s.clone()))
+        .collect();
+    let report = api
+        .get(&format!("/api/v1/impact/{}", encode(&args.node)), &query)
+        .await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    println!(
+        "impact of {}: {} downstream nodes",
+        report["root"].as_str().unwrap_or("?"),
+        report["affected_count"]
+    );
+    for (kind, ids) in report["affected"].as_object().into_iter().flatten() {
+        let ids: Vec<&str> = ids
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        println!("  {kind:<16} {:>4}  {}", ids.len(), ids.join(", "));
+    }
+    println!(
+        "requests served by affected adapters/instances: {} traces",
+        report["requests_served"]["traces"]
+    );
+    for n in report["requests_served"]["by_node"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        println!(
+            "  {:<40} {}",
+            n["node"].as_str().unwrap_or("?"),
+            n["traces"]
+        );
+    }
+    println!("plan:");
+    for step in report["plan"].as_array().into_iter().flatten() {
+        println!(
+            "  {:<10} {:<45} {}",
+            step["action"].as_str().unwrap_or("?"),
+            step["node"].as_str().unwrap_or("?"),
+            step["reason"].as_str().unwrap_or("")
+        );
+    }
+    Ok(())
+}

@@ -52,6 +52,8 @@ enum Command {
     Lineage(Box<lineage_cmd::LineageArgs>),
     /// Erase every trace of a user or session (GDPR), with an audit entry.
     Erase(Box<lineage_cmd::EraseArgs>),
+    /// What a change to a node affects downstream, with a plan from the impact policy.
+    Impact(Box<lineage_cmd::ImpactArgs>),
 }
 
 #[derive(Args)]
@@ -180,6 +182,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Register(args) => runtime.block_on(lineage_cmd::register(*args)),
         Command::Lineage(args) => runtime.block_on(lineage_cmd::lineage(*args)),
         Command::Erase(args) => runtime.block_on(lineage_cmd::erase(*args)),
+        Command::Impact(args) => runtime.block_on(lineage_cmd::impact(*args)),
     }
 }
 

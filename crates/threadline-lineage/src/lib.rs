@@ -4,6 +4,7 @@
 
 mod bindings;
 mod facets;
+pub mod impact;
 pub mod openlineage;
 pub mod registry;
 

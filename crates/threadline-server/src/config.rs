@@ -19,6 +19,9 @@ pub struct ServerConfig {
     pub max_queued_batches: usize,
     pub tenants: Vec<TenantKeys>,
     pub allow_unauthenticated: bool,
+    /// Rules for impact plans (`[server] impact_policy = "FILE"`; the shipped default
+    /// otherwise).
+    pub impact_policy: threadline_lineage::impact::ImpactPolicy,
 }
 
 /// One tenant and the API keys that act for it.
@@ -52,6 +55,7 @@ impl Default for ServerConfig {
             max_queued_batches: 1024,
             tenants: Vec::new(),
             allow_unauthenticated: false,
+            impact_policy: threadline_lineage::impact::ImpactPolicy::default_policy(),
         }
     }
 }
@@ -76,6 +80,7 @@ struct FileServer {
     max_body_bytes: Option<usize>,
     max_queued_batches: Option<usize>,
     allow_unauthenticated: Option<bool>,
+    impact_policy: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -196,7 +201,23 @@ impl ServerConfig {
                 Err(e) => problems.push(e.to_string()),
             }
         }
+        let impact_policy = match &parsed.server.impact_policy {
+            None => defaults.impact_policy.clone(),
+            Some(path) => match std::fs::read_to_string(path) {
+                Ok(text) => {
+                    threadline_lineage::impact::ImpactPolicy::parse(&text).unwrap_or_else(|e| {
+                        problems.push(format!("{}: {e}", path.display()));
+                        defaults.impact_policy.clone()
+                    })
+                }
+                Err(e) => {
+                    problems.push(format!("cannot read impact_policy {}: {e}", path.display()));
+                    defaults.impact_policy.clone()
+                }
+            },
+        };
         let config = ServerConfig {
+            impact_policy,
             otlp_http_addr,
             otlp_grpc_addr,
             http_addr,

@@ -8,6 +8,7 @@ mod cpu_pool;
 mod dto;
 mod erasure_api;
 mod error;
+mod impact_api;
 mod ingest;
 mod lineage_api;
 mod marquez;
@@ -113,6 +114,11 @@ pub async fn serve(
     .merge(erasure_api::router(erasure_api::ErasureState {
         store: store.clone(),
         auth: Arc::clone(&auth),
+    }))
+    .merge(impact_api::router(impact_api::ImpactState {
+        store: store.clone(),
+        auth: Arc::clone(&auth),
+        policy: Arc::new(config.impact_policy.clone()),
     }))
     .merge(query_api::router(query_api::QueryState {
         store: store.clone(),

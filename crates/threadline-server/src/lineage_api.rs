@@ -42,6 +42,12 @@ fn tenant(state: &LineageState, headers: &HeaderMap) -> Result<TenantId, ApiErro
     Ok(state.auth.authenticate(auth)?)
 }
 
+pub(crate) async fn blocking_api<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    blocking(f).await
+}
+
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {

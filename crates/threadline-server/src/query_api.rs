@@ -187,7 +187,7 @@ fn parse_duration(key: &str, value: &str) -> Result<u64, ApiError> {
 }
 
 /// RFC 3339 (`2026-11-30T14:05:00Z`) or unix seconds (fractions allowed).
-fn parse_time(key: &str, value: &str) -> Result<u64, ApiError> {
+pub(crate) fn parse_time(key: &str, value: &str) -> Result<u64, ApiError> {
     if let Ok(secs) = value.parse::<f64>() {
         if secs.is_finite() && secs >= 0.0 {
             return Ok((secs * 1e9) as u64);

@@ -370,9 +370,10 @@ fn apply_run_transition(
 // Reads
 
 fn tenant_row(conn: &Connection, tenant: &str) -> Result<Option<i64>, StoreError> {
-    conn.prepare_cached("SELECT id FROM tenants WHERE name = ?1")
-        .and_then(|mut s| s.query_row([tenant], |r| r.get(0)).optional())
-        .map_err(|e| sqlite_err(conn, e))
+    match threadline_model::TenantId::new(tenant) {
+        Ok(t) => crate::query::tenant_key(conn, &t),
+        Err(_) => Ok(None),
+    }
 }
 
 fn parse_node_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, LineageNode)> {

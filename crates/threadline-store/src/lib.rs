@@ -22,7 +22,7 @@ use threadline_model::{
 
 pub use erase::{ErasureRecord, ErasureReport, ErasureSubject};
 pub use graph::WalkLimits;
-pub use query::{ServiceSummary, TraceCursor, TracePage, TraceQuery, TraceSummary};
+pub use query::{RequestsServed, ServiceSummary, TraceCursor, TracePage, TraceQuery, TraceSummary};
 pub use writer::{Applied, PreparedBatch, WriteAck, WriterStats};
 
 /// The database file inside the data directory.
@@ -186,6 +186,17 @@ impl SqliteStore {
         self.with_reader(|conn| {
             erase::audit_log(conn, tenant.as_str()).map_err(|e| sqlite_err(conn, e))
         })
+    }
+
+    /// Distinct traces that went through the given adapters / instances since a time.
+    pub fn requests_served(
+        &self,
+        tenant: &TenantId,
+        adapters: &[String],
+        instances: &[String],
+        since_ns: i64,
+    ) -> Result<RequestsServed, StoreError> {
+        self.with_reader(|conn| query::requests_served(conn, tenant, adapters, instances, since_ns))
     }
 
     /// The node ids `name` may mean: a `kind:key` that exists, else every node whose

@@ -69,7 +69,7 @@ pub struct ServiceSummary {
     pub name: String,
 }
 
-fn tenant_key(conn: &Connection, tenant: &TenantId) -> Result<Option<i64>, StoreError> {
+pub(crate) fn tenant_key(conn: &Connection, tenant: &TenantId) -> Result<Option<i64>, StoreError> {
     conn.query_row(
         "SELECT id FROM tenants WHERE name = ?1",
         [tenant.as_str()],
@@ -600,4 +600,75 @@ pub(crate) fn services(
         .into_iter()
         .map(|name| ServiceSummary { name })
         .collect())
+}
+
+/// Requests (traces) that went through given adapters or instances since a time.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RequestsServed {
+    /// Distinct traces with a span on any of the nodes.
+    pub traces: u64,
+    /// (kind — "adapter" or "instance" —, id, distinct traces).
+    pub by_node: Vec<(&'static str, String, u64)>,
+}
+
+pub(crate) fn requests_served(
+    conn: &Connection,
+    tenant: &TenantId,
+    adapters: &[String],
+    instances: &[String],
+    since_ns: i64,
+) -> Result<RequestsServed, StoreError> {
+    let Some(tenant_id) = tenant_key(conn, tenant)? else {
+        return Ok(RequestsServed::default());
+    };
+    if adapters.is_empty() && instances.is_empty() {
+        return Ok(RequestsServed::default());
+    }
+    let marks = |n: usize| vec!["?"; n.max(1)].join(",");
+    let filter = format!(
+        "tenant_id = ?1 AND start_ns >= ?2 AND (adapter IN ({}) OR instance IN ({}))",
+        marks(adapters.len()),
+        marks(instances.len())
+    );
+    let mut args: Vec<rusqlite::types::Value> = vec![tenant_id.into(), since_ns.into()];
+    let pad = |list: &[String]| -> Vec<rusqlite::types::Value> {
+        if list.is_empty() {
+            vec![rusqlite::types::Value::Null]
+        } else {
+            list.iter().map(|s| s.clone().into()).collect()
+        }
+    };
+    args.extend(pad(adapters));
+    args.extend(pad(instances));
+    let err = |e| sqlite_err(conn, e);
+    let traces: i64 = conn
+        .query_row(
+            &format!("SELECT count(DISTINCT trace_id) FROM spans WHERE {filter}"),
+            rusqlite::params_from_iter(args.iter()),
+            |r| r.get(0),
+        )
+        .map_err(err)?;
+    let mut by_node = Vec::new();
+    for (kind, column, list) in [
+        ("adapter", "adapter", adapters),
+        ("instance", "instance", instances),
+    ] {
+        for id in list {
+            let n: i64 = conn
+                .query_row(
+                    &format!(
+                        "SELECT count(DISTINCT trace_id) FROM spans
+                         WHERE tenant_id = ?1 AND start_ns >= ?2 AND {column} = ?3"
+                    ),
+                    rusqlite::params![tenant_id, since_ns, id],
+                    |r| r.get(0),
+                )
+                .map_err(err)?;
+            by_node.push((kind, id.clone(), n as u64));
+        }
+    }
+    Ok(RequestsServed {
+        traces: traces as u64,
+        by_node,
+    })
 }

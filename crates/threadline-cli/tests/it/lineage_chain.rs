@@ -72,8 +72,17 @@ fn ids(graph: &Value) -> Vec<String> {
 
 #[test]
 fn request_to_dataset_chain_registry_and_hot_swap() {
-    let server = TestServer::start();
     let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("impact.toml");
+    std::fs::write(
+        &policy,
+        "[[rule]]\nkind = \"adapter\"\ntags = [\"pii\"]\naction = \"anonymize\"\nreason = \"adapter tagged pii\"\n\n[[rule]]\nkind = \"adapter\"\naction = \"retrain\"\nreason = \"trained on it\"\n\n[[rule]]\nkind = \"*\"\naction = \"notify\"\nreason = \"downstream\"\n",
+    )
+    .unwrap();
+    let server = TestServer::start_with_config(Some(&format!(
+        "[server]\nimpact_policy = {:?}\n",
+        policy.display().to_string()
+    )));
     let manifest = dir.path().join("platform.yaml");
     std::fs::write(&manifest, MANIFEST).unwrap();
 
@@ -235,6 +244,61 @@ fn request_to_dataset_chain_registry_and_hot_swap() {
             .parse::<u64>()
             .unwrap()
             < swap
+    );
+
+    // Impact of the dataset: closure by kind, requests served, plan from the policy
+    // (fin-lora@7 carries the `pii` tag in the manifest).
+    let (status, impact) = server.get(
+        "/api/v1/impact/dataset:warehouse:fin-qa?since=2025-01-01T00:00:00Z",
+        None,
+    );
+    assert_eq!(status, 200, "{impact}");
+    assert_eq!(
+        impact["affected"]["adapter"],
+        json!(["adapter:fin-lora@7"]),
+        "{impact}"
+    );
+    assert!(impact["affected"]["route"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("route:/v1/chat/completions")));
+    assert_eq!(
+        impact["requests_served"]["traces"], 3,
+        "inst-3 served all three: {impact}"
+    );
+    let served: Vec<(String, u64)> = impact["requests_served"]["by_node"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["node"].as_str().unwrap().to_owned(),
+                n["traces"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert!(
+        served.contains(&("adapter:fin-lora@7".to_owned(), 2)),
+        "{served:?}"
+    );
+    assert!(
+        served.contains(&("instance:inst-3".to_owned(), 3)),
+        "{served:?}"
+    );
+    let plan = impact["plan"].as_array().unwrap();
+    let action = |node: &str| {
+        plan.iter()
+            .find(|p| p["node"] == node)
+            .map(|p| p["action"].as_str().unwrap().to_owned())
+    };
+    assert_eq!(action("adapter:fin-lora@7").as_deref(), Some("anonymize"));
+    assert_eq!(action("instance:inst-3").as_deref(), Some("notify"));
+    let (ok, out, err) = server.cli(&["impact", "fin-qa", "--since", "1700000000"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("anonymize  adapter:fin-lora@7"), "{out}");
+    assert!(
+        out.contains("requests served by affected adapters/instances: 3 traces"),
+        "{out}"
     );
 
     // Ambiguous and unknown names.

@@ -1,0 +1,128 @@
+//! `GET /api/v1/impact/{node_id}?since=T`: what a change to (or erasure of) a node
+//! affects — the downstream closure grouped by kind, how many requests the affected
+//! adapters and instances served since T, and a plan from the impact policy.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use threadline_lineage::impact::ImpactPolicy;
+use threadline_model::{Direction, NodeKind, TenantId};
+use threadline_store::{SqliteStore, WalkLimits};
+
+use crate::auth::Authenticator;
+use crate::error::ApiError;
+use crate::lineage_api::resolve_one;
+
+#[derive(Clone)]
+pub(crate) struct ImpactState {
+    pub(crate) store: SqliteStore,
+    pub(crate) auth: Arc<Authenticator>,
+    pub(crate) policy: Arc<ImpactPolicy>,
+}
+
+pub(crate) fn router(state: ImpactState) -> Router {
+    Router::new()
+        .route("/api/v1/impact/{*node_id}", get(impact))
+        .with_state(state)
+}
+
+fn tenant(state: &ImpactState, headers: &HeaderMap) -> Result<TenantId, ApiError> {
+    let auth = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    Ok(state.auth.authenticate(auth)?)
+}
+
+/// Hops followed downstream; the closure stops there or at `MAX_NODES`.
+const IMPACT_DEPTH: usize = 20;
+const MAX_NODES: usize = 10_000;
+/// Default window for request counts: the last 7 days.
+const DEFAULT_WINDOW_NS: i64 = 7 * 24 * 3600 * 1_000_000_000;
+
+async fn impact(
+    State(state): State<ImpactState>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+    Query(params): Query<Vec<(String, String)>>,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = tenant(&state, &headers)?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64);
+    let mut since = now - DEFAULT_WINDOW_NS;
+    for (key, value) in &params {
+        match key.as_str() {
+            "since" => since = crate::query_api::parse_time(key, value)? as i64,
+            other => {
+                return Err(ApiError::BadRequest(format!(
+                    "unknown query parameter {other:?}: use since"
+                )))
+            }
+        }
+    }
+    let store = state.store.clone();
+    let policy = Arc::clone(&state.policy);
+    let node = node.trim_start_matches('/').to_owned();
+    crate::lineage_api::blocking_api(move || {
+        let root = resolve_one(&store, &tenant, &node)?;
+        let graph = store
+            .walk(
+                &tenant,
+                &root,
+                &WalkLimits {
+                    direction: Direction::Downstream,
+                    depth: IMPACT_DEPTH,
+                    max_nodes: MAX_NODES,
+                    edge_kinds: Vec::new(),
+                },
+            )?
+            .ok_or_else(|| ApiError::NotFound(format!("no lineage node {node:?}")))?;
+        let mut by_kind: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        let mut plan = Vec::new();
+        let mut adapters = Vec::new();
+        let mut instances = Vec::new();
+        for n in &graph.nodes {
+            let is_root = n.id == root;
+            if !is_root {
+                by_kind
+                    .entry(n.id.kind.as_str())
+                    .or_default()
+                    .push(n.id.to_string());
+            }
+            match n.id.kind {
+                NodeKind::Adapter => adapters.push(n.id.key.clone()),
+                NodeKind::Instance => instances.push(n.id.key.clone()),
+                _ => {}
+            }
+            if let Some(rule) = policy.decide(n) {
+                plan.push(json!({
+                    "node": n.id.to_string(),
+                    "action": rule.action.as_str(),
+                    "reason": rule.reason,
+                    "root": is_root,
+                }));
+            }
+        }
+        let served = store.requests_served(&tenant, &adapters, &instances, since)?;
+        Ok(Json(json!({
+            "root": root.to_string(),
+            "since_unix_nano": since.to_string(),
+            "affected": by_kind,
+            "affected_count": graph.nodes.len().saturating_sub(1),
+            "truncated": graph.nodes.len() >= MAX_NODES,
+            "requests_served": {
+                "traces": served.traces,
+                "by_node": served.by_node.iter().map(|(kind, id, n)| json!({
+                    "node": format!("{kind}:{id}"), "traces": n
+                })).collect::<Vec<_>>(),
+            },
+            "plan": plan,
+        })))
+    })
+    .await
+}
