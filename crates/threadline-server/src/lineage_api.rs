@@ -32,6 +32,7 @@ pub(crate) fn router(state: LineageState) -> Router {
         .route("/api/v1/lineage", post(ingest_event).get(marquez_lineage))
         .route("/api/v1/lineage/{*node_id}", get(node_lineage))
         .route("/api/v1/traces/{trace_id}/lineage", get(trace_chain))
+        .route("/api/v1/column-lineage", get(column_lineage))
         .with_state(state)
 }
 
@@ -291,6 +292,62 @@ async fn trace_chain(
         Ok(Json(crate::trace_lineage::trace_lineage(
             &store, &tenant, &spans,
         )?))
+    })
+    .await
+}
+
+/// `GET /api/v1/column-lineage?nodeId=dataset:NS:NAME|datasetField:NS:NAME:FIELD&depth=N`
+async fn column_lineage(
+    State(state): State<LineageState>,
+    headers: HeaderMap,
+    Query(params): Query<Vec<(String, String)>>,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = tenant(&state, &headers)?;
+    let mut node_id = None;
+    let mut depth = 10;
+    for (key, value) in &params {
+        match key.as_str() {
+            "nodeId" => node_id = Some(value.clone()),
+            "depth" => depth = parse_depth(value)?,
+            "withDownstream" => {}
+            other => {
+                return Err(ApiError::BadRequest(format!(
+                    "unknown query parameter {other:?}: use nodeId and depth"
+                )))
+            }
+        }
+    }
+    let node_id = node_id.ok_or_else(|| {
+        ApiError::BadRequest(
+            "nodeId is required (dataset:NS:NAME or datasetField:NS:NAME:FIELD)".to_owned(),
+        )
+    })?;
+    let (dataset, field) = match node_id.strip_prefix("datasetField:") {
+        Some(rest) => {
+            let (key, field) = rest.rsplit_once(':').ok_or_else(|| {
+                ApiError::BadRequest(format!(
+                    "nodeId {node_id:?} is not datasetField:NS:NAME:FIELD"
+                ))
+            })?;
+            (NodeId::new(NodeKind::Dataset, key), Some(field.to_owned()))
+        }
+        None => {
+            let id: NodeId = node_id
+                .parse()
+                .map_err(|e: threadline_model::NodeIdError| ApiError::BadRequest(e.to_string()))?;
+            if id.kind != NodeKind::Dataset {
+                return Err(ApiError::BadRequest(format!(
+                    "nodeId {node_id:?}: column lineage starts at a dataset or a dataset field"
+                )));
+            }
+            (id, None)
+        }
+    };
+    let store = state.store.clone();
+    blocking(move || {
+        crate::marquez::column_lineage(&store, &tenant, &dataset, field.as_deref(), depth)?
+            .map(Json)
+            .ok_or_else(|| ApiError::NotFound(format!("no dataset {node_id:?}")))
     })
     .await
 }

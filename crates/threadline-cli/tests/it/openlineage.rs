@@ -166,6 +166,38 @@ fn every_corpus_openlineage_event_is_accepted_and_lands_in_the_graph() {
         "{output}"
     );
 
+    // Column lineage across two Airflow BigQuery tasks: upload_cp.a ← upload.a ← the
+    // two CSV files' `a`.
+    let (status, columns) = get(
+        &server,
+        "/api/v1/column-lineage?nodeId=datasetField:bigquery:mock-project.test.upload_cp:a",
+        all,
+    );
+    assert_eq!(status, 200, "{columns}");
+    let field = |id: &str| {
+        columns["graph"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["id"] == id)
+            .unwrap_or_else(|| panic!("{id} missing from {columns}"))
+            .clone()
+    };
+    let upload = field("datasetField:bigquery:mock-project.test.upload:a");
+    assert_eq!(
+        upload["outEdges"][0]["destination"],
+        "datasetField:bigquery:mock-project.test.upload_cp:a"
+    );
+    assert_eq!(upload["inEdges"].as_array().unwrap().len(), 2, "{upload}");
+    let csv = field("datasetField:gs://mock-bucket:copied.csv:a");
+    assert_eq!(csv["type"], "DATASET_FIELD");
+    let (status, _) = get(
+        &server,
+        "/api/v1/column-lineage?nodeId=dataset:bigquery:nope",
+        all,
+    );
+    assert_eq!(status, 404);
+
     // Custom facets are stored, not dropped.
     let (_, graph) = get(
         &server,
