@@ -31,6 +31,36 @@ impl ApiClient {
         self.send(&url, self.http.get(&url).query(query)).await
     }
 
+    /// GET a non-JSON body (e.g. Turtle); errors still come as `{"error": ...}`.
+    pub(crate) async fn get_bytes(
+        &self,
+        path: &str,
+        query: &[(String, String)],
+    ) -> anyhow::Result<Vec<u8>> {
+        let url = format!("{}{}", self.base, path);
+        let mut req = self.http.get(&url).query(query);
+        if let Some(key) = &self.api_key {
+            req = req.bearer_auth(key);
+        }
+        let resp = req
+            .send()
+            .await
+            .with_context(|| format!("cannot reach {url}"))?;
+        let status = resp.status();
+        let body = resp
+            .bytes()
+            .await
+            .with_context(|| format!("reading {url}"))?;
+        if !status.is_success() {
+            let msg = serde_json::from_slice::<Value>(&body)
+                .ok()
+                .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_owned))
+                .unwrap_or_else(|| "no error message".to_owned());
+            bail!("{url} answered {status}: {msg}");
+        }
+        Ok(body.to_vec())
+    }
+
     /// PUT (or POST) a JSON body.
     pub(crate) async fn send_json(
         &self,

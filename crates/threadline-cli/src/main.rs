@@ -5,6 +5,7 @@
 mod client;
 mod lineage_cmd;
 mod loadgen;
+mod prov_cmd;
 mod render;
 
 use std::path::PathBuf;
@@ -54,6 +55,11 @@ enum Command {
     Erase(Box<lineage_cmd::EraseArgs>),
     /// What a change to a node affects downstream, with a plan from the impact policy.
     Impact(Box<lineage_cmd::ImpactArgs>),
+    /// Export data from the server (`export prov`: lineage as W3C PROV-O).
+    #[command(subcommand)]
+    Export(prov_cmd::ExportWhat),
+    /// Check a PROV-O document's shapes and PROV-CONSTRAINTS ordering rules.
+    ValidateProv(prov_cmd::ValidateProvArgs),
 }
 
 #[derive(Args)]
@@ -183,6 +189,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Lineage(args) => runtime.block_on(lineage_cmd::lineage(*args)),
         Command::Erase(args) => runtime.block_on(lineage_cmd::erase(*args)),
         Command::Impact(args) => runtime.block_on(lineage_cmd::impact(*args)),
+        Command::Export(what) => runtime.block_on(prov_cmd::export(what)),
+        Command::ValidateProv(args) => prov_cmd::validate(args),
     }
 }
 

@@ -14,6 +14,7 @@ mod lineage_api;
 mod marquez;
 mod otlp_grpc;
 mod otlp_http;
+mod prov_api;
 mod query_api;
 mod trace_lineage;
 mod trace_tree;
@@ -119,6 +120,10 @@ pub async fn serve(
         store: store.clone(),
         auth: Arc::clone(&auth),
         policy: Arc::new(config.impact_policy.clone()),
+    }))
+    .merge(prov_api::router(prov_api::ProvState {
+        store: store.clone(),
+        auth: Arc::clone(&auth),
     }))
     .merge(query_api::router(query_api::QueryState {
         store: store.clone(),

@@ -20,11 +20,11 @@ use crate::dto;
 const CHAIN_DEPTH: usize = 12;
 
 /// What the request's spans say served it.
-struct ServedBy {
-    routes: Vec<NodeId>,
-    instances: Vec<NodeId>,
+pub(crate) struct ServedBy {
+    pub(crate) routes: Vec<NodeId>,
+    pub(crate) instances: Vec<NodeId>,
     /// Adapters, models, prompt versions, images.
-    sources: Vec<NodeId>,
+    pub(crate) sources: Vec<NodeId>,
 }
 
 fn served_by(spans: &[SpanRecord]) -> ServedBy {
@@ -89,12 +89,12 @@ impl Merged {
     }
 }
 
-/// The lineage chain of a trace, or `None` when the tenant has no such trace.
-pub(crate) fn trace_lineage(
+/// The graph behind a trace's spans and what served it.
+pub(crate) fn chain(
     store: &SqliteStore,
     tenant: &TenantId,
     spans: &[SpanRecord],
-) -> Result<Value, StoreError> {
+) -> Result<(LineageGraph, ServedBy), StoreError> {
     let served = served_by(spans);
     let mut merged = Merged {
         nodes: Vec::new(),
@@ -130,6 +130,23 @@ pub(crate) fn trace_lineage(
             merged.add(g);
         }
     }
+    Ok((
+        LineageGraph {
+            nodes: merged.nodes,
+            edges: merged.edges,
+        },
+        served,
+    ))
+}
+
+/// The lineage chain of a trace as the API shows it.
+pub(crate) fn trace_lineage(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    spans: &[SpanRecord],
+) -> Result<Value, StoreError> {
+    let (graph, served) = chain(store, tenant, spans)?;
+    let node_ids: HashSet<NodeId> = graph.nodes.iter().map(|n| n.id.clone()).collect();
     // The request's own bindings, as this trace saw them.
     let root = spans
         .iter()
@@ -140,7 +157,7 @@ pub(crate) fn trace_lineage(
         .map(|s| format!("request:{}", s.trace_id))
         .unwrap_or_default();
     let mut chain_edges: Vec<Value> = Vec::new();
-    let present = |id: &NodeId| merged.node_ids.contains(id);
+    let present = |id: &NodeId| node_ids.contains(id);
     for route in served.routes.iter().filter(|r| present(r)) {
         chain_edges.push(json!({"src": route.to_string(), "dst": request_id, "kind": "handled"}));
         for instance in served.instances.iter().filter(|i| present(i)) {
@@ -162,7 +179,7 @@ pub(crate) fn trace_lineage(
         }
     }
     let by_kind = |kind: NodeKind| -> Vec<String> {
-        merged
+        graph
             .nodes
             .iter()
             .filter(|n| n.id.kind == kind)
@@ -194,7 +211,7 @@ pub(crate) fn trace_lineage(
             "duration_ms": r.duration_nanos() as f64 / 1e6,
         })),
         "chain": summary,
-        "nodes": merged.nodes.iter().map(dto::lineage_node).collect::<Vec<_>>(),
-        "edges": merged.edges.iter().map(dto::lineage_edge).chain(chain_edges).collect::<Vec<_>>(),
+        "nodes": graph.nodes.iter().map(dto::lineage_node).collect::<Vec<_>>(),
+        "edges": graph.edges.iter().map(dto::lineage_edge).chain(chain_edges).collect::<Vec<_>>(),
     }))
 }

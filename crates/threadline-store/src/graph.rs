@@ -613,3 +613,65 @@ fn nodes_by_row(conn: &Connection, rows: &[i64]) -> Result<Vec<(i64, LineageNode
         .and_then(|rows| rows.collect())
         .map_err(|e| sqlite_err(conn, e))
 }
+
+/// Every node and edge of the tenant, up to `max_nodes` nodes (None when the tenant has
+/// more: the caller should ask for a subgraph).
+pub(crate) fn dump(
+    conn: &Connection,
+    tenant: &str,
+    max_nodes: usize,
+) -> Result<Option<LineageGraph>, StoreError> {
+    let Some(tenant_id) = tenant_row(conn, tenant)? else {
+        return Ok(Some(LineageGraph::default()));
+    };
+    let mut stmt = conn
+        .prepare(&format!(
+            "SELECT {NODE_COLUMNS} FROM graph_nodes WHERE tenant_id = ?1 ORDER BY id LIMIT ?2"
+        ))
+        .map_err(|e| sqlite_err(conn, e))?;
+    let rows: Vec<(i64, LineageNode)> = stmt
+        .query_map(params![tenant_id, max_nodes as i64 + 1], parse_node_row)
+        .and_then(|r| r.collect())
+        .map_err(|e| sqlite_err(conn, e))?;
+    if rows.len() > max_nodes {
+        return Ok(None);
+    }
+    let ids: HashMap<i64, NodeId> = rows.iter().map(|(r, n)| (*r, n.id.clone())).collect();
+    let mut stmt = conn
+        .prepare(
+            "SELECT src, dst, kind, first_seen_ns, last_seen_ns, evidence FROM graph_edges
+             WHERE tenant_id = ?1",
+        )
+        .map_err(|e| sqlite_err(conn, e))?;
+    let edges = stmt
+        .query_map([tenant_id], |r| {
+            let kind: String = r.get(2)?;
+            let evidence: String = r.get(5)?;
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                kind,
+                r.get(3)?,
+                r.get(4)?,
+                evidence,
+            ))
+        })
+        .and_then(|r| r.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| sqlite_err(conn, e))?
+        .into_iter()
+        .filter_map(|(src, dst, kind, first, last, evidence)| {
+            Some(LineageEdge {
+                src: ids.get(&src)?.clone(),
+                dst: ids.get(&dst)?.clone(),
+                kind: kind.parse().ok()?,
+                first_seen_ns: first,
+                last_seen_ns: last,
+                evidence: serde_json::from_str(&evidence).unwrap_or(serde_json::Value::Null),
+            })
+        })
+        .collect();
+    Ok(Some(LineageGraph {
+        nodes: rows.into_iter().map(|(_, n)| n).collect(),
+        edges,
+    }))
+}

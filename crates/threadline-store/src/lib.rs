@@ -223,6 +223,15 @@ impl SqliteStore {
         self.with_reader(|conn| graph::nodes_of_kind(conn, tenant.as_str(), kind, limit))
     }
 
+    /// The tenant's whole graph, or `None` when it has more than `max_nodes` nodes.
+    pub fn graph_dump(
+        &self,
+        tenant: &TenantId,
+        max_nodes: usize,
+    ) -> Result<Option<LineageGraph>, StoreError> {
+        self.with_reader(|conn| graph::dump(conn, tenant.as_str(), max_nodes))
+    }
+
     /// The subgraph reached from `start`; `None` when the tenant has no such node.
     pub fn walk(
         &self,

@@ -31,7 +31,7 @@ deployments:
 fn training_event(event_type: &str, minutes: u32, outputs: Value) -> Value {
     json!({
         "eventType": event_type,
-        "eventTime": format!("2026-11-29T02:{minutes:02}:00Z"),
+        "eventTime": format!("2025-11-28T02:{minutes:02}:00Z"),
         "run": {"runId": RUN_ID},
         "job": {"namespace": "training", "name": "finetune-fin"},
         "inputs": [{"namespace": "warehouse", "name": "fin-qa",
@@ -301,6 +301,8 @@ fn request_to_dataset_chain_registry_and_hot_swap() {
         "{out}"
     );
 
+    prov_export_is_valid_rdf(&server, dir.path());
+
     // Ambiguous and unknown names.
     let (status, body) = server.get("/api/v1/lineage/nothing-like-this", None);
     assert_eq!(status, 404, "{body}");
@@ -325,4 +327,155 @@ fn request_to_dataset_chain_registry_and_hot_swap() {
     assert!(ok);
     let parsed: Value = serde_json::from_str(&json_out).unwrap();
     assert_eq!(parsed["root"], "instance:inst-3");
+}
+
+/// PROV-O of the platform above: the whole graph and one request's chain, in Turtle
+/// and JSON-LD; each passes `validate-prov` and parses with Python's rdflib.
+fn prov_export_is_valid_rdf(server: &TestServer, dir: &std::path::Path) {
+    let request = format!("request:{}", hex(&[1u8; 16]));
+    let exports = [
+        ("all.ttl", vec!["export", "prov", "--format", "turtle"]),
+        ("all.jsonld", vec!["export", "prov", "--format", "jsonld"]),
+        (
+            "request.ttl",
+            vec![
+                "export",
+                "prov",
+                "--root",
+                request.as_str(),
+                "--format",
+                "turtle",
+            ],
+        ),
+        (
+            "request.jsonld",
+            vec![
+                "export",
+                "prov",
+                "--root",
+                request.as_str(),
+                "--format",
+                "jsonld",
+            ],
+        ),
+    ];
+    for (name, args) in exports {
+        let path = dir.join(name);
+        let mut args = args.clone();
+        let path_str = path.to_str().unwrap().to_owned();
+        args.extend(["--output", path_str.as_str()]);
+        let (ok, _, err) = server.cli(&args);
+        assert!(ok, "{name}: {err}");
+        let out = std::process::Command::new(BIN)
+            .args(["validate-prov", &path_str])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{name}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stdout).starts_with("valid: "),
+            "{name}"
+        );
+        let Ok(python) = std::env::var("THREADLINE_TEST_PYTHON") else {
+            eprintln!("THREADLINE_TEST_PYTHON is not set: rdflib check skipped (scripts/test and CI set it)");
+            continue;
+        };
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/prov_check.py");
+        let out = std::process::Command::new(python)
+            .args([script, &path_str])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "rdflib could not read {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let parsed: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let used: Vec<(String, String)> = parsed["used"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p[0].as_str().unwrap().to_owned(),
+                    p[1].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        let run = format!("urn:threadline:run:{RUN_ID}");
+        if name.starts_with("all") {
+            // The training run used fin-qa v3 and generated the adapter.
+            assert!(
+                used.contains(&(
+                    run.clone(),
+                    "urn:threadline:dataset_version:warehouse%3Afin-qa@v3".to_owned()
+                )),
+                "{name}: {used:?}"
+            );
+            assert!(
+                parsed["generated"]
+                    .as_array()
+                    .unwrap()
+                    .contains(&json!(["urn:threadline:adapter:fin-lora@7", run])),
+                "{name}: {parsed}"
+            );
+            assert!(parsed["activities"].as_u64().unwrap() >= 1);
+        } else {
+            let activity = format!("urn:threadline:{request}");
+            assert!(
+                used.contains(&(
+                    activity.clone(),
+                    "urn:threadline:adapter:fin-lora@7".to_owned()
+                )),
+                "{name}: {used:?}"
+            );
+            assert!(parsed["started"][&activity].is_string(), "{name}: {parsed}");
+            assert!(parsed["generated"].as_array().unwrap().contains(&json!([
+                format!("urn:threadline:response:{}", hex(&[1u8; 16])),
+                activity
+            ])));
+        }
+    }
+
+    // Deliberately broken documents: each names its rule and the offending IRIs.
+    let prefix = "@prefix prov: <http://www.w3.org/ns/prov#> .\n@prefix xsd: <http://www.w3.org/2001/XMLSchema#> .\n";
+    let t = |s: &str| format!("\"{s}\"^^xsd:dateTime");
+    let cases = [
+        ("C30", format!("<urn:a> a prov:Activity ; prov:startedAtTime {} ; prov:endedAtTime {} .", t("2024-01-02T00:00:00Z"), t("2024-01-01T00:00:00Z")), "urn:a"),
+        ("activity-start", "<urn:a> a prov:Activity .".to_owned(), "urn:a"),
+        ("used-entity", format!("<urn:a> a prov:Activity ; prov:startedAtTime {} ; prov:used <urn:not-an-entity> .", t("2024-01-01T00:00:00Z")), "urn:not-an-entity"),
+        ("C33", format!("<urn:a> a prov:Activity ; prov:startedAtTime {} ; prov:endedAtTime {} ; prov:qualifiedUsage [ prov:entity <urn:e> ; prov:atTime {} ] .\n<urn:e> a prov:Entity .", t("2024-01-01T00:00:00Z"), t("2024-01-01T01:00:00Z"), t("2024-01-02T00:00:00Z")), "urn:a"),
+        ("C34", format!("<urn:a> a prov:Activity ; prov:startedAtTime {} ; prov:endedAtTime {} .\n<urn:e> a prov:Entity ; prov:qualifiedGeneration [ prov:activity <urn:a> ; prov:atTime {} ] .", t("2024-01-01T00:00:00Z"), t("2024-01-01T01:00:00Z"), t("2023-12-31T00:00:00Z")), "urn:e"),
+        ("C37", format!("<urn:a> a prov:Activity ; prov:startedAtTime {} ; prov:qualifiedUsage [ prov:entity <urn:e> ; prov:atTime {} ] .\n<urn:e> a prov:Entity ; prov:generatedAtTime {} .", t("2024-01-01T00:00:00Z"), t("2024-01-01T00:00:00Z"), t("2024-06-01T00:00:00Z")), "urn:e"),
+        ("C41", format!("<urn:d> a prov:Entity ; prov:wasDerivedFrom <urn:s> ; prov:generatedAtTime {} .\n<urn:s> a prov:Entity ; prov:generatedAtTime {} .", t("2024-01-01T00:00:00Z"), t("2024-02-01T00:00:00Z")), "urn:d"),
+        ("C42", format!("<urn:a> a prov:Activity ; prov:startedAtTime {} ; prov:qualifiedUsage [ prov:entity <urn:s> ; prov:atTime {} ] .\n<urn:s> a prov:Entity .\n<urn:d> a prov:Entity ; prov:wasDerivedFrom <urn:s> ; prov:qualifiedGeneration [ prov:activity <urn:a> ; prov:atTime {} ] .", t("2024-01-01T00:00:00Z"), t("2024-01-01T05:00:00Z"), t("2024-01-01T02:00:00Z")), "urn:d"),
+        ("derivation-cycle", "<urn:x> a prov:Entity ; prov:wasDerivedFrom <urn:y> .\n<urn:y> a prov:Entity ; prov:wasDerivedFrom <urn:x> .".to_owned(), "urn:x"),
+    ];
+    for (rule, body, iri) in cases {
+        let path = dir.join(format!("broken-{rule}.ttl"));
+        std::fs::write(&path, format!("{prefix}{body}\n")).unwrap();
+        let out = std::process::Command::new(BIN)
+            .args(["validate-prov", path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(!out.status.success(), "{rule}: accepted:\n{stdout}");
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{rule}:")))
+            .unwrap_or_else(|| panic!("{rule} not reported:\n{stdout}"));
+        assert!(line.contains(iri), "{rule}: {line}");
+    }
+    let garbage = dir.join("garbage.ttl");
+    std::fs::write(&garbage, "this is { not turtle").unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["validate-prov", garbage.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a valid Turtle document"));
 }
