@@ -52,6 +52,10 @@ pub(crate) struct LoadgenArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    /// Send OpenLineage RunEvents (one per request) to the JSON API's
+    /// `/api/v1/lineage` instead of OTLP spans; --endpoint is then the API base URL.
+    #[arg(long)]
+    openlineage: bool,
 }
 
 #[derive(Default)]
@@ -68,7 +72,12 @@ pub(crate) async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.concurrency > 0, "--concurrency must be at least 1");
     anyhow::ensure!(args.batch_spans >= 4, "--batch-spans must be at least 4");
     anyhow::ensure!(args.duration > 0.0, "--duration must be positive");
-    let url = format!("{}/v1/traces", args.endpoint.trim_end_matches('/'));
+    let path = if args.openlineage {
+        "/api/v1/lineage"
+    } else {
+        "/v1/traces"
+    };
+    let url = format!("{}{path}", args.endpoint.trim_end_matches('/'));
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(args.concurrency)
         .build()
@@ -163,7 +172,12 @@ async fn worker_loop(
     // Ids and timings come from the OS RNG: fresh on every run.
     let mut rng = SmallRng::from_os_rng();
     let traces_per_batch = args.batch_spans / 4;
-    let spans_per_batch = (traces_per_batch * 4) as u64;
+    // In OpenLineage mode a "span" of the tally is one event.
+    let spans_per_batch = if args.openlineage {
+        1
+    } else {
+        (traces_per_batch * 4) as u64
+    };
     let mut ticker = (args.rate > 0).then(|| {
         let batches_per_s = args.rate as f64 / spans_per_batch as f64;
         let period = Duration::from_secs_f64(args.concurrency as f64 / batches_per_s);
@@ -186,14 +200,16 @@ async fn worker_loop(
         if let Some(t) = ticker.as_mut() {
             t.tick().await;
         }
-        let request = &mut templates[next % TEMPLATES_PER_WORKER];
+        let (mut body, content_type) = if args.openlineage {
+            (openlineage_event(&mut rng, next), "application/json")
+        } else {
+            let request = &mut templates[next % TEMPLATES_PER_WORKER];
+            refresh_ids_and_times(request, &mut rng);
+            (request.encode_to_vec(), "application/x-protobuf")
+        };
         next += 1;
-        refresh_ids_and_times(request, &mut rng);
-        let mut body = request.encode_to_vec();
         let protobuf_bytes = body.len() as u64;
-        let mut req = client
-            .post(&url)
-            .header("content-type", "application/x-protobuf");
+        let mut req = client.post(&url).header("content-type", content_type);
         if args.gzip {
             use std::io::Write;
             let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
@@ -242,6 +258,57 @@ async fn worker_loop(
         }
     }
     Ok(latencies)
+}
+
+/// A training-pipeline RunEvent: a fresh run of one of 200 jobs reading two of 1,000
+/// datasets (with schema and quality facets) and writing one; START or COMPLETE.
+fn openlineage_event(rng: &mut SmallRng, n: usize) -> Vec<u8> {
+    let id: [u8; 16] = rng.random();
+    let run_id = format!(
+        "{}-{}-4{}-8{}-{}",
+        hex_of(&id[0..4]),
+        hex_of(&id[4..6]),
+        &hex_of(&id[6..8])[1..],
+        &hex_of(&id[8..10])[1..],
+        hex_of(&id[10..16])
+    );
+    let dataset = |rng: &mut SmallRng| format!("warehouse.table_{}", rng.random_range(0..1000u32));
+    let (a, b, out) = (dataset(rng), dataset(rng), dataset(rng));
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    let secs = now.floor() as i64;
+    let time = format!(
+        "{}.{:06}Z",
+        humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(secs as u64))
+            .to_string()
+            .trim_end_matches('Z'),
+        ((now - now.floor()) * 1e6) as u64
+    );
+    let schema = serde_json::json!({"_producer": "loadgen", "_schemaURL": "https://openlineage.io/spec/facets/1-1-1/SchemaDatasetFacet.json",
+        "fields": [{"name": "id", "type": "BIGINT"}, {"name": "question", "type": "STRING"}, {"name": "answer", "type": "STRING"}]});
+    serde_json::json!({
+        "eventType": if n % 2 == 0 { "START" } else { "COMPLETE" },
+        "eventTime": time,
+        "run": {"runId": run_id, "facets": {"nominalTime": {"_producer": "loadgen", "_schemaURL": "https://openlineage.io/spec/facets/1-0-0/NominalTimeRunFacet.json", "nominalStartTime": time}}},
+        "job": {"namespace": "pipelines", "name": format!("job-{}", rng.random_range(0..200u32))},
+        "inputs": [
+            {"namespace": "warehouse", "name": a, "facets": {"schema": schema},
+             "inputFacets": {"dataQualityMetrics": {"_producer": "loadgen", "_schemaURL": "https://openlineage.io/spec/facets/1-0-2/DataQualityMetricsInputDatasetFacet.json",
+                "rowCount": rng.random_range(1000..100000u32), "columnMetrics": {"answer": {"nullCount": rng.random_range(0..100u32)}}}}},
+            {"namespace": "warehouse", "name": b, "facets": {"schema": schema}}
+        ],
+        "outputs": [{"namespace": "warehouse", "name": out, "facets": {"schema": schema}}],
+        "producer": "https://github.com/threadline/loadgen",
+        "schemaURL": "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent"
+    })
+    .to_string()
+    .into_bytes()
+}
+
+fn hex_of(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Requests each worker builds up front and re-sends with fresh ids and times.

@@ -60,6 +60,27 @@ enum Command {
     Export(prov_cmd::ExportWhat),
     /// Check a PROV-O document's shapes and PROV-CONSTRAINTS ordering rules.
     ValidateProv(prov_cmd::ValidateProvArgs),
+    /// Benchmarks that print figures (`bench lineage`: graph closure and chain latency).
+    #[command(subcommand)]
+    Bench(BenchWhat),
+}
+
+#[derive(Subcommand)]
+enum BenchWhat {
+    /// Build a synthetic lineage graph in a fresh store and time a 6-hop downstream
+    /// closure and the request → dataset chain.
+    Lineage {
+        #[arg(long, default_value_t = 1_000_000)]
+        nodes: usize,
+        #[arg(long, default_value_t = 3_000_000)]
+        edges: usize,
+        /// Queries timed per measurement.
+        #[arg(long, default_value_t = 500)]
+        samples: usize,
+        /// Where to build the store [default: a temporary directory, removed after].
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Args)]
@@ -191,6 +212,25 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Impact(args) => runtime.block_on(lineage_cmd::impact(*args)),
         Command::Export(what) => runtime.block_on(prov_cmd::export(what)),
         Command::ValidateProv(args) => prov_cmd::validate(args),
+        Command::Bench(BenchWhat::Lineage {
+            nodes,
+            edges,
+            samples,
+            data_dir,
+        }) => {
+            let temp = tempfile::tempdir().context("cannot create a temporary directory")?;
+            let dir = data_dir.unwrap_or_else(|| temp.path().to_owned());
+            let report = threadline_server::bench::lineage(
+                &dir,
+                threadline_server::bench::LineageBenchSize {
+                    nodes,
+                    edges,
+                    samples,
+                },
+            )?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            Ok(())
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod assets_api;
 pub mod auth;
+pub mod bench;
 pub mod config;
 mod cpu_pool;
 mod dto;

@@ -16,8 +16,16 @@ use threadline_store::{SqliteStore, StoreError, WalkLimits};
 
 use crate::dto;
 
-/// Hops walked upstream from the trace's adapter / model / prompt.
-const CHAIN_DEPTH: usize = 12;
+/// From the adapter / model: base models, model versions, the training run, the
+/// artifact (two hops covers adapter ← base model version ← its model).
+const SOURCE_EDGES: [EdgeKind; 4] = [
+    EdgeKind::BaseOf,
+    EdgeKind::HasVersion,
+    EdgeKind::Produced,
+    EdgeKind::ArtifactOf,
+];
+/// From a training run: the dataset versions it read, its job, its parent run.
+const RUN_EDGES: [EdgeKind; 3] = [EdgeKind::InputTo, EdgeKind::HasRun, EdgeKind::ParentOf];
 
 /// What the request's spans say served it.
 pub(crate) struct ServedBy {
@@ -125,8 +133,29 @@ pub(crate) fn chain(
             merged.add(g);
         }
     }
+    // The chain stops at the training data: the history of those datasets is their
+    // own lineage (`/api/v1/lineage/{dataset}`), not this request's.
+    let mut runs = Vec::new();
     for source in &served.sources {
-        if let Some(g) = walk(source, CHAIN_DEPTH, Vec::new())? {
+        if let Some(g) = walk(source, 2, SOURCE_EDGES.to_vec())? {
+            runs.extend(g.nodes.iter().filter(|n| n.id.kind == NodeKind::Run).map(|n| n.id.clone()));
+            merged.add(g);
+        }
+    }
+    let mut versions = Vec::new();
+    for run in &runs {
+        if let Some(g) = walk(run, 1, RUN_EDGES.to_vec())? {
+            versions.extend(
+                g.nodes
+                    .iter()
+                    .filter(|n| n.id.kind == NodeKind::DatasetVersion)
+                    .map(|n| n.id.clone()),
+            );
+            merged.add(g);
+        }
+    }
+    for version in &versions {
+        if let Some(g) = walk(version, 1, vec![EdgeKind::HasVersion])? {
             merged.add(g);
         }
     }

@@ -17,6 +17,11 @@ use crate::{sqlite_err, StoreError};
 /// edges on every request).
 const LAST_SEEN_SLACK_NS: i64 = 1_000_000_000;
 
+/// Entries the writer's graph cache holds before it starts over: enough for every
+/// binding a platform's traffic keeps re-revealing, bounded for graphs of millions of
+/// OpenLineage nodes.
+const CACHE_CAP: usize = 200_000;
+
 /// What the writer remembers about graph rows between commits.
 #[derive(Default)]
 pub(crate) struct GraphCache {
@@ -198,6 +203,9 @@ fn upsert_node(
             ],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )?;
+    if cache.nodes.len() >= CACHE_CAP {
+        cache.nodes.clear();
+    }
     cache.nodes.insert(cache_key, (row, first, last));
     Ok(row)
 }
@@ -308,6 +316,9 @@ fn insert_edge_rows(
             ],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
+    if cache.edges.len() >= CACHE_CAP {
+        cache.edges.clear();
+    }
     cache.edges.insert(key, (first, last));
     Ok(())
 }

@@ -67,3 +67,46 @@ fn search_trace_and_loadgen_commands() {
     assert!(!ok);
     assert!(err.contains("min_duration"), "{err}");
 }
+
+#[test]
+fn loadgen_sends_openlineage_events_that_land_in_the_graph() {
+    let server = TestServer::start();
+    let out = std::process::Command::new(BIN)
+        .args([
+            "loadgen",
+            "--openlineage",
+            "--endpoint",
+            &server.api,
+            "--duration",
+            "1",
+            "--concurrency",
+            "2",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(report["spans_acked"].as_u64().unwrap() > 10, "{report}");
+    assert_eq!(report["errors"], 0, "{report}");
+    // The pipelines' jobs, runs and datasets are in the graph.
+    let job = (0..200)
+        .map(|n| format!("job:pipelines:job-{n}"))
+        .find(|id| server.get(&format!("/api/v1/lineage/{}?depth=0", encode_node(id)), None).0 == 200)
+        .expect("no loadgen job in the graph");
+    let (_, graph) = server.get(
+        &format!("/api/v1/lineage/{}?direction=downstream&depth=2", encode_node(&job)),
+        None,
+    );
+    let kinds: Vec<&str> = graph["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["kind"].as_str().unwrap())
+        .collect();
+    assert!(kinds.contains(&"run") && kinds.contains(&"dataset_version"), "{graph}");
+}
