@@ -289,7 +289,7 @@ fn openlineage_event(rng: &mut SmallRng, n: usize) -> Vec<u8> {
     let schema = serde_json::json!({"_producer": "loadgen", "_schemaURL": "https://openlineage.io/spec/facets/1-1-1/SchemaDatasetFacet.json",
         "fields": [{"name": "id", "type": "BIGINT"}, {"name": "question", "type": "STRING"}, {"name": "answer", "type": "STRING"}]});
     serde_json::json!({
-        "eventType": if n % 2 == 0 { "START" } else { "COMPLETE" },
+        "eventType": if n.is_multiple_of(2) { "START" } else { "COMPLETE" },
         "eventTime": time,
         "run": {"runId": run_id, "facets": {"nominalTime": {"_producer": "loadgen", "_schemaURL": "https://openlineage.io/spec/facets/1-0-0/NominalTimeRunFacet.json", "nominalStartTime": time}}},
         "job": {"namespace": "pipelines", "name": format!("job-{}", rng.random_range(0..200u32))},

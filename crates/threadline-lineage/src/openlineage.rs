@@ -126,14 +126,7 @@ pub fn event_to_update(event: Value) -> Result<ParsedEvent, OpenLineageError> {
     let mut update = builder.update;
     let mut warnings = builder.warnings;
     if !update.nodes.is_empty() {
-        // Warnings are stored with the event so they can be audited later.
-        let mut stored = event.clone();
-        if !warnings.is_empty() {
-            if let Some(o) = stored.as_object_mut() {
-                o.insert("_threadline_warnings".into(), json!(warnings));
-            }
-        }
-        update.event = Some((key, stored));
+        update.event = Some(key);
     }
     warnings.dedup();
     Ok(ParsedEvent {
@@ -555,7 +548,7 @@ mod tests {
         ));
         assert_eq!(u.runs.len(), 1);
         assert_eq!(u.runs[0].state, RunState::Complete);
-        let key = &u.event.as_ref().unwrap().0;
+        let key = u.event.as_ref().unwrap();
         assert_eq!(key.event_type, "COMPLETE");
     }
 

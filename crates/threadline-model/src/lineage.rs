@@ -357,9 +357,9 @@ pub struct GraphUpdate {
     pub nodes: Vec<NodeUpsert>,
     pub edges: Vec<EdgeUpsert>,
     pub runs: Vec<RunTransition>,
-    /// When set, the update is applied only if this event was not stored before, and
-    /// the raw event is kept with it.
-    pub event: Option<(LineageEventKey, serde_json::Value)>,
+    /// When set, the update is applied only if no event with this key was applied
+    /// before (a re-sent event changes nothing).
+    pub event: Option<LineageEventKey>,
 }
 
 /// A node as stored.

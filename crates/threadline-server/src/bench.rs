@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use threadline_model::{
-    Direction, EdgeEnd, EdgeKind, EdgeUpsert, GraphUpdate, LlmView, NodeId, NodeKind,
-    NodeUpsert, SpanDetail, SpanId, SpanKind, SpanOrigin, SpanRecord, TenantId, TraceId,
+    Direction, EdgeEnd, EdgeKind, EdgeUpsert, GraphUpdate, LlmView, NodeId, NodeKind, NodeUpsert,
+    SpanDetail, SpanId, SpanKind, SpanOrigin, SpanRecord, TenantId, TraceId,
 };
 use threadline_store::{SqliteConfig, SqliteStore, StoreError, WalkLimits};
 
@@ -103,7 +103,12 @@ fn edges(layout: &Layout, total: usize, rng: &mut Rng) -> Vec<EdgeUpsert> {
     let l = layout;
     let mut out = Vec::with_capacity(total);
     for v in 0..l.versions {
-        out.push(edge(dataset(v % l.datasets), version(l, v), EdgeKind::HasVersion, T0));
+        out.push(edge(
+            dataset(v % l.datasets),
+            version(l, v),
+            EdgeKind::HasVersion,
+            T0,
+        ));
     }
     for r in 0..l.runs {
         let job = NodeId::namespaced(NodeKind::Job, "pipelines", &format!("job-{}", r % l.jobs));
@@ -111,16 +116,36 @@ fn edges(layout: &Layout, total: usize, rng: &mut Rng) -> Vec<EdgeUpsert> {
     }
     // Versions past each dataset's first are written by some run.
     for v in l.datasets..l.versions {
-        out.push(edge(run(rng.below(l.runs)), version(l, v), EdgeKind::Produced, T0));
+        out.push(edge(
+            run(rng.below(l.runs)),
+            version(l, v),
+            EdgeKind::Produced,
+            T0,
+        ));
     }
     for a in 0..l.adapters {
         let model = NodeId::new(NodeKind::Model, format!("base-{}", a % l.models));
         out.push(edge(model, adapter(a), EdgeKind::BaseOf, T0));
-        out.push(edge(run(rng.below(l.runs)), adapter(a), EdgeKind::Produced, T0));
-        out.push(edge(adapter(a), instance(a % l.instances), EdgeKind::ServedBy, T0));
+        out.push(edge(
+            run(rng.below(l.runs)),
+            adapter(a),
+            EdgeKind::Produced,
+            T0,
+        ));
+        out.push(edge(
+            adapter(a),
+            instance(a % l.instances),
+            EdgeKind::ServedBy,
+            T0,
+        ));
     }
     for i in 0..l.instances {
-        out.push(edge(instance(i), route(i % l.routes), EdgeKind::Answers, T0));
+        out.push(edge(
+            instance(i),
+            route(i % l.routes),
+            EdgeKind::Answers,
+            T0,
+        ));
     }
     // The rest: runs reading versions.
     while out.len() < total {
@@ -203,21 +228,30 @@ pub fn lineage(data_dir: &Path, size: LineageBenchSize) -> Result<Value, StoreEr
 
     // A store that already holds this graph (same --data-dir) is reused as it is.
     let reuse = store
-        .get_node(&tenant, &NodeId::new(NodeKind::Route, route(layout.routes - 1).key))?
+        .get_node(
+            &tenant,
+            &NodeId::new(NodeKind::Route, route(layout.routes - 1).key),
+        )?
         .is_some();
     let build = Instant::now();
     // Nodes first (each with its kind's props), then edges, in big updates.
     let mut nodes: Vec<NodeId> = Vec::with_capacity(size.nodes);
     nodes.extend((0..layout.datasets).map(dataset));
     nodes.extend((0..layout.versions).map(|v| version(&layout, v)));
-    nodes.extend((0..layout.jobs).map(|j| NodeId::namespaced(NodeKind::Job, "pipelines", &format!("job-{j}"))));
+    nodes.extend(
+        (0..layout.jobs)
+            .map(|j| NodeId::namespaced(NodeKind::Job, "pipelines", &format!("job-{j}"))),
+    );
     nodes.extend((0..layout.runs).map(run));
     nodes.extend((0..layout.models).map(|m| NodeId::new(NodeKind::Model, format!("base-{m}"))));
     nodes.extend((0..layout.adapters).map(adapter));
     nodes.extend((0..layout.instances).map(instance));
     nodes.extend((0..layout.routes).map(route));
     let submit = |update: GraphUpdate| -> Result<(), StoreError> {
-        store.submit_graph(&tenant, update, T0)?.wait_blocking().map(|_| ())
+        store
+            .submit_graph(&tenant, update, T0)?
+            .wait_blocking()
+            .map(|_| ())
     };
     for chunk in nodes.chunks(50_000).filter(|_| !reuse) {
         submit(GraphUpdate {

@@ -108,6 +108,7 @@ pub async fn serve(
         limits: BodyLimits {
             max_body_bytes: config.max_body_bytes,
         },
+        cpu_pool: Arc::clone(&ctx.cpu_pool),
     })
     .merge(assets_api::router(assets_api::AssetsState {
         store: store.clone(),

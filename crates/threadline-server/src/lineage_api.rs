@@ -25,6 +25,8 @@ pub(crate) struct LineageState {
     pub(crate) store: SqliteStore,
     pub(crate) auth: Arc<Authenticator>,
     pub(crate) limits: BodyLimits,
+    /// Event parsing runs where span decoding does, below the writer's priority.
+    pub(crate) cpu_pool: Arc<crate::cpu_pool::CpuPool>,
 }
 
 pub(crate) fn router(state: LineageState) -> Router {
@@ -90,7 +92,7 @@ async fn ingest_event(
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let limits = state.limits;
-    let parsed = blocking(move || {
+    let parse = move || {
         let json = threadline_ingest::decode_body(encoding.as_deref(), &body, limits).map_err(
             |e| match e {
                 threadline_ingest::DecodeError::TooLarge { .. } => {
@@ -100,8 +102,12 @@ async fn ingest_event(
             },
         )?;
         threadline_lineage::parse_event(&json).map_err(|e| ApiError::BadRequest(e.to_string()))
-    })
-    .await?;
+    };
+    let parsed = state
+        .cpu_pool
+        .run(parse)
+        .await
+        .map_err(|e| ApiError::Internal(format!("lineage task failed: {e}")))??;
     let ack = state
         .store
         .submit_graph(&tenant, parsed.update, now_ns())

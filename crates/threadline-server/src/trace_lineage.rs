@@ -138,7 +138,12 @@ pub(crate) fn chain(
     let mut runs = Vec::new();
     for source in &served.sources {
         if let Some(g) = walk(source, 2, SOURCE_EDGES.to_vec())? {
-            runs.extend(g.nodes.iter().filter(|n| n.id.kind == NodeKind::Run).map(|n| n.id.clone()));
+            runs.extend(
+                g.nodes
+                    .iter()
+                    .filter(|n| n.id.kind == NodeKind::Run)
+                    .map(|n| n.id.clone()),
+            );
             merged.add(g);
         }
     }

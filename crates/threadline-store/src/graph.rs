@@ -1,13 +1,14 @@
-//! The lineage graph in SQLite: applying `GraphUpdate`s inside the writer's
+//! The lineage graph in SQLite: applying graph updates inside the writer's
 //! transaction (upserts that widen seen-intervals and merge JSON properties), and
 //! reading nodes and walking edges for queries.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension};
+use sha2::Digest;
 use threadline_model::{
-    AssetOutcome, AssetRegistration, Direction, EdgeEnd, EdgeKind, EdgeUpsert, GraphUpdate,
-    LineageEdge, LineageGraph, LineageNode, NodeId, NodeKind, NodeUpsert, RunTransition,
+    AssetOutcome, Direction, EdgeEnd, EdgeKind, GraphUpdate, LineageEdge, LineageEventKey,
+    LineageGraph, LineageNode, NodeId, NodeKind, RunTransition,
 };
 
 use crate::{sqlite_err, StoreError};
@@ -25,10 +26,130 @@ const CACHE_CAP: usize = 200_000;
 /// What the writer remembers about graph rows between commits.
 #[derive(Default)]
 pub(crate) struct GraphCache {
-    /// (tenant row id, node) → (row id, first seen, last seen) as stored.
-    nodes: HashMap<(i64, NodeId), (i64, i64, i64)>,
-    /// (src, dst, kind) → (first seen, last seen) as stored.
-    edges: HashMap<(i64, i64, EdgeKind), (i64, i64)>,
+    /// (tenant row id, node) → (row id, first seen, last seen, digest of the last
+    /// properties patch applied).
+    nodes: HashMap<(i64, NodeId), (i64, i64, i64, u64)>,
+    /// (src, dst, kind) → (first seen, last seen, digest of the last evidence patch).
+    edges: HashMap<(i64, i64, EdgeKind), (i64, i64, u64)>,
+    /// dataset row → (newest version row, its first seen): inputs without a version
+    /// facet read the newest version.
+    current_version: HashMap<i64, (i64, i64)>,
+}
+
+/// A JSON properties / evidence patch, serialized by the submitting thread, with a
+/// digest so the writer can tell it applied the very same patch last time.
+pub(crate) struct Patch {
+    text: String,
+    digest: u64,
+}
+
+impl Patch {
+    /// `None` for an empty object or a non-object (nothing to merge).
+    fn new(value: &serde_json::Value) -> Option<Self> {
+        use std::hash::{Hash, Hasher};
+        let obj = value.as_object()?;
+        if obj.is_empty() {
+            return None;
+        }
+        let text = value.to_string();
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        text.hash(&mut h);
+        Some(Self {
+            digest: h.finish(),
+            text,
+        })
+    }
+}
+
+struct PreparedNode {
+    id: NodeId,
+    seen_ns: i64,
+    patch: Option<Patch>,
+}
+
+struct PreparedEdge {
+    src: EdgeEnd,
+    dst: EdgeEnd,
+    kind: EdgeKind,
+    seen_ns: i64,
+    patch: Option<Patch>,
+}
+
+struct PreparedAsset {
+    id: NodeId,
+    spec: String,
+    spec_sha256: String,
+    registered_ns: i64,
+}
+
+/// A `GraphUpdate` with its JSON serialized and digested off the writer thread.
+pub(crate) struct PreparedGraph {
+    assets: Vec<PreparedAsset>,
+    nodes: Vec<PreparedNode>,
+    edges: Vec<PreparedEdge>,
+    runs: Vec<RunTransition>,
+    event: Option<LineageEventKey>,
+}
+
+impl PreparedGraph {
+    pub(crate) fn new(update: GraphUpdate) -> Self {
+        Self {
+            assets: update
+                .assets
+                .into_iter()
+                .map(|a| {
+                    // serde_json maps are sorted by key, so equal specs serialize equally.
+                    let spec = a.spec.to_string();
+                    PreparedAsset {
+                        id: a.id,
+                        spec_sha256: hex::encode(sha2::Sha256::digest(spec.as_bytes())),
+                        spec,
+                        registered_ns: a.registered_ns,
+                    }
+                })
+                .collect(),
+            nodes: update
+                .nodes
+                .into_iter()
+                .map(|n| PreparedNode {
+                    patch: Patch::new(&n.props),
+                    id: n.id,
+                    seen_ns: n.seen_ns,
+                })
+                .collect(),
+            edges: update
+                .edges
+                .into_iter()
+                .map(|e| PreparedEdge {
+                    patch: Patch::new(&e.evidence),
+                    src: e.src,
+                    dst: e.dst,
+                    kind: e.kind,
+                    seen_ns: e.seen_ns,
+                })
+                .collect(),
+            runs: update.runs,
+            event: update.event,
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.assets.is_empty() && self.nodes.is_empty() && self.edges.is_empty()
+    }
+
+    /// Rows it may write, for the writer's group-size bound.
+    pub(crate) fn size(&self) -> usize {
+        1 + self.assets.len() + self.nodes.len() + self.edges.len()
+    }
+
+    /// Bytes it holds, for the write queue's byte bound.
+    pub(crate) fn bytes(&self) -> usize {
+        let patch = |p: &Option<Patch>| p.as_ref().map_or(0, |p| p.text.len());
+        128 * self.size()
+            + self.nodes.iter().map(|n| patch(&n.patch)).sum::<usize>()
+            + self.edges.iter().map(|e| patch(&e.patch)).sum::<usize>()
+            + self.assets.iter().map(|a| a.spec.len()).sum::<usize>()
+    }
 }
 
 /// The bare name a node answers to: the key's last `:`-segment.
@@ -36,25 +157,39 @@ fn bare_name(key: &str) -> &str {
     key.rsplit(':').next().unwrap_or(key)
 }
 
-fn is_empty_object(v: &serde_json::Value) -> bool {
-    v.as_object().is_none_or(|m| m.is_empty())
-}
-
 /// Applies one update. Returns `None` (and changes nothing) when the update carries an
 /// event key that is already stored, else what each registered asset became.
 pub(crate) fn apply(
     tx: &Connection,
     tenant_id: i64,
-    update: &GraphUpdate,
+    update: &PreparedGraph,
     received_ns: i64,
     cache: &mut GraphCache,
 ) -> rusqlite::Result<Option<Vec<(NodeId, AssetOutcome)>>> {
-    if let Some((key, raw)) = &update.event {
+    let run_event = update
+        .event
+        .as_ref()
+        .and_then(|k| Some((k, k.subject.strip_prefix("run:")?)));
+    if let Some((key, run_id)) = run_event {
+        // A run's applied events are kept on the run itself: no index of its own (a
+        // random-key index costs a page write per event).
+        let marker = format!("{}|{}", key.event_type, key.event_time);
+        let applied: Option<bool> = tx
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM json_each(props, '$.applied_events') WHERE value = ?4)
+                 FROM graph_nodes WHERE tenant_id = ?1 AND kind = ?2 AND key = ?3",
+            )?
+            .query_row(params![tenant_id, NodeKind::Run.as_str(), run_id, marker], |r| r.get(0))
+            .optional()?;
+        if applied == Some(true) {
+            return Ok(None);
+        }
+    } else if let Some(key) = &update.event {
         let inserted = tx
             .prepare_cached(
                 "INSERT OR IGNORE INTO lineage_events
-                    (tenant_id, subject, event_type, event_time, received_ns, event)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    (tenant_id, subject, event_type, event_time, received_ns)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
             )?
             .execute(params![
                 tenant_id,
@@ -62,7 +197,6 @@ pub(crate) fn apply(
                 key.event_type,
                 key.event_time,
                 received_ns,
-                raw.to_string()
             ])?;
         if inserted == 0 {
             return Ok(None);
@@ -76,24 +210,44 @@ pub(crate) fn apply(
         ));
     }
     for node in &update.nodes {
-        upsert_node(tx, tenant_id, node, cache)?;
+        upsert_node(
+            tx,
+            tenant_id,
+            &node.id,
+            node.seen_ns,
+            node.patch.as_ref(),
+            cache,
+        )?;
     }
-    // Datasets whose versions or artifact claims changed: their producing runs may now
-    // be joined to a registered adapter / model version.
-    let mut artifact_datasets = Vec::new();
+    // New versions and new artifact claims: a run that wrote a version of a dataset an
+    // adapter / model version claims as its artifact produced that adapter.
+    let mut versions = Vec::new();
+    let mut claims = Vec::new();
     for edge in &update.edges {
-        let (src, _) = upsert_edge(tx, tenant_id, edge, cache)?;
-        if matches!(edge.kind, EdgeKind::HasVersion | EdgeKind::ArtifactOf) {
-            artifact_datasets.push(src);
+        let ends = upsert_edge(tx, tenant_id, edge, cache)?;
+        match edge.kind {
+            EdgeKind::HasVersion => versions.push(ends),
+            EdgeKind::ArtifactOf => claims.push(ends),
+            _ => {}
         }
     }
-    artifact_datasets.sort_unstable();
-    artifact_datasets.dedup();
-    for dataset in artifact_datasets {
-        join_artifact_producers(tx, tenant_id, dataset)?;
+    for (dataset, version) in versions {
+        join_artifact_producers(tx, tenant_id, dataset, Some(version), None)?;
+    }
+    for (dataset, asset) in claims {
+        join_artifact_producers(tx, tenant_id, dataset, None, Some(asset))?;
     }
     for run in &update.runs {
         apply_run_transition(tx, tenant_id, run, cache)?;
+    }
+    if let Some((key, run_id)) = run_event {
+        let marker = format!("{}|{}", key.event_type, key.event_time);
+        tx.prepare_cached(
+            "UPDATE graph_nodes SET props = json_insert(props, '$.applied_events',
+                json_array(), '$.applied_events[#]', ?4)
+             WHERE tenant_id = ?1 AND kind = ?2 AND key = ?3",
+        )?
+        .execute(params![tenant_id, NodeKind::Run.as_str(), run_id, marker])?;
     }
     Ok(Some(outcomes))
 }
@@ -101,7 +255,15 @@ pub(crate) fn apply(
 /// A run that wrote a version of an artifact dataset produced the adapter / model
 /// version registered with that artifact: add run → asset (`produced`), so dataset →
 /// run → adapter is one chain whichever of the event and the registration came first.
-fn join_artifact_producers(tx: &Connection, tenant_id: i64, dataset: i64) -> rusqlite::Result<()> {
+/// Limited to one new version, or to one new claim (`asset`); both lookups are
+/// primary-key prefix seeks, so datasets nobody claims cost one empty seek.
+fn join_artifact_producers(
+    tx: &Connection,
+    tenant_id: i64,
+    dataset: i64,
+    version: Option<i64>,
+    asset: Option<i64>,
+) -> rusqlite::Result<()> {
     tx.prepare_cached(
         "INSERT INTO graph_edges (src, dst, kind, tenant_id, first_seen_ns, last_seen_ns, evidence)
          SELECT p.src, a.dst, 'produced', ?2, p.first_seen_ns, p.last_seen_ns,
@@ -111,11 +273,12 @@ fn join_artifact_producers(tx: &Connection, tenant_id: i64, dataset: i64) -> rus
          JOIN graph_edges p ON p.dst = hv.dst AND p.kind = 'produced'
          JOIN graph_nodes v ON v.id = hv.dst
          WHERE a.src = ?1 AND a.kind = 'artifact_of'
-         ON CONFLICT (src, dst, kind) DO UPDATE SET
+           AND (?3 IS NULL OR hv.dst = ?3) AND (?4 IS NULL OR a.dst = ?4)
+         ON CONFLICT (src, kind, dst) DO UPDATE SET
             first_seen_ns = min(first_seen_ns, excluded.first_seen_ns),
             last_seen_ns = max(last_seen_ns, excluded.last_seen_ns)",
     )?
-    .execute(params![dataset, tenant_id])?;
+    .execute(params![dataset, tenant_id, version, asset])?;
     Ok(())
 }
 
@@ -123,23 +286,10 @@ fn join_artifact_producers(tx: &Connection, tenant_id: i64, dataset: i64) -> rus
 fn register_asset(
     tx: &Connection,
     tenant_id: i64,
-    asset: &AssetRegistration,
+    asset: &PreparedAsset,
     cache: &mut GraphCache,
 ) -> rusqlite::Result<AssetOutcome> {
-    use sha2::Digest;
-    let row = upsert_node(
-        tx,
-        tenant_id,
-        &NodeUpsert {
-            id: asset.id.clone(),
-            seen_ns: asset.registered_ns,
-            props: serde_json::Value::Null,
-        },
-        cache,
-    )?;
-    // serde_json maps are sorted by key, so equal specs serialize equally.
-    let spec = asset.spec.to_string();
-    let sha = hex::encode(sha2::Sha256::digest(spec.as_bytes()));
+    let row = upsert_node(tx, tenant_id, &asset.id, asset.registered_ns, None, cache)?;
     let latest: Option<(u32, String)> = tx
         .prepare_cached(
             "SELECT revision, spec_sha256 FROM asset_revisions WHERE node_id = ?1
@@ -148,7 +298,9 @@ fn register_asset(
         .query_row([row], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
     let revision = match &latest {
-        Some((_, latest_sha)) if *latest_sha == sha => return Ok(AssetOutcome::Unchanged),
+        Some((_, latest_sha)) if *latest_sha == asset.spec_sha256 => {
+            return Ok(AssetOutcome::Unchanged)
+        }
         Some((n, _)) => n + 1,
         None => 1,
     };
@@ -156,12 +308,18 @@ fn register_asset(
         "INSERT INTO asset_revisions (node_id, revision, spec_sha256, spec, registered_ns)
          VALUES (?1, ?2, ?3, ?4, ?5)",
     )?
-    .execute(params![row, revision, sha, spec, asset.registered_ns])?;
+    .execute(params![
+        row,
+        revision,
+        asset.spec_sha256,
+        asset.spec,
+        asset.registered_ns
+    ])?;
     tx.prepare_cached(
         "UPDATE graph_nodes SET props = json_set(props, '$.spec', json(?2), '$.revision', ?3,
             '$.registered_at_ns', ?4) WHERE id = ?1",
     )?
-    .execute(params![row, spec, revision, asset.registered_ns])?;
+    .execute(params![row, asset.spec, revision, asset.registered_ns])?;
     Ok(if revision == 1 {
         AssetOutcome::Created
     } else {
@@ -172,13 +330,16 @@ fn register_asset(
 fn upsert_node(
     tx: &Connection,
     tenant_id: i64,
-    node: &NodeUpsert,
+    id: &NodeId,
+    seen_ns: i64,
+    patch: Option<&Patch>,
     cache: &mut GraphCache,
 ) -> rusqlite::Result<i64> {
-    let cache_key = (tenant_id, node.id.clone());
-    if let Some(&(row, first, last)) = cache.nodes.get(&cache_key) {
-        let covered = node.seen_ns >= first && node.seen_ns <= last + LAST_SEEN_SLACK_NS;
-        if covered && is_empty_object(&node.props) {
+    let cache_key = (tenant_id, id.clone());
+    if let Some(&(row, first, last, last_patch)) = cache.nodes.get(&cache_key) {
+        let covered = seen_ns >= first && seen_ns <= last + LAST_SEEN_SLACK_NS;
+        // Merging the patch applied last once more changes nothing.
+        if covered && patch.is_none_or(|p| p.digest == last_patch) {
             return Ok(row);
         }
     }
@@ -195,27 +356,20 @@ fn upsert_node(
         .query_row(
             params![
                 tenant_id,
-                node.id.kind.as_str(),
-                node.id.key,
-                bare_name(&node.id.key),
-                node.seen_ns,
-                props_text(&node.props),
+                id.kind.as_str(),
+                id.key,
+                bare_name(&id.key),
+                seen_ns,
+                patch.map_or("{}", |p| p.text.as_str()),
             ],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )?;
     if cache.nodes.len() >= CACHE_CAP {
         cache.nodes.clear();
     }
-    cache.nodes.insert(cache_key, (row, first, last));
+    let digest = patch.map_or(0, |p| p.digest);
+    cache.nodes.insert(cache_key, (row, first, last, digest));
     Ok(row)
-}
-
-fn props_text(v: &serde_json::Value) -> String {
-    if v.is_object() {
-        v.to_string()
-    } else {
-        "{}".to_owned()
-    }
 }
 
 /// The row id of an edge end, creating nodes as needed.
@@ -226,34 +380,37 @@ fn resolve_end(
     seen_ns: i64,
     cache: &mut GraphCache,
 ) -> rusqlite::Result<i64> {
-    let node = |id: &NodeId| NodeUpsert {
-        id: id.clone(),
-        seen_ns,
-        props: serde_json::Value::Null,
-    };
     match end {
-        EdgeEnd::Node(id) => upsert_node(tx, tenant_id, &node(id), cache),
+        EdgeEnd::Node(id) => upsert_node(tx, tenant_id, id, seen_ns, None, cache),
         EdgeEnd::CurrentVersionOf(dataset) => {
-            let dataset_row = upsert_node(tx, tenant_id, &node(dataset), cache)?;
-            let newest: Option<i64> = tx
-                .prepare_cached(
-                    "SELECT dst FROM graph_edges WHERE src = ?1 AND kind = 'has_version'
-                     ORDER BY first_seen_ns DESC, dst DESC LIMIT 1",
-                )?
-                .query_row([dataset_row], |r| r.get(0))
-                .optional()?;
+            let dataset_row = upsert_node(tx, tenant_id, dataset, seen_ns, None, cache)?;
+            let newest = match cache.current_version.get(&dataset_row) {
+                Some(&(row, _)) => Some(row),
+                None => tx
+                    .prepare_cached(
+                        "SELECT dst, first_seen_ns FROM graph_edges
+                         WHERE src = ?1 AND kind = 'has_version'
+                         ORDER BY first_seen_ns DESC, dst DESC LIMIT 1",
+                    )?
+                    .query_row([dataset_row], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()?
+                    .map(|(row, first): (i64, i64)| {
+                        cache.current_version.insert(dataset_row, (row, first));
+                        row
+                    }),
+            };
             if let Some(row) = newest {
                 return Ok(row);
             }
             // Read before any version was reported: an "unversioned" version stands in.
             let version = NodeId::dataset_version(dataset, "unversioned");
-            let version_row = upsert_node(tx, tenant_id, &node(&version), cache)?;
+            let version_row = upsert_node(tx, tenant_id, &version, seen_ns, None, cache)?;
             insert_edge_rows(
                 tx,
                 tenant_id,
                 (dataset_row, version_row, EdgeKind::HasVersion),
                 seen_ns,
-                &serde_json::Value::Null,
+                None,
                 cache,
             )?;
             Ok(version_row)
@@ -265,7 +422,7 @@ fn resolve_end(
 fn upsert_edge(
     tx: &Connection,
     tenant_id: i64,
-    edge: &EdgeUpsert,
+    edge: &PreparedEdge,
     cache: &mut GraphCache,
 ) -> rusqlite::Result<(i64, i64)> {
     let src = resolve_end(tx, tenant_id, &edge.src, edge.seen_ns, cache)?;
@@ -275,7 +432,7 @@ fn upsert_edge(
         tenant_id,
         (src, dst, edge.kind),
         edge.seen_ns,
-        &edge.evidence,
+        edge.patch.as_ref(),
         cache,
     )?;
     Ok((src, dst))
@@ -286,12 +443,12 @@ fn insert_edge_rows(
     tenant_id: i64,
     key: (i64, i64, EdgeKind),
     seen_ns: i64,
-    evidence: &serde_json::Value,
+    patch: Option<&Patch>,
     cache: &mut GraphCache,
 ) -> rusqlite::Result<()> {
-    if let Some(&(first, last)) = cache.edges.get(&key) {
+    if let Some(&(first, last, last_patch)) = cache.edges.get(&key) {
         let covered = seen_ns >= first && seen_ns <= last + LAST_SEEN_SLACK_NS;
-        if covered && is_empty_object(evidence) {
+        if covered && patch.is_none_or(|p| p.digest == last_patch) {
             return Ok(());
         }
     }
@@ -299,7 +456,7 @@ fn insert_edge_rows(
         .prepare_cached(
             "INSERT INTO graph_edges (src, dst, kind, tenant_id, first_seen_ns, last_seen_ns, evidence)
              VALUES (?1, ?2, ?3, ?4, ?5, ?5, json(?6))
-             ON CONFLICT (src, dst, kind) DO UPDATE SET
+             ON CONFLICT (src, kind, dst) DO UPDATE SET
                 first_seen_ns = min(first_seen_ns, excluded.first_seen_ns),
                 last_seen_ns = max(last_seen_ns, excluded.last_seen_ns),
                 evidence = json_patch(evidence, excluded.evidence)
@@ -312,14 +469,27 @@ fn insert_edge_rows(
                 key.2.as_str(),
                 tenant_id,
                 seen_ns,
-                props_text(evidence)
+                patch.map_or("{}", |p| p.text.as_str())
             ],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
+    if key.2 == EdgeKind::HasVersion {
+        // A newer version becomes what unversioned reads resolve to.
+        let newer = cache
+            .current_version
+            .get(&key.0)
+            .is_none_or(|&(_, seen)| first >= seen);
+        if newer {
+            cache.current_version.insert(key.0, (key.1, first));
+        }
+    }
     if cache.edges.len() >= CACHE_CAP {
         cache.edges.clear();
+        cache.current_version.clear();
     }
-    cache.edges.insert(key, (first, last));
+    cache
+        .edges
+        .insert(key, (first, last, patch.map_or(0, |p| p.digest)));
     Ok(())
 }
 
@@ -331,16 +501,7 @@ fn apply_run_transition(
     run: &RunTransition,
     cache: &mut GraphCache,
 ) -> rusqlite::Result<()> {
-    let row = upsert_node(
-        tx,
-        tenant_id,
-        &NodeUpsert {
-            id: run.run.clone(),
-            seen_ns: run.event_time_ns,
-            props: serde_json::Value::Null,
-        },
-        cache,
-    )?;
+    let row = upsert_node(tx, tenant_id, &run.run, run.event_time_ns, None, cache)?;
     let props: String = tx
         .prepare_cached("SELECT props FROM graph_nodes WHERE id = ?1")?
         .query_row([row], |r| r.get(0))?;
@@ -424,7 +585,7 @@ pub(crate) fn resolve(
     let mut stmt = conn
         .prepare_cached(
             "SELECT kind, key FROM graph_nodes WHERE tenant_id = ?1 AND name = ?2
-             UNION SELECT kind, key FROM graph_nodes WHERE tenant_id = ?1 AND key = ?2 LIMIT 50",
+                AND kind NOT IN ('run', 'dataset_version') LIMIT 50",
         )
         .map_err(|e| sqlite_err(conn, e))?;
     let rows = stmt
@@ -437,6 +598,13 @@ pub(crate) fn resolve(
         .into_iter()
         .filter_map(|(kind, key)| Some(NodeId::new(kind.parse().ok()?, key)))
         .collect();
+    // A whole key of any kind (a run id, `warehouse:fin-qa@v3`, `/v1/chat`).
+    for kind in NodeKind::ALL {
+        let id = NodeId::new(kind, name);
+        if node_row(conn, tenant_id, &id)?.is_some() {
+            ids.push(id);
+        }
+    }
     ids.sort();
     ids.dedup();
     Ok(ids)

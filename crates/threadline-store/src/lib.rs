@@ -157,9 +157,10 @@ impl SqliteStore {
         update: GraphUpdate,
         received_ns: i64,
     ) -> Result<WriteAck, StoreError> {
+        // Serialized here, on the caller's thread, not on the writer's.
         self.inner.writer.submit_graph(writer::GraphJob {
             tenant: tenant.clone(),
-            update,
+            graph: graph::PreparedGraph::new(update),
             received_ns,
         })
     }

@@ -70,9 +70,12 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX spans_by_adapter ON spans (tenant_id, adapter, start_ns) WHERE adapter IS NOT NULL;
      CREATE INDEX spans_with_error ON spans (tenant_id, start_ns) WHERE status_code = 2;",
     // 2: the lineage graph. Node ids are per tenant; `name` is the last `:`-segment of
-    //    the key so a bare name ("fin-qa" for dataset:warehouse:fin-qa) resolves.
-    //    Edges point the way data flows (src feeds dst). OpenLineage events are kept
-    //    raw, unique per (subject, type, time) so a re-sent event is stored once.
+    //    the key so a bare name ("fin-qa" for dataset:warehouse:fin-qa) resolves. Runs
+    //    and dataset versions (random keys, one per event) are left out of that index:
+    //    each would cost a random page write, and their keys resolve exactly anyway.
+    //    Edges point the way data flows (src feeds dst). The keys of applied
+    //    OpenLineage events (subject, type, time) make a re-sent event a no-op; the
+    //    events' facets live on the nodes they describe.
     "CREATE TABLE graph_nodes (
         id INTEGER PRIMARY KEY,
         tenant_id INTEGER NOT NULL REFERENCES tenants(id),
@@ -84,7 +87,8 @@ const MIGRATIONS: &[&str] = &[
         props TEXT NOT NULL DEFAULT '{}',
         UNIQUE (tenant_id, kind, key)
      );
-     CREATE INDEX graph_nodes_by_name ON graph_nodes (tenant_id, name);
+     CREATE INDEX graph_nodes_by_name ON graph_nodes (tenant_id, name)
+        WHERE kind NOT IN ('run', 'dataset_version');
      CREATE TABLE graph_edges (
         src INTEGER NOT NULL REFERENCES graph_nodes(id),
         dst INTEGER NOT NULL REFERENCES graph_nodes(id),
@@ -93,16 +97,15 @@ const MIGRATIONS: &[&str] = &[
         first_seen_ns INTEGER NOT NULL,
         last_seen_ns INTEGER NOT NULL,
         evidence TEXT NOT NULL DEFAULT '{}',
-        PRIMARY KEY (src, dst, kind)
+        PRIMARY KEY (src, kind, dst)
      ) WITHOUT ROWID;
-     CREATE INDEX graph_edges_by_dst ON graph_edges (dst, src, kind);
+     CREATE INDEX graph_edges_by_dst ON graph_edges (dst, kind, src);
      CREATE TABLE lineage_events (
         tenant_id INTEGER NOT NULL REFERENCES tenants(id),
         subject TEXT NOT NULL,
         event_type TEXT NOT NULL,
         event_time TEXT NOT NULL,
         received_ns INTEGER NOT NULL,
-        event TEXT NOT NULL,
         PRIMARY KEY (tenant_id, subject, event_type, event_time)
      ) WITHOUT ROWID;",
     // 3: registry revisions: every distinct spec a registry node was registered with.
@@ -169,7 +172,7 @@ pub(crate) fn open_reader(path: &Path) -> Result<Connection, StoreError> {
     conn.execute_batch(
         "PRAGMA busy_timeout = 5000; PRAGMA cache_size = -32768; PRAGMA mmap_size = 4294967296;",
     )
-        .map_err(sqlite(path))?;
+    .map_err(sqlite(path))?;
     Ok(conn)
 }
 

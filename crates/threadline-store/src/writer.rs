@@ -56,7 +56,7 @@ pub struct PreparedBatch {
     max_start_ns: i64,
     encoded_bytes: usize,
     /// Lineage edges the spans reveal, committed with them.
-    graph: Option<threadline_model::GraphUpdate>,
+    graph: Option<crate::graph::PreparedGraph>,
 }
 
 impl PreparedBatch {
@@ -128,8 +128,10 @@ impl PreparedBatch {
 
     /// Lineage graph changes to commit in the same transaction as the spans.
     pub fn attach_graph(&mut self, update: threadline_model::GraphUpdate) {
-        if !update.edges.is_empty() || !update.nodes.is_empty() {
-            self.graph = Some(update);
+        let graph = crate::graph::PreparedGraph::new(update);
+        if !graph.is_empty() {
+            self.encoded_bytes += graph.bytes();
+            self.graph = Some(graph);
         }
     }
 
@@ -188,7 +190,7 @@ impl WriteAck {
 /// A lineage graph change for the writer.
 pub(crate) struct GraphJob {
     pub(crate) tenant: TenantId,
-    pub(crate) update: threadline_model::GraphUpdate,
+    pub(crate) graph: crate::graph::PreparedGraph,
     pub(crate) received_ns: i64,
 }
 
@@ -210,7 +212,7 @@ impl Work {
     fn span_count(&self) -> usize {
         match self {
             Work::Spans(b) => b.rows.len(),
-            Work::Graph(g) => 1 + g.update.nodes.len() + g.update.edges.len(),
+            Work::Graph(g) => g.graph.size(),
             Work::Erase(_) => 1,
         }
     }
@@ -218,13 +220,7 @@ impl Work {
     fn encoded_bytes(&self) -> usize {
         match self {
             Work::Spans(b) => b.encoded_bytes,
-            Work::Graph(g) => {
-                256 * (1 + g.update.nodes.len() + g.update.edges.len())
-                    + g.update
-                        .event
-                        .as_ref()
-                        .map_or(0, |(_, raw)| raw.to_string().len())
-            }
+            Work::Graph(g) => g.graph.bytes(),
             Work::Erase(_) => 256,
         }
     }
@@ -466,18 +462,19 @@ fn truncate_wal(conn: &Connection) -> bool {
     false
 }
 
-/// One transaction for all jobs. A graph update that fails is rolled back alone (to
-/// its savepoint) and reported to its sender; any other failure fails the group.
+/// One transaction for all jobs. Inputs are validated before they are queued, so a
+/// failing statement is a storage fault: it fails the whole group (every sender gets
+/// the error and the transaction rolls back). No savepoint per job: on graph updates
+/// their sub-journal cost more than the updates themselves.
 fn commit_jobs(
     conn: &mut Connection,
     jobs: &[Job],
     cache: &mut WriterCache,
 ) -> Result<Vec<JobOutcome>, rusqlite::Error> {
-    let mut tx = conn.transaction()?;
+    let tx = conn.transaction()?;
     let mut outcomes = Vec::with_capacity(jobs.len());
-    let mut graph_failed = false;
     for job in jobs {
-        match &job.work {
+        let outcome = match &job.work {
             Work::Spans(batch) => {
                 let tenant_id = tenant_id(&tx, &batch.tenant, cache)?;
                 insert_batch(&tx, tenant_id, batch, cache)?;
@@ -490,71 +487,35 @@ fn commit_jobs(
                         &mut cache.graph,
                     )?;
                 }
-                outcomes.push(Ok(Applied::changed()));
+                Applied::changed()
             }
             Work::Graph(g) => {
                 let tenant_id = tenant_id(&tx, &g.tenant, cache)?;
-                let sp = tx.savepoint()?;
-                match crate::graph::apply(
-                    &sp,
-                    tenant_id,
-                    &g.update,
-                    g.received_ns,
-                    &mut cache.graph,
-                ) {
-                    Ok(result) => {
-                        sp.commit()?;
-                        outcomes.push(Ok(match result {
-                            Some(assets) => Applied {
-                                changed: true,
-                                assets,
-                                erasure: None,
-                            },
-                            None => Applied {
-                                changed: false,
-                                assets: Vec::new(),
-                                erasure: None,
-                            },
-                        }));
-                    }
-                    Err(e) => {
-                        // Dropping the savepoint rolls it back.
-                        drop(sp);
-                        graph_failed = true;
-                        outcomes.push(Err(e.to_string()));
-                    }
+                let result =
+                    crate::graph::apply(&tx, tenant_id, &g.graph, g.received_ns, &mut cache.graph)?;
+                Applied {
+                    changed: result.is_some(),
+                    assets: result.unwrap_or_default(),
+                    erasure: None,
                 }
             }
             Work::Erase(job) => {
                 let tenant_id = tenant_id(&tx, &job.tenant, cache)?;
-                let sp = tx.savepoint()?;
-                let erased = crate::erase::erase(
-                    &sp,
+                let report = crate::erase::erase(
+                    &tx,
                     tenant_id,
                     &job.subject,
                     &job.requested_by,
                     job.requested_ns,
-                );
-                match erased {
-                    Ok(report) => {
-                        sp.commit()?;
-                        outcomes.push(Ok(Applied {
-                            changed: true,
-                            assets: Vec::new(),
-                            erasure: Some(report),
-                        }));
-                    }
-                    Err(e) => {
-                        drop(sp);
-                        outcomes.push(Err(e.to_string()));
-                    }
+                )?;
+                Applied {
+                    changed: true,
+                    assets: Vec::new(),
+                    erasure: Some(report),
                 }
             }
-        }
-    }
-    if graph_failed {
-        // Cached graph rows may belong to the rolled-back savepoint.
-        cache.graph = Default::default();
+        };
+        outcomes.push(Ok(outcome));
     }
     tx.commit()?;
     Ok(outcomes)

@@ -96,10 +96,21 @@ fn loadgen_sends_openlineage_events_that_land_in_the_graph() {
     // The pipelines' jobs, runs and datasets are in the graph.
     let job = (0..200)
         .map(|n| format!("job:pipelines:job-{n}"))
-        .find(|id| server.get(&format!("/api/v1/lineage/{}?depth=0", encode_node(id)), None).0 == 200)
+        .find(|id| {
+            server
+                .get(
+                    &format!("/api/v1/lineage/{}?depth=0", encode_node(id)),
+                    None,
+                )
+                .0
+                == 200
+        })
         .expect("no loadgen job in the graph");
     let (_, graph) = server.get(
-        &format!("/api/v1/lineage/{}?direction=downstream&depth=2", encode_node(&job)),
+        &format!(
+            "/api/v1/lineage/{}?direction=downstream&depth=2",
+            encode_node(&job)
+        ),
         None,
     );
     let kinds: Vec<&str> = graph["nodes"]
@@ -108,5 +119,8 @@ fn loadgen_sends_openlineage_events_that_land_in_the_graph() {
         .iter()
         .map(|n| n["kind"].as_str().unwrap())
         .collect();
-    assert!(kinds.contains(&"run") && kinds.contains(&"dataset_version"), "{graph}");
+    assert!(
+        kinds.contains(&"run") && kinds.contains(&"dataset_version"),
+        "{graph}"
+    );
 }
