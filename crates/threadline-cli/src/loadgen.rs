@@ -260,16 +260,24 @@ async fn worker_loop(
     Ok(latencies)
 }
 
-/// A training-pipeline RunEvent: a fresh run of one of 200 jobs reading two of 1,000
-/// datasets (with schema and quality facets) and writing one; START or COMPLETE.
+/// A training-pipeline RunEvent: a fresh run (UUIDv7 id) of one of 200 jobs reading two
+/// of 1,000 datasets (with schema and quality facets) and writing one; START or COMPLETE.
 fn openlineage_event(rng: &mut SmallRng, n: usize) -> Vec<u8> {
-    let id: [u8; 16] = rng.random();
+    // UUIDv7 (48-bit unix milliseconds, then random), as the openlineage-python
+    // client, the Airflow provider and the Spark integration generate run ids.
+    let mut id: [u8; 16] = rng.random();
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    id[..6].copy_from_slice(&ms.to_be_bytes()[2..]);
+    id[6] = 0x70 | (id[6] & 0x0f);
+    id[8] = 0x80 | (id[8] & 0x3f);
     let run_id = format!(
-        "{}-{}-4{}-8{}-{}",
+        "{}-{}-{}-{}-{}",
         hex_of(&id[0..4]),
         hex_of(&id[4..6]),
-        &hex_of(&id[6..8])[1..],
-        &hex_of(&id[8..10])[1..],
+        hex_of(&id[6..8]),
+        hex_of(&id[8..10]),
         hex_of(&id[10..16])
     );
     let dataset = |rng: &mut SmallRng| format!("warehouse.table_{}", rng.random_range(0..1000u32));
