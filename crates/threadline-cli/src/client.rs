@@ -38,27 +38,7 @@ impl ApiClient {
         query: &[(String, String)],
     ) -> anyhow::Result<Vec<u8>> {
         let url = format!("{}{}", self.base, path);
-        let mut req = self.http.get(&url).query(query);
-        if let Some(key) = &self.api_key {
-            req = req.bearer_auth(key);
-        }
-        let resp = req
-            .send()
-            .await
-            .with_context(|| format!("cannot reach {url}"))?;
-        let status = resp.status();
-        let body = resp
-            .bytes()
-            .await
-            .with_context(|| format!("reading {url}"))?;
-        if !status.is_success() {
-            let msg = serde_json::from_slice::<Value>(&body)
-                .ok()
-                .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_owned))
-                .unwrap_or_else(|| "no error message".to_owned());
-            bail!("{url} answered {status}: {msg}");
-        }
-        Ok(body.to_vec())
+        self.send_raw(&url, self.http.get(&url).query(query)).await
     }
 
     /// PUT (or POST) a JSON body.
@@ -73,7 +53,18 @@ impl ApiClient {
             .await
     }
 
-    async fn send(&self, url: &str, mut req: reqwest::RequestBuilder) -> anyhow::Result<Value> {
+    async fn send(&self, url: &str, req: reqwest::RequestBuilder) -> anyhow::Result<Value> {
+        let body = self.send_raw(url, req).await?;
+        serde_json::from_slice(&body)
+            .with_context(|| format!("{url} answered with a body that is not JSON"))
+    }
+
+    /// Sends with the key; a non-2xx becomes an error carrying the API's message.
+    async fn send_raw(
+        &self,
+        url: &str,
+        mut req: reqwest::RequestBuilder,
+    ) -> anyhow::Result<Vec<u8>> {
         if let Some(key) = &self.api_key {
             req = req.bearer_auth(key);
         }
@@ -82,17 +73,17 @@ impl ApiClient {
             .await
             .with_context(|| format!("cannot reach {url}"))?;
         let status = resp.status();
-        let body: Value = resp
-            .json()
+        let body = resp
+            .bytes()
             .await
-            .with_context(|| format!("{url} answered {status} with a body that is not JSON"))?;
+            .with_context(|| format!("cannot read the answer of {url}"))?;
         if !status.is_success() {
-            let msg = body
-                .get("error")
-                .and_then(Value::as_str)
-                .unwrap_or("no error message");
+            let msg = serde_json::from_slice::<Value>(&body)
+                .ok()
+                .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_owned))
+                .unwrap_or_else(|| "no error message".to_owned());
             bail!("{url} answered {status}: {msg}");
         }
-        Ok(body)
+        Ok(body.to_vec())
     }
 }

@@ -61,6 +61,17 @@ use FacetPlace::*;
 use Ty::*;
 
 const OWNERS: Option<(&str, Fields)> = Some(("owners", &[("name", Str, true)]));
+/// `dataQualityMetrics` is the same facet on a dataset and on an input.
+const DQ_METRICS: Fields = &[
+    ("columnMetrics", Obj, true),
+    ("rowCount", Int, false),
+    ("bytes", Int, false),
+    ("fileCount", Int, false),
+];
+const ASSERTIONS: Option<(&str, Fields)> = Some((
+    "assertions",
+    &[("assertion", Str, true), ("success", Bool, true)],
+));
 
 const RULES: &[Rule] = &[
     Rule {
@@ -204,42 +215,26 @@ const RULES: &[Rule] = &[
     Rule {
         place: Dataset,
         name: "dataQualityMetrics",
-        fields: &[
-            ("columnMetrics", Obj, true),
-            ("rowCount", Int, false),
-            ("bytes", Int, false),
-            ("fileCount", Int, false),
-        ],
+        fields: DQ_METRICS,
         items: None,
     },
     Rule {
         place: InputDataset,
         name: "dataQualityMetrics",
-        fields: &[
-            ("columnMetrics", Obj, true),
-            ("rowCount", Int, false),
-            ("bytes", Int, false),
-            ("fileCount", Int, false),
-        ],
+        fields: DQ_METRICS,
         items: None,
     },
     Rule {
         place: InputDataset,
         name: "dataQualityAssertions",
         fields: &[("assertions", Arr, true)],
-        items: Some((
-            "assertions",
-            &[("assertion", Str, true), ("success", Bool, true)],
-        )),
+        items: ASSERTIONS,
     },
     Rule {
         place: Dataset,
         name: "dataQualityAssertions",
         fields: &[("assertions", Arr, true)],
-        items: Some((
-            "assertions",
-            &[("assertion", Str, true), ("success", Bool, true)],
-        )),
+        items: ASSERTIONS,
     },
     Rule {
         place: InputDataset,

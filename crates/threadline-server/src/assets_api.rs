@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap};
+use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
@@ -34,13 +34,6 @@ pub(crate) fn router(state: AssetsState) -> Router {
             get(get_asset).put(register_one),
         )
         .with_state(state)
-}
-
-fn tenant(state: &AssetsState, headers: &HeaderMap) -> Result<TenantId, ApiError> {
-    let auth = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    Ok(state.auth.authenticate(auth)?)
 }
 
 fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
@@ -94,7 +87,7 @@ async fn register_manifest(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = tenant(&state, &headers)?;
+    let tenant = state.auth.tenant_of(&headers)?;
     register(&state, &tenant, parse_json(&body)?).await
 }
 
@@ -115,7 +108,7 @@ async fn register_one(
     Path((collection, id)): Path<(String, String)>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = tenant(&state, &headers)?;
+    let tenant = state.auth.tenant_of(&headers)?;
     check_collection(&collection)?;
     let mut entry = parse_json(&body)?;
     let obj = entry
@@ -146,13 +139,12 @@ async fn list_assets(
     headers: HeaderMap,
     Path(collection): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = tenant(&state, &headers)?;
+    let tenant = state.auth.tenant_of(&headers)?;
     check_collection(&collection)?;
     let kind = registry::collection_kind(&collection).expect("checked");
     let store = state.store.clone();
-    let nodes = tokio::task::spawn_blocking(move || store.nodes_of_kind(&tenant, kind, 1000))
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))??;
+    let nodes =
+        crate::error::blocking(move || Ok(store.nodes_of_kind(&tenant, kind, 1000)?)).await?;
     // Nodes seen only in spans are not registered: list the registered ones.
     let assets: Vec<Value> = nodes
         .iter()
@@ -167,14 +159,12 @@ async fn get_asset(
     headers: HeaderMap,
     Path((collection, id)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = tenant(&state, &headers)?;
+    let tenant = state.auth.tenant_of(&headers)?;
     check_collection(&collection)?;
     let kind = registry::collection_kind(&collection).expect("checked");
     let node_id = NodeId::new(kind, id.clone());
     let store = state.store.clone();
-    let node = tokio::task::spawn_blocking(move || store.get_node(&tenant, &node_id))
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))??;
+    let node = crate::error::blocking(move || Ok(store.get_node(&tenant, &node_id)?)).await?;
     match node {
         Some(n) if n.props.get("spec").is_some() => Ok(Json(asset_json(&n))),
         _ => Err(ApiError::NotFound(format!("no {collection} entry {id:?}"))),

@@ -36,6 +36,17 @@ impl Authenticator {
         Self { keys }
     }
 
+    /// The tenant of a JSON API request, from its `Authorization` header.
+    pub(crate) fn tenant_of(
+        &self,
+        headers: &axum::http::HeaderMap,
+    ) -> Result<TenantId, crate::error::ApiError> {
+        let authorization = headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        Ok(self.authenticate(authorization)?)
+    }
+
     pub fn authenticate(&self, authorization: Option<&str>) -> Result<TenantId, AuthError> {
         if self.keys.is_empty() {
             return Ok(TenantId::default_tenant());

@@ -7,11 +7,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
-use threadline_model::TenantId;
 use threadline_store::{ErasureSubject, SqliteStore, StoreError};
 
 use crate::auth::Authenticator;
@@ -27,13 +26,6 @@ pub(crate) fn router(state: ErasureState) -> Router {
     Router::new()
         .route("/api/v1/erasures", get(audit_log).post(erase))
         .with_state(state)
-}
-
-fn tenant(state: &ErasureState, headers: &HeaderMap) -> Result<TenantId, ApiError> {
-    let auth = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    Ok(state.auth.authenticate(auth)?)
 }
 
 fn subject(body: &Value) -> Result<ErasureSubject, ApiError> {
@@ -63,7 +55,7 @@ async fn erase(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let tenant = tenant(&state, &headers)?;
+    let tenant = state.auth.tenant_of(&headers)?;
     let body: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::BadRequest(format!("body is not valid JSON: {e}")))?;
     let subject = subject(&body)?;
@@ -112,11 +104,9 @@ async fn audit_log(
     State(state): State<ErasureState>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = tenant(&state, &headers)?;
+    let tenant = state.auth.tenant_of(&headers)?;
     let store = state.store.clone();
-    let records = tokio::task::spawn_blocking(move || store.erasures(&tenant))
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))??;
+    let records = crate::error::blocking(move || Ok(store.erasures(&tenant)?)).await?;
     Ok(Json(json!({
         "erasures": records.iter().map(|r| json!({
             "erasure_id": r.erasure_id,

@@ -60,3 +60,13 @@ impl From<threadline_store::StoreError> for ApiError {
         ApiError::Internal(e.to_string())
     }
 }
+
+/// Runs blocking work (store reads, graph walks) off the async runtime; a task that
+/// panicked is an internal error.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::Internal(format!("blocking task failed: {e}")))?
+}

@@ -6,12 +6,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap};
+use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use threadline_lineage::impact::ImpactPolicy;
-use threadline_model::{Direction, NodeKind, TenantId};
+use threadline_model::{Direction, NodeKind};
 use threadline_store::{SqliteStore, WalkLimits};
 
 use crate::auth::Authenticator;
@@ -31,13 +31,6 @@ pub(crate) fn router(state: ImpactState) -> Router {
         .with_state(state)
 }
 
-fn tenant(state: &ImpactState, headers: &HeaderMap) -> Result<TenantId, ApiError> {
-    let auth = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    Ok(state.auth.authenticate(auth)?)
-}
-
 /// Hops followed downstream; the closure stops there or at `MAX_NODES`.
 const IMPACT_DEPTH: usize = 20;
 const MAX_NODES: usize = 10_000;
@@ -50,7 +43,7 @@ async fn impact(
     Path(node): Path<String>,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = tenant(&state, &headers)?;
+    let tenant = state.auth.tenant_of(&headers)?;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as i64);
@@ -68,7 +61,7 @@ async fn impact(
     let store = state.store.clone();
     let policy = Arc::clone(&state.policy);
     let node = node.trim_start_matches('/').to_owned();
-    crate::lineage_api::blocking_api(move || {
+    crate::error::blocking(move || {
         let root = resolve_one(&store, &tenant, &node)?;
         let graph = store
             .walk(

@@ -35,7 +35,7 @@ pub(crate) struct ReadyBatch {
     rejected: u64,
 }
 
-/// CPU-bound half: OTLP → records → encoded rows. Run it in `spawn_blocking`.
+/// CPU-bound half: OTLP → records → encoded rows. Run it on the ingest CPU pool.
 pub(crate) fn prepare(
     store: &SqliteStore,
     tenant: &TenantId,

@@ -18,7 +18,7 @@ use threadline_store::{SqliteStore, StoreError, WalkLimits};
 
 use crate::auth::Authenticator;
 use crate::dto;
-use crate::error::ApiError;
+use crate::error::{blocking, ApiError};
 
 #[derive(Clone)]
 pub(crate) struct LineageState {
@@ -38,27 +38,6 @@ pub(crate) fn router(state: LineageState) -> Router {
         .with_state(state)
 }
 
-fn tenant(state: &LineageState, headers: &HeaderMap) -> Result<TenantId, ApiError> {
-    let auth = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    Ok(state.auth.authenticate(auth)?)
-}
-
-pub(crate) async fn blocking_api<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
-) -> Result<T, ApiError> {
-    blocking(f).await
-}
-
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
-) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ApiError::Internal(format!("lineage task failed: {e}")))?
-}
-
 fn now_ns() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -72,7 +51,7 @@ async fn ingest_event(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let tenant = tenant(&state, &headers)?;
+    let tenant = state.auth.tenant_of(&headers)?;
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -174,7 +153,7 @@ async fn node_lineage(
     Path(node): Path<String>,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = tenant(&state, &headers)?;
+    let tenant = state.auth.tenant_of(&headers)?;
     let mut limits = WalkLimits {
         direction: Direction::Both,
         depth: DEFAULT_DEPTH,
@@ -239,19 +218,21 @@ async fn node_lineage(
     })))
 }
 
-/// Marquez's `GET /api/v1/lineage?nodeId=dataset:NS:NAME|job:NS:NAME&depth=N`.
-async fn marquez_lineage(
-    State(state): State<LineageState>,
-    headers: HeaderMap,
-    Query(params): Query<Vec<(String, String)>>,
-) -> Result<Json<Value>, ApiError> {
-    let tenant = tenant(&state, &headers)?;
+/// `nodeId` (required; `expected` says what it may be) and `depth` of Marquez-style
+/// queries. `withDownstream`, which Marquez clients send, is accepted (walks here
+/// always go both ways).
+fn marquez_params(
+    params: &[(String, String)],
+    default_depth: usize,
+    expected: &str,
+) -> Result<(String, usize), ApiError> {
     let mut node_id = None;
-    let mut depth = 20;
-    for (key, value) in &params {
+    let mut depth = default_depth;
+    for (key, value) in params {
         match key.as_str() {
             "nodeId" => node_id = Some(value.clone()),
             "depth" => depth = parse_depth(value)?,
+            "withDownstream" => {}
             other => {
                 return Err(ApiError::BadRequest(format!(
                     "unknown query parameter {other:?}: use nodeId and depth"
@@ -259,9 +240,19 @@ async fn marquez_lineage(
             }
         }
     }
-    let node_id = node_id.ok_or_else(|| {
-        ApiError::BadRequest("nodeId is required (dataset:NS:NAME or job:NS:NAME)".to_owned())
-    })?;
+    let node_id =
+        node_id.ok_or_else(|| ApiError::BadRequest(format!("nodeId is required ({expected})")))?;
+    Ok((node_id, depth))
+}
+
+/// Marquez's `GET /api/v1/lineage?nodeId=dataset:NS:NAME|job:NS:NAME&depth=N`.
+async fn marquez_lineage(
+    State(state): State<LineageState>,
+    headers: HeaderMap,
+    Query(params): Query<Vec<(String, String)>>,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = state.auth.tenant_of(&headers)?;
+    let (node_id, depth) = marquez_params(&params, 20, "dataset:NS:NAME or job:NS:NAME")?;
     let start: NodeId = node_id
         .parse()
         .map_err(|e: threadline_model::NodeIdError| ApiError::BadRequest(e.to_string()))?;
@@ -285,7 +276,7 @@ async fn trace_chain(
     headers: HeaderMap,
     Path(raw_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = tenant(&state, &headers)?;
+    let tenant = state.auth.tenant_of(&headers)?;
     let trace_id: TraceId = raw_id
         .parse()
         .map_err(|e| ApiError::BadRequest(format!("trace id {raw_id:?} is invalid: {e}")))?;
@@ -308,26 +299,9 @@ async fn column_lineage(
     headers: HeaderMap,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = tenant(&state, &headers)?;
-    let mut node_id = None;
-    let mut depth = 10;
-    for (key, value) in &params {
-        match key.as_str() {
-            "nodeId" => node_id = Some(value.clone()),
-            "depth" => depth = parse_depth(value)?,
-            "withDownstream" => {}
-            other => {
-                return Err(ApiError::BadRequest(format!(
-                    "unknown query parameter {other:?}: use nodeId and depth"
-                )))
-            }
-        }
-    }
-    let node_id = node_id.ok_or_else(|| {
-        ApiError::BadRequest(
-            "nodeId is required (dataset:NS:NAME or datasetField:NS:NAME:FIELD)".to_owned(),
-        )
-    })?;
+    let tenant = state.auth.tenant_of(&headers)?;
+    let (node_id, depth) =
+        marquez_params(&params, 10, "dataset:NS:NAME or datasetField:NS:NAME:FIELD")?;
     let (dataset, field) = match node_id.strip_prefix("datasetField:") {
         Some(rest) => {
             let (key, field) = rest.rsplit_once(':').ok_or_else(|| {

@@ -38,10 +38,7 @@ async fn export(
     headers: HeaderMap,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Response, ApiError> {
-    let auth = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    let tenant: TenantId = state.auth.authenticate(auth)?;
+    let tenant: TenantId = state.auth.tenant_of(&headers)?;
     let mut format = ProvFormat::Turtle;
     let mut root = None;
     let mut depth = 3;
@@ -62,7 +59,7 @@ async fn export(
         }
     }
     let store = state.store.clone();
-    let body = crate::lineage_api::blocking_api(move || {
+    let body = crate::error::blocking(move || {
         let (graph, requests) = match root {
             None => (
                 store.graph_dump(&tenant, MAX_EXPORT_NODES)?.ok_or_else(|| {

@@ -11,11 +11,11 @@ use axum::routing::get;
 use axum::{Json, Router};
 use base64::Engine;
 use serde_json::{json, Value};
-use threadline_model::{TenantId, TraceId};
+use threadline_model::TraceId;
 use threadline_store::{SqliteStore, TraceCursor, TraceQuery};
 
 use crate::auth::Authenticator;
-use crate::error::ApiError;
+use crate::error::{blocking, ApiError};
 use crate::ingest::IngestStats;
 use crate::{dto, trace_tree};
 
@@ -36,28 +36,12 @@ pub(crate) fn router(state: QueryState) -> Router {
         .with_state(state)
 }
 
-fn tenant(state: &QueryState, headers: &HeaderMap) -> Result<TenantId, ApiError> {
-    let auth = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    Ok(state.auth.authenticate(auth)?)
-}
-
-/// Runs a blocking store read off the async runtime.
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
-) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ApiError::Internal(format!("query task failed: {e}")))?
-}
-
 async fn get_trace(
     State(state): State<QueryState>,
     headers: HeaderMap,
     Path(raw_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = tenant(&state, &headers)?;
+    let tenant = state.auth.tenant_of(&headers)?;
     let trace_id: TraceId = raw_id
         .parse()
         .map_err(|e| ApiError::BadRequest(format!("trace id {raw_id:?} is invalid: {e}")))?;
@@ -74,7 +58,7 @@ async fn search_traces(
     headers: HeaderMap,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = tenant(&state, &headers)?;
+    let tenant = state.auth.tenant_of(&headers)?;
     let query = parse_search(&params)?;
     let store = state.store.clone();
     let page = blocking(move || Ok(store.search(&tenant, &query)?)).await?;
@@ -88,7 +72,7 @@ async fn list_services(
     State(state): State<QueryState>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = tenant(&state, &headers)?;
+    let tenant = state.auth.tenant_of(&headers)?;
     let store = state.store.clone();
     let services = blocking(move || Ok(store.services(&tenant)?)).await?;
     Ok(Json(json!({
