@@ -608,6 +608,36 @@ mod tests {
     }
 
     #[test]
+    fn a_trace_id_on_the_run_links_it_to_the_trace() {
+        let mut e = run_event();
+        e["run"]["facets"] = json!({"parent": {
+            "run": {"runId": "0193aa00-1111-7222-8333-444455556666",
+                    "traceId": "4BF92F3577B34DA6A3CE929D0E0E4736"},
+            "job": {"namespace": "airflow", "name": "nightly"}}});
+        let parsed = parse(e).unwrap();
+        let run = parsed
+            .update
+            .nodes
+            .iter()
+            .find(|n| n.id.kind == NodeKind::Run && n.id.key.starts_with("3f0c"))
+            .unwrap();
+        assert_eq!(run.props["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
+        let parent = parsed
+            .update
+            .edges
+            .iter()
+            .find(|e| e.kind == EdgeKind::ParentOf)
+            .unwrap();
+        assert_eq!(
+            parent.src,
+            EdgeEnd::Node(NodeId::new(
+                NodeKind::Run,
+                "0193aa00-1111-7222-8333-444455556666"
+            ))
+        );
+    }
+
+    #[test]
     fn uuids_are_recognized() {
         assert!(is_uuid("ea041791-68bc-4ae1-bd89-4c8106a157e4"));
         assert!(!is_uuid("run_id"));
