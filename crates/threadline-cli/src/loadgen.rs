@@ -192,8 +192,8 @@ async fn worker_loop(
     // A few requests built once per worker, then re-sent with fresh ids and times:
     // building hundreds of attribute strings per request cost the loadgen, which
     // shares the cores with the server, more than encoding them.
-    let mut templates: Vec<ExportTraceServiceRequest> = (0..TEMPLATES_PER_WORKER)
-        .map(|_| build_request(&mut rng, &corpus, traces_per_batch))
+    let mut templates: Vec<Template> = (0..TEMPLATES_PER_WORKER)
+        .map(|_| Template::new(build_request(&mut rng, &corpus, traces_per_batch)))
         .collect();
     let mut next = 0;
     while !stop.load(Ordering::Relaxed) {
@@ -203,9 +203,9 @@ async fn worker_loop(
         let (mut body, content_type) = if args.openlineage {
             (openlineage_event(&mut rng, next), "application/json")
         } else {
-            let request = &mut templates[next % TEMPLATES_PER_WORKER];
-            refresh_ids_and_times(request, &mut rng);
-            (request.encode_to_vec(), "application/x-protobuf")
+            let template = &mut templates[next % TEMPLATES_PER_WORKER];
+            refresh_ids_and_times(template, &mut rng);
+            (template.request.encode_to_vec(), "application/x-protobuf")
         };
         next += 1;
         let protobuf_bytes = body.len() as u64;
@@ -324,22 +324,22 @@ const TEMPLATES_PER_WORKER: usize = 4;
 
 /// Gives every trace and span of `request` a new random id (keeping parent links and
 /// trace membership) and moves all times so the newest root starts about now.
-fn refresh_ids_and_times(request: &mut ExportTraceServiceRequest, rng: &mut SmallRng) {
-    let spans = || {
-        request
-            .resource_spans
-            .iter()
-            .flat_map(|r| &r.scope_spans)
-            .flat_map(|s| &s.spans)
-    };
-    let latest_start = spans().map(|s| s.start_time_unix_nano).max().unwrap_or(0);
-    let shift = now_nanos().saturating_sub(latest_start);
-    let mut new_trace: HashMap<Vec<u8>, [u8; 16]> = HashMap::new();
+fn refresh_ids_and_times(template: &mut Template, rng: &mut SmallRng) {
+    let request = &mut template.request;
+    let shift = now_nanos().saturating_sub(template.latest_start);
+    // Each trace also starts up to 50 ms earlier, so copies of a template sent in the
+    // same millisecond do not all start on the same nanosecond.
+    let mut new_trace: HashMap<Vec<u8>, ([u8; 16], u64)> = HashMap::new();
     let mut new_span: HashMap<Vec<u8>, [u8; 8]> = HashMap::new();
-    for span in spans() {
+    for span in request
+        .resource_spans
+        .iter()
+        .flat_map(|r| &r.scope_spans)
+        .flat_map(|s| &s.spans)
+    {
         new_trace
             .entry(span.trace_id.clone())
-            .or_insert_with(|| rng.random());
+            .or_insert_with(|| (rng.random(), rng.random_range(0..50_000_000)));
         new_span
             .entry(span.span_id.clone())
             .or_insert_with(|| rng.random());
@@ -349,15 +349,41 @@ fn refresh_ids_and_times(request: &mut ExportTraceServiceRequest, rng: &mut Smal
         .iter_mut()
         .flat_map(|r| &mut r.scope_spans)
         .flat_map(|s| &mut s.spans);
-    for span in spans_mut {
-        let (trace_id, span_id) = (new_trace[&span.trace_id], new_span[&span.span_id]);
+    // Times come from the template's original ones, so jitter never accumulates.
+    for (span, &(start, end)) in spans_mut.zip(&template.times) {
+        let ((trace_id, jitter), span_id) = (new_trace[&span.trace_id], new_span[&span.span_id]);
         span.trace_id.copy_from_slice(&trace_id);
         span.span_id.copy_from_slice(&span_id);
         if let Some(parent) = new_span.get(&span.parent_span_id) {
             span.parent_span_id.copy_from_slice(parent);
         }
-        span.start_time_unix_nano += shift;
-        span.end_time_unix_nano += shift;
+        span.start_time_unix_nano = (start + shift).saturating_sub(jitter);
+        span.end_time_unix_nano = (end + shift).saturating_sub(jitter);
+    }
+}
+
+/// A request built once, with the original (start, end) of each span in order.
+struct Template {
+    request: ExportTraceServiceRequest,
+    times: Vec<(u64, u64)>,
+    latest_start: u64,
+}
+
+impl Template {
+    fn new(request: ExportTraceServiceRequest) -> Self {
+        let times: Vec<(u64, u64)> = request
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .flat_map(|s| &s.spans)
+            .map(|s| (s.start_time_unix_nano, s.end_time_unix_nano))
+            .collect();
+        let latest_start = times.iter().map(|t| t.0).max().unwrap_or(0);
+        Self {
+            request,
+            times,
+            latest_start,
+        }
     }
 }
 
