@@ -343,10 +343,12 @@ fn upsert_node(
             return Ok(row);
         }
     }
+    // Patches are serde_json's output, so a new row takes the text as it is (no json()
+    // parse); a merge into an existing row parses both sides anyway.
     let (row, first, last): (i64, i64, i64) = tx
         .prepare_cached(
             "INSERT INTO graph_nodes (tenant_id, kind, key, name, first_seen_ns, last_seen_ns, props)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?5, json(?6))
+             VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6)
              ON CONFLICT (tenant_id, kind, key) DO UPDATE SET
                 first_seen_ns = min(first_seen_ns, excluded.first_seen_ns),
                 last_seen_ns = max(last_seen_ns, excluded.last_seen_ns),
@@ -455,7 +457,7 @@ fn insert_edge_rows(
     let (first, last): (i64, i64) = tx
         .prepare_cached(
             "INSERT INTO graph_edges (src, dst, kind, tenant_id, first_seen_ns, last_seen_ns, evidence)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?5, json(?6))
+             VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6)
              ON CONFLICT (src, kind, dst) DO UPDATE SET
                 first_seen_ns = min(first_seen_ns, excluded.first_seen_ns),
                 last_seen_ns = max(last_seen_ns, excluded.last_seen_ns),
