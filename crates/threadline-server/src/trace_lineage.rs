@@ -33,6 +33,8 @@ pub(crate) struct ServedBy {
     pub(crate) instances: Vec<NodeId>,
     /// Adapters, models, prompt versions, images.
     pub(crate) sources: Vec<NodeId>,
+    /// OpenLineage runs whose events carried this trace id.
+    pub(crate) traced_runs: Vec<NodeId>,
 }
 
 fn served_by(spans: &[SpanRecord]) -> ServedBy {
@@ -40,6 +42,7 @@ fn served_by(spans: &[SpanRecord]) -> ServedBy {
         routes: Vec::new(),
         instances: Vec::new(),
         sources: Vec::new(),
+        traced_runs: Vec::new(),
     };
     let push = |v: &mut Vec<NodeId>, id: NodeId| {
         if !v.contains(&id) {
@@ -103,7 +106,10 @@ pub(crate) fn chain(
     tenant: &TenantId,
     spans: &[SpanRecord],
 ) -> Result<(LineageGraph, ServedBy), StoreError> {
-    let served = served_by(spans);
+    let mut served = served_by(spans);
+    if let Some(first) = spans.first() {
+        served.traced_runs = store.runs_for_trace(tenant, first.trace_id)?;
+    }
     let mut merged = Merged {
         nodes: Vec::new(),
         node_ids: HashSet::new(),
@@ -159,6 +165,31 @@ pub(crate) fn chain(
             merged.add(g);
         }
     }
+    // Runs that named this trace: what they read and what they wrote.
+    for run in &served.traced_runs {
+        if let Some(g) = walk(run, 1, RUN_EDGES.to_vec())? {
+            versions.extend(
+                g.nodes
+                    .iter()
+                    .filter(|n| n.id.kind == NodeKind::DatasetVersion)
+                    .map(|n| n.id.clone()),
+            );
+            merged.add(g);
+        }
+        let outputs = store.walk(
+            tenant,
+            run,
+            &WalkLimits {
+                direction: Direction::Downstream,
+                depth: 1,
+                max_nodes: 2000,
+                edge_kinds: vec![EdgeKind::Produced],
+            },
+        )?;
+        if let Some(g) = outputs {
+            merged.add(g);
+        }
+    }
     for version in &versions {
         if let Some(g) = walk(version, 1, vec![EdgeKind::HasVersion])? {
             merged.add(g);
@@ -200,6 +231,9 @@ pub(crate) fn trace_lineage(
             );
         }
     }
+    for run in served.traced_runs.iter().filter(|r| present(r)) {
+        chain_edges.push(json!({"src": request_id, "dst": run.to_string(), "kind": "traced_run"}));
+    }
     for instance in served.instances.iter().filter(|i| present(i)) {
         for source in served.sources.iter().filter(|s| present(s)) {
             let kind = match source.kind {
@@ -226,7 +260,17 @@ pub(crate) fn trace_lineage(
         ("adapters", by_kind(NodeKind::Adapter)),
         ("model_versions", by_kind(NodeKind::ModelVersion)),
         ("models", by_kind(NodeKind::Model)),
-        ("training_runs", by_kind(NodeKind::Run)),
+        (
+            "training_runs",
+            by_kind(NodeKind::Run)
+                .into_iter()
+                .filter(|r| !served.traced_runs.iter().any(|t| t.to_string() == *r))
+                .collect(),
+        ),
+        (
+            "traced_runs",
+            served.traced_runs.iter().map(|r| r.to_string()).collect(),
+        ),
         ("dataset_versions", by_kind(NodeKind::DatasetVersion)),
         ("datasets", by_kind(NodeKind::Dataset)),
         ("prompts", by_kind(NodeKind::Prompt)),

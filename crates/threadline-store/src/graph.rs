@@ -856,3 +856,27 @@ pub(crate) fn dump(
         edges,
     }))
 }
+
+/// Runs whose OpenLineage events named `trace_id` (lowercase hex), newest first.
+pub(crate) fn runs_for_trace(
+    conn: &Connection,
+    tenant: &str,
+    trace_id: &str,
+) -> Result<Vec<NodeId>, StoreError> {
+    let Some(tenant_id) = tenant_row(conn, tenant)? else {
+        return Ok(Vec::new());
+    };
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT key FROM graph_nodes
+             WHERE tenant_id = ?1 AND kind = 'run' AND json_extract(props, '$.trace_id') = ?2
+             ORDER BY last_seen_ns DESC LIMIT 100",
+        )
+        .map_err(|e| sqlite_err(conn, e))?;
+    stmt.query_map(params![tenant_id, trace_id], |r| r.get::<_, String>(0))
+        .and_then(|rows| {
+            rows.map(|k| k.map(|k| NodeId::new(NodeKind::Run, k)))
+                .collect()
+        })
+        .map_err(|e| sqlite_err(conn, e))
+}

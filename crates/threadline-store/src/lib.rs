@@ -224,6 +224,15 @@ impl SqliteStore {
         self.with_reader(|conn| graph::nodes_of_kind(conn, tenant.as_str(), kind, limit))
     }
 
+    /// Runs whose OpenLineage events carried this trace id (parent facet `traceId`).
+    pub fn runs_for_trace(
+        &self,
+        tenant: &TenantId,
+        trace_id: TraceId,
+    ) -> Result<Vec<NodeId>, StoreError> {
+        self.with_reader(|conn| graph::runs_for_trace(conn, tenant.as_str(), &trace_id.to_string()))
+    }
+
     /// The tenant's whole graph, or `None` when it has more than `max_nodes` nodes.
     pub fn graph_dump(
         &self,

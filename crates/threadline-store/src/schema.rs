@@ -130,6 +130,10 @@ const MIGRATIONS: &[&str] = &[
         spans_deleted INTEGER NOT NULL,
         blocks_rewritten INTEGER NOT NULL
      );",
+    // 5: runs by the trace id their OpenLineage parent facet carries, so a trace finds
+    //    the pipeline runs that name it.
+    "CREATE INDEX graph_runs_by_trace ON graph_nodes (tenant_id, json_extract(props, '$.trace_id'))
+        WHERE kind = 'run';",
 ];
 
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -197,6 +197,45 @@ fn request_to_dataset_chain_registry_and_hot_swap() {
         "quality facets ride along"
     );
 
+    // A pipeline run whose parent facet names the request's trace is found from it.
+    let batch_run = "0193ab00-2222-7333-8444-555566667777";
+    let traced = json!({
+        "eventType": "COMPLETE",
+        "eventTime": "2025-11-29T08:00:00Z",
+        "run": {"runId": batch_run, "facets": {"parent": {
+            "_producer": "p", "_schemaURL": "s",
+            "run": {"runId": "0193ab00-2222-7333-8444-000000000001", "traceId": hex(&[1u8; 16])},
+            "job": {"namespace": "gateway", "name": "request"}}}},
+        "job": {"namespace": "batch", "name": "summarize-conversation"},
+        "outputs": [{"namespace": "warehouse", "name": "conversation-summaries"}],
+        "producer": "https://example.com/batch",
+        "schemaURL": "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent"
+    });
+    let (status, body) = server.post_json(
+        "/api/v1/lineage",
+        traced.to_string().into_bytes(),
+        &[],
+        None,
+    );
+    assert_eq!(status, 201, "{body}");
+    let (_, chain) = server.get(&format!("/api/v1/traces/{}/lineage", hex(&[1u8; 16])), None);
+    assert_eq!(
+        chain["chain"]["traced_runs"],
+        json!([format!("run:{batch_run}")]),
+        "{chain}"
+    );
+    assert!(
+        chain["chain"]["dataset_versions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v
+                .as_str()
+                .unwrap()
+                .starts_with("dataset_version:warehouse:conversation-summaries@")),
+        "the traced run's output: {chain}"
+    );
+
     // Dataset → everything downstream, by bare name.
     let (status, down) = server.get("/api/v1/lineage/fin-qa?direction=downstream&depth=6", None);
     assert_eq!(status, 200, "{down}");
