@@ -6,6 +6,7 @@ mod bindings;
 mod facets;
 pub mod impact;
 pub mod openlineage;
+pub mod projection;
 pub mod prov;
 pub mod registry;
 

@@ -189,6 +189,7 @@ async fn node_lineage(
             }
         }
     }
+    let direction = limits.direction;
     let store = state.store.clone();
     let node = node.trim_start_matches('/').to_owned();
     let graph = blocking(move || {
@@ -200,21 +201,20 @@ async fn node_lineage(
     })
     .await?;
     let (start, mut graph) = graph;
-    if !kinds.is_empty() {
-        graph
-            .nodes
-            .retain(|n| n.id == start || kinds.contains(&n.id.kind));
-        let kept: std::collections::HashSet<&NodeId> = graph.nodes.iter().map(|n| &n.id).collect();
-        let edges = std::mem::take(&mut graph.edges);
-        graph.edges = edges
-            .into_iter()
-            .filter(|e| kept.contains(&e.src) && kept.contains(&e.dst))
-            .collect();
-    }
+    let via = if kinds.is_empty() {
+        Vec::new()
+    } else {
+        threadline_lineage::projection::project_kinds(&mut graph, &start, &kinds, direction)
+    };
     Ok(Json(json!({
         "root": start.to_string(),
         "nodes": graph.nodes.iter().map(dto::lineage_node).collect::<Vec<_>>(),
-        "edges": graph.edges.iter().map(dto::lineage_edge).collect::<Vec<_>>(),
+        "edges": graph.edges.iter().map(dto::lineage_edge).chain(via.iter().map(|v| json!({
+            "src": v.src.to_string(),
+            "dst": v.dst.to_string(),
+            "kind": "via",
+            "evidence": {"path": v.path.iter().map(|p| p.to_string()).collect::<Vec<_>>()},
+        }))).collect::<Vec<_>>(),
     })))
 }
 

@@ -251,6 +251,38 @@ fn request_to_dataset_chain_registry_and_hot_swap() {
         );
     }
 
+    // Filtered to some kinds, the adapter still shows how it comes from the dataset.
+    let (_, only) = server.get(
+        "/api/v1/lineage/fin-qa?direction=downstream&depth=6&kinds=adapter,instance",
+        None,
+    );
+    let kinds: Vec<&str> = only["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["kind"].as_str().unwrap())
+        .collect();
+    assert!(
+        kinds
+            .iter()
+            .all(|k| ["dataset", "adapter", "instance"].contains(k)),
+        "{kinds:?}"
+    );
+    let via = only["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "via" && e["dst"] == "adapter:fin-lora@7")
+        .unwrap_or_else(|| panic!("no via link: {only}"));
+    assert_eq!(via["src"], "dataset:warehouse:fin-qa");
+    assert!(
+        via["evidence"]["path"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(format!("run:{RUN_ID}"))),
+        "{via}"
+    );
+
     // The hot swap is a new edge whose first-seen is the first request it served.
     let (_, up) = server.get(
         &format!(
