@@ -70,3 +70,9 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .await
         .map_err(|e| ApiError::Internal(format!("blocking task failed: {e}")))?
 }
+
+/// A trace id from a URL path, or a 400 naming it.
+pub(crate) fn parse_trace_id(raw: &str) -> Result<threadline_model::TraceId, ApiError> {
+    raw.parse()
+        .map_err(|e| ApiError::BadRequest(format!("trace id {raw:?} is invalid: {e}")))
+}

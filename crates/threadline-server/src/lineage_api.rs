@@ -13,7 +13,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use threadline_ingest::BodyLimits;
-use threadline_model::{Direction, EdgeKind, NodeId, NodeKind, TenantId, TraceId};
+use threadline_model::{Direction, EdgeKind, NodeId, NodeKind, TenantId};
 use threadline_store::{SqliteStore, StoreError, WalkLimits};
 
 use crate::auth::Authenticator;
@@ -277,9 +277,7 @@ async fn trace_chain(
     Path(raw_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let tenant = state.auth.tenant_of(&headers)?;
-    let trace_id: TraceId = raw_id
-        .parse()
-        .map_err(|e| ApiError::BadRequest(format!("trace id {raw_id:?} is invalid: {e}")))?;
+    let trace_id = crate::error::parse_trace_id(&raw_id)?;
     let store = state.store.clone();
     blocking(move || {
         let spans = store.get_trace(&tenant, trace_id)?;

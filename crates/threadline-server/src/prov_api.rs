@@ -12,7 +12,7 @@ use axum::routing::get;
 use axum::Router;
 use sha2::Digest;
 use threadline_lineage::prov::{self, ProvFormat, ProvRequest};
-use threadline_model::{Direction, NodeId, NodeKind, TenantId, TraceId};
+use threadline_model::{Direction, NodeId, NodeKind, TenantId};
 use threadline_store::{SqliteStore, WalkLimits};
 
 use crate::auth::Authenticator;
@@ -101,9 +101,7 @@ fn request_export(
     tenant: &TenantId,
     trace: &str,
 ) -> Result<(threadline_model::LineageGraph, Vec<ProvRequest>), ApiError> {
-    let trace_id: TraceId = trace
-        .parse()
-        .map_err(|e| ApiError::BadRequest(format!("trace id {trace:?} is invalid: {e}")))?;
+    let trace_id = crate::error::parse_trace_id(trace)?;
     let spans = store.get_trace(tenant, trace_id)?;
     let Some(root) = spans
         .iter()

@@ -11,7 +11,6 @@ use axum::routing::get;
 use axum::{Json, Router};
 use base64::Engine;
 use serde_json::{json, Value};
-use threadline_model::TraceId;
 use threadline_store::{SqliteStore, TraceCursor, TraceQuery};
 
 use crate::auth::Authenticator;
@@ -42,9 +41,7 @@ async fn get_trace(
     Path(raw_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let tenant = state.auth.tenant_of(&headers)?;
-    let trace_id: TraceId = raw_id
-        .parse()
-        .map_err(|e| ApiError::BadRequest(format!("trace id {raw_id:?} is invalid: {e}")))?;
+    let trace_id = crate::error::parse_trace_id(&raw_id)?;
     let store = state.store.clone();
     let spans = blocking(move || Ok(store.get_trace(&tenant, trace_id)?)).await?;
     if spans.is_empty() {
@@ -221,6 +218,8 @@ fn decode_cursor(value: &str) -> Result<TraceCursor, ApiError> {
 
 #[cfg(test)]
 mod tests {
+    use threadline_model::TraceId;
+
     use super::*;
 
     fn params(pairs: &[(&str, &str)]) -> Vec<(String, String)> {

@@ -153,8 +153,9 @@ pub(crate) fn chain(
             merged.add(g);
         }
     }
+    // Training runs, and runs that named this trace: what they read.
     let mut versions = Vec::new();
-    for run in &runs {
+    for run in runs.iter().chain(&served.traced_runs) {
         if let Some(g) = walk(run, 1, RUN_EDGES.to_vec())? {
             versions.extend(
                 g.nodes
@@ -165,17 +166,8 @@ pub(crate) fn chain(
             merged.add(g);
         }
     }
-    // Runs that named this trace: what they read and what they wrote.
+    // And what the traced runs wrote.
     for run in &served.traced_runs {
-        if let Some(g) = walk(run, 1, RUN_EDGES.to_vec())? {
-            versions.extend(
-                g.nodes
-                    .iter()
-                    .filter(|n| n.id.kind == NodeKind::DatasetVersion)
-                    .map(|n| n.id.clone()),
-            );
-            merged.add(g);
-        }
         let outputs = store.walk(
             tenant,
             run,
