@@ -261,7 +261,18 @@ impl Builder {
         let namespace = required_str(job, "namespace", "job.namespace")?;
         let name = required_str(job, "name", "job.name")?;
         let facets = self.facets(job.get("facets"), FacetPlace::Job, "job.facets");
-        let id = NodeId::namespaced(NodeKind::Job, namespace, name);
+        Ok(self.namespaced_node(NodeKind::Job, namespace, name, &facets))
+    }
+
+    /// A job or dataset node: its namespace, name and facets (valid and invalid).
+    fn namespaced_node(
+        &mut self,
+        kind: NodeKind,
+        namespace: &str,
+        name: &str,
+        facets: &SortedFacets,
+    ) -> NodeId {
+        let id = NodeId::namespaced(kind, namespace, name);
         self.node(
             id.clone(),
             json!({
@@ -271,7 +282,7 @@ impl Builder {
                 "invalid_facets": facets.invalid,
             }),
         );
-        Ok(id)
+        id
     }
 
     fn run_event(
@@ -428,16 +439,7 @@ impl Builder {
                 .as_str()
                 .map(str::to_owned)
         });
-        let id = NodeId::namespaced(NodeKind::Dataset, namespace, name);
-        self.node(
-            id.clone(),
-            json!({
-                "namespace": namespace,
-                "name": name,
-                "facets": facets.valid,
-                "invalid_facets": facets.invalid,
-            }),
-        );
+        let id = self.namespaced_node(NodeKind::Dataset, namespace, name, &facets);
         Ok((id, version, facets))
     }
 

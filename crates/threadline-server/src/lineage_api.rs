@@ -280,10 +280,7 @@ async fn trace_chain(
     let trace_id = crate::error::parse_trace_id(&raw_id)?;
     let store = state.store.clone();
     blocking(move || {
-        let spans = store.get_trace(&tenant, trace_id)?;
-        if spans.is_empty() {
-            return Err(ApiError::NotFound(format!("trace {trace_id} not found")));
-        }
+        let spans = crate::query_api::existing_trace(&store, &tenant, trace_id)?;
         Ok(Json(crate::trace_lineage::trace_lineage(
             &store, &tenant, &spans,
         )?))

@@ -102,14 +102,9 @@ fn request_export(
     trace: &str,
 ) -> Result<(threadline_model::LineageGraph, Vec<ProvRequest>), ApiError> {
     let trace_id = crate::error::parse_trace_id(trace)?;
-    let spans = store.get_trace(tenant, trace_id)?;
-    let Some(root) = spans
-        .iter()
-        .find(|s| s.parent_span_id.is_none())
-        .or(spans.first())
-    else {
-        return Err(ApiError::NotFound(format!("trace {trace_id} not found")));
-    };
+    let spans = crate::query_api::existing_trace(store, tenant, trace_id)?;
+    let root = crate::trace_lineage::request_span(&spans)
+        .ok_or_else(|| ApiError::NotFound(format!("trace {trace_id} not found")))?;
     let (graph, served) = crate::trace_lineage::chain(store, tenant, &spans)?;
     let present: std::collections::HashSet<&NodeId> = graph.nodes.iter().map(|n| &n.id).collect();
     let user = spans

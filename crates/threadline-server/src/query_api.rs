@@ -11,6 +11,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use base64::Engine;
 use serde_json::{json, Value};
+use threadline_model::{SpanRecord, TenantId, TraceId};
 use threadline_store::{SqliteStore, TraceCursor, TraceQuery};
 
 use crate::auth::Authenticator;
@@ -43,11 +44,21 @@ async fn get_trace(
     let tenant = state.auth.tenant_of(&headers)?;
     let trace_id = crate::error::parse_trace_id(&raw_id)?;
     let store = state.store.clone();
-    let spans = blocking(move || Ok(store.get_trace(&tenant, trace_id)?)).await?;
+    let spans = blocking(move || existing_trace(&store, &tenant, trace_id)).await?;
+    Ok(Json(trace_tree::trace_tree(&spans)))
+}
+
+/// The spans of a trace the tenant has, or 404. Blocking: call it off the runtime.
+pub(crate) fn existing_trace(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    trace_id: TraceId,
+) -> Result<Vec<SpanRecord>, ApiError> {
+    let spans = store.get_trace(tenant, trace_id)?;
     if spans.is_empty() {
         return Err(ApiError::NotFound(format!("trace {trace_id} not found")));
     }
-    Ok(Json(trace_tree::trace_tree(&spans)))
+    Ok(spans)
 }
 
 async fn search_traces(
@@ -218,8 +229,6 @@ fn decode_cursor(value: &str) -> Result<TraceCursor, ApiError> {
 
 #[cfg(test)]
 mod tests {
-    use threadline_model::TraceId;
-
     use super::*;
 
     fn params(pairs: &[(&str, &str)]) -> Vec<(String, String)> {

@@ -100,6 +100,14 @@ impl Merged {
     }
 }
 
+/// The span that stands for the request: the root, else the earliest stored.
+pub(crate) fn request_span(spans: &[SpanRecord]) -> Option<&SpanRecord> {
+    spans
+        .iter()
+        .find(|s| s.parent_span_id.is_none())
+        .or(spans.first())
+}
+
 /// The graph behind a trace's spans and what served it.
 pub(crate) fn chain(
     store: &SqliteStore,
@@ -205,10 +213,7 @@ pub(crate) fn trace_lineage(
     let (graph, served) = chain(store, tenant, spans)?;
     let node_ids: HashSet<NodeId> = graph.nodes.iter().map(|n| n.id.clone()).collect();
     // The request's own bindings, as this trace saw them.
-    let root = spans
-        .iter()
-        .find(|s| s.parent_span_id.is_none())
-        .or(spans.first());
+    let root = request_span(spans);
     let request_id = spans
         .first()
         .map(|s| format!("request:{}", s.trace_id))

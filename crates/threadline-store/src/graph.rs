@@ -8,7 +8,7 @@ use rusqlite::{params, params_from_iter, Connection, OptionalExtension};
 use sha2::Digest;
 use threadline_model::{
     AssetOutcome, Direction, EdgeEnd, EdgeKind, GraphUpdate, LineageEdge, LineageEventKey,
-    LineageGraph, LineageNode, NodeId, NodeKind, RunTransition,
+    LineageGraph, LineageNode, NodeId, NodeKind, RunTransition, TenantId,
 };
 
 use crate::{sqlite_err, StoreError};
@@ -166,14 +166,13 @@ pub(crate) fn apply(
     received_ns: i64,
     cache: &mut GraphCache,
 ) -> rusqlite::Result<Option<Vec<(NodeId, AssetOutcome)>>> {
-    let run_event = update
-        .event
-        .as_ref()
-        .and_then(|k| Some((k, k.subject.strip_prefix("run:")?)));
-    if let Some((key, run_id)) = run_event {
-        // A run's applied events are kept on the run itself: no index of its own (a
-        // random-key index costs a page write per event).
-        let marker = format!("{}|{}", key.event_type, key.event_time);
+    // A run's applied events are kept on the run itself: no index of its own (a
+    // random-key index costs a page write per event). (run id, "TYPE|TIME")
+    let run_event = update.event.as_ref().and_then(|k| {
+        let run_id = k.subject.strip_prefix("run:")?;
+        Some((run_id, format!("{}|{}", k.event_type, k.event_time)))
+    });
+    if let Some((run_id, marker)) = &run_event {
         let applied: Option<bool> = tx
             .prepare_cached(
                 "SELECT EXISTS (SELECT 1 FROM json_each(props, '$.applied_events') WHERE value = ?4)
@@ -240,8 +239,7 @@ pub(crate) fn apply(
     for run in &update.runs {
         apply_run_transition(tx, tenant_id, run, cache)?;
     }
-    if let Some((key, run_id)) = run_event {
-        let marker = format!("{}|{}", key.event_type, key.event_time);
+    if let Some((run_id, marker)) = run_event {
         tx.prepare_cached(
             "UPDATE graph_nodes SET props = json_insert(props, '$.applied_events',
                 json_array(), '$.applied_events[#]', ?4)
@@ -543,13 +541,6 @@ fn apply_run_transition(
 // ---------------------------------------------------------------------------------
 // Reads
 
-fn tenant_row(conn: &Connection, tenant: &str) -> Result<Option<i64>, StoreError> {
-    match threadline_model::TenantId::new(tenant) {
-        Ok(t) => crate::query::tenant_key(conn, &t),
-        Err(_) => Ok(None),
-    }
-}
-
 fn parse_node_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, LineageNode)> {
     let kind: String = r.get(1)?;
     let props: String = r.get(5)?;
@@ -573,10 +564,10 @@ const NODE_COLUMNS: &str = "id, kind, key, first_seen_ns, last_seen_ns, props";
 /// else every node whose key or bare name is `name`.
 pub(crate) fn resolve(
     conn: &Connection,
-    tenant: &str,
+    tenant: &TenantId,
     name: &str,
 ) -> Result<Vec<NodeId>, StoreError> {
-    let Some(tenant_id) = tenant_row(conn, tenant)? else {
+    let Some(tenant_id) = crate::query::tenant_key(conn, tenant)? else {
         return Ok(Vec::new());
     };
     if let Ok(id) = name.parse::<NodeId>() {
@@ -629,10 +620,10 @@ fn node_row(
 
 pub(crate) fn get_node(
     conn: &Connection,
-    tenant: &str,
+    tenant: &TenantId,
     id: &NodeId,
 ) -> Result<Option<LineageNode>, StoreError> {
-    let Some(tenant_id) = tenant_row(conn, tenant)? else {
+    let Some(tenant_id) = crate::query::tenant_key(conn, tenant)? else {
         return Ok(None);
     };
     Ok(node_row(conn, tenant_id, id)?.map(|(_, n)| n))
@@ -641,11 +632,11 @@ pub(crate) fn get_node(
 /// Nodes of one kind, newest first.
 pub(crate) fn nodes_of_kind(
     conn: &Connection,
-    tenant: &str,
+    tenant: &TenantId,
     kind: NodeKind,
     limit: usize,
 ) -> Result<Vec<LineageNode>, StoreError> {
-    let Some(tenant_id) = tenant_row(conn, tenant)? else {
+    let Some(tenant_id) = crate::query::tenant_key(conn, tenant)? else {
         return Ok(Vec::new());
     };
     let mut stmt = conn
@@ -677,11 +668,11 @@ pub struct WalkLimits {
 /// Breadth-first walk from `start`, one batched query per hop and direction.
 pub(crate) fn walk(
     conn: &Connection,
-    tenant: &str,
+    tenant: &TenantId,
     start: &NodeId,
     limits: &WalkLimits,
 ) -> Result<Option<LineageGraph>, StoreError> {
-    let Some(tenant_id) = tenant_row(conn, tenant)? else {
+    let Some(tenant_id) = crate::query::tenant_key(conn, tenant)? else {
         return Ok(None);
     };
     let Some((start_row, start_node)) = node_row(conn, tenant_id, start)? else {
@@ -799,10 +790,10 @@ fn nodes_by_row(conn: &Connection, rows: &[i64]) -> Result<Vec<(i64, LineageNode
 /// more: the caller should ask for a subgraph).
 pub(crate) fn dump(
     conn: &Connection,
-    tenant: &str,
+    tenant: &TenantId,
     max_nodes: usize,
 ) -> Result<Option<LineageGraph>, StoreError> {
-    let Some(tenant_id) = tenant_row(conn, tenant)? else {
+    let Some(tenant_id) = crate::query::tenant_key(conn, tenant)? else {
         return Ok(Some(LineageGraph::default()));
     };
     let mut stmt = conn
@@ -860,10 +851,10 @@ pub(crate) fn dump(
 /// Runs whose OpenLineage events named `trace_id` (lowercase hex), newest first.
 pub(crate) fn runs_for_trace(
     conn: &Connection,
-    tenant: &str,
+    tenant: &TenantId,
     trace_id: &str,
 ) -> Result<Vec<NodeId>, StoreError> {
-    let Some(tenant_id) = tenant_row(conn, tenant)? else {
+    let Some(tenant_id) = crate::query::tenant_key(conn, tenant)? else {
         return Ok(Vec::new());
     };
     let mut stmt = conn

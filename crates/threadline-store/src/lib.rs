@@ -203,7 +203,7 @@ impl SqliteStore {
     /// The node ids `name` may mean: a `kind:key` that exists, else every node whose
     /// key or bare name (last `:`-segment) is `name`.
     pub fn resolve_node(&self, tenant: &TenantId, name: &str) -> Result<Vec<NodeId>, StoreError> {
-        self.with_reader(|conn| graph::resolve(conn, tenant.as_str(), name))
+        self.with_reader(|conn| graph::resolve(conn, tenant, name))
     }
 
     pub fn get_node(
@@ -211,7 +211,7 @@ impl SqliteStore {
         tenant: &TenantId,
         id: &NodeId,
     ) -> Result<Option<LineageNode>, StoreError> {
-        self.with_reader(|conn| graph::get_node(conn, tenant.as_str(), id))
+        self.with_reader(|conn| graph::get_node(conn, tenant, id))
     }
 
     /// Nodes of one kind, most recently seen first.
@@ -221,7 +221,7 @@ impl SqliteStore {
         kind: NodeKind,
         limit: usize,
     ) -> Result<Vec<LineageNode>, StoreError> {
-        self.with_reader(|conn| graph::nodes_of_kind(conn, tenant.as_str(), kind, limit))
+        self.with_reader(|conn| graph::nodes_of_kind(conn, tenant, kind, limit))
     }
 
     /// Runs whose OpenLineage events carried this trace id (parent facet `traceId`).
@@ -230,7 +230,7 @@ impl SqliteStore {
         tenant: &TenantId,
         trace_id: TraceId,
     ) -> Result<Vec<NodeId>, StoreError> {
-        self.with_reader(|conn| graph::runs_for_trace(conn, tenant.as_str(), &trace_id.to_string()))
+        self.with_reader(|conn| graph::runs_for_trace(conn, tenant, &trace_id.to_string()))
     }
 
     /// The tenant's whole graph, or `None` when it has more than `max_nodes` nodes.
@@ -239,7 +239,7 @@ impl SqliteStore {
         tenant: &TenantId,
         max_nodes: usize,
     ) -> Result<Option<LineageGraph>, StoreError> {
-        self.with_reader(|conn| graph::dump(conn, tenant.as_str(), max_nodes))
+        self.with_reader(|conn| graph::dump(conn, tenant, max_nodes))
     }
 
     /// The subgraph reached from `start`; `None` when the tenant has no such node.
@@ -249,7 +249,7 @@ impl SqliteStore {
         start: &NodeId,
         limits: &WalkLimits,
     ) -> Result<Option<LineageGraph>, StoreError> {
-        self.with_reader(|conn| graph::walk(conn, tenant.as_str(), start, limits))
+        self.with_reader(|conn| graph::walk(conn, tenant, start, limits))
     }
 
     pub fn writer_stats(&self) -> WriterStats {
