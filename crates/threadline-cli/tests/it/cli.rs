@@ -113,12 +113,7 @@ fn loadgen_sends_openlineage_events_that_land_in_the_graph() {
         ),
         None,
     );
-    let kinds: Vec<&str> = graph["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["kind"].as_str().unwrap())
-        .collect();
+    let kinds: Vec<&str> = strings_of(&graph["nodes"], "kind");
     assert!(
         kinds.contains(&"run") && kinds.contains(&"dataset_version"),
         "{graph}"

@@ -312,3 +312,38 @@ impl TestServer {
 pub(crate) fn encode_node(id: &str) -> String {
     percent_encoding::utf8_percent_encode(id, percent_encoding::NON_ALPHANUMERIC).to_string()
 }
+
+/// The element of the JSON array `list` whose `key` is `value`; panics showing the list.
+pub(crate) fn find_in<'a>(list: &'a Value, key: &str, value: &str) -> &'a Value {
+    list.as_array()
+        .unwrap_or_else(|| panic!("not an array: {list}"))
+        .iter()
+        .find(|item| item[key] == value)
+        .unwrap_or_else(|| panic!("no element with {key} = {value:?} in {list}"))
+}
+
+/// The string field `key` of every element of the JSON array `list`.
+pub(crate) fn strings_of<'a>(list: &'a Value, key: &str) -> Vec<&'a str> {
+    list.as_array()
+        .unwrap_or_else(|| panic!("not an array: {list}"))
+        .iter()
+        .map(|item| {
+            item[key]
+                .as_str()
+                .unwrap_or_else(|| panic!("{key} missing in {item}"))
+        })
+        .collect()
+}
+
+/// The Python with the e2e test clients, or `None` (saying so) outside `scripts/test`.
+pub(crate) fn test_python(skipped: &str) -> Option<String> {
+    match std::env::var("THREADLINE_TEST_PYTHON") {
+        Ok(python) => Some(python),
+        Err(_) => {
+            eprintln!(
+                "THREADLINE_TEST_PYTHON is not set: {skipped} skipped (scripts/test and CI set it)"
+            );
+            None
+        }
+    }
+}

@@ -186,12 +186,7 @@ fn request_to_dataset_chain_registry_and_hot_swap() {
     );
     assert_eq!(c["prompts"], json!(["prompt:support-chat@v2.1.4"]));
     assert_eq!(c["images"], json!(["image:ghcr.io/acme/inference:v2.3.1"]));
-    let v3 = chain["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["id"] == "dataset_version:warehouse:fin-qa@v3")
-        .unwrap();
+    let v3 = find_in(&chain["nodes"], "id", "dataset_version:warehouse:fin-qa@v3");
     assert_eq!(
         v3["props"]["inputFacets"]["dataQualityMetrics"]["rowCount"], 1000,
         "quality facets ride along"
@@ -256,12 +251,7 @@ fn request_to_dataset_chain_registry_and_hot_swap() {
         "/api/v1/lineage/fin-qa?direction=downstream&depth=6&kinds=adapter,instance",
         None,
     );
-    let kinds: Vec<&str> = only["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["kind"].as_str().unwrap())
-        .collect();
+    let kinds: Vec<&str> = strings_of(&only["nodes"], "kind");
     assert!(
         kinds
             .iter()
@@ -451,8 +441,7 @@ fn prov_export_is_valid_rdf(server: &TestServer, dir: &std::path::Path) {
             String::from_utf8_lossy(&out.stdout).starts_with("valid: "),
             "{name}"
         );
-        let Ok(python) = std::env::var("THREADLINE_TEST_PYTHON") else {
-            eprintln!("THREADLINE_TEST_PYTHON is not set: rdflib check skipped (scripts/test and CI set it)");
+        let Some(python) = test_python("the rdflib check") else {
             continue;
         };
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/prov_check.py");

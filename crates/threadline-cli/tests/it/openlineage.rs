@@ -144,23 +144,13 @@ fn every_corpus_openlineage_event_is_accepted_and_lands_in_the_graph() {
         ),
         all,
     );
-    let run = graph["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["kind"] == "run")
-        .unwrap();
+    let run = find_in(&graph["nodes"], "kind", "run");
     assert_eq!(run["props"]["state"], "COMPLETE", "{run}");
     assert!(
         run["props"]["started_at_ns"].as_i64().unwrap()
             < run["props"]["ended_at_ns"].as_i64().unwrap()
     );
-    let output = graph["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["kind"] == "dataset_version")
-        .unwrap_or_else(|| panic!("no output version in {graph}"));
+    let output = find_in(&graph["nodes"], "kind", "dataset_version");
     assert!(
         output["props"]["facets"]["columnLineage"]["fields"].is_object(),
         "{output}"
@@ -174,15 +164,7 @@ fn every_corpus_openlineage_event_is_accepted_and_lands_in_the_graph() {
         all,
     );
     assert_eq!(status, 200, "{columns}");
-    let field = |id: &str| {
-        columns["graph"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|n| n["id"] == id)
-            .unwrap_or_else(|| panic!("{id} missing from {columns}"))
-            .clone()
-    };
+    let field = |id: &str| find_in(&columns["graph"], "id", id).clone();
     let upload = field("datasetField:bigquery:mock-project.test.upload:a");
     assert_eq!(
         upload["outEdges"][0]["destination"],
@@ -320,10 +302,7 @@ fn invalid_events_are_refused_or_flagged() {
 
 #[test]
 fn openlineage_python_client_events_build_the_pipeline_graph() {
-    let Ok(python) = std::env::var("THREADLINE_TEST_PYTHON") else {
-        eprintln!(
-            "THREADLINE_TEST_PYTHON is not set: run the suite with scripts/test (CI always does)"
-        );
+    let Some(python) = test_python("the openlineage-python client test") else {
         return;
     };
     let server = TestServer::start_with_config(Some(
@@ -365,12 +344,7 @@ fn openlineage_python_client_events_build_the_pipeline_graph() {
         key,
     );
     assert_eq!(status, 200, "{graph}");
-    let ids: Vec<&str> = graph["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["id"].as_str().unwrap())
-        .collect();
+    let ids: Vec<&str> = strings_of(&graph["nodes"], "id");
     for want in [
         "dataset_version:warehouse:fin-qa@v3",
         &format!("run:{run_id}"),
@@ -381,19 +355,9 @@ fn openlineage_python_client_events_build_the_pipeline_graph() {
             "{want} not downstream of fin-qa: {ids:?}"
         );
     }
-    let run = graph["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["kind"] == "run")
-        .unwrap();
+    let run = find_in(&graph["nodes"], "kind", "run");
     assert_eq!(run["props"]["state"], "COMPLETE");
-    let version = graph["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["id"] == "dataset_version:warehouse:fin-qa@v3")
-        .unwrap();
+    let version = find_in(&graph["nodes"], "id", "dataset_version:warehouse:fin-qa@v3");
     assert_eq!(
         version["props"]["inputFacets"]["dataQualityMetrics"]["rowCount"], 12000,
         "{version}"
@@ -409,12 +373,7 @@ fn openlineage_python_client_events_build_the_pipeline_graph() {
         key,
     );
     assert_eq!(status, 200, "{up}");
-    let up_ids: Vec<&str> = up["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["id"].as_str().unwrap())
-        .collect();
+    let up_ids: Vec<&str> = strings_of(&up["nodes"], "id");
     assert!(
         up_ids.contains(&format!("run:{parent_id}").as_str()),
         "{up_ids:?}"
@@ -436,12 +395,7 @@ fn openlineage_python_client_events_build_the_pipeline_graph() {
     assert_eq!(status, 200);
     let (status, marquez) = server.get("/api/v1/lineage?nodeId=job:training:eval-fin&depth=2", key);
     assert_eq!(status, 200, "{marquez}");
-    let job = marquez["graph"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["id"] == "job:training:eval-fin")
-        .unwrap();
+    let job = find_in(&marquez["graph"], "id", "job:training:eval-fin");
     assert_eq!(job["type"], "JOB");
     assert_eq!(
         job["inEdges"][0]["origin"], "dataset:warehouse:fin-qa-holdout",
@@ -455,12 +409,7 @@ fn openlineage_python_client_events_build_the_pipeline_graph() {
         "/api/v1/lineage?nodeId=dataset:warehouse:fin-qa&depth=1",
         key,
     );
-    let ds = marquez["graph"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["id"] == "dataset:warehouse:fin-qa")
-        .unwrap();
+    let ds = find_in(&marquez["graph"], "id", "dataset:warehouse:fin-qa");
     assert_eq!(ds["type"], "DATASET");
     assert_eq!(
         ds["outEdges"][0]["destination"], "job:training:finetune-fin",

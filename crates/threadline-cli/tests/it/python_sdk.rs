@@ -8,10 +8,7 @@ use crate::harness::*;
 
 #[test]
 fn opentelemetry_python_sdk_over_http_and_grpc() {
-    let Ok(python) = std::env::var("THREADLINE_TEST_PYTHON") else {
-        eprintln!(
-            "THREADLINE_TEST_PYTHON is not set: run the suite with scripts/test (CI always does)"
-        );
+    let Some(python) = test_python("the OpenTelemetry Python SDK test") else {
         return;
     };
     let server = TestServer::start_with_config(Some(
