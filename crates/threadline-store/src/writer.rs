@@ -209,7 +209,8 @@ enum Work {
 }
 
 impl Work {
-    fn span_count(&self) -> usize {
+    /// Rows it writes: what a commit group is bounded by.
+    fn rows(&self) -> usize {
         match self {
             Work::Spans(b) => b.rows.len(),
             Work::Graph(g) => g.graph.size(),
@@ -362,12 +363,12 @@ fn run_writer(
     let mut cache = WriterCache::default();
     let mut written_since_checkpoint = 0usize;
     while let Ok(first) = receiver.recv() {
-        let mut rows = first.work.span_count();
+        let mut rows = first.work.rows();
         let mut jobs = vec![first];
         while rows < max_spans {
             match receiver.try_recv() {
                 Ok(job) => {
-                    rows += job.work.span_count();
+                    rows += job.work.rows();
                     jobs.push(job);
                 }
                 Err(_) => break,
