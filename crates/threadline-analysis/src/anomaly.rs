@@ -1,0 +1,395 @@
+//! Streaming anomaly detection per series and metric, and the grouping of anomalies
+//! into incidents.
+//!
+//! Each detector sees one value per closed minute. Its baseline is the median and the
+//! MAD of the last `window` normal minutes (anomalous minutes never enter it, so an
+//! ongoing incident does not become the new normal). A minute is anomalous when it
+//! deviates in the metric's bad direction by more than `sensitivity` robust standard
+//! deviations *and* by a minimum practical change (20% relative, 2 points for ratios).
+//! An anomaly opens after `confirm` anomalous minutes in a row (or one minute three
+//! times as far out) with the first of them as onset, and closes after `recover` normal ones.
+//! Minutes resting on fewer than `min_count` requests are skipped.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+
+use crate::metric::Metric;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DetectorConfig {
+    /// Normal minutes the baseline keeps.
+    pub window: usize,
+    /// Normal minutes needed before anything can be called anomalous.
+    pub min_baseline: usize,
+    /// Requests (or observations) a minute needs to be judged.
+    pub min_count: u64,
+    /// Robust standard deviations a minute must be off by.
+    pub sensitivity: f64,
+    /// Minimum relative change for non-ratio metrics (0.2 = 20%).
+    pub min_relative_change: f64,
+    /// Minimum absolute change for ratio metrics (0.02 = 2 points).
+    pub min_ratio_change: f64,
+    pub confirm: usize,
+    pub recover: usize,
+    /// Anomalies of one scope whose onsets are this many minutes apart or less form one
+    /// incident.
+    pub group_minutes: i64,
+}
+
+impl Default for DetectorConfig {
+    fn default() -> Self {
+        Self {
+            window: 30,
+            min_baseline: 10,
+            min_count: 20,
+            sensitivity: 4.0,
+            min_relative_change: 0.2,
+            min_ratio_change: 0.02,
+            confirm: 2,
+            recover: 3,
+            group_minutes: 5,
+        }
+    }
+}
+
+/// One closed minute of one series.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MinuteValue {
+    pub minute: i64,
+    pub value: f64,
+    pub count: u64,
+}
+
+/// An anomaly that opened: when, against what baseline, how far out.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AnomalyOnset {
+    pub metric: String,
+    pub onset_minute: i64,
+    /// The minute whose close confirmed it.
+    pub detected_minute: i64,
+    pub baseline: f64,
+    pub observed: f64,
+    /// Robust standard deviations off the baseline (positive = bad direction).
+    pub score: f64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum DetectorEvent {
+    Opened(AnomalyOnset),
+    /// The anomaly ended; the last anomalous minute.
+    Closed {
+        last_minute: i64,
+    },
+}
+
+/// The detector of one metric of one series.
+#[derive(Clone, Debug)]
+pub struct SeriesDetector {
+    metric: Metric,
+    history: VecDeque<f64>,
+    pending: Vec<(MinuteValue, f64)>,
+    active: bool,
+    last_bad_minute: i64,
+    normal_streak: usize,
+}
+
+/// Median and MAD of a small window.
+fn median_mad(values: &VecDeque<f64>) -> (f64, f64) {
+    let mut v: Vec<f64> = values.iter().copied().collect();
+    v.sort_by(f64::total_cmp);
+    let median = middle(&v);
+    let mut dev: Vec<f64> = v.iter().map(|x| (x - median).abs()).collect();
+    dev.sort_by(f64::total_cmp);
+    (median, middle(&dev))
+}
+
+fn middle(sorted: &[f64]) -> f64 {
+    let n = sorted.len();
+    if n == 0 {
+        return 0.0;
+    }
+    if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+    }
+}
+
+impl SeriesDetector {
+    pub fn new(metric: Metric) -> Self {
+        Self {
+            metric,
+            history: VecDeque::new(),
+            pending: Vec::new(),
+            active: false,
+            last_bad_minute: 0,
+            normal_streak: 0,
+        }
+    }
+
+    pub fn metric(&self) -> Metric {
+        self.metric
+    }
+
+    pub fn is_active(&self) -> bool {
+        self.active
+    }
+
+    /// (baseline, robust sigma) for a minute resting on `count` observations.
+    fn baseline(&self, count: u64) -> (f64, f64) {
+        let (median, mad) = median_mad(&self.history);
+        let floor = if self.metric.is_ratio() {
+            // Binomial noise of a share measured on `count` requests.
+            let p = median.clamp(1.0 / count.max(1) as f64, 0.5);
+            (p * (1.0 - p) / count.max(1) as f64).sqrt()
+        } else {
+            0.05 * median.abs()
+        };
+        (median, (1.4826 * mad).max(floor).max(1e-9))
+    }
+
+    /// Feeds one closed minute; minutes must come in time order.
+    pub fn push(&mut self, cfg: &DetectorConfig, point: MinuteValue) -> Option<DetectorEvent> {
+        if point.count < cfg.min_count || !point.value.is_finite() {
+            return None;
+        }
+        if self.history.len() < cfg.min_baseline {
+            self.remember(cfg, point.value);
+            return None;
+        }
+        let (median, sigma) = self.baseline(point.count);
+        let sign = if self.metric.higher_is_worse() {
+            1.0
+        } else {
+            -1.0
+        };
+        let deviation = (point.value - median) * sign;
+        let score = deviation / sigma;
+        let big_enough = if self.metric.is_ratio() {
+            deviation >= cfg.min_ratio_change
+        } else {
+            deviation >= cfg.min_relative_change * median.abs().max(1e-9)
+        };
+        let bad = big_enough && score >= cfg.sensitivity;
+        if self.active {
+            if bad {
+                self.last_bad_minute = point.minute;
+                self.normal_streak = 0;
+                return None;
+            }
+            self.normal_streak += 1;
+            self.remember(cfg, point.value);
+            if self.normal_streak >= cfg.recover {
+                self.active = false;
+                self.normal_streak = 0;
+                return Some(DetectorEvent::Closed {
+                    last_minute: self.last_bad_minute,
+                });
+            }
+            return None;
+        }
+        if !bad {
+            // A lone outlier that was not confirmed is ordinary noise after all.
+            for (p, _) in std::mem::take(&mut self.pending) {
+                self.remember(cfg, p.value);
+            }
+            self.remember(cfg, point.value);
+            return None;
+        }
+        self.pending.push((point, score));
+        let severe = score >= 3.0 * cfg.sensitivity;
+        if self.pending.len() < cfg.confirm && !severe {
+            return None;
+        }
+        let (first, _) = self.pending[0];
+        let peak = self
+            .pending
+            .iter()
+            .map(|(_, s)| *s)
+            .fold(f64::MIN, f64::max);
+        self.pending.clear();
+        self.active = true;
+        self.last_bad_minute = point.minute;
+        self.normal_streak = 0;
+        Some(DetectorEvent::Opened(AnomalyOnset {
+            metric: self.metric.as_str().to_owned(),
+            onset_minute: first.minute,
+            detected_minute: point.minute,
+            baseline: median,
+            observed: point.value,
+            score: peak,
+        }))
+    }
+
+    fn remember(&mut self, cfg: &DetectorConfig, value: f64) {
+        self.history.push_back(value);
+        while self.history.len() > cfg.window {
+            self.history.pop_front();
+        }
+    }
+}
+
+/// An incident: anomalies of one scope that started close together.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Incident {
+    pub id: String,
+    pub service: String,
+    pub route: String,
+    pub model: String,
+    pub onset_minute: i64,
+    pub detected_minute: i64,
+    /// The last anomalous minute once every anomaly closed; `None` while open.
+    pub end_minute: Option<i64>,
+    /// The first anomaly's metric: what the incident is about.
+    pub metric: String,
+    pub anomalies: Vec<AnomalyOnset>,
+    /// The largest anomaly score.
+    pub score: f64,
+    /// Open anomalies (by metric) of this incident.
+    #[serde(default)]
+    pub open: Vec<String>,
+}
+
+impl Incident {
+    /// `critical` from twice the sensitivity, else `warning`.
+    pub fn severity(&self, cfg: &DetectorConfig) -> &'static str {
+        if self.score >= 2.0 * cfg.sensitivity {
+            "critical"
+        } else {
+            "warning"
+        }
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.end_minute.is_none()
+    }
+
+    /// Adds an anomaly that opened on this incident's scope.
+    pub fn attach(&mut self, anomaly: AnomalyOnset) {
+        if anomaly.onset_minute < self.onset_minute {
+            self.onset_minute = anomaly.onset_minute;
+            self.metric = anomaly.metric.clone();
+        }
+        self.score = self.score.max(anomaly.score);
+        self.end_minute = None;
+        self.open.push(anomaly.metric.clone());
+        self.anomalies.push(anomaly);
+    }
+
+    /// An anomaly of this incident closed; the incident ends with its last one.
+    pub fn close(&mut self, metric: &str, last_minute: i64) {
+        self.open.retain(|m| m != metric);
+        if self.open.is_empty() {
+            self.end_minute = Some(last_minute.max(self.onset_minute));
+        }
+    }
+
+    /// Whether an anomaly with this onset joins this incident.
+    pub fn takes(&self, onset_minute: i64, cfg: &DetectorConfig) -> bool {
+        let near = (onset_minute - self.onset_minute).abs() <= cfg.group_minutes;
+        let recent = self
+            .end_minute
+            .is_none_or(|end| onset_minute - end <= cfg.group_minutes);
+        near || (self.is_open() && recent)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn feed(
+        det: &mut SeriesDetector,
+        cfg: &DetectorConfig,
+        values: &[f64],
+        from: i64,
+    ) -> Vec<DetectorEvent> {
+        values
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &v)| {
+                det.push(
+                    cfg,
+                    MinuteValue {
+                        minute: from + i as i64,
+                        value: v,
+                        count: 200,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_step_opens_with_its_first_minute_as_onset_and_closes_on_recovery() {
+        let cfg = DetectorConfig::default();
+        let mut det = SeriesDetector::new(Metric::P99Latency);
+        let base: Vec<f64> = (0..40).map(|i| 500.0 + (i % 5) as f64 * 10.0).collect();
+        assert!(feed(&mut det, &cfg, &base, 0).is_empty());
+        let events = feed(&mut det, &cfg, &[660.0, 670.0, 665.0], 40);
+        let DetectorEvent::Opened(a) = &events[0] else {
+            panic!("{events:?}")
+        };
+        assert_eq!((a.onset_minute, a.detected_minute), (40, 41));
+        assert!((a.baseline - 520.0).abs() < 1e-9 && a.score > 4.0);
+        let events = feed(&mut det, &cfg, &[510.0, 505.0, 515.0], 43);
+        assert_eq!(events, vec![DetectorEvent::Closed { last_minute: 42 }]);
+    }
+
+    #[test]
+    fn lone_outliers_small_changes_and_good_directions_are_not_anomalies() {
+        let cfg = DetectorConfig::default();
+        let mut det = SeriesDetector::new(Metric::P99Latency);
+        let mut values: Vec<f64> = (0..40).map(|i| 500.0 + (i % 3) as f64).collect();
+        values[20] = 640.0; // one minute only
+        values.extend([560.0; 5]); // +12%: many sigmas but not a practical change
+        values.extend([100.0; 5]); // faster is not an incident
+        assert!(feed(&mut det, &cfg, &values, 0).is_empty());
+        let mut kv = SeriesDetector::new(Metric::KvCacheHitRatio);
+        let mut v: Vec<f64> = vec![0.8; 30];
+        v.extend([0.6, 0.6]);
+        assert!(matches!(
+            feed(&mut kv, &cfg, &v, 0).as_slice(),
+            [DetectorEvent::Opened(_)]
+        ));
+    }
+
+    #[test]
+    fn anomalies_close_in_time_group_into_one_incident_with_the_earliest_onset() {
+        let cfg = DetectorConfig::default();
+        let onset = |metric: &str, minute: i64| AnomalyOnset {
+            metric: metric.into(),
+            onset_minute: minute,
+            detected_minute: minute + 1,
+            baseline: 1.0,
+            observed: 2.0,
+            score: 5.0,
+        };
+        let mut incident = Incident {
+            id: "i1".into(),
+            service: "gw".into(),
+            route: "/v1/chat".into(),
+            model: String::new(),
+            onset_minute: 100,
+            detected_minute: 101,
+            end_minute: None,
+            metric: "p99_latency".into(),
+            anomalies: vec![onset("p99_latency", 100)],
+            score: 5.0,
+            open: vec!["p99_latency".into()],
+        };
+        assert!(incident.takes(98, &cfg));
+        incident.attach(onset("kv_cache_hit_ratio", 98));
+        assert_eq!(
+            (incident.onset_minute, incident.metric.as_str()),
+            (98, "kv_cache_hit_ratio")
+        );
+        incident.close("p99_latency", 110);
+        assert!(incident.is_open());
+        incident.close("kv_cache_hit_ratio", 111);
+        assert_eq!(incident.end_minute, Some(111));
+        assert!(!incident.takes(200, &cfg));
+    }
+}

@@ -1,0 +1,14 @@
+//! Diagnosis without storage: per-minute rollups of LLM requests (mergeable cells with
+//! DDSketch latency quantiles), the public metrics read off them, streaming anomaly
+//! detection per series with incident grouping, and root-cause ranking. The store
+//! persists rollups and incidents; the server feeds them from it.
+
+pub mod anomaly;
+pub mod metric;
+pub mod rollup;
+
+pub use anomaly::{
+    AnomalyOnset, DetectorConfig, DetectorEvent, Incident, MinuteValue, SeriesDetector,
+};
+pub use metric::Metric;
+pub use rollup::{minute_of, Dimension, RollupCell, Rollups, SeriesKey, BUCKET_NS};

@@ -1,0 +1,136 @@
+//! The public metric names and how each is read off a (merged) rollup cell.
+
+use crate::rollup::RollupCell;
+
+/// A metric of the `/api/v1/metrics` contract.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Metric {
+    RequestRate,
+    ErrorRate,
+    P50Latency,
+    P95Latency,
+    P99Latency,
+    TtftP99,
+    TokensPerS,
+    KvCacheHitRatio,
+    RejectionRate,
+}
+
+impl Metric {
+    pub const ALL: [Metric; 9] = [
+        Metric::RequestRate,
+        Metric::ErrorRate,
+        Metric::P50Latency,
+        Metric::P95Latency,
+        Metric::P99Latency,
+        Metric::TtftP99,
+        Metric::TokensPerS,
+        Metric::KvCacheHitRatio,
+        Metric::RejectionRate,
+    ];
+
+    /// What anomaly detection watches.
+    pub const WATCHED: [Metric; 6] = [
+        Metric::P99Latency,
+        Metric::ErrorRate,
+        Metric::TtftP99,
+        Metric::TokensPerS,
+        Metric::KvCacheHitRatio,
+        Metric::RejectionRate,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Metric::RequestRate => "request_rate",
+            Metric::ErrorRate => "error_rate",
+            Metric::P50Latency => "p50_latency",
+            Metric::P95Latency => "p95_latency",
+            Metric::P99Latency => "p99_latency",
+            Metric::TtftP99 => "ttft_p99",
+            Metric::TokensPerS => "tokens_per_s",
+            Metric::KvCacheHitRatio => "kv_cache_hit_ratio",
+            Metric::RejectionRate => "rejection_rate",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|m| m.as_str() == name)
+    }
+
+    pub fn unit(self) -> &'static str {
+        match self {
+            Metric::RequestRate => "requests/s",
+            Metric::ErrorRate | Metric::RejectionRate | Metric::KvCacheHitRatio => "ratio",
+            Metric::P50Latency | Metric::P95Latency | Metric::P99Latency | Metric::TtftP99 => "ms",
+            Metric::TokensPerS => "tokens/s",
+        }
+    }
+
+    /// True when a rise is the bad direction (latency, errors); false for throughput
+    /// and cache hits, where a drop is.
+    pub fn higher_is_worse(self) -> bool {
+        !matches!(
+            self,
+            Metric::TokensPerS | Metric::KvCacheHitRatio | Metric::RequestRate
+        )
+    }
+
+    /// True for shares of requests (bounded in [0, 1], binomial noise).
+    pub fn is_ratio(self) -> bool {
+        matches!(
+            self,
+            Metric::ErrorRate | Metric::RejectionRate | Metric::KvCacheHitRatio
+        )
+    }
+
+    /// How many observations the value rests on (for minimum-count guards).
+    pub fn support(self, cell: &RollupCell) -> u64 {
+        match self {
+            Metric::TtftP99 => cell.ttft_ms.count() as u64,
+            Metric::KvCacheHitRatio => cell.kv_hit_count,
+            Metric::TokensPerS => u64::from(cell.gen_seconds > 0.0) * cell.requests,
+            _ => cell.requests,
+        }
+    }
+
+    /// The metric's value over a cell covering `seconds` of time; `None` when the cell
+    /// holds nothing it can be computed from.
+    pub fn value(self, cell: &RollupCell, seconds: f64) -> Option<f64> {
+        let ratio = |num: u64, den: u64| (den > 0).then(|| num as f64 / den as f64);
+        let quantile = |s: &sketches_ddsketch::DDSketch, q: f64| s.quantile(q).ok().flatten();
+        match self {
+            Metric::RequestRate => (seconds > 0.0).then(|| cell.requests as f64 / seconds),
+            Metric::ErrorRate => ratio(cell.errors, cell.requests),
+            Metric::RejectionRate => ratio(cell.rejected(), cell.requests),
+            Metric::P50Latency => quantile(&cell.latency_ms, 0.5),
+            Metric::P95Latency => quantile(&cell.latency_ms, 0.95),
+            Metric::P99Latency => quantile(&cell.latency_ms, 0.99),
+            Metric::TtftP99 => quantile(&cell.ttft_ms, 0.99),
+            Metric::TokensPerS => {
+                (cell.gen_seconds > 0.0).then(|| cell.gen_tokens as f64 / cell.gen_seconds)
+            }
+            Metric::KvCacheHitRatio => {
+                (cell.kv_hit_count > 0).then(|| cell.kv_hit_sum / cell.kv_hit_count as f64)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_empty_cells_have_no_value() {
+        for m in Metric::ALL {
+            assert_eq!(Metric::parse(m.as_str()), Some(m));
+        }
+        let cell = RollupCell::default();
+        for m in Metric::ALL {
+            if m != Metric::RequestRate {
+                assert_eq!(m.value(&cell, 60.0), None, "{}", m.as_str());
+            }
+        }
+        assert_eq!(Metric::RequestRate.value(&cell, 60.0), Some(0.0));
+    }
+}
