@@ -123,6 +123,18 @@ pub(crate) fn decode_origin(blob: &[u8]) -> Result<SpanOrigin, StoreError> {
         .map_err(|e| StoreError::Corrupt(format!("span origin does not decode: {e}")))
 }
 
+pub(crate) fn encode_cell(cell: &threadline_analysis::RollupCell) -> Result<Vec<u8>, StoreError> {
+    let raw = postcard::to_stdvec(cell)
+        .map_err(|e| StoreError::Corrupt(format!("cannot encode rollup cell: {e}")))?;
+    Ok(wrap(raw))
+}
+
+pub(crate) fn decode_cell(blob: &[u8]) -> Result<threadline_analysis::RollupCell, StoreError> {
+    let raw = unwrap(blob)?;
+    postcard::from_bytes(&raw)
+        .map_err(|e| StoreError::Corrupt(format!("rollup cell does not decode: {e}")))
+}
+
 fn wrap(raw: Vec<u8>) -> Vec<u8> {
     if raw.len() >= COMPRESS_MIN_BYTES {
         if let Ok(compressed) = compress(&raw) {

@@ -8,6 +8,7 @@ mod codec;
 mod erase;
 mod graph;
 mod query;
+mod rollups;
 mod schema;
 mod trace_lookup;
 mod writer;
@@ -107,6 +108,13 @@ impl SqliteStore {
         let path = data_dir.join(DB_FILE_NAME);
         let mut conn = schema::open_connection(&path)?;
         schema::migrate(&mut conn, &path)?;
+        let replayed = rollups::replay(&mut conn)?;
+        if replayed > 0 {
+            tracing::info!(
+                blocks = replayed,
+                "rolled up blocks committed after the last rollup flush"
+            );
+        }
         let writer = writer::WriterHandle::spawn(conn, path.clone(), config)?;
         let (stop_checkpointer, stop) = std::sync::mpsc::channel();
         schema::spawn_checkpointer(&path, stop)?;
@@ -250,6 +258,33 @@ impl SqliteStore {
         limits: &WalkLimits,
     ) -> Result<Option<LineageGraph>, StoreError> {
         self.with_reader(|conn| graph::walk(conn, tenant, start, limits))
+    }
+
+    /// Asks the writer to merge the rollup cells it holds into the store; the ack
+    /// resolves once they are committed, so reads after it see every acked span.
+    pub fn flush_rollups(&self) -> Result<WriteAck, StoreError> {
+        self.inner.writer.submit_rollup_flush()
+    }
+
+    /// The tenant's rollup cells with minutes (unix minutes of span start time) in
+    /// `from_minute..=to_minute`. Call `flush_rollups` first to include the last second.
+    pub fn rollup_cells(
+        &self,
+        tenant: &TenantId,
+        from_minute: i64,
+        to_minute: i64,
+    ) -> Result<
+        Vec<(
+            i64,
+            threadline_analysis::SeriesKey,
+            threadline_analysis::RollupCell,
+        )>,
+        StoreError,
+    > {
+        self.with_reader(|conn| match query::tenant_key(conn, tenant)? {
+            Some(tenant_id) => rollups::cells_between(conn, tenant_id, from_minute, to_minute),
+            None => Ok(Vec::new()),
+        })
     }
 
     pub fn writer_stats(&self) -> WriterStats {

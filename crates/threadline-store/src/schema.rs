@@ -134,6 +134,39 @@ const MIGRATIONS: &[&str] = &[
     //    the pipeline runs that name it.
     "CREATE INDEX graph_runs_by_trace ON graph_nodes (tenant_id, json_extract(props, '$.trace_id'))
         WHERE kind = 'run';",
+    // 6: diagnosis. Rollup cells per tenant, minute of span time and series (the
+    //    dimension values, canonical text); `store_marks.rollups_through_block` is the
+    //    last detail block whose spans are in the rollups (the rest is replayed at open).
+    //    Incidents found by the streaming detector, and how far it has looked.
+    "CREATE TABLE rollup_series (
+        id INTEGER PRIMARY KEY,
+        tenant_id INTEGER NOT NULL REFERENCES tenants(id),
+        dims TEXT NOT NULL,
+        UNIQUE (tenant_id, dims)
+     );
+     CREATE TABLE rollups (
+        tenant_id INTEGER NOT NULL,
+        minute INTEGER NOT NULL,
+        series_id INTEGER NOT NULL REFERENCES rollup_series(id),
+        cell BLOB NOT NULL,
+        PRIMARY KEY (tenant_id, minute, series_id)
+     ) WITHOUT ROWID;
+     CREATE TABLE store_marks (
+        name TEXT PRIMARY KEY,
+        value INTEGER NOT NULL
+     ) WITHOUT ROWID;
+     CREATE TABLE incidents (
+        tenant_id INTEGER NOT NULL REFERENCES tenants(id),
+        id TEXT NOT NULL,
+        onset_minute INTEGER NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (tenant_id, id)
+     ) WITHOUT ROWID;
+     CREATE INDEX incidents_by_onset ON incidents (tenant_id, onset_minute);
+     CREATE TABLE detector_marks (
+        tenant_id INTEGER PRIMARY KEY REFERENCES tenants(id),
+        processed_minute INTEGER NOT NULL
+     );",
 ];
 
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

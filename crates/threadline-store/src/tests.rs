@@ -252,3 +252,52 @@ fn data_survives_reopen_and_retries_do_not_duplicate() {
         }]
     );
 }
+
+#[test]
+fn rollups_cover_every_acked_span_and_are_rebuilt_after_a_lost_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let minute = 29_000_000i64;
+    let at = |s: i64| ((minute * 60 + s) * 1_000_000_000) as u64;
+    let requests: Vec<SpanRecord> = (0..30u8)
+        .map(|i| span(i, i, None, at(i64::from(i)), Some("llama-3")))
+        .collect();
+    {
+        let store = SqliteStore::open(dir.path(), SqliteConfig::default()).unwrap();
+        store.write_blocking(&acme(), &requests[..20]).unwrap();
+        store.write_blocking(&acme(), &requests[20..]).unwrap();
+        // Not a request: no LLM view.
+        store
+            .write_blocking(&acme(), &[span(99, 1, None, at(5), None)])
+            .unwrap();
+        store.flush_rollups().unwrap().wait_blocking().unwrap();
+        let cells = store.rollup_cells(&acme(), minute, minute).unwrap();
+        assert_eq!(cells.len(), 1);
+        let (m, key, cell) = &cells[0];
+        assert_eq!(*m, minute);
+        assert_eq!(key.get(threadline_analysis::Dimension::Model), "llama-3");
+        assert_eq!((cell.requests, cell.output_tokens), (30, 150));
+        assert!(store
+            .rollup_cells(&TenantId::new("globex").unwrap(), minute, minute)
+            .unwrap()
+            .is_empty());
+    }
+    // A crash after the spans' commit but before their rollups were flushed: the
+    // rollups and the mark are as they were before.
+    let conn = rusqlite::Connection::open(dir.path().join(DB_FILE_NAME)).unwrap();
+    conn.execute_batch("DELETE FROM rollups; DELETE FROM store_marks;")
+        .unwrap();
+    drop(conn);
+    let store = SqliteStore::open(dir.path(), SqliteConfig::default()).unwrap();
+    let cells = store.rollup_cells(&acme(), minute, minute).unwrap();
+    assert_eq!(cells.len(), 1);
+    assert_eq!(cells[0].2.requests, 30);
+    // Replayed once: reopening does not count the spans again.
+    drop(store);
+    let store = SqliteStore::open(dir.path(), SqliteConfig::default()).unwrap();
+    assert_eq!(
+        store.rollup_cells(&acme(), minute, minute).unwrap()[0]
+            .2
+            .requests,
+        30
+    );
+}

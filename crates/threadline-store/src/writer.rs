@@ -57,6 +57,8 @@ pub struct PreparedBatch {
     encoded_bytes: usize,
     /// Lineage edges the spans reveal, committed with them.
     graph: Option<crate::graph::PreparedGraph>,
+    /// The request spans' rollup cells, computed here rather than on the writer.
+    rollups: threadline_analysis::Rollups,
 }
 
 impl PreparedBatch {
@@ -123,6 +125,7 @@ impl PreparedBatch {
             block: block.blob,
             encoded_bytes,
             graph: None,
+            rollups: threadline_analysis::Rollups::of_spans(spans),
         })
     }
 
@@ -206,6 +209,8 @@ enum Work {
     Spans(PreparedBatch),
     Graph(GraphJob),
     Erase(EraseJob),
+    /// Merge the rollup cells held in memory into the store (a reader wants them).
+    FlushRollups,
 }
 
 impl Work {
@@ -214,7 +219,7 @@ impl Work {
         match self {
             Work::Spans(b) => b.rows.len(),
             Work::Graph(g) => g.graph.size(),
-            Work::Erase(_) => 1,
+            Work::Erase(_) | Work::FlushRollups => 1,
         }
     }
 
@@ -222,7 +227,7 @@ impl Work {
         match self {
             Work::Spans(b) => b.encoded_bytes,
             Work::Graph(g) => g.graph.bytes(),
-            Work::Erase(_) => 256,
+            Work::Erase(_) | Work::FlushRollups => 256,
         }
     }
 }
@@ -299,6 +304,10 @@ impl WriterHandle {
         self.submit_work(Work::Erase(job))
     }
 
+    pub(crate) fn submit_rollup_flush(&self) -> Result<WriteAck, StoreError> {
+        self.submit_work(Work::FlushRollups)
+    }
+
     fn submit_work(&self, work: Work) -> Result<WriteAck, StoreError> {
         let bytes = work.encoded_bytes();
         let queued_bytes = self.counters.queued_bytes.load(Ordering::Relaxed);
@@ -361,6 +370,7 @@ fn run_writer(
     max_spans: usize,
 ) {
     let mut cache = WriterCache::default();
+    let mut ledger = crate::rollups::RollupLedger::default();
     let mut written_since_checkpoint = 0usize;
     while let Ok(first) = receiver.recv() {
         let mut rows = first.work.rows();
@@ -378,11 +388,11 @@ fn run_writer(
             .iter()
             .map(|j| match &j.work {
                 Work::Spans(b) => b.rows.len(),
-                Work::Graph(_) | Work::Erase(_) => 0,
+                Work::Graph(_) | Work::Erase(_) | Work::FlushRollups => 0,
             })
             .sum();
         let started = Instant::now();
-        let result = commit_jobs(&mut conn, &jobs, &mut cache);
+        let result = commit_jobs(&mut conn, &jobs, &mut cache, &mut ledger);
         let elapsed = started.elapsed().as_nanos() as u64;
         let bytes: usize = jobs.iter().map(|j| j.bytes).sum();
         counters
@@ -415,6 +425,7 @@ fn run_writer(
                 tracing::error!(path = %path.display(), error = %e, "commit failed");
                 // The transaction rolled back: forget what it may have inserted.
                 cache = WriterCache::default();
+                ledger.rolled_back();
                 vec![Err(e.to_string()); jobs.len()]
             }
         };
@@ -471,14 +482,24 @@ fn commit_jobs(
     conn: &mut Connection,
     jobs: &[Job],
     cache: &mut WriterCache,
+    ledger: &mut crate::rollups::RollupLedger,
 ) -> Result<Vec<JobOutcome>, rusqlite::Error> {
     let tx = conn.transaction()?;
     let mut outcomes = Vec::with_capacity(jobs.len());
+    // Rollup cells of this transaction's spans, by tenant row id.
+    let mut staged: HashMap<i64, threadline_analysis::Rollups> = HashMap::new();
+    let mut last_block = ledger.last_block;
     for job in jobs {
         let outcome = match &job.work {
             Work::Spans(batch) => {
                 let tenant_id = tenant_id(&tx, &batch.tenant, cache)?;
-                insert_batch(&tx, tenant_id, batch, cache)?;
+                if let Some(block_id) = insert_batch(&tx, tenant_id, batch, cache)? {
+                    last_block = last_block.max(block_id);
+                }
+                let into = staged.entry(tenant_id).or_default();
+                for ((minute, key), cell) in batch.rollups.iter() {
+                    into.merge_cell(*minute, key.clone(), cell);
+                }
                 if let Some(update) = &batch.graph {
                     crate::graph::apply(
                         &tx,
@@ -515,10 +536,21 @@ fn commit_jobs(
                     erasure: Some(report),
                 }
             }
+            Work::FlushRollups => {
+                ledger.forced = true;
+                Applied::changed()
+            }
         };
         outcomes.push(Ok(outcome));
     }
+    let staged_cells = staged.values().map(threadline_analysis::Rollups::len).sum();
+    let flush = ledger.due(staged_cells);
+    if flush {
+        ledger.flush(&tx, &staged, last_block)?;
+    }
     tx.commit()?;
+    ledger.last_block = last_block;
+    ledger.committed(staged, flush);
     Ok(outcomes)
 }
 
@@ -543,12 +575,13 @@ fn tenant_id(
     Ok(id)
 }
 
+/// Returns the id of the detail block it stored, if any.
 fn insert_batch(
     tx: &Transaction<'_>,
     tenant_id: i64,
     batch: &PreparedBatch,
     cache: &mut WriterCache,
-) -> Result<(), rusqlite::Error> {
+) -> Result<Option<i64>, rusqlite::Error> {
     let mut origin_stmt = tx.prepare_cached(
         "INSERT OR IGNORE INTO span_origins (tenant_id, origin_hash, origin) VALUES (?1, ?2, ?3)",
     )?;
@@ -558,7 +591,7 @@ fn insert_batch(
         }
     }
     if batch.rows.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     tx.prepare_cached("INSERT INTO span_blocks (tenant_id, block) VALUES (?1, ?2)")?
         .execute(params![tenant_id, batch.block])?;
@@ -619,5 +652,5 @@ fn insert_batch(
         batch.max_start_ns,
         batch.trace_ids,
     ])?;
-    Ok(())
+    Ok(Some(block_id))
 }
