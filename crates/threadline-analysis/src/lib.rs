@@ -11,4 +11,6 @@ pub use anomaly::{
     AnomalyOnset, DetectorConfig, DetectorEvent, Incident, MinuteValue, SeriesDetector,
 };
 pub use metric::Metric;
-pub use rollup::{minute_of, Dimension, RollupCell, Rollups, SeriesKey, BUCKET_NS};
+pub use rollup::{
+    group_cells, matches, minute_of, Dimension, RollupCell, Rollups, SeriesKey, BUCKET_NS,
+};

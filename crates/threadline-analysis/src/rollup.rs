@@ -333,6 +333,40 @@ impl Rollups {
     }
 }
 
+/// A series filter: every listed dimension must have the given value.
+pub fn matches(key: &SeriesKey, filter: &[(Dimension, String)]) -> bool {
+    filter.iter().all(|(d, v)| key.get(*d) == v)
+}
+
+/// Cells that pass `filter`, merged per `group_by` projection and per step of
+/// `step_minutes` counted from `origin_minute` (the key of each step is its first
+/// minute).
+pub fn group_cells<'a>(
+    cells: impl IntoIterator<Item = &'a (i64, SeriesKey, RollupCell)>,
+    filter: &[(Dimension, String)],
+    group_by: &[Dimension],
+    step_minutes: i64,
+    origin_minute: i64,
+) -> std::collections::BTreeMap<SeriesKey, std::collections::BTreeMap<i64, RollupCell>> {
+    let step = step_minutes.max(1);
+    let mut out: std::collections::BTreeMap<
+        SeriesKey,
+        std::collections::BTreeMap<i64, RollupCell>,
+    > = Default::default();
+    for (minute, key, cell) in cells {
+        if !matches(key, filter) {
+            continue;
+        }
+        let bucket = origin_minute + (minute - origin_minute).div_euclid(step) * step;
+        out.entry(key.project(group_by))
+            .or_default()
+            .entry(bucket)
+            .or_default()
+            .merge(cell);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -31,6 +31,9 @@ pub(crate) enum IngestFailure {
 /// A converted request, ready to queue.
 pub(crate) struct ReadyBatch {
     prepared: Option<PreparedBatch>,
+    tenant: TenantId,
+    /// What `/metrics` counts once the batch is committed.
+    observations: Vec<crate::prometheus::LlmObservation>,
     response: ExportTraceServiceResponse,
     rejected: u64,
 }
@@ -46,6 +49,7 @@ pub(crate) fn prepare(
         rejected_spans: converted.rejected_spans as i64,
         error_message: converted.error_message(),
     });
+    let observations = crate::prometheus::LlmObservation::of_spans(&converted.spans);
     let prepared = if converted.spans.is_empty() {
         None
     } else {
@@ -60,6 +64,8 @@ pub(crate) fn prepare(
     };
     Ok(ReadyBatch {
         prepared,
+        tenant: tenant.clone(),
+        observations,
         response: ExportTraceServiceResponse { partial_success },
         rejected: converted.rejected_spans,
     })
@@ -67,10 +73,10 @@ pub(crate) fn prepare(
 
 /// Queues the batch and waits for its commit.
 pub(crate) async fn commit(
-    store: &SqliteStore,
-    stats: &IngestStats,
+    ctx: &IngestContext,
     batch: ReadyBatch,
 ) -> Result<ExportTraceServiceResponse, IngestFailure> {
+    let (store, stats) = (&ctx.store, &ctx.stats);
     stats
         .spans_rejected
         .fetch_add(batch.rejected, Ordering::Relaxed);
@@ -90,6 +96,7 @@ pub(crate) async fn commit(
         .await
         .map_err(|e| IngestFailure::Unavailable(e.to_string()))?;
     stats.spans_accepted.fetch_add(count, Ordering::Relaxed);
+    ctx.llm_metrics.record(&batch.tenant, &batch.observations);
     Ok(batch.response)
 }
 
@@ -102,6 +109,7 @@ pub(crate) struct IngestContext {
     /// Decode/convert/encode work runs here, off the async runtime, about one task per
     /// core: more at once would not go faster, and each thread keeps an allocator heap.
     pub(crate) cpu_pool: Arc<crate::cpu_pool::CpuPool>,
+    pub(crate) llm_metrics: Arc<crate::prometheus::LlmMetrics>,
 }
 
 impl IngestContext {

@@ -13,8 +13,10 @@ mod impact_api;
 mod ingest;
 mod lineage_api;
 mod marquez;
+mod metrics_api;
 mod otlp_grpc;
 mod otlp_http;
+mod prometheus;
 mod prov_api;
 mod query_api;
 mod trace_lineage;
@@ -67,6 +69,7 @@ pub async fn serve(
         stats: Arc::clone(&stats),
         auth: Arc::clone(&auth),
         cpu_pool: Arc::new(cpu_pool::CpuPool::start(cores + 1).map_err(ServeError::IngestThreads)?),
+        llm_metrics: Arc::new(prometheus::LlmMetrics::default()),
     };
 
     let bind = |what: &'static str, addr: SocketAddr| async move {
@@ -126,6 +129,16 @@ pub async fn serve(
     .merge(prov_api::router(prov_api::ProvState {
         store: store.clone(),
         auth: Arc::clone(&auth),
+    }))
+    .merge(metrics_api::router(metrics_api::MetricsState {
+        store: store.clone(),
+        auth: Arc::clone(&auth),
+    }))
+    .merge(prometheus::router(prometheus::PrometheusState {
+        store: store.clone(),
+        auth: Arc::clone(&auth),
+        stats: Arc::clone(&stats),
+        llm: Arc::clone(&ctx.llm_metrics),
     }))
     .merge(query_api::router(query_api::QueryState {
         store: store.clone(),

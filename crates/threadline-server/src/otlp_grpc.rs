@@ -107,9 +107,7 @@ impl UnaryService<Bytes> for ExportMethod {
                 })
                 .await
                 .map_err(to_status)??;
-            let response = ingest::commit(&ctx.store, &ctx.stats, ready)
-                .await
-                .map_err(to_status)?;
+            let response = ingest::commit(&ctx, ready).await.map_err(to_status)?;
             Ok(Response::new(response))
         })
     }

@@ -136,7 +136,7 @@ async fn export_traces(
             return failure(kind, status, rpc_code::INVALID_ARGUMENT, e.to_string());
         }
     };
-    match ingest::commit(&state.ctx.store, &state.ctx.stats, ready).await {
+    match ingest::commit(&state.ctx, ready).await {
         Ok(response) => {
             let body = match kind {
                 ContentKind::Protobuf => response.encode_to_vec(),

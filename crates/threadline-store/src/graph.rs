@@ -871,3 +871,35 @@ pub(crate) fn runs_for_trace(
         })
         .map_err(|e| sqlite_err(conn, e))
 }
+
+/// Per image, adapter / model and route: how many instances were bound to it (the
+/// binding edge seen) within `window_ns` of the tenant's newest binding, on span time.
+pub(crate) fn bound_instances(
+    conn: &Connection,
+    tenant_id: i64,
+    window_ns: i64,
+) -> Result<Vec<(String, String, u64)>, StoreError> {
+    let mut stmt = conn
+        .prepare_cached(
+            "WITH inst AS (SELECT id FROM graph_nodes WHERE tenant_id = ?1 AND kind = 'instance'),
+             b AS (
+                SELECT e.src AS other, e.dst AS inst, e.last_seen_ns AS seen
+                FROM inst JOIN graph_edges e ON e.dst = inst.id
+                WHERE e.kind IN ('served_by', 'runs_on')
+                UNION ALL
+                SELECT e.dst, e.src, e.last_seen_ns
+                FROM inst JOIN graph_edges e ON e.src = inst.id AND e.kind = 'answers'
+             )
+             SELECT n.kind, n.key, count(DISTINCT b.inst) FROM b JOIN graph_nodes n ON n.id = b.other
+             WHERE b.seen >= (SELECT max(seen) FROM b) - ?2
+             GROUP BY n.kind, n.key ORDER BY n.kind, n.key",
+        )
+        .map_err(|e| sqlite_err(conn, e))?;
+    let rows = stmt
+        .query_map(params![tenant_id, window_ns], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)? as u64))
+        })
+        .map_err(|e| sqlite_err(conn, e))?;
+    rows.collect::<Result<_, _>>()
+        .map_err(|e| sqlite_err(conn, e))
+}

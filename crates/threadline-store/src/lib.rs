@@ -287,6 +287,19 @@ impl SqliteStore {
         })
     }
 
+    /// Instances bound to each image, adapter / model and route in the last 15 minutes
+    /// of span time: (node kind, node key, instances).
+    pub fn bound_instances(
+        &self,
+        tenant: &TenantId,
+    ) -> Result<Vec<(String, String, u64)>, StoreError> {
+        const WINDOW_NS: i64 = 15 * 60 * 1_000_000_000;
+        self.with_reader(|conn| match query::tenant_key(conn, tenant)? {
+            Some(tenant_id) => graph::bound_instances(conn, tenant_id, WINDOW_NS),
+            None => Ok(Vec::new()),
+        })
+    }
+
     pub fn writer_stats(&self) -> WriterStats {
         self.inner.writer.stats()
     }

@@ -5,6 +5,7 @@
 mod cli;
 mod conformance;
 mod crash;
+mod diagnosis;
 mod erasure;
 mod grpc;
 mod harness;

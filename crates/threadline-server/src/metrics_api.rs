@@ -1,0 +1,203 @@
+//! `GET /api/v1/metrics?metric=M&group_by=D,…&D=V…&from=T&to=T&step=S`: a metric of
+//! the rollups over time, per group. Times are span (event) times, RFC 3339 or unix
+//! seconds; `step` is seconds (or `5m`, `1h`), a whole number of minutes.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use threadline_analysis::{group_cells, Dimension, Metric, BUCKET_NS};
+use threadline_model::TenantId;
+use threadline_store::SqliteStore;
+
+use crate::auth::Authenticator;
+use crate::error::ApiError;
+
+#[derive(Clone)]
+pub(crate) struct MetricsState {
+    pub(crate) store: SqliteStore,
+    pub(crate) auth: Arc<Authenticator>,
+}
+
+pub(crate) fn router(state: MetricsState) -> Router {
+    Router::new()
+        .route("/api/v1/metrics", get(metrics))
+        .with_state(state)
+}
+
+/// Points one answer may hold per series.
+const MAX_STEPS: i64 = 20_000;
+
+/// A parsed metrics query.
+pub(crate) struct MetricsQuery {
+    pub(crate) metric: Metric,
+    pub(crate) group_by: Vec<Dimension>,
+    pub(crate) filter: Vec<(Dimension, String)>,
+    pub(crate) from_minute: i64,
+    pub(crate) to_minute: i64,
+    pub(crate) step_minutes: i64,
+}
+
+fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}
+
+fn parse_step(value: &str) -> Result<i64, ApiError> {
+    let seconds = match value.parse::<u64>() {
+        Ok(s) => s,
+        Err(_) => humantime::parse_duration(value)
+            .map(|d: Duration| d.as_secs())
+            .map_err(|e| {
+                ApiError::BadRequest(format!(
+                    "step {value:?} is not a duration (seconds, or like 5m): {e}"
+                ))
+            })?,
+    };
+    if seconds == 0 || seconds % 60 != 0 {
+        return Err(ApiError::BadRequest(format!(
+            "step {value:?} must be a whole number of minutes (rollups are per minute)"
+        )));
+    }
+    Ok((seconds / 60) as i64)
+}
+
+/// Dimension names a filter or `group_by` may use.
+fn dimension_names() -> String {
+    Dimension::ALL.map(Dimension::as_str).join(", ")
+}
+
+impl MetricsQuery {
+    pub(crate) fn parse(params: &[(String, String)]) -> Result<Self, ApiError> {
+        let mut metric = None;
+        let mut group_by = Vec::new();
+        let mut filter = Vec::new();
+        let (mut from, mut to, mut step) = (None, None, 1);
+        for (key, value) in params {
+            match key.as_str() {
+                "metric" => {
+                    metric = Some(Metric::parse(value).ok_or_else(|| {
+                        ApiError::BadRequest(format!(
+                            "unknown metric {value:?}: use one of {}",
+                            Metric::ALL.map(Metric::as_str).join(", ")
+                        ))
+                    })?)
+                }
+                "group_by" => {
+                    for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                        group_by.push(Dimension::parse(name).ok_or_else(|| {
+                            ApiError::BadRequest(format!(
+                                "group_by {name:?} is not a dimension: use {}",
+                                dimension_names()
+                            ))
+                        })?);
+                    }
+                }
+                "from" => from = Some(crate::query_api::parse_time(key, value)? as i64),
+                "to" => to = Some(crate::query_api::parse_time(key, value)? as i64),
+                "step" => step = parse_step(value)?,
+                other => match Dimension::parse(other) {
+                    Some(d) => filter.push((d, value.clone())),
+                    None => {
+                        return Err(ApiError::BadRequest(format!(
+                            "unknown query parameter {other:?}: use metric, group_by, from, to, step or a dimension ({})",
+                            dimension_names()
+                        )))
+                    }
+                },
+            }
+        }
+        let metric = metric.ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "metric is required: one of {}",
+                Metric::ALL.map(Metric::as_str).join(", ")
+            ))
+        })?;
+        let to = to.unwrap_or_else(now_ns);
+        let from = from.unwrap_or(to - 3600 * 1_000_000_000);
+        if from > to {
+            return Err(ApiError::BadRequest(format!(
+                "from ({from} ns) is after to ({to} ns)"
+            )));
+        }
+        let (from_minute, to_minute) = (from.div_euclid(BUCKET_NS), to.div_euclid(BUCKET_NS));
+        if (to_minute - from_minute) / step > MAX_STEPS {
+            return Err(ApiError::BadRequest(format!(
+                "from..to over step {step} min gives more than {MAX_STEPS} points: use a larger step"
+            )));
+        }
+        Ok(Self {
+            metric,
+            group_by,
+            filter,
+            from_minute,
+            to_minute,
+            step_minutes: step,
+        })
+    }
+}
+
+/// The series of a query as JSON. Blocking: flushes and reads the store.
+pub(crate) fn run(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    q: &MetricsQuery,
+) -> Result<Value, ApiError> {
+    store.flush_rollups()?.wait_blocking()?;
+    let cells = store.rollup_cells(tenant, q.from_minute, q.to_minute)?;
+    let groups = group_cells(
+        &cells,
+        &q.filter,
+        &q.group_by,
+        q.step_minutes,
+        q.from_minute,
+    );
+    let seconds = (q.step_minutes * 60) as f64;
+    let series: Vec<Value> = groups
+        .iter()
+        .map(|(key, buckets)| {
+            let labels: serde_json::Map<String, Value> = q
+                .group_by
+                .iter()
+                .map(|d| (d.as_str().to_owned(), Value::from(key.get(*d))))
+                .collect();
+            let points: Vec<Value> = buckets
+                .iter()
+                .map(|(minute, cell)| {
+                    json!({
+                        "t": minute * 60,
+                        "value": q.metric.value(cell, seconds),
+                        "requests": cell.requests,
+                    })
+                })
+                .collect();
+            json!({"labels": labels, "points": points})
+        })
+        .collect();
+    Ok(json!({
+        "metric": q.metric.as_str(),
+        "unit": q.metric.unit(),
+        "from": q.from_minute * 60,
+        "to": q.to_minute * 60 + 59,
+        "step_s": q.step_minutes * 60,
+        "series": series,
+    }))
+}
+
+async fn metrics(
+    State(state): State<MetricsState>,
+    headers: HeaderMap,
+    Query(params): Query<Vec<(String, String)>>,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = state.auth.tenant_of(&headers)?;
+    let query = MetricsQuery::parse(&params)?;
+    let store = state.store.clone();
+    Ok(Json(
+        crate::error::blocking(move || run(&store, &tenant, &query)).await?,
+    ))
+}
