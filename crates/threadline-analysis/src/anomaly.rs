@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::metric::Metric;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct DetectorConfig {
     /// Normal minutes the baseline keeps.
     pub window: usize,

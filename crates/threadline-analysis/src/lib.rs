@@ -5,12 +5,16 @@
 
 pub mod anomaly;
 pub mod metric;
+pub mod rca;
 pub mod rollup;
+pub mod watch;
 
 pub use anomaly::{
     AnomalyOnset, DetectorConfig, DetectorEvent, Incident, MinuteValue, SeriesDetector,
 };
 pub use metric::Metric;
+pub use rca::{rank, Candidate, Change, FaultRule, FaultRules, RcaInput};
 pub use rollup::{
     group_cells, matches, minute_of, Dimension, RollupCell, Rollups, SeriesKey, BUCKET_NS,
 };
+pub use watch::{scope_of, Watch};

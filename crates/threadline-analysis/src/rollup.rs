@@ -251,11 +251,13 @@ impl RollupCell {
 
     /// Requests slower than `threshold_ms`, estimated from the sketch (1% accurate).
     pub fn slower_than(&self, threshold_ms: f64) -> f64 {
-        let n = self.latency_ms.count();
-        if n == 0 {
-            return 0.0;
-        }
-        if self.latency_ms.max().is_some_and(|m| m <= threshold_ms) {
+        Self::count_above(&self.latency_ms, threshold_ms)
+    }
+
+    /// Values of a sketch above `threshold`, estimated (1% accurate).
+    pub fn count_above(sketch: &DDSketch, threshold: f64) -> f64 {
+        let n = sketch.count();
+        if n == 0 || sketch.max().is_some_and(|m| m <= threshold) {
             return 0.0;
         }
         // Bisect on q: the sketch answers value-at-quantile only, at rank
@@ -263,8 +265,8 @@ impl RollupCell {
         let (mut lo, mut hi) = (0.0f64, 1.0f64);
         for _ in 0..40 {
             let mid = (lo + hi) / 2.0;
-            match self.latency_ms.quantile(mid) {
-                Ok(Some(v)) if v > threshold_ms => hi = mid,
+            match sketch.quantile(mid) {
+                Ok(Some(v)) if v > threshold => hi = mid,
                 _ => lo = mid,
             }
         }

@@ -22,6 +22,8 @@ pub struct ServerConfig {
     /// Rules for impact plans (`[server] impact_policy = "FILE"`; the shipped default
     /// otherwise).
     pub impact_policy: threadline_lineage::impact::ImpactPolicy,
+    /// Anomaly detection settings (`[detector]`: sensitivity, window, min_count, …).
+    pub detector: threadline_analysis::DetectorConfig,
 }
 
 /// One tenant and the API keys that act for it.
@@ -56,6 +58,7 @@ impl Default for ServerConfig {
             tenants: Vec::new(),
             allow_unauthenticated: false,
             impact_policy: threadline_lineage::impact::ImpactPolicy::default_policy(),
+            detector: threadline_analysis::DetectorConfig::default(),
         }
     }
 }
@@ -68,6 +71,7 @@ struct FileConfig {
     server: FileServer,
     #[serde(default)]
     tenants: Vec<FileTenant>,
+    detector: Option<threadline_analysis::DetectorConfig>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -216,7 +220,21 @@ impl ServerConfig {
                 }
             },
         };
+        let detector = parsed.detector.unwrap_or_default();
+        if !(detector.sensitivity.is_finite() && detector.sensitivity > 0.0) {
+            problems.push(format!(
+                "detector.sensitivity {} must be a positive number of robust standard deviations",
+                detector.sensitivity
+            ));
+        }
+        if detector.window < detector.min_baseline || detector.min_baseline == 0 {
+            problems.push(format!(
+                "detector.window ({}) must be at least detector.min_baseline ({}), which must be positive",
+                detector.window, detector.min_baseline
+            ));
+        }
         let config = ServerConfig {
+            detector,
             impact_policy,
             otlp_http_addr,
             otlp_grpc_addr,

@@ -10,6 +10,8 @@ mod dto;
 mod erasure_api;
 mod error;
 mod impact_api;
+mod incident_watch;
+mod incidents_api;
 mod ingest;
 mod lineage_api;
 mod marquez;
@@ -99,6 +101,12 @@ pub async fn serve(
         }
     };
 
+    let watcher = Arc::new(incident_watch::IncidentWatcher::new(
+        store.clone(),
+        config.detector.clone(),
+    ));
+    Arc::clone(&watcher).spawn();
+
     let otlp_http_app = otlp_http::router(otlp_http::OtlpHttpState {
         ctx: ctx.clone(),
         limits: BodyLimits {
@@ -128,6 +136,10 @@ pub async fn serve(
     }))
     .merge(prov_api::router(prov_api::ProvState {
         store: store.clone(),
+        auth: Arc::clone(&auth),
+    }))
+    .merge(incidents_api::router(incidents_api::IncidentsState {
+        watcher: Arc::clone(&watcher),
         auth: Arc::clone(&auth),
     }))
     .merge(metrics_api::router(metrics_api::MetricsState {

@@ -7,6 +7,7 @@
 mod codec;
 mod erase;
 mod graph;
+mod incidents;
 mod query;
 mod rollups;
 mod schema;
@@ -297,6 +298,86 @@ impl SqliteStore {
         self.with_reader(|conn| match query::tenant_key(conn, tenant)? {
             Some(tenant_id) => graph::bound_instances(conn, tenant_id, WINDOW_NS),
             None => Ok(Vec::new()),
+        })
+    }
+
+    /// The first and last minute holding rollup cells for the tenant.
+    pub fn rollup_minute_range(&self, tenant: &TenantId) -> Result<Option<(i64, i64)>, StoreError> {
+        self.with_reader(|conn| {
+            let Some(tenant_id) = query::tenant_key(conn, tenant)? else {
+                return Ok(None);
+            };
+            conn.query_row(
+                "SELECT min(minute), max(minute) FROM rollups WHERE tenant_id = ?1",
+                [tenant_id],
+                |r| Ok(r.get::<_, Option<i64>>(0)?.zip(r.get::<_, Option<i64>>(1)?)),
+            )
+            .map_err(|e| sqlite_err(conn, e))
+        })
+    }
+
+    /// Every tenant that has written anything.
+    pub fn tenants(&self) -> Result<Vec<TenantId>, StoreError> {
+        self.with_reader(|conn| {
+            let mut stmt = conn
+                .prepare_cached("SELECT name FROM tenants ORDER BY id")
+                .map_err(|e| sqlite_err(conn, e))?;
+            let names: Vec<String> = stmt
+                .query_map([], |r| r.get(0))
+                .and_then(|rows| rows.collect())
+                .map_err(|e| sqlite_err(conn, e))?;
+            names
+                .iter()
+                .map(|n| {
+                    TenantId::new(n).map_err(|e| StoreError::Corrupt(format!("tenant {n:?}: {e}")))
+                })
+                .collect()
+        })
+    }
+
+    /// Stores incidents (new or updated) and the detector's progress in one commit.
+    pub fn save_incidents(
+        &self,
+        tenant: &TenantId,
+        incidents: Vec<threadline_analysis::Incident>,
+        processed_minute: i64,
+    ) -> Result<WriteAck, StoreError> {
+        self.inner.writer.submit_incidents(writer::IncidentsJob {
+            tenant: tenant.clone(),
+            incidents,
+            processed_minute,
+        })
+    }
+
+    /// Incidents with onsets in `from_minute..=to_minute`, earliest first.
+    pub fn incidents(
+        &self,
+        tenant: &TenantId,
+        from_minute: i64,
+        to_minute: i64,
+    ) -> Result<Vec<threadline_analysis::Incident>, StoreError> {
+        self.with_reader(|conn| match query::tenant_key(conn, tenant)? {
+            Some(tenant_id) => incidents::between(conn, tenant_id, from_minute, to_minute),
+            None => Ok(Vec::new()),
+        })
+    }
+
+    pub fn incident(
+        &self,
+        tenant: &TenantId,
+        id: &str,
+    ) -> Result<Option<threadline_analysis::Incident>, StoreError> {
+        self.with_reader(|conn| match query::tenant_key(conn, tenant)? {
+            Some(tenant_id) => incidents::get(conn, tenant_id, id),
+            None => Ok(None),
+        })
+    }
+
+    /// The last minute the incident detector has processed for the tenant.
+    pub fn detector_mark(&self, tenant: &TenantId) -> Result<Option<i64>, StoreError> {
+        self.with_reader(|conn| match query::tenant_key(conn, tenant)? {
+            Some(tenant_id) => incidents::processed_minute(conn, tenant_id),
+            None => Ok(None),
         })
     }
 

@@ -211,6 +211,14 @@ enum Work {
     Erase(EraseJob),
     /// Merge the rollup cells held in memory into the store (a reader wants them).
     FlushRollups,
+    Incidents(IncidentsJob),
+}
+
+/// Incidents the detector opened or updated, and how far it has looked.
+pub(crate) struct IncidentsJob {
+    pub(crate) tenant: TenantId,
+    pub(crate) incidents: Vec<threadline_analysis::Incident>,
+    pub(crate) processed_minute: i64,
 }
 
 impl Work {
@@ -220,6 +228,7 @@ impl Work {
             Work::Spans(b) => b.rows.len(),
             Work::Graph(g) => g.graph.size(),
             Work::Erase(_) | Work::FlushRollups => 1,
+            Work::Incidents(j) => 1 + j.incidents.len(),
         }
     }
 
@@ -228,6 +237,7 @@ impl Work {
             Work::Spans(b) => b.encoded_bytes,
             Work::Graph(g) => g.graph.bytes(),
             Work::Erase(_) | Work::FlushRollups => 256,
+            Work::Incidents(j) => 256 + 1024 * j.incidents.len(),
         }
     }
 }
@@ -306,6 +316,10 @@ impl WriterHandle {
 
     pub(crate) fn submit_rollup_flush(&self) -> Result<WriteAck, StoreError> {
         self.submit_work(Work::FlushRollups)
+    }
+
+    pub(crate) fn submit_incidents(&self, job: IncidentsJob) -> Result<WriteAck, StoreError> {
+        self.submit_work(Work::Incidents(job))
     }
 
     fn submit_work(&self, work: Work) -> Result<WriteAck, StoreError> {
@@ -388,7 +402,7 @@ fn run_writer(
             .iter()
             .map(|j| match &j.work {
                 Work::Spans(b) => b.rows.len(),
-                Work::Graph(_) | Work::Erase(_) | Work::FlushRollups => 0,
+                _ => 0,
             })
             .sum();
         let started = Instant::now();
@@ -538,6 +552,11 @@ fn commit_jobs(
             }
             Work::FlushRollups => {
                 ledger.forced = true;
+                Applied::changed()
+            }
+            Work::Incidents(job) => {
+                let tenant_id = tenant_id(&tx, &job.tenant, cache)?;
+                crate::incidents::save(&tx, tenant_id, &job.incidents, job.processed_minute)?;
                 Applied::changed()
             }
         };

@@ -1,0 +1,564 @@
+//! Root-cause ranking. Candidates come from three sources and are scored in [0, 1]:
+//!
+//! - **Contrast `C`** (per attribute value — adapter, instance, image, prompt version,
+//!   A/B group, gray tag, provider, model, route): how much of the metric's *bad mass*
+//!   in the anomaly window the value explains, discounted when the value is simply
+//!   everywhere: `C = recall × (1 − 1/lift)` for `lift > 1`, else 0, where
+//!   `recall = bad(v) / bad(all)` and `lift = (bad(v)/n(v)) / (bad(all)/n(all))`.
+//!   Bad mass: requests above the baseline quantile (latency, TTFT), errors,
+//!   rejections, the KV-hit deficit against the baseline ratio, the generation-time
+//!   excess against the baseline tokens/s.
+//! - **Proximity `P`** (per change upstream of the affected series in the lineage
+//!   graph — adapter / image / model first bound to an instance, prompt version first
+//!   used, OpenLineage run completed, dataset version with drift):
+//!   `P = exp(−|t_change − t_onset| / 5 min)`, for changes from 30 min before to
+//!   5 min after the onset (drift: from 24 h before). A change that is an attribute
+//!   value (adapter `fin-lora@7` first served) shares that value's `C`; a change that
+//!   feeds one (a training run, a drifted dataset version upstream of the adapter)
+//!   inherits the `C` of the value it feeds.
+//! - **Rules `R`** from the fault-pattern file: the largest `boost` of the rules that
+//!   match the incident's metric, its co-anomalies, the candidate's kind, and
+//!   optionally a rejection reason that dominates.
+//!
+//! `confidence = 1 − (1 − C) · (1 − P/2) · (1 − R)`. A change with nothing behind it
+//! (a harmless rollout near the onset) scores at most 0.5; a value that explains the
+//! bad requests and arrived with a change near the onset scores above that.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use crate::metric::Metric;
+use crate::rollup::{Dimension, RollupCell, SeriesKey};
+
+/// Attribute dimensions contrasted (service is the scope, not a cause).
+pub const CONTRASTED: [Dimension; 9] = [
+    Dimension::Adapter,
+    Dimension::Instance,
+    Dimension::Image,
+    Dimension::PromptVersion,
+    Dimension::AbGroup,
+    Dimension::GrayTag,
+    Dimension::Provider,
+    Dimension::Model,
+    Dimension::Route,
+];
+
+/// A change seen in the lineage graph upstream of the affected series.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Change {
+    /// `adapter_rollout`, `image_rollout`, `model_rollout`, `prompt_version`,
+    /// `instance_added`, `run_completed`, `dataset_drift`.
+    pub kind: String,
+    /// The lineage node (`kind:key`).
+    pub subject: String,
+    pub at_minute: i64,
+    /// The attribute value the change is (adapter `fin-lora@7` …), if any.
+    pub attribute: Option<(Dimension, String)>,
+    /// Attribute values the change feeds downstream (a run → its adapter).
+    pub feeds: Vec<(Dimension, String)>,
+    /// Lineage path from the change to the affected series, node ids.
+    pub path: Vec<String>,
+    /// Extra evidence (drift details, run state …).
+    pub detail: serde_json::Value,
+}
+
+/// One fault pattern.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultRule {
+    pub name: String,
+    /// Incident metrics it applies to (the incident's first metric or any anomaly).
+    pub when: Vec<String>,
+    /// Another metric that must be anomalous in the same incident.
+    #[serde(default)]
+    pub with_anomaly: Option<String>,
+    /// A rejection reason that must make up most rejections in the window.
+    #[serde(default)]
+    pub rejection_reason: Option<String>,
+    /// Candidate attribute dimension it blames (`instance`, `adapter` …).
+    #[serde(default)]
+    pub blames: Option<String>,
+    /// Candidate change kind it blames (`prompt_version`, `dataset_drift` …).
+    #[serde(default)]
+    pub change: Option<String>,
+    pub boost: f64,
+    pub explain: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultRules {
+    #[serde(default, rename = "rule")]
+    pub rules: Vec<FaultRule>,
+}
+
+const DEFAULT_RULES: &str = include_str!("../rules/default-faults.toml");
+
+impl FaultRules {
+    pub fn default_rules() -> Self {
+        Self::parse(DEFAULT_RULES).unwrap_or_default()
+    }
+
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let rules: FaultRules = toml::from_str(text).map_err(|e| e.to_string())?;
+        for r in &rules.rules {
+            for m in r.when.iter().chain(r.with_anomaly.iter()) {
+                if Metric::parse(m).is_none() {
+                    return Err(format!("rule {:?}: unknown metric {m:?}", r.name));
+                }
+            }
+            if let Some(d) = &r.blames {
+                if Dimension::parse(d).is_none() {
+                    return Err(format!("rule {:?}: blames unknown dimension {d:?}", r.name));
+                }
+            }
+            if !(0.0..=1.0).contains(&r.boost) {
+                return Err(format!(
+                    "rule {:?}: boost {} is not in [0, 1]",
+                    r.name, r.boost
+                ));
+            }
+        }
+        Ok(rules)
+    }
+}
+
+/// What to diagnose.
+pub struct RcaInput<'a> {
+    pub metric: Metric,
+    /// Other metrics anomalous in the same incident.
+    pub co_anomalies: Vec<Metric>,
+    pub onset_minute: i64,
+    /// Cells of the affected series before the onset and from the onset on.
+    pub baseline: &'a [(SeriesKey, RollupCell)],
+    pub window: &'a [(SeriesKey, RollupCell)],
+    pub changes: Vec<Change>,
+    pub rules: &'a FaultRules,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Candidate {
+    /// `attribute` or the change kind.
+    pub kind: String,
+    /// `dimension=value` for attributes, the node id for changes.
+    pub subject: String,
+    pub confidence: f64,
+    pub contrast: f64,
+    pub proximity: f64,
+    pub rule: f64,
+    pub evidence: serde_json::Value,
+    /// The attribute value whose requests hold the exemplars (for trace lookups).
+    #[serde(skip)]
+    pub attribute: Option<(Dimension, String)>,
+}
+
+/// Contrast of one attribute value.
+#[derive(Clone, Debug, Default)]
+struct Contrast {
+    score: f64,
+    recall: f64,
+    lift: f64,
+    share_window: f64,
+    share_baseline: f64,
+    metric_baseline: Option<f64>,
+    metric_window: Option<f64>,
+}
+
+fn merged<'a>(cells: impl IntoIterator<Item = &'a RollupCell>) -> RollupCell {
+    let mut out = RollupCell::default();
+    for c in cells {
+        out.merge(c);
+    }
+    out
+}
+
+/// (bad mass, total mass) of a cell for `metric`, against the baseline.
+fn bad_mass(metric: Metric, cell: &RollupCell, base: &RollupCell) -> (f64, f64) {
+    let n = cell.requests as f64;
+    match metric {
+        Metric::P50Latency | Metric::P95Latency | Metric::P99Latency => {
+            let q = match metric {
+                Metric::P50Latency => 0.5,
+                Metric::P95Latency => 0.95,
+                _ => 0.99,
+            };
+            match base.latency_ms.quantile(q).ok().flatten() {
+                Some(t) => (RollupCell::count_above(&cell.latency_ms, t), n),
+                None => (0.0, n),
+            }
+        }
+        Metric::TtftP99 => match base.ttft_ms.quantile(0.99).ok().flatten() {
+            Some(t) => (
+                RollupCell::count_above(&cell.ttft_ms, t),
+                cell.ttft_ms.count() as f64,
+            ),
+            None => (0.0, n),
+        },
+        Metric::ErrorRate => (cell.errors as f64, n),
+        Metric::RejectionRate => (cell.rejected() as f64, n),
+        Metric::KvCacheHitRatio => {
+            let base_ratio = Metric::KvCacheHitRatio.value(base, 60.0).unwrap_or(1.0);
+            let expected = base_ratio * cell.kv_hit_count as f64;
+            (
+                (expected - cell.kv_hit_sum).max(0.0),
+                cell.kv_hit_count as f64,
+            )
+        }
+        Metric::TokensPerS => match Metric::TokensPerS.value(base, 60.0) {
+            Some(tps) if tps > 0.0 => {
+                let expected = cell.gen_tokens as f64 / tps;
+                ((cell.gen_seconds - expected).max(0.0), cell.gen_seconds)
+            }
+            _ => (0.0, cell.gen_seconds),
+        },
+        Metric::RequestRate => (0.0, n),
+    }
+}
+
+/// Contrast of every attribute value present in the window.
+fn contrasts(input: &RcaInput<'_>) -> BTreeMap<(Dimension, String), Contrast> {
+    let base_all = merged(input.baseline.iter().map(|(_, c)| c));
+    let (bad_all, total_all) = input
+        .window
+        .iter()
+        .map(|(_, c)| bad_mass(input.metric, c, &base_all))
+        .fold((0.0, 0.0), |(b, t), (x, y)| (b + x, t + y));
+    let base_requests: f64 = input.baseline.iter().map(|(_, c)| c.requests as f64).sum();
+    let window_requests: f64 = input.window.iter().map(|(_, c)| c.requests as f64).sum();
+    let mut out = BTreeMap::new();
+    for dim in CONTRASTED {
+        let mut window: HashMap<&str, Vec<&RollupCell>> = HashMap::new();
+        for (k, c) in input.window {
+            if !k.get(dim).is_empty() {
+                window.entry(k.get(dim)).or_default().push(c);
+            }
+        }
+        let mut baseline: HashMap<&str, Vec<&RollupCell>> = HashMap::new();
+        for (k, c) in input.baseline {
+            baseline.entry(k.get(dim)).or_default().push(c);
+        }
+        for (value, cells) in window {
+            let (bad, total) = cells
+                .iter()
+                .map(|c| bad_mass(input.metric, c, &base_all))
+                .fold((0.0, 0.0), |(b, t), (x, y)| (b + x, t + y));
+            let recall = if bad_all > 0.0 { bad / bad_all } else { 0.0 };
+            let rate = if total > 0.0 { bad / total } else { 0.0 };
+            let rate_all = if total_all > 0.0 {
+                bad_all / total_all
+            } else {
+                0.0
+            };
+            let lift = if rate_all > 0.0 { rate / rate_all } else { 0.0 };
+            let score = if lift > 1.0 {
+                recall * (1.0 - 1.0 / lift)
+            } else {
+                0.0
+            };
+            let in_window = merged(cells.iter().copied());
+            let in_base = baseline.get(value).map(|c| merged(c.iter().copied()));
+            out.insert(
+                (dim, value.to_owned()),
+                Contrast {
+                    score: score.clamp(0.0, 1.0),
+                    recall,
+                    lift,
+                    share_window: in_window.requests as f64 / window_requests.max(1.0),
+                    share_baseline: in_base.as_ref().map_or(0.0, |b| b.requests as f64)
+                        / base_requests.max(1.0),
+                    metric_baseline: in_base.and_then(|b| input.metric.value(&b, 60.0)),
+                    metric_window: input.metric.value(&in_window, 60.0),
+                },
+            );
+        }
+    }
+    out
+}
+
+/// The rejection reason behind most rejections in the window, if any.
+fn dominant_rejection(window: &[(SeriesKey, RollupCell)]) -> Option<String> {
+    let mut reasons: BTreeMap<&str, u64> = BTreeMap::new();
+    for (_, c) in window {
+        for (r, n) in &c.rejections {
+            *reasons.entry(r.as_str()).or_default() += n;
+        }
+    }
+    let total: u64 = reasons.values().sum();
+    reasons
+        .into_iter()
+        .max_by_key(|(_, n)| *n)
+        .filter(|(_, n)| *n * 2 > total)
+        .map(|(r, _)| r.to_owned())
+}
+
+fn rule_boost(
+    input: &RcaInput<'_>,
+    dominant: Option<&str>,
+    dimension: Option<Dimension>,
+    change: Option<&str>,
+) -> (f64, Vec<String>) {
+    let mut best = 0.0f64;
+    let mut matched = Vec::new();
+    for r in &input.rules.rules {
+        let metrics: Vec<Metric> = std::iter::once(input.metric)
+            .chain(input.co_anomalies.iter().copied())
+            .collect();
+        let when = r
+            .when
+            .iter()
+            .any(|m| metrics.iter().any(|x| x.as_str() == m));
+        let with = r
+            .with_anomaly
+            .as_ref()
+            .is_none_or(|m| metrics.iter().any(|x| x.as_str() == m));
+        let reason = r
+            .rejection_reason
+            .as_ref()
+            .is_none_or(|want| dominant == Some(want.as_str()));
+        let blames = r
+            .blames
+            .as_ref()
+            .is_none_or(|d| dimension.is_some_and(|x| x.as_str() == d));
+        let changes = r.change.as_ref().is_none_or(|c| change == Some(c.as_str()));
+        let targets_something = r.blames.is_some() || r.change.is_some();
+        if when && with && reason && blames && changes && targets_something {
+            best = best.max(r.boost);
+            matched.push(format!("{}: {}", r.name, r.explain));
+        }
+    }
+    (best, matched)
+}
+
+fn proximity(change: &Change, onset: i64) -> f64 {
+    let earliest = if change.kind == "dataset_drift" {
+        24 * 60
+    } else {
+        30
+    };
+    let d = change.at_minute - onset;
+    if d > 5 || d < -earliest {
+        return 0.0;
+    }
+    if change.kind == "dataset_drift" {
+        // Drift acts through training and deployment: its time is far from the onset
+        // by nature, so it counts fully within the day before.
+        return 1.0;
+    }
+    (-(d.abs() as f64) / 5.0).exp()
+}
+
+fn contrast_json(c: &Contrast) -> serde_json::Value {
+    serde_json::json!({
+        "contrast": c.score,
+        "share_of_bad": c.recall,
+        "lift": c.lift,
+        "share_of_requests": c.share_window,
+        "share_of_requests_before": c.share_baseline,
+        "metric_before": c.metric_baseline,
+        "metric_during": c.metric_window,
+    })
+}
+
+/// Ranks the candidates, best first.
+pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
+    let contrasts = contrasts(input);
+    let dominant = dominant_rejection(input.window);
+    let mut out: Vec<Candidate> = Vec::new();
+    let mut explained: std::collections::HashSet<(Dimension, String)> = Default::default();
+    for change in &input.changes {
+        let p = proximity(change, input.onset_minute);
+        if p <= 0.0 {
+            continue;
+        }
+        // Its own value's contrast, else the best of the values it feeds.
+        let (c, via) = match &change.attribute {
+            Some(a) => (
+                contrasts.get(a).map_or(0.0, |c| c.score),
+                change.attribute.clone(),
+            ),
+            None => change
+                .feeds
+                .iter()
+                .filter_map(|f| contrasts.get(f).map(|c| (c.score, Some(f.clone()))))
+                .fold((0.0, None), |best, x| if x.0 > best.0 { x } else { best }),
+        };
+        if let Some(a) = &change.attribute {
+            explained.insert(a.clone());
+        }
+        let dim = via.as_ref().map(|(d, _)| *d);
+        let (r, rules) = rule_boost(input, dominant.as_deref(), dim, Some(&change.kind));
+        let confidence = 1.0 - (1.0 - c) * (1.0 - p / 2.0) * (1.0 - r);
+        let evidence = serde_json::json!({
+            "changed_at_minute": change.at_minute,
+            "minutes_before_onset": input.onset_minute - change.at_minute,
+            "path": change.path,
+            "attribute": via.as_ref().map(|(d, v)| format!("{}={v}", d.as_str())),
+            "contrast": via.as_ref().and_then(|a| contrasts.get(a)).map(contrast_json),
+            "rules": rules,
+            "detail": change.detail,
+        });
+        out.push(Candidate {
+            kind: change.kind.clone(),
+            subject: change.subject.clone(),
+            confidence,
+            contrast: c,
+            proximity: p,
+            rule: r,
+            evidence,
+            attribute: via,
+        });
+    }
+    for ((dim, value), c) in &contrasts {
+        if c.score <= 0.0 || explained.contains(&(*dim, value.clone())) {
+            continue;
+        }
+        let (r, rules) = rule_boost(input, dominant.as_deref(), Some(*dim), None);
+        let confidence = 1.0 - (1.0 - c.score) * (1.0 - r);
+        let mut evidence = contrast_json(c);
+        evidence["rules"] = serde_json::json!(rules);
+        out.push(Candidate {
+            kind: "attribute".into(),
+            subject: format!("{}={value}", dim.as_str()),
+            confidence,
+            contrast: c.score,
+            proximity: 0.0,
+            rule: r,
+            evidence,
+            attribute: Some((*dim, value.clone())),
+        });
+    }
+    if let Some(reason) = &dominant {
+        for cand in &mut out {
+            cand.evidence["dominant_rejection_reason"] = serde_json::json!(reason);
+        }
+    }
+    out.sort_by(|a, b| {
+        b.confidence
+            .total_cmp(&a.confidence)
+            .then_with(|| a.subject.cmp(&b.subject))
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(instance: &str, adapter: &str, prompt: &str, image: &str) -> SeriesKey {
+        SeriesKey::default()
+            .with(Dimension::Service, "gw")
+            .with(Dimension::Route, "/v1/chat")
+            .with(Dimension::Instance, instance)
+            .with(Dimension::Adapter, adapter)
+            .with(Dimension::PromptVersion, prompt)
+            .with(Dimension::Image, image)
+    }
+
+    fn cell(ms: f64, n: u64, kv: f64) -> RollupCell {
+        let mut c = RollupCell::default();
+        for i in 0..n {
+            c.requests += 1;
+            c.latency_ms.add(ms * (0.7 + 0.6 * i as f64 / n as f64));
+            c.kv_hit_sum += kv;
+            c.kv_hit_count += 1;
+        }
+        c
+    }
+
+    fn change(kind: &str, subject: &str, at: i64, attr: (Dimension, &str)) -> Change {
+        Change {
+            kind: kind.into(),
+            subject: subject.into(),
+            at_minute: at,
+            attribute: Some((attr.0, attr.1.into())),
+            feeds: vec![],
+            path: vec![],
+            detail: serde_json::Value::Null,
+        }
+    }
+
+    #[test]
+    fn the_swapped_adapter_outranks_harmless_changes_and_the_instances_it_runs_on() {
+        let baseline: Vec<_> = ["i-1", "i-2", "i-3", "i-4"]
+            .iter()
+            .map(|i| (key(i, "fin@6", "v2", "img:1"), cell(500.0, 300, 0.8)))
+            .collect();
+        let window: Vec<_> = [
+            ("i-1", "fin@6", 500.0),
+            ("i-2", "fin@6", 500.0),
+            ("i-3", "fin@7", 1400.0),
+            ("i-4", "fin@7", 1400.0),
+        ]
+        .iter()
+        .map(|(i, a, ms)| (key(i, a, "v3", "img:2"), cell(*ms, 300, 0.8)))
+        .collect();
+        let rules = FaultRules::default_rules();
+        let ranked = rank(&RcaInput {
+            metric: Metric::P99Latency,
+            co_anomalies: vec![],
+            onset_minute: 100,
+            baseline: &baseline,
+            window: &window,
+            changes: vec![
+                change(
+                    "adapter_rollout",
+                    "adapter:fin@7",
+                    100,
+                    (Dimension::Adapter, "fin@7"),
+                ),
+                change(
+                    "prompt_version",
+                    "prompt:chat@v3",
+                    99,
+                    (Dimension::PromptVersion, "v3"),
+                ),
+                change(
+                    "image_rollout",
+                    "image:img:2",
+                    98,
+                    (Dimension::Image, "img:2"),
+                ),
+            ],
+            rules: &rules,
+        });
+        assert_eq!(ranked[0].subject, "adapter:fin@7", "{ranked:#?}");
+        assert!(ranked[0].confidence > 0.7);
+        let prompt = ranked.iter().find(|c| c.kind == "prompt_version").unwrap();
+        assert!(prompt.confidence <= 0.5 && prompt.contrast == 0.0);
+        let i3 = ranked.iter().find(|c| c.subject == "instance=i-3").unwrap();
+        assert!(i3.confidence < ranked[0].confidence);
+    }
+
+    #[test]
+    fn a_kv_drop_on_one_instance_blames_that_instance() {
+        let baseline: Vec<_> = ["i-1", "i-2", "i-3"]
+            .iter()
+            .map(|i| (key(i, "", "", ""), cell(500.0, 300, 0.8)))
+            .collect();
+        let window: Vec<_> = [("i-1", 0.8), ("i-2", 0.1), ("i-3", 0.8)]
+            .iter()
+            .map(|(i, kv)| (key(i, "", "", ""), cell(500.0, 300, *kv)))
+            .collect();
+        let rules = FaultRules::default_rules();
+        let ranked = rank(&RcaInput {
+            metric: Metric::KvCacheHitRatio,
+            co_anomalies: vec![Metric::P99Latency],
+            onset_minute: 100,
+            baseline: &baseline,
+            window: &window,
+            changes: vec![],
+            rules: &rules,
+        });
+        assert_eq!(ranked[0].subject, "instance=i-2", "{ranked:#?}");
+        assert!(ranked[0].rule > 0.0);
+    }
+
+    #[test]
+    fn shipped_rules_parse_and_bad_rules_are_refused() {
+        assert!(FaultRules::default_rules().rules.len() >= 5);
+        let err = FaultRules::parse("[[rule]]\nname='x'\nwhen=['p98']\nboost=0.1\nexplain='e'\n")
+            .unwrap_err();
+        assert!(err.contains("unknown metric \"p98\""), "{err}");
+    }
+}

@@ -1,0 +1,195 @@
+//! The streaming watch of one tenant: each closed minute's rollup cells are merged per
+//! scope (service + route, or service + model for requests without a route), each
+//! watched metric of each scope feeds its detector, and anomalies that open on one
+//! scope close together in time become one incident.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::anomaly::{DetectorConfig, DetectorEvent, Incident, MinuteValue, SeriesDetector};
+use crate::metric::Metric;
+use crate::rollup::{Dimension, RollupCell, SeriesKey};
+
+/// What anomalies are watched on: a request's service and route (or model).
+pub fn scope_of(key: &SeriesKey) -> SeriesKey {
+    if key.get(Dimension::Route).is_empty() {
+        key.project(&[Dimension::Service, Dimension::Model])
+    } else {
+        key.project(&[Dimension::Service, Dimension::Route])
+    }
+}
+
+/// FNV-1a: a stable short digest for incident ids.
+fn digest(text: &str) -> u32 {
+    text.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
+}
+
+pub struct Watch {
+    cfg: DetectorConfig,
+    detectors: HashMap<(SeriesKey, Metric), SeriesDetector>,
+    /// Incidents still open or ended recently enough to take a new anomaly.
+    recent: Vec<(SeriesKey, Incident)>,
+}
+
+impl Watch {
+    pub fn new(cfg: DetectorConfig) -> Self {
+        Self {
+            cfg,
+            detectors: HashMap::new(),
+            recent: Vec::new(),
+        }
+    }
+
+    pub fn config(&self) -> &DetectorConfig {
+        &self.cfg
+    }
+
+    /// Feeds one closed minute (every cell of it, any series). Returns the incidents
+    /// it opened or changed.
+    pub fn push_minute<'a>(
+        &mut self,
+        minute: i64,
+        cells: impl IntoIterator<Item = (&'a SeriesKey, &'a RollupCell)>,
+    ) -> Vec<Incident> {
+        let mut scopes: BTreeMap<SeriesKey, (RollupCell, BTreeMap<String, u64>)> = BTreeMap::new();
+        for (key, cell) in cells {
+            let (merged, models) = scopes.entry(scope_of(key)).or_default();
+            merged.merge(cell);
+            *models
+                .entry(key.get(Dimension::Model).to_owned())
+                .or_default() += cell.requests;
+        }
+        let mut changed: Vec<usize> = Vec::new();
+        for (scope, (cell, models)) in &scopes {
+            for metric in Metric::WATCHED {
+                let Some(value) = metric.value(cell, 60.0) else {
+                    continue;
+                };
+                let point = MinuteValue {
+                    minute,
+                    value,
+                    count: metric.support(cell),
+                };
+                let detector = self
+                    .detectors
+                    .entry((scope.clone(), metric))
+                    .or_insert_with(|| SeriesDetector::new(metric));
+                match detector.push(&self.cfg, point) {
+                    Some(DetectorEvent::Opened(anomaly)) => {
+                        let cfg = &self.cfg;
+                        let at = self
+                            .recent
+                            .iter()
+                            .position(|(s, i)| s == scope && i.takes(anomaly.onset_minute, cfg));
+                        let index = match at {
+                            Some(i) => {
+                                self.recent[i].1.attach(anomaly);
+                                i
+                            }
+                            None => {
+                                let model = models
+                                    .iter()
+                                    .max_by_key(|(_, n)| **n)
+                                    .map(|(m, _)| m.clone())
+                                    .unwrap_or_default();
+                                let id = format!(
+                                    "inc-{}-{:08x}",
+                                    anomaly.onset_minute,
+                                    digest(&scope.to_text())
+                                );
+                                let mut incident = Incident {
+                                    id,
+                                    service: scope.get(Dimension::Service).to_owned(),
+                                    route: scope.get(Dimension::Route).to_owned(),
+                                    model: if scope.get(Dimension::Model).is_empty() {
+                                        model
+                                    } else {
+                                        scope.get(Dimension::Model).to_owned()
+                                    },
+                                    onset_minute: anomaly.onset_minute,
+                                    detected_minute: anomaly.detected_minute,
+                                    end_minute: None,
+                                    metric: anomaly.metric.clone(),
+                                    anomalies: Vec::new(),
+                                    score: 0.0,
+                                    open: Vec::new(),
+                                };
+                                incident.attach(anomaly);
+                                self.recent.push((scope.clone(), incident));
+                                self.recent.len() - 1
+                            }
+                        };
+                        changed.push(index);
+                    }
+                    Some(DetectorEvent::Closed { last_minute }) => {
+                        if let Some(i) = self.recent.iter().position(|(s, i)| {
+                            s == scope && i.open.iter().any(|m| m == metric.as_str())
+                        }) {
+                            self.recent[i].1.close(metric.as_str(), last_minute);
+                            changed.push(i);
+                        }
+                    }
+                    None => {}
+                }
+            }
+        }
+        changed.sort_unstable();
+        changed.dedup();
+        let out = changed.iter().map(|&i| self.recent[i].1.clone()).collect();
+        let keep = self.cfg.group_minutes;
+        self.recent
+            .retain(|(_, i)| i.end_minute.is_none_or(|end| minute - end <= keep));
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cell(latency_ms: f64, n: u64, kv: f64) -> RollupCell {
+        let mut c = RollupCell::default();
+        for i in 0..n {
+            c.requests += 1;
+            c.latency_ms
+                .add(latency_ms * (0.8 + 0.4 * (i as f64 / n as f64)));
+            c.kv_hit_sum += kv;
+            c.kv_hit_count += 1;
+        }
+        c
+    }
+
+    #[test]
+    fn a_latency_step_with_a_kv_drop_is_one_incident_on_its_route() {
+        let mut watch = Watch::new(DetectorConfig::default());
+        let chat = SeriesKey::default()
+            .with(Dimension::Service, "gw")
+            .with(Dimension::Route, "/v1/chat")
+            .with(Dimension::Model, "llama");
+        let embed = SeriesKey::default()
+            .with(Dimension::Service, "gw")
+            .with(Dimension::Route, "/v1/embed");
+        let mut found = Vec::new();
+        for minute in 0..60 {
+            let bad = minute >= 40;
+            let chat_cell = cell(
+                if bad { 900.0 } else { 500.0 },
+                100,
+                if bad { 0.3 } else { 0.8 },
+            );
+            let embed_cell = cell(20.0, 50, 0.9);
+            found.extend(watch.push_minute(minute, [(&chat, &chat_cell), (&embed, &embed_cell)]));
+        }
+        let last = found.last().expect("an incident").clone();
+        assert!(found.iter().all(|i| i.id == last.id), "{found:?}");
+        assert_eq!(
+            (last.route.as_str(), last.model.as_str()),
+            ("/v1/chat", "llama")
+        );
+        assert_eq!(last.onset_minute, 40);
+        let mut metrics: Vec<&str> = last.anomalies.iter().map(|a| a.metric.as_str()).collect();
+        metrics.sort_unstable();
+        assert_eq!(metrics, ["kv_cache_hit_ratio", "p99_latency"]);
+    }
+}
