@@ -4,6 +4,7 @@
 //! persists rollups and incidents; the server feeds them from it.
 
 pub mod anomaly;
+pub mod changes;
 pub mod metric;
 pub mod rca;
 pub mod rollup;
@@ -12,6 +13,7 @@ pub mod watch;
 pub use anomaly::{
     AnomalyOnset, DetectorConfig, DetectorEvent, Incident, MinuteValue, SeriesDetector,
 };
+pub use changes::{attribute_of, changes_upstream};
 pub use metric::Metric;
 pub use rca::{rank, Candidate, Change, FaultRule, FaultRules, RcaInput};
 pub use rollup::{

@@ -24,6 +24,9 @@ pub struct ServerConfig {
     pub impact_policy: threadline_lineage::impact::ImpactPolicy,
     /// Anomaly detection settings (`[detector]`: sensitivity, window, min_count, …).
     pub detector: threadline_analysis::DetectorConfig,
+    /// Fault patterns for root-cause ranking (`[server] rca_rules = "FILE"`; the
+    /// shipped default otherwise).
+    pub rca_rules: threadline_analysis::FaultRules,
 }
 
 /// One tenant and the API keys that act for it.
@@ -59,6 +62,7 @@ impl Default for ServerConfig {
             allow_unauthenticated: false,
             impact_policy: threadline_lineage::impact::ImpactPolicy::default_policy(),
             detector: threadline_analysis::DetectorConfig::default(),
+            rca_rules: threadline_analysis::FaultRules::default_rules(),
         }
     }
 }
@@ -85,6 +89,7 @@ struct FileServer {
     max_queued_batches: Option<usize>,
     allow_unauthenticated: Option<bool>,
     impact_policy: Option<PathBuf>,
+    rca_rules: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -220,6 +225,19 @@ impl ServerConfig {
                 }
             },
         };
+        let rca_rules = match &parsed.server.rca_rules {
+            None => defaults.rca_rules.clone(),
+            Some(path) => match std::fs::read_to_string(path) {
+                Ok(text) => threadline_analysis::FaultRules::parse(&text).unwrap_or_else(|e| {
+                    problems.push(format!("{}: {e}", path.display()));
+                    defaults.rca_rules.clone()
+                }),
+                Err(e) => {
+                    problems.push(format!("cannot read rca_rules {}: {e}", path.display()));
+                    defaults.rca_rules.clone()
+                }
+            },
+        };
         let detector = parsed.detector.unwrap_or_default();
         if !(detector.sensitivity.is_finite() && detector.sensitivity > 0.0) {
             problems.push(format!(
@@ -235,6 +253,7 @@ impl ServerConfig {
         }
         let config = ServerConfig {
             detector,
+            rca_rules,
             impact_policy,
             otlp_http_addr,
             otlp_grpc_addr,

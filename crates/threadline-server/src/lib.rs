@@ -21,6 +21,7 @@ mod otlp_http;
 mod prometheus;
 mod prov_api;
 mod query_api;
+mod rca_api;
 mod trace_lineage;
 mod trace_tree;
 
@@ -141,6 +142,11 @@ pub async fn serve(
     .merge(incidents_api::router(incidents_api::IncidentsState {
         watcher: Arc::clone(&watcher),
         auth: Arc::clone(&auth),
+    }))
+    .merge(rca_api::router(rca_api::RcaState {
+        watcher: Arc::clone(&watcher),
+        auth: Arc::clone(&auth),
+        rules: Arc::new(config.rca_rules.clone()),
     }))
     .merge(metrics_api::router(metrics_api::MetricsState {
         store: store.clone(),

@@ -24,7 +24,9 @@ use threadline_model::{
 
 pub use erase::{ErasureRecord, ErasureReport, ErasureSubject};
 pub use graph::WalkLimits;
-pub use query::{RequestsServed, ServiceSummary, TraceCursor, TracePage, TraceQuery, TraceSummary};
+pub use query::{
+    ExemplarQuery, RequestsServed, ServiceSummary, TraceCursor, TracePage, TraceQuery, TraceSummary,
+};
 pub use writer::{Applied, PreparedBatch, WriteAck, WriterStats};
 
 /// The database file inside the data directory.
@@ -379,6 +381,16 @@ impl SqliteStore {
             Some(tenant_id) => incidents::processed_minute(conn, tenant_id),
             None => Ok(None),
         })
+    }
+
+    /// The slowest (or failed) spans matching column values in a window: examples
+    /// for a diagnosis.
+    pub fn exemplars(
+        &self,
+        tenant: &TenantId,
+        query: &ExemplarQuery,
+    ) -> Result<Vec<(TraceId, u64)>, StoreError> {
+        self.with_reader(|conn| query::exemplars(conn, tenant, query))
     }
 
     pub fn writer_stats(&self) -> WriterStats {

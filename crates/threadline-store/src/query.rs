@@ -672,3 +672,81 @@ pub(crate) fn requests_served(
         by_node,
     })
 }
+
+/// Which spans make good examples of a diagnosis: the slowest (or failed) spans that
+/// carry the given column values in a span-time window.
+#[derive(Clone, Debug, Default)]
+pub struct ExemplarQuery {
+    /// (column, value): `service`, `route`, `model`, `adapter`, `instance`, `image`,
+    /// `prompt_version`, `ab_group`.
+    pub columns: Vec<(&'static str, String)>,
+    pub from_ns: i64,
+    pub to_ns: i64,
+    pub min_duration_ns: Option<i64>,
+    pub errors_only: bool,
+    pub limit: usize,
+}
+
+const EXEMPLAR_COLUMNS: [&str; 8] = [
+    "service",
+    "route",
+    "model",
+    "adapter",
+    "instance",
+    "image",
+    "prompt_version",
+    "ab_group",
+];
+
+/// (trace id, span duration) of the slowest matching spans, distinct traces.
+pub(crate) fn exemplars(
+    conn: &Connection,
+    tenant: &TenantId,
+    q: &ExemplarQuery,
+) -> Result<Vec<(TraceId, u64)>, StoreError> {
+    let Some(tenant_id) = tenant_key(conn, tenant)? else {
+        return Ok(Vec::new());
+    };
+    let mut sql = String::from(
+        "SELECT trace_id, duration_ns FROM spans WHERE tenant_id = ? AND start_ns BETWEEN ? AND ?",
+    );
+    let mut args: Vec<Value> = vec![tenant_id.into(), q.from_ns.into(), q.to_ns.into()];
+    for (column, value) in &q.columns {
+        // Only known column names reach the SQL text.
+        let Some(column) = EXEMPLAR_COLUMNS.iter().find(|c| *c == column) else {
+            return Err(StoreError::Corrupt(format!(
+                "{column} is not a span column"
+            )));
+        };
+        sql.push_str(&format!(" AND {column} = ?"));
+        args.push(value.clone().into());
+    }
+    if let Some(min) = q.min_duration_ns {
+        sql.push_str(" AND duration_ns >= ?");
+        args.push(min.into());
+    }
+    if q.errors_only {
+        sql.push_str(" AND status_code = 2");
+    }
+    sql.push_str(" ORDER BY duration_ns DESC LIMIT ?");
+    args.push(((q.limit * 4).max(1) as i64).into());
+    let err = |e| sqlite_err(conn, e);
+    let mut stmt = conn.prepare(&sql).map_err(err)?;
+    let rows = stmt
+        .query_map(rusqlite::params_from_iter(args.iter()), |r| {
+            Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, i64>(1)?))
+        })
+        .map_err(err)?;
+    let mut out: Vec<(TraceId, u64)> = Vec::new();
+    for row in rows {
+        let (id, duration) = row.map_err(err)?;
+        let id = TraceId::from_bytes(&id).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        if !out.iter().any(|(t, _)| *t == id) {
+            out.push((id, duration.max(0) as u64));
+        }
+        if out.len() >= q.limit {
+            break;
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,344 @@
+//! `GET /api/v1/rca?incident=ID` or `?route=R&metric=M&at=T` (also `service=`,
+//! `model=` selectors; `T` RFC 3339 or unix seconds): ranked root-cause candidates
+//! for a series at an onset. Gathers the inputs — rollup cells an hour before and
+//! during the anomaly, the changes in the lineage graph upstream of the affected
+//! route or model, the fault rules — ranks them with `threadline_analysis::rank`, and
+//! adds exemplar traces to the leading candidates.
+
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use threadline_analysis::{
+    changes_upstream, matches, rank, Dimension, FaultRules, Metric, RcaInput, RollupCell,
+    SeriesKey, BUCKET_NS,
+};
+use threadline_model::{Direction, NodeId, NodeKind, TenantId};
+use threadline_store::{ExemplarQuery, SqliteStore, WalkLimits};
+
+use crate::auth::Authenticator;
+use crate::error::ApiError;
+use crate::incident_watch::IncidentWatcher;
+use crate::incidents_api::{incident_json, minute_rfc3339};
+
+#[derive(Clone)]
+pub(crate) struct RcaState {
+    pub(crate) watcher: Arc<IncidentWatcher>,
+    pub(crate) auth: Arc<Authenticator>,
+    pub(crate) rules: Arc<FaultRules>,
+}
+
+pub(crate) fn router(state: RcaState) -> Router {
+    Router::new()
+        .route("/api/v1/rca", get(rca))
+        .with_state(state)
+}
+
+/// Minutes of normal traffic the anomaly is contrasted with.
+const BASELINE_MINUTES: i64 = 60;
+/// The anomaly window when the incident has not ended (or no incident was given).
+const DEFAULT_WINDOW_MINUTES: i64 = 10;
+const MAX_WINDOW_MINUTES: i64 = 30;
+const CANDIDATES: usize = 10;
+const EXEMPLAR_CANDIDATES: usize = 5;
+const EXEMPLARS: usize = 5;
+const UPSTREAM_DEPTH: usize = 8;
+const UPSTREAM_NODES: usize = 20_000;
+
+/// What to diagnose.
+struct Target {
+    filter: Vec<(Dimension, String)>,
+    metric: Metric,
+    co_anomalies: Vec<Metric>,
+    onset_minute: i64,
+    end_minute: i64,
+    incident: Option<Value>,
+}
+
+const USAGE: &str = "use incident=ID, or route=R (or service= / model=) with metric=M and at=T";
+
+fn parse_target(
+    watcher: &IncidentWatcher,
+    tenant: &TenantId,
+    params: &[(String, String)],
+) -> Result<Target, ApiError> {
+    let mut incident_id = None;
+    let mut filter = Vec::new();
+    let (mut metric, mut at) = (None, None);
+    for (key, value) in params {
+        match key.as_str() {
+            "incident" => incident_id = Some(value.clone()),
+            "metric" => {
+                metric = Some(Metric::parse(value).ok_or_else(|| {
+                    ApiError::BadRequest(format!(
+                        "unknown metric {value:?}: use one of {}",
+                        Metric::ALL.map(Metric::as_str).join(", ")
+                    ))
+                })?)
+            }
+            "at" => at = Some(crate::query_api::parse_time(key, value)? as i64),
+            "route" => filter.push((Dimension::Route, value.clone())),
+            "service" => filter.push((Dimension::Service, value.clone())),
+            "model" => filter.push((Dimension::Model, value.clone())),
+            other => {
+                return Err(ApiError::BadRequest(format!(
+                    "unknown query parameter {other:?}: {USAGE}"
+                )))
+            }
+        }
+    }
+    if let Some(id) = incident_id {
+        if !filter.is_empty() || metric.is_some() || at.is_some() {
+            return Err(ApiError::BadRequest(format!(
+                "incident= names the series, metric and time: {USAGE}"
+            )));
+        }
+        watcher.catch_up(tenant)?;
+        let incident = watcher
+            .store()
+            .incident(tenant, &id)?
+            .ok_or_else(|| ApiError::NotFound(format!("no incident {id:?}")))?;
+        let mut filter = vec![(Dimension::Service, incident.service.clone())];
+        if incident.route.is_empty() {
+            filter.push((Dimension::Model, incident.model.clone()));
+        } else {
+            filter.push((Dimension::Route, incident.route.clone()));
+        }
+        let metric = Metric::parse(&incident.metric)
+            .ok_or_else(|| ApiError::Internal(format!("incident metric {:?}", incident.metric)))?;
+        let co_anomalies = incident
+            .anomalies
+            .iter()
+            .filter_map(|a| Metric::parse(&a.metric))
+            .filter(|m| *m != metric)
+            .collect();
+        let end = incident
+            .end_minute
+            .unwrap_or(incident.onset_minute + DEFAULT_WINDOW_MINUTES - 1);
+        return Ok(Target {
+            filter,
+            metric,
+            co_anomalies,
+            onset_minute: incident.onset_minute,
+            end_minute: end.clamp(
+                incident.onset_minute,
+                incident.onset_minute + MAX_WINDOW_MINUTES,
+            ),
+            incident: Some(incident_json(&incident, watcher.config())),
+        });
+    }
+    let metric =
+        metric.ok_or_else(|| ApiError::BadRequest(format!("metric is required: {USAGE}")))?;
+    let at = at.ok_or_else(|| ApiError::BadRequest(format!("at is required: {USAGE}")))?;
+    if filter.is_empty() {
+        return Err(ApiError::BadRequest(format!(
+            "a series is required: {USAGE}"
+        )));
+    }
+    let onset_minute = at.div_euclid(BUCKET_NS);
+    Ok(Target {
+        filter,
+        metric,
+        co_anomalies: Vec::new(),
+        onset_minute,
+        end_minute: onset_minute + DEFAULT_WINDOW_MINUTES - 1,
+        incident: None,
+    })
+}
+
+/// Cells of the target merged per series over a minute range.
+fn per_series(
+    cells: &[(i64, SeriesKey, RollupCell)],
+    filter: &[(Dimension, String)],
+    from: i64,
+    to: i64,
+) -> Vec<(SeriesKey, RollupCell)> {
+    let mut out: std::collections::BTreeMap<&SeriesKey, RollupCell> = Default::default();
+    for (minute, key, cell) in cells {
+        if (from..=to).contains(minute) && matches(key, filter) {
+            out.entry(key).or_default().merge(cell);
+        }
+    }
+    out.into_iter().map(|(k, c)| (k.clone(), c)).collect()
+}
+
+/// The span column an attribute dimension is stored in, for exemplar lookups.
+fn column_of(dim: Dimension) -> Option<&'static str> {
+    Some(match dim {
+        Dimension::Service => "service",
+        Dimension::Route => "route",
+        Dimension::Model => "model",
+        Dimension::Adapter => "adapter",
+        Dimension::Instance => "instance",
+        Dimension::Image => "image",
+        Dimension::PromptVersion => "prompt_version",
+        Dimension::AbGroup => "ab_group",
+        Dimension::GrayTag | Dimension::Provider => return None,
+    })
+}
+
+/// Ranked candidates as JSON. Blocking.
+fn diagnose(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    rules: &FaultRules,
+    target: Target,
+) -> Result<Value, ApiError> {
+    store.flush_rollups()?.wait_blocking()?;
+    let from = target.onset_minute - BASELINE_MINUTES;
+    let cells = store.rollup_cells(tenant, from, target.end_minute)?;
+    let baseline = per_series(&cells, &target.filter, from, target.onset_minute - 1);
+    let window = per_series(
+        &cells,
+        &target.filter,
+        target.onset_minute,
+        target.end_minute,
+    );
+    let merged = |series: &[(SeriesKey, RollupCell)]| {
+        let mut all = RollupCell::default();
+        for (_, c) in series {
+            all.merge(c);
+        }
+        all
+    };
+    let (base_all, window_all) = (merged(&baseline), merged(&window));
+    let value = |c: &RollupCell, minutes: i64| target.metric.value(c, (minutes * 60) as f64);
+
+    // The lineage node the series hangs off: its route, else its model, else service.
+    let find = |d: Dimension| {
+        target
+            .filter
+            .iter()
+            .find(|(x, _)| *x == d)
+            .map(|(_, v)| v.clone())
+    };
+    let affected = match (
+        find(Dimension::Route),
+        find(Dimension::Model),
+        find(Dimension::Service),
+    ) {
+        (Some(r), _, _) => NodeId::new(NodeKind::Route, r),
+        (None, Some(m), _) => NodeId::new(NodeKind::Model, m),
+        (None, None, Some(s)) => NodeId::new(NodeKind::Service, s),
+        _ => {
+            return Err(ApiError::BadRequest(format!(
+                "a series is required: {USAGE}"
+            )))
+        }
+    };
+    let upstream = store.walk(
+        tenant,
+        &affected,
+        &WalkLimits {
+            direction: Direction::Upstream,
+            depth: UPSTREAM_DEPTH,
+            max_nodes: UPSTREAM_NODES,
+            edge_kinds: Vec::new(),
+        },
+    )?;
+    let changes = upstream
+        .map(|g| changes_upstream(&g, &affected, target.onset_minute))
+        .unwrap_or_default();
+    let ranked = rank(&RcaInput {
+        metric: target.metric,
+        co_anomalies: target.co_anomalies.clone(),
+        onset_minute: target.onset_minute,
+        baseline: &baseline,
+        window: &window,
+        changes,
+        rules,
+    });
+
+    // Exemplars: the slowest (latency metrics) or failed requests of the candidate's
+    // value, over the baseline's quantile when there is one.
+    let threshold_ms = match target.metric {
+        Metric::P50Latency => base_all.latency_ms.quantile(0.5).ok().flatten(),
+        Metric::P95Latency => base_all.latency_ms.quantile(0.95).ok().flatten(),
+        Metric::P99Latency => base_all.latency_ms.quantile(0.99).ok().flatten(),
+        _ => None,
+    };
+    let errors_only = matches!(target.metric, Metric::ErrorRate | Metric::RejectionRate);
+    let base_columns: Vec<(&'static str, String)> = target
+        .filter
+        .iter()
+        .filter_map(|(d, v)| column_of(*d).map(|c| (c, v.clone())))
+        .collect();
+    let mut candidates = Vec::new();
+    for (i, c) in ranked.into_iter().take(CANDIDATES).enumerate() {
+        let mut evidence = c.evidence.clone();
+        if i < EXEMPLAR_CANDIDATES {
+            if let Some((dim, v)) = &c.attribute {
+                if let Some(column) = column_of(*dim) {
+                    let mut columns = base_columns.clone();
+                    columns.push((column, v.clone()));
+                    let found = store.exemplars(
+                        tenant,
+                        &ExemplarQuery {
+                            columns,
+                            from_ns: target.onset_minute * BUCKET_NS,
+                            to_ns: (target.end_minute + 1) * BUCKET_NS - 1,
+                            min_duration_ns: threshold_ms.map(|t| (t * 1e6) as i64),
+                            errors_only,
+                            limit: EXEMPLARS,
+                        },
+                    )?;
+                    evidence["exemplar_trace_ids"] =
+                        json!(found.iter().map(|(t, _)| t.to_string()).collect::<Vec<_>>());
+                }
+            }
+        }
+        if let Some(m) = evidence.get("changed_at_minute").and_then(Value::as_i64) {
+            evidence["changed_at"] = json!(minute_rfc3339(m));
+        }
+        candidates.push(json!({
+            "rank": i + 1,
+            "kind": c.kind,
+            "subject": c.subject,
+            "confidence": (c.confidence * 1000.0).round() / 1000.0,
+            "scores": {"contrast": c.contrast, "proximity": c.proximity, "rule": c.rule},
+            "evidence": evidence,
+        }));
+    }
+    let labels: serde_json::Map<String, Value> = target
+        .filter
+        .iter()
+        .map(|(d, v)| (d.as_str().to_owned(), json!(v)))
+        .collect();
+    Ok(json!({
+        "target": {
+            "series": labels,
+            "metric": target.metric.as_str(),
+            "unit": target.metric.unit(),
+            "onset": minute_rfc3339(target.onset_minute),
+            "window_end": minute_rfc3339(target.end_minute + 1),
+            "baseline_from": minute_rfc3339(from),
+        },
+        "incident": target.incident,
+        "metric_before": value(&base_all, BASELINE_MINUTES),
+        "metric_during": value(&window_all, target.end_minute - target.onset_minute + 1),
+        "requests_before": base_all.requests,
+        "requests_during": window_all.requests,
+        "confidence_formula": "1 - (1 - contrast) * (1 - proximity / 2) * (1 - rule)",
+        "candidates": candidates,
+    }))
+}
+
+async fn rca(
+    State(state): State<RcaState>,
+    headers: HeaderMap,
+    Query(params): Query<Vec<(String, String)>>,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = state.auth.tenant_of(&headers)?;
+    let watcher = Arc::clone(&state.watcher);
+    let rules = Arc::clone(&state.rules);
+    Ok(Json(
+        crate::error::blocking(move || {
+            let target = parse_target(&watcher, &tenant, &params)?;
+            diagnose(watcher.store(), &tenant, &rules, target)
+        })
+        .await?,
+    ))
+}
