@@ -5,6 +5,7 @@
 
 pub mod anomaly;
 pub mod changes;
+pub mod drift;
 pub mod metric;
 pub mod rca;
 pub mod rollup;
@@ -14,6 +15,7 @@ pub use anomaly::{
     AnomalyOnset, DetectorConfig, DetectorEvent, Incident, MinuteValue, SeriesDetector,
 };
 pub use changes::{attribute_of, changes_upstream};
+pub use drift::{drift, DriftConfig};
 pub use metric::Metric;
 pub use rca::{rank, Candidate, Change, FaultRule, FaultRules, RcaInput};
 pub use rollup::{

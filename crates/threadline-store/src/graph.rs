@@ -36,6 +36,21 @@ pub(crate) struct GraphCache {
     current_version: HashMap<i64, (i64, i64)>,
 }
 
+impl GraphCache {
+    /// Whether upserting `id` at `seen_ns` with `patch` would change nothing: seen
+    /// within the stored interval (with slack) and the patch is the one applied last
+    /// (merging it once more changes nothing).
+    fn holds(&self, key: &(i64, NodeId), seen_ns: i64, patch: Option<&Patch>) -> bool {
+        self.nodes
+            .get(key)
+            .is_some_and(|&(_, first, last, last_patch)| {
+                seen_ns >= first
+                    && seen_ns <= last + LAST_SEEN_SLACK_NS
+                    && patch.is_none_or(|p| p.digest == last_patch)
+            })
+    }
+}
+
 /// A JSON properties / evidence patch, serialized by the submitting thread, with a
 /// digest so the writer can tell it applied the very same patch last time.
 pub(crate) struct Patch {
@@ -208,8 +223,17 @@ pub(crate) fn apply(
             register_asset(tx, tenant_id, asset, cache)?,
         ));
     }
+    let mut touched_versions = Vec::new();
     for node in &update.nodes {
-        upsert_node(
+        // Only versions whose facets may have changed need a drift check.
+        let track = node.id.kind == NodeKind::DatasetVersion && node.patch.is_some();
+        let unchanged = !track
+            || cache.holds(
+                &(tenant_id, node.id.clone()),
+                node.seen_ns,
+                node.patch.as_ref(),
+            );
+        let row = upsert_node(
             tx,
             tenant_id,
             &node.id,
@@ -217,6 +241,9 @@ pub(crate) fn apply(
             node.patch.as_ref(),
             cache,
         )?;
+        if !unchanged {
+            touched_versions.push(row);
+        }
     }
     // New versions and new artifact claims: a run that wrote a version of a dataset an
     // adapter / model version claims as its artifact produced that adapter.
@@ -238,6 +265,9 @@ pub(crate) fn apply(
     }
     for run in &update.runs {
         apply_run_transition(tx, tenant_id, run, cache)?;
+    }
+    for row in touched_versions {
+        refresh_drift(tx, row)?;
     }
     if let Some((run_id, marker)) = run_event {
         tx.prepare_cached(
@@ -334,10 +364,8 @@ fn upsert_node(
     cache: &mut GraphCache,
 ) -> rusqlite::Result<i64> {
     let cache_key = (tenant_id, id.clone());
-    if let Some(&(row, first, last, last_patch)) = cache.nodes.get(&cache_key) {
-        let covered = seen_ns >= first && seen_ns <= last + LAST_SEEN_SLACK_NS;
-        // Merging the patch applied last once more changes nothing.
-        if covered && patch.is_none_or(|p| p.digest == last_patch) {
+    if cache.holds(&cache_key, seen_ns, patch) {
+        if let Some(&(row, ..)) = cache.nodes.get(&cache_key) {
             return Ok(row);
         }
     }
@@ -490,6 +518,57 @@ fn insert_edge_rows(
     cache
         .edges
         .insert(key, (first, last, patch.map_or(0, |p| p.digest)));
+    Ok(())
+}
+
+/// Recomputes the drift of a dataset version against the version before it (by first
+/// seen) and keeps it as the version's `drift` property.
+fn refresh_drift(tx: &Connection, row: i64) -> rusqlite::Result<()> {
+    let current: Option<(String, i64, i64)> = tx
+        .prepare_cached(
+            "SELECT v.props, v.first_seen_ns, e.src FROM graph_nodes v
+             JOIN graph_edges e ON e.dst = v.id AND e.kind = 'has_version'
+             WHERE v.id = ?1 LIMIT 1",
+        )?
+        .query_row([row], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?;
+    let Some((props, first_seen, dataset)) = current else {
+        return Ok(());
+    };
+    let previous: Option<(String, String)> = tx
+        .prepare_cached(
+            "SELECT p.key, p.props FROM graph_edges e JOIN graph_nodes p ON p.id = e.dst
+             WHERE e.src = ?1 AND e.kind = 'has_version' AND e.dst != ?2
+               AND p.first_seen_ns <= ?3
+             ORDER BY p.first_seen_ns DESC, p.id DESC LIMIT 1",
+        )?
+        .query_row(params![dataset, row, first_seen], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .optional()?;
+    let Some((previous_key, previous_props)) = previous else {
+        return Ok(());
+    };
+    let parse = |t: &str| serde_json::from_str::<serde_json::Value>(t).unwrap_or_default();
+    let found = threadline_analysis::drift(
+        &parse(&previous_props),
+        &parse(&props),
+        &threadline_analysis::DriftConfig::default(),
+    );
+    match found {
+        Some(mut drift) => {
+            drift["previous_version"] =
+                serde_json::json!(format!("dataset_version:{previous_key}"));
+            tx.prepare_cached(
+                "UPDATE graph_nodes SET props = json_set(props, '$.drift', json(?2)) WHERE id = ?1",
+            )?
+            .execute(params![row, drift.to_string()])?;
+        }
+        None => {
+            tx.prepare_cached("UPDATE graph_nodes SET props = json_remove(props, '$.drift') WHERE id = ?1 AND json_type(props, '$.drift') IS NOT NULL")?
+                .execute([row])?;
+        }
+    }
     Ok(())
 }
 

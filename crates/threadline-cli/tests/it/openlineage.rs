@@ -431,3 +431,95 @@ fn openlineage_python_client_events_build_the_pipeline_graph() {
     );
     assert_eq!(status, 404);
 }
+
+/// A RunEvent reading one version of `warehouse/fin-qa` with schema and quality facets.
+fn training_read(
+    run: &str,
+    version: &str,
+    fields: &[(&str, &str)],
+    rows: u64,
+    nulls: u64,
+) -> Value {
+    use serde_json::json;
+    json!({
+        "eventType": "COMPLETE",
+        "eventTime": "2026-11-30T10:00:00Z",
+        "producer": "https://example.com/trainer",
+        "schemaURL": "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent",
+        "run": {"runId": run},
+        "job": {"namespace": "training", "name": "finetune-fin"},
+        "inputs": [{
+            "namespace": "warehouse", "name": "fin-qa",
+            "facets": {
+                "version": {"_producer": "p", "_schemaURL": "s", "datasetVersion": version},
+                "schema": {"_producer": "p", "_schemaURL": "s",
+                    "fields": fields.iter().map(|(n, t)| serde_json::json!({"name": n, "type": t})).collect::<Vec<_>>()}
+            },
+            "inputFacets": {"dataQualityMetrics": {"_producer": "p", "_schemaURL": "s",
+                "rowCount": rows,
+                "columnMetrics": {"answer": {"nullCount": nulls, "distinctCount": 800}}}}
+        }],
+        "outputs": []
+    })
+}
+
+#[test]
+fn a_drifted_dataset_version_carries_its_drift_in_lineage_queries() {
+    let server = server_with_tenants(1);
+    let fields = [("question", "string"), ("answer", "string")];
+    let v1 = training_read(
+        "01935a2e-0000-7000-8000-000000000001",
+        "v1",
+        &fields,
+        10_000,
+        100,
+    );
+    assert_eq!(post_event(&server, &v1, 0).0, 201);
+    // Same shape, a few more rows: no drift.
+    let v2 = training_read(
+        "01935a2e-0000-7000-8000-000000000002",
+        "v2",
+        &fields,
+        11_000,
+        120,
+    );
+    assert_eq!(post_event(&server, &v2, 0).0, 201);
+    let drifted_fields = [
+        ("question", "string"),
+        ("answer", "string"),
+        ("source", "string"),
+    ];
+    let v3 = training_read(
+        "01935a2e-0000-7000-8000-000000000003",
+        "v3",
+        &drifted_fields,
+        11_000,
+        1_320,
+    );
+    assert_eq!(post_event(&server, &v3, 0).0, 201);
+    let node = |v: &str| {
+        let (status, body) = get(
+            &server,
+            &format!(
+                "/api/v1/lineage/{}?depth=0",
+                encode_node(&format!("dataset_version:warehouse:fin-qa@{v}"))
+            ),
+            0,
+        );
+        assert_eq!(status, 200, "{body}");
+        body["nodes"][0]["props"].clone()
+    };
+    assert!(node("v2").get("drift").is_none(), "{}", node("v2"));
+    let drift = node("v3")["drift"].clone();
+    assert_eq!(
+        drift["previous_version"],
+        "dataset_version:warehouse:fin-qa@v2"
+    );
+    let kinds: Vec<&str> = drift["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["field_added", "null_rate"], "{drift}");
+}
