@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 use sketches_ddsketch::{Config, DDSketch};
-use threadline_model::SpanRecord;
+use threadline_model::{LlmView, SpanId, SpanRecord};
 
 /// One rollup bucket: a minute of span start time.
 pub const BUCKET_NS: i64 = 60_000_000_000;
@@ -93,26 +93,87 @@ impl SeriesKey {
         out
     }
 
-    /// The key of the series a span belongs to, `None` when the span is not an LLM
-    /// request (no LLM view, or neither a route nor a model: tool calls, retrievals).
-    pub fn of_request(span: &SpanRecord) -> Option<SeriesKey> {
-        let llm = span.llm.as_ref()?;
-        if llm.route.is_none() && llm.model().is_none() {
-            return None;
+    /// The LLM requests among the spans of one export request, with their series.
+    ///
+    /// A request is a span with an LLM view naming a model, or naming a route when no
+    /// span below it in the batch names a model: a gateway span and the inference
+    /// span under it are one request, counted once, on the inference span (its own
+    /// duration, instance, adapter …). Route, A/B group and gray tag missing on a span
+    /// are taken from its nearest ancestor in the batch that has them, as platforms
+    /// set them at the gateway. Tool calls and retrievals (no route, no model) are not
+    /// requests.
+    pub fn requests(spans: &[SpanRecord]) -> Vec<(usize, SeriesKey)> {
+        let by_id: HashMap<SpanId, usize> = spans
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.span_id, i))
+            .collect();
+        let parent = |i: usize| -> Option<usize> {
+            spans[i]
+                .parent_span_id
+                .and_then(|p| by_id.get(&p).copied())
+                .filter(|&p| p != i)
+        };
+        let names_model = |s: &SpanRecord| s.llm.as_ref().is_some_and(|l| l.model().is_some());
+        // Spans with a model-naming descendant in the batch (bounded walk: cycles in
+        // bad input must not loop).
+        let mut covered = vec![false; spans.len()];
+        for (i, span) in spans.iter().enumerate() {
+            if names_model(span) {
+                let mut at = parent(i);
+                let mut hops = 0;
+                while let Some(p) = at {
+                    if covered[p] || hops > 64 {
+                        break;
+                    }
+                    covered[p] = true;
+                    at = parent(p);
+                    hops += 1;
+                }
+            }
         }
-        let s = |v: Option<&str>| v.unwrap_or_default().to_owned();
-        Some(SeriesKey([
-            span.service.clone(),
-            s(llm.route.as_deref()),
-            s(llm.model()),
-            s(llm.adapter_id.as_deref()),
-            s(llm.instance_id.as_deref()),
-            s(llm.image.as_deref()),
-            s(llm.prompt_template_version.as_deref()),
-            s(llm.ab_group.as_deref()),
-            s(llm.gray_tag.as_deref()),
-            s(llm.provider.as_deref()),
-        ]))
+        let mut out = Vec::new();
+        for (i, span) in spans.iter().enumerate() {
+            let Some(llm) = span.llm.as_ref() else {
+                continue;
+            };
+            let is_request = llm.model().is_some() || (llm.route.is_some() && !covered[i]);
+            if !is_request {
+                continue;
+            }
+            let inherited = |get: fn(&LlmView) -> Option<&String>| -> String {
+                let mut at = Some(i);
+                let mut hops = 0;
+                while let Some(j) = at {
+                    if let Some(v) = spans[j].llm.as_ref().and_then(get) {
+                        return v.clone();
+                    }
+                    at = parent(j);
+                    hops += 1;
+                    if hops > 64 {
+                        break;
+                    }
+                }
+                String::new()
+            };
+            let s = |v: Option<&str>| v.unwrap_or_default().to_owned();
+            out.push((
+                i,
+                SeriesKey([
+                    span.service.clone(),
+                    inherited(|l| l.route.as_ref()),
+                    s(llm.model()),
+                    s(llm.adapter_id.as_deref()),
+                    s(llm.instance_id.as_deref()),
+                    s(llm.image.as_deref()),
+                    s(llm.prompt_template_version.as_deref()),
+                    inherited(|l| l.ab_group.as_ref()),
+                    inherited(|l| l.gray_tag.as_ref()),
+                    s(llm.provider.as_deref()),
+                ]),
+            ));
+        }
+        out
     }
 
     /// A canonical text form (a JSON array), for storage.
@@ -285,17 +346,12 @@ impl Rollups {
     /// The request spans among `spans`, by minute and series.
     pub fn of_spans(spans: &[SpanRecord]) -> Self {
         let mut out = Self::default();
-        for span in spans {
-            out.observe(span);
+        for (i, key) in SeriesKey::requests(spans) {
+            let span = &spans[i];
+            let minute = minute_of(span.start_time_unix_nano.min(i64::MAX as u64) as i64);
+            out.cells.entry((minute, key)).or_default().observe(span);
         }
         out
-    }
-
-    pub fn observe(&mut self, span: &SpanRecord) {
-        if let Some(key) = SeriesKey::of_request(span) {
-            let minute = minute_of(span.start_time_unix_nano.min(i64::MAX as u64) as i64);
-            self.cells.entry((minute, key)).or_default().observe(span);
-        }
     }
 
     pub fn merge_cell(&mut self, minute: i64, key: SeriesKey, cell: &RollupCell) {
@@ -425,14 +481,38 @@ mod tests {
     }
 
     #[test]
-    fn spans_without_route_or_model_are_not_requests() {
-        let mut tool = request(0, 5.0, "/x", "a");
+    fn a_gateway_span_and_its_model_call_are_one_request_on_the_model_call() {
+        let mut gateway = request(0, 900.0, "/v1/chat", "a");
+        gateway.llm.as_mut().unwrap().ab_group = Some("B".into());
+        let mut call = request(0, 700.0, "", "a");
+        call.span_id = SpanId([3; 8]);
+        call.parent_span_id = Some(gateway.span_id);
+        call.service = "vllm".into();
+        let llm = call.llm.as_mut().unwrap();
+        llm.route = None;
+        llm.request_model = Some("llama".into());
+        let mut tool = request(0, 5.0, "", "");
+        tool.span_id = SpanId([4; 8]);
+        tool.parent_span_id = Some(gateway.span_id);
         tool.llm = Some(LlmView {
             tool_name: Some("search".into()),
             ..LlmView::default()
         });
-        assert!(SeriesKey::of_request(&tool).is_none());
-        let key = SeriesKey::of_request(&request(0, 5.0, "/x", "a")).unwrap();
-        assert_eq!(SeriesKey::from_text(&key.to_text()), Some(key));
+        let found = SeriesKey::requests(&[gateway.clone(), call, tool]);
+        assert_eq!(found.len(), 1);
+        let (i, key) = &found[0];
+        assert_eq!(*i, 1);
+        assert_eq!(
+            (
+                key.get(Dimension::Service),
+                key.get(Dimension::Route),
+                key.get(Dimension::Model)
+            ),
+            ("vllm", "/v1/chat", "llama")
+        );
+        assert_eq!(key.get(Dimension::AbGroup), "B");
+        assert_eq!(SeriesKey::from_text(&key.to_text()).as_ref(), Some(key));
+        // Alone, the gateway span is the request.
+        assert_eq!(SeriesKey::requests(&[gateway]).len(), 1);
     }
 }

@@ -50,10 +50,10 @@ pub(crate) struct LlmObservation {
 
 impl LlmObservation {
     pub(crate) fn of_spans(spans: &[SpanRecord]) -> Vec<Self> {
-        spans
-            .iter()
-            .filter_map(|span| {
-                let key = SeriesKey::of_request(span)?;
+        SeriesKey::requests(spans)
+            .into_iter()
+            .filter_map(|(i, key)| {
+                let span = &spans[i];
                 let llm = span.llm.as_ref()?;
                 let label = |d: Dimension| (d.as_str().to_owned(), key.get(d).to_owned());
                 Some(Self {

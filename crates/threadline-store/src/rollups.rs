@@ -225,7 +225,7 @@ fn block_requests(
     let block = codec::open_block(&blob)?;
     let mut stmt = conn
         .prepare_cached(
-            "SELECT service, start_ns, end_ns, block_offset, block_len FROM spans
+            "SELECT service, start_ns, end_ns, block_offset, block_len, span_id, parent_span_id FROM spans
              WHERE rowid BETWEEN ?1 AND ?2 AND block_id = ?3",
         )
         .map_err(err)?;
@@ -234,10 +234,20 @@ fn block_requests(
     while let Some(row) = rows.next().map_err(err)? {
         let (detail, llm): (SpanDetail, _) =
             codec::decode_detail(&block, row.get(3).map_err(err)?, row.get(4).map_err(err)?)?;
+        // Raw bytes: only parent links matter here, and stored ids were checked at ingest.
+        let id = |b: Vec<u8>| {
+            <[u8; 8]>::try_from(b.as_slice())
+                .map(SpanId)
+                .map_err(|_| StoreError::Corrupt(format!("span id of {} bytes", b.len())))
+        };
         spans.push(SpanRecord {
             trace_id: TraceId([0; 16]),
-            span_id: SpanId([0; 8]),
-            parent_span_id: None,
+            span_id: id(row.get(5).map_err(err)?)?,
+            parent_span_id: row
+                .get::<_, Option<Vec<u8>>>(6)
+                .map_err(err)?
+                .map(id)
+                .transpose()?,
             name: String::new(),
             service: row.get(0).map_err(err)?,
             kind: SpanKind::Unspecified,

@@ -250,9 +250,10 @@ fn prometheus_exposition_passes_promtool_and_counts_committed_llm_requests() {
     let text = resp.text().unwrap();
     for line in [
         "threadline_spans_ingested_total 8",
-        "threadline_llm_requests_total{service=\"gw\",route=\"\",model=\"gpt-4o\",status=\"ok\"} 3",
-        "threadline_llm_tokens_total{service=\"gw\",route=\"\",model=\"gpt-4o\",direction=\"input\"} 360",
-        "threadline_llm_request_duration_seconds_count{service=\"gw\",route=\"/v1/chat/completions\",model=\"\"} 3",
+        // The gateway span and the chat span under it are one request, on the chat span.
+        "threadline_llm_requests_total{service=\"gw\",route=\"/v1/chat/completions\",model=\"gpt-4o\",status=\"ok\"} 3",
+        "threadline_llm_tokens_total{service=\"gw\",route=\"/v1/chat/completions\",model=\"gpt-4o\",direction=\"input\"} 360",
+        "threadline_llm_request_duration_seconds_count{service=\"gw\",route=\"/v1/chat/completions\",model=\"gpt-4o\"} 3",
         "threadline_instances_bound{kind=\"route\",node=\"/v1/chat\"} 2",
         "threadline_instances_bound{kind=\"image\",node=\"ghcr.io/acme/vllm:0.6\"} 2",
         "threadline_instances_bound{kind=\"model\",node=\"llama-3-8b\"} 2",
