@@ -22,6 +22,17 @@ impl ApiClient {
         })
     }
 
+    /// A client of a server this process started itself (no key: unauthenticated).
+    pub(crate) fn local(base: &str) -> anyhow::Result<Self> {
+        Ok(Self {
+            http: reqwest::Client::builder()
+                .build()
+                .context("cannot build HTTP client")?,
+            base: base.trim_end_matches('/').to_owned(),
+            api_key: None,
+        })
+    }
+
     pub(crate) async fn get(
         &self,
         path: &str,

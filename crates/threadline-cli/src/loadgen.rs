@@ -559,15 +559,15 @@ fn kv(key: &str, value: any_value::Value) -> KeyValue {
     }
 }
 
-fn s(key: &str, v: impl Into<String>) -> KeyValue {
+pub(crate) fn s(key: &str, v: impl Into<String>) -> KeyValue {
     kv(key, any_value::Value::StringValue(v.into()))
 }
 
-fn i(key: &str, v: i64) -> KeyValue {
+pub(crate) fn i(key: &str, v: i64) -> KeyValue {
     kv(key, any_value::Value::IntValue(v))
 }
 
-fn d(key: &str, v: f64) -> KeyValue {
+pub(crate) fn d(key: &str, v: f64) -> KeyValue {
     kv(key, any_value::Value::DoubleValue(v))
 }
 

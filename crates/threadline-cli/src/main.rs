@@ -3,6 +3,7 @@
 //! parsing, output, exit codes.
 
 mod client;
+mod demo;
 mod lineage_cmd;
 mod loadgen;
 mod prov_cmd;
@@ -33,6 +34,10 @@ struct Cli {
 enum Command {
     /// Run the server: OTLP/HTTP, OTLP/gRPC and the JSON API on the embedded store.
     Serve(ServeArgs),
+    /// Start the server with a synthetic LLM platform and four injected incidents, print
+    /// the incidents found and their root causes, then keep serving (or exit with
+    /// --no-serve).
+    Demo(Box<demo::DemoArgs>),
     /// Show one trace as an indented tree.
     Trace {
         /// Trace id (32 hex characters).
@@ -190,6 +195,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .context("cannot start the async runtime")?;
     match cli.command {
         Command::Serve(args) => runtime.block_on(serve(args)),
+        Command::Demo(args) => runtime.block_on(demo::run(*args, shutdown_signal())),
         Command::Trace {
             trace_id,
             client,

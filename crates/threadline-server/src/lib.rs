@@ -54,9 +54,26 @@ pub enum ServeError {
 
 /// Opens the store, binds the three listeners (logging one line each, with the real
 /// port when 0 was asked) and serves until `shutdown` resolves.
+/// Where a started server listens (ports chosen by the OS when asked for port 0).
+#[derive(Clone, Copy, Debug)]
+pub struct BoundAddrs {
+    pub http: SocketAddr,
+    pub otlp_http: SocketAddr,
+    pub otlp_grpc: SocketAddr,
+}
+
 pub async fn serve(
     config: ServerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    serve_reporting(config, shutdown, None).await
+}
+
+/// `serve`, telling `ready` where it listens once every listener is bound.
+pub async fn serve_reporting(
+    config: ServerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    ready: Option<tokio::sync::oneshot::Sender<BoundAddrs>>,
 ) -> Result<(), ServeError> {
     let store_config = SqliteConfig {
         max_queued_batches: config.max_queued_batches,
@@ -89,6 +106,17 @@ pub async fn serve(
     let otlp_http = bind("otlp-http", config.otlp_http_addr).await?;
     let otlp_grpc = bind("otlp-grpc", config.otlp_grpc_addr).await?;
     let http = bind("http", config.http_addr).await?;
+    if let Some(ready) = ready {
+        let local = |l: &TcpListener, what, addr| {
+            l.local_addr()
+                .map_err(|source| ServeError::Bind { what, addr, source })
+        };
+        let _ = ready.send(BoundAddrs {
+            http: local(&http, "http", config.http_addr)?,
+            otlp_http: local(&otlp_http, "otlp-http", config.otlp_http_addr)?,
+            otlp_grpc: local(&otlp_grpc, "otlp-grpc", config.otlp_grpc_addr)?,
+        });
+    }
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {

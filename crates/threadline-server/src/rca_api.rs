@@ -272,19 +272,24 @@ fn diagnose(
         if i < EXEMPLAR_CANDIDATES {
             if let Some((dim, v)) = &c.attribute {
                 if let Some(column) = column_of(*dim) {
-                    let mut columns = base_columns.clone();
-                    columns.push((column, v.clone()));
-                    let found = store.exemplars(
-                        tenant,
-                        &ExemplarQuery {
-                            columns,
-                            from_ns: target.onset_minute * BUCKET_NS,
-                            to_ns: (target.end_minute + 1) * BUCKET_NS - 1,
-                            min_duration_ns: threshold_ms.map(|t| (t * 1e6) as i64),
-                            errors_only,
-                            limit: EXEMPLARS,
-                        },
-                    )?;
+                    let mut query = ExemplarQuery {
+                        columns: base_columns.clone(),
+                        from_ns: target.onset_minute * BUCKET_NS,
+                        to_ns: (target.end_minute + 1) * BUCKET_NS - 1,
+                        min_duration_ns: threshold_ms.map(|t| (t * 1e6) as i64),
+                        errors_only,
+                        limit: EXEMPLARS,
+                    };
+                    query.columns.push((column, v.clone()));
+                    let mut found = store.exemplars(tenant, &query)?;
+                    if found.is_empty() {
+                        // The route is often set on the gateway span only (rollups
+                        // inherit it); the model call's span then has no route column.
+                        query
+                            .columns
+                            .retain(|(c, _)| *c != "route" || column == "route");
+                        found = store.exemplars(tenant, &query)?;
+                    }
                     evidence["exemplar_trace_ids"] =
                         json!(found.iter().map(|(t, _)| t.to_string()).collect::<Vec<_>>());
                 }

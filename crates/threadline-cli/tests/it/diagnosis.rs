@@ -289,3 +289,67 @@ fn prometheus_exposition_passes_promtool_and_counts_committed_llm_requests() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn demo_finds_every_injected_incident_and_ranks_its_true_cause_first() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_threadline"))
+        .args(["demo", "--no-serve", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let injected = report["injected"].as_array().unwrap();
+    assert_eq!(injected.len(), 4);
+    for case in injected {
+        assert_eq!(case["true_cause_rank"], 1, "{case}\n{report:#}");
+    }
+    // Healthy routes with harmless changes raised nothing.
+    assert_eq!(
+        report["unexpected_incidents"],
+        serde_json::json!([]),
+        "{report:#}"
+    );
+    assert!(report["incidents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|i| i["route"] != "/v1/embed"));
+    // Each cause comes with evidence: exemplar traces, and a lineage path for changes.
+    let drift = report["incidents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["route"] == "/v1/summarize")
+        .unwrap();
+    let top = &drift["causes"][0];
+    assert_eq!(top["kind"], "dataset_drift");
+    assert!(top["confidence"].as_f64().unwrap() > 0.5);
+    let path: Vec<&str> = top["evidence"]["path"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    assert_eq!(path.first(), Some(&"dataset_version:warehouse:fin-docs@v2"));
+    assert_eq!(path.last(), Some(&"route:/v1/summarize"));
+    assert!(path.contains(&"adapter:sum-lora@4"), "{path:?}");
+    assert!(!top["evidence"]["exemplar_trace_ids"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+    let kinds: Vec<&str> = top["evidence"]["detail"]["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["kind"].as_str().unwrap())
+        .collect();
+    assert!(
+        kinds.contains(&"null_rate") && kinds.contains(&"field_added"),
+        "{kinds:?}"
+    );
+    assert!(report["spans"].as_u64().unwrap() > 100_000);
+}

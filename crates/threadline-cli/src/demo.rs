@@ -1,0 +1,810 @@
+//! `threadline demo`: starts the server on the embedded store, loads a synthetic LLM
+//! platform — datasets and versions, fine-tune runs, base models, adapters, prompt
+//! templates, four routes on ten instances — with hours of traffic compressed in time
+//! (span times in the past, loaded in seconds), injects four incidents among harmless
+//! changes, then prints the incidents Threadline found, their ranked causes, and
+//! whether each injected cause ranked first.
+//!
+//! The scenario is fixed by a seed, so the report is the same on every run. Minutes
+//! below are offsets from the start of the simulated window (the last 240 minutes;
+//! `--hours` beyond 4 adds quiet traffic before).
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
+use prost::Message;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+
+use crate::client::ApiClient;
+use crate::loadgen::{d, i, s};
+
+#[derive(Args)]
+pub(crate) struct DemoArgs {
+    /// Print the report and exit (for scripts and CI) instead of serving until Ctrl-C.
+    #[arg(long)]
+    no_serve: bool,
+    /// Hours of traffic to simulate (at least 4).
+    #[arg(long, default_value_t = 4)]
+    hours: u32,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Where to keep the store [default: a temporary directory, removed at exit].
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// JSON API listen address [default: 127.0.0.1:8080; a free port with --no-serve].
+    #[arg(long, value_name = "ADDR")]
+    http: Option<String>,
+    /// OTLP/HTTP listen address [default: 127.0.0.1:4318; a free port with --no-serve].
+    #[arg(long, value_name = "ADDR")]
+    otlp_http: Option<String>,
+    /// OTLP/gRPC listen address [default: 127.0.0.1:4317; a free port with --no-serve].
+    #[arg(long, value_name = "ADDR")]
+    otlp_grpc: Option<String>,
+    /// Seed of the synthetic traffic.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+}
+
+// The scenario's minutes (offsets into the last 240 simulated minutes).
+const WINDOW: i64 = 240;
+/// Incident A: adapter fin-lora@7 hot-swapped onto i-3 and i-4 (/v1/chat), rolled back.
+const A_ON: i64 = 70;
+const A_OFF: i64 = 100;
+/// Incident B: prompt support-answer v3 (/v1/support) overflows the context; reverted.
+const B_ON: i64 = 115;
+const B_OFF: i64 = 135;
+/// Incident C: dataset fin-docs v2 drifts, sum-lora@4 is trained on it and deployed on
+/// every /v1/summarize instance, and fails requests' output validation.
+const C_DRIFT: i64 = 138;
+const C_TRAIN_END: i64 = 150;
+const C_ON: i64 = 160;
+/// Incident D: the KV-cache hit ratio collapses on instance i-6 (/v1/support).
+const D_ON: i64 = 200;
+
+/// One injected incident and the cause RCA should rank first.
+struct Injected {
+    name: &'static str,
+    route: &'static str,
+    onset: i64,
+    cause: String,
+}
+
+fn injected() -> Vec<Injected> {
+    vec![
+        Injected {
+            name: "adapter hot-swap slows /v1/chat",
+            route: "/v1/chat",
+            onset: A_ON,
+            cause: "adapter:fin-lora@7".into(),
+        },
+        Injected {
+            name: "prompt template bump causes context_overflow rejections",
+            route: "/v1/support",
+            onset: B_ON,
+            cause: "prompt:support-answer@v3".into(),
+        },
+        Injected {
+            name: "dataset drift upstream of an adapter, then quality errors",
+            route: "/v1/summarize",
+            onset: C_ON,
+            cause: "dataset_version:warehouse:fin-docs@v2".into(),
+        },
+        Injected {
+            name: "KV-cache hit-ratio drop on one instance",
+            route: "/v1/support",
+            onset: D_ON,
+            cause: "instance=i-6".into(),
+        },
+    ]
+}
+
+const BASE_MODEL: &str = "meta-llama/Meta-Llama-3-8B-Instruct";
+const EMBED_MODEL: &str = "BAAI/bge-small-en-v1.5";
+
+/// What one request looked like: decided per minute and instance by the scenario.
+struct Shape {
+    route: &'static str,
+    model: &'static str,
+    instance: &'static str,
+    adapter: Option<String>,
+    image: String,
+    prompt: Option<(&'static str, &'static str)>,
+    base_ms: f64,
+    kv: Option<f64>,
+    /// Share of requests refused with this reason.
+    rejection: Option<(&'static str, f64)>,
+    /// Share of requests failing output validation.
+    quality_errors: f64,
+}
+
+/// Routes: (route, requests per minute, instances).
+const ROUTES: [(&str, f64, &[&str]); 4] = [
+    ("/v1/chat", 80.0, &["i-1", "i-2", "i-3", "i-4"]),
+    ("/v1/support", 50.0, &["i-5", "i-6"]),
+    ("/v1/summarize", 40.0, &["i-7", "i-8"]),
+    ("/v1/embed", 60.0, &["e-1", "e-2"]),
+];
+
+fn shape(route: &'static str, instance: &'static str, t: i64) -> Shape {
+    let vllm = |new_from: Option<i64>| {
+        if new_from.is_some_and(|m| t >= m) {
+            "ghcr.io/acme/vllm:0.6.1".to_owned()
+        } else {
+            "ghcr.io/acme/vllm:0.6.0".to_owned()
+        }
+    };
+    match route {
+        "/v1/chat" => {
+            let swapped = matches!(instance, "i-3" | "i-4") && (A_ON..A_OFF).contains(&t);
+            Shape {
+                route,
+                model: BASE_MODEL,
+                instance,
+                adapter: Some(if swapped { "fin-lora@7" } else { "fin-lora@6" }.into()),
+                // Harmless, close to A: a new image on i-1 and i-2, a prompt bump.
+                image: vllm(matches!(instance, "i-1" | "i-2").then_some(A_ON - 4)),
+                prompt: Some(("chat-system", if t >= A_ON - 3 { "v6" } else { "v5" })),
+                base_ms: if swapped { 2400.0 } else { 900.0 },
+                kv: Some(0.82),
+                rejection: None,
+                quality_errors: 0.0,
+            }
+        }
+        "/v1/support" => {
+            let overflow = (B_ON..B_OFF).contains(&t);
+            let kv_drop = instance == "i-6" && t >= D_ON;
+            let version = if t >= D_ON - 2 {
+                "v4" // harmless, close to D
+            } else if overflow {
+                "v3"
+            } else {
+                "v2"
+            };
+            Shape {
+                route,
+                model: BASE_MODEL,
+                instance,
+                adapter: Some("support-lora@2".into()),
+                // Harmless, close to B: every support instance moves to a new image.
+                image: vllm(Some(B_ON - 3)),
+                prompt: Some(("support-answer", version)),
+                base_ms: if kv_drop { 2200.0 } else { 1200.0 },
+                kv: Some(if kv_drop { 0.18 } else { 0.85 }),
+                rejection: overflow.then_some(("context_overflow", 0.18)),
+                quality_errors: 0.0,
+            }
+        }
+        "/v1/summarize" => {
+            let v4 = t >= C_ON;
+            Shape {
+                route,
+                model: BASE_MODEL,
+                instance,
+                adapter: Some(if v4 { "sum-lora@4" } else { "sum-lora@3" }.into()),
+                image: vllm(None),
+                // Harmless, close to C.
+                prompt: Some(("summarize", if t >= C_ON - 2 { "v2" } else { "v1" })),
+                base_ms: 1500.0,
+                kv: Some(0.78),
+                rejection: None,
+                quality_errors: if v4 { 0.15 } else { 0.0 },
+            }
+        }
+        _ => Shape {
+            route,
+            model: EMBED_MODEL,
+            instance,
+            adapter: None,
+            // Harmless rollouts on a healthy route: they must not raise incidents.
+            image: if t >= D_ON - 3 {
+                "ghcr.io/acme/bge-serve:1.2"
+            } else if t >= 80 {
+                "ghcr.io/acme/bge-serve:1.1"
+            } else {
+                "ghcr.io/acme/bge-serve:1.0"
+            }
+            .to_owned(),
+            prompt: None,
+            base_ms: 40.0,
+            kv: None,
+            rejection: None,
+            quality_errors: 0.0,
+        },
+    }
+}
+
+fn nonzero_id<const N: usize>(rng: &mut StdRng) -> [u8; N] {
+    let mut id = [0u8; N];
+    while id.iter().all(|b| *b == 0) {
+        rng.fill(&mut id[..]);
+    }
+    id
+}
+
+/// Approximately normal (sum of uniforms), mean 0, sd 1.
+fn gauss(rng: &mut StdRng) -> f64 {
+    (0..12).map(|_| rng.random::<f64>()).sum::<f64>() - 6.0
+}
+
+/// One request: the gateway span and the inference span under it.
+fn request_spans(rng: &mut StdRng, sh: &Shape, start_ns: u64) -> (Span, Span) {
+    let trace_id = nonzero_id::<16>(rng).to_vec();
+    let gateway_id = nonzero_id::<8>(rng).to_vec();
+    let latency_ms = sh.base_ms * (0.22 * gauss(rng)).exp();
+    let rejected = sh.rejection.filter(|(_, p)| rng.random::<f64>() < *p);
+    let failed = rng.random::<f64>() < sh.quality_errors + 0.003;
+    let ms = if rejected.is_some() {
+        4.0 + rng.random::<f64>() * 4.0
+    } else {
+        latency_ms
+    };
+    let infer_start = start_ns + 8_000_000;
+    let infer_end = infer_start + (ms * 1e6) as u64;
+    let mut attrs = vec![
+        s(
+            "gen_ai.operation.name",
+            if sh.route == "/v1/embed" {
+                "embeddings"
+            } else {
+                "chat"
+            },
+        ),
+        s("gen_ai.request.model", sh.model),
+        s("gen_ai.provider.name", "vllm"),
+        s("model.instance.id", sh.instance),
+        s("container.image", sh.image.clone()),
+        i("gen_ai.usage.input_tokens", 600 + rng.random_range(0..600)),
+    ];
+    if let Some(adapter) = &sh.adapter {
+        attrs.push(s("llm.lora.adapter_id", adapter.clone()));
+    }
+    if let Some((template, version)) = sh.prompt {
+        attrs.push(s("llm.prompt_template.id", template));
+        attrs.push(s("llm.prompt.version", version));
+    }
+    let mut status = None;
+    if let Some((reason, _)) = rejected {
+        attrs.push(s("llm.rejection.reason", reason));
+        status = Some(Status {
+            code: 2,
+            message: format!("request refused: {reason}"),
+        });
+    } else {
+        if sh.route != "/v1/embed" {
+            attrs.push(i(
+                "gen_ai.usage.output_tokens",
+                120 + rng.random_range(0..200),
+            ));
+            attrs.push(d("gen_ai.server.time_to_first_token", ms * 0.18 / 1e3));
+        }
+        if let Some(kv) = sh.kv {
+            attrs.push(d(
+                "llm.kvcache.hit_ratio",
+                (kv + 0.04 * gauss(rng)).clamp(0.0, 1.0),
+            ));
+        }
+        if failed {
+            status = Some(Status {
+                code: 2,
+                message: "output failed schema validation".into(),
+            });
+        }
+    }
+    let gateway = Span {
+        trace_id: trace_id.clone(),
+        span_id: gateway_id.clone(),
+        name: format!("POST {}", sh.route),
+        kind: 2,
+        start_time_unix_nano: start_ns,
+        end_time_unix_nano: infer_end + 4_000_000,
+        attributes: vec![
+            s("api.route", sh.route),
+            s("http.request.method", "POST"),
+            s("ab.group", if rng.random::<bool>() { "A" } else { "B" }),
+        ],
+        status: status.clone(),
+        ..Default::default()
+    };
+    let inference = Span {
+        trace_id,
+        span_id: nonzero_id::<8>(rng).to_vec(),
+        parent_span_id: gateway_id,
+        name: format!("chat {}", sh.model),
+        kind: 2,
+        start_time_unix_nano: infer_start,
+        end_time_unix_nano: infer_end,
+        attributes: attrs,
+        status,
+        ..Default::default()
+    };
+    (gateway, inference)
+}
+
+fn export(gateway: Vec<Span>, inference: Vec<Span>) -> ExportTraceServiceRequest {
+    let resource_spans = |service: &str, spans: Vec<Span>| ResourceSpans {
+        resource: Some(Resource {
+            attributes: vec![
+                s("service.name", service),
+                s("deployment.environment.name", "demo"),
+            ],
+            ..Default::default()
+        }),
+        scope_spans: vec![ScopeSpans {
+            spans,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    ExportTraceServiceRequest {
+        resource_spans: vec![
+            resource_spans("llm-gateway", gateway),
+            resource_spans("vllm", inference),
+        ],
+    }
+}
+
+/// The traffic, minute by minute, as export requests of about `per_request` requests.
+fn traffic(
+    seed: u64,
+    start_minute: i64,
+    minutes: i64,
+    offset: i64,
+) -> Vec<ExportTraceServiceRequest> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut out = Vec::new();
+    let (mut gateway, mut inference) = (Vec::new(), Vec::new());
+    for m in 0..minutes {
+        let t = m - offset;
+        let daily = 1.0 + 0.2 * ((m as f64) / 90.0 * std::f64::consts::PI).sin();
+        for (route, rate, instances) in ROUTES {
+            let n = (rate * daily * (0.85 + 0.3 * rng.random::<f64>())).round() as usize;
+            for k in 0..n {
+                let instance = instances[k % instances.len()];
+                let sh = shape(route, instance, t);
+                let at = ((start_minute + m) * 60) as u64 * 1_000_000_000
+                    + rng.random_range(0..59_000_000_000u64);
+                let (g, i) = request_spans(&mut rng, &sh, at);
+                gateway.push(g);
+                inference.push(i);
+            }
+        }
+        if gateway.len() >= 400 || m == minutes - 1 {
+            out.push(export(
+                std::mem::take(&mut gateway),
+                std::mem::take(&mut inference),
+            ));
+        }
+    }
+    out
+}
+
+fn rfc3339(minute: i64) -> String {
+    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs((minute * 60) as u64))
+        .to_string()
+}
+
+/// Registry manifest: models, adapters (with the artifacts their training runs write)
+/// and prompt template versions.
+fn manifest() -> Value {
+    let adapter = |id: &str, artifact: &str| json!({"id": id, "base_model": BASE_MODEL, "relation": "adapter", "artifact": artifact});
+    let prompt = |id: &str, v: &str| json!({"id": id, "version": v});
+    json!({
+        "models": [{"id": BASE_MODEL}, {"id": EMBED_MODEL}],
+        "adapters": [
+            adapter("fin-lora@6", "s3://models/fin-lora/6"),
+            adapter("fin-lora@7", "s3://models/fin-lora/7"),
+            adapter("support-lora@2", "s3://models/support-lora/2"),
+            adapter("sum-lora@3", "s3://models/sum-lora/3"),
+            adapter("sum-lora@4", "s3://models/sum-lora/4"),
+        ],
+        "prompt_templates": [
+            prompt("chat-system", "v5"), prompt("chat-system", "v6"),
+            prompt("support-answer", "v2"), prompt("support-answer", "v3"),
+            prompt("support-answer", "v4"), prompt("summarize", "v1"), prompt("summarize", "v2"),
+        ],
+    })
+}
+
+/// A dataset read with its version, schema and quality facets.
+fn dataset_input(name: &str, version: &str, fields: &[&str], rows: u64, nulls: u64) -> Value {
+    json!({
+        "namespace": "warehouse", "name": name,
+        "facets": {
+            "version": {"_producer": "demo", "_schemaURL": "s", "datasetVersion": version},
+            "schema": {"_producer": "demo", "_schemaURL": "s",
+                "fields": fields.iter().map(|f| json!({"name": f, "type": "string"})).collect::<Vec<_>>()},
+        },
+        "inputFacets": {"dataQualityMetrics": {"_producer": "demo", "_schemaURL": "s",
+            "rowCount": rows,
+            "columnMetrics": {"summary": {"nullCount": nulls, "distinctCount": rows * 9 / 10}}}}
+    })
+}
+
+/// START and COMPLETE of one fine-tune run.
+fn training_run(
+    n: u32,
+    job: &str,
+    input: Value,
+    artifact: &str,
+    start: i64,
+    end: i64,
+) -> Vec<Value> {
+    let run_id = format!("01935a2e-0000-7000-8000-{n:012}");
+    let (ns, name) = artifact.split_at("s3://models".len());
+    ["START", "COMPLETE"]
+        .iter()
+        .zip([start, end])
+        .map(|(event_type, minute)| {
+            json!({
+                "eventType": event_type,
+                "eventTime": rfc3339(minute),
+                "producer": "https://github.com/acme/trainer",
+                "schemaURL": "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent",
+                "run": {"runId": run_id},
+                "job": {"namespace": "training", "name": job},
+                "inputs": [input.clone()],
+                "outputs": if *event_type == "COMPLETE" {
+                    json!([{"namespace": ns, "name": name.trim_start_matches('/')}])
+                } else {
+                    json!([])
+                },
+            })
+        })
+        .collect()
+}
+
+fn lineage_events(s0: i64) -> Vec<Value> {
+    let qa = ["question", "answer"];
+    let docs = ["document", "summary"];
+    let drifted = ["document", "summary", "source_url"];
+    let mut events = Vec::new();
+    events.extend(training_run(
+        1,
+        "finetune-fin",
+        dataset_input("fin-qa", "v1", &qa, 40_000, 120),
+        "s3://models/fin-lora/6",
+        s0 - 300,
+        s0 - 240,
+    ));
+    events.extend(training_run(
+        2,
+        "finetune-fin",
+        dataset_input("fin-qa", "v1", &qa, 40_000, 120),
+        "s3://models/fin-lora/7",
+        s0 + A_ON - 90,
+        s0 + A_ON - 45,
+    ));
+    events.extend(training_run(
+        3,
+        "finetune-support",
+        dataset_input("support-tickets", "v1", &qa, 25_000, 80),
+        "s3://models/support-lora/2",
+        s0 - 400,
+        s0 - 330,
+    ));
+    events.extend(training_run(
+        4,
+        "finetune-sum",
+        dataset_input("fin-docs", "v1", &docs, 18_000, 180),
+        "s3://models/sum-lora/3",
+        s0 - 200,
+        s0 - 150,
+    ));
+    // fin-docs v2: a new column and a quarter of the summaries missing.
+    events.extend(training_run(
+        5,
+        "finetune-sum",
+        dataset_input("fin-docs", "v2", &drifted, 19_000, 4_750),
+        "s3://models/sum-lora/4",
+        s0 + C_DRIFT,
+        s0 + C_TRAIN_END,
+    ));
+    events
+}
+
+/// Loads everything; returns (requests, spans).
+async fn load(
+    api: &ApiClient,
+    otlp: &str,
+    s0: i64,
+    minutes: i64,
+    offset: i64,
+    seed: u64,
+    quiet: bool,
+) -> anyhow::Result<(usize, usize)> {
+    api.send_json(reqwest::Method::PUT, "/api/v1/assets", &manifest())
+        .await?;
+    for event in lineage_events(s0) {
+        api.send_json(reqwest::Method::POST, "/api/v1/lineage", &event)
+            .await?;
+    }
+    let batches = traffic(seed, s0 - offset, minutes, offset);
+    let spans: usize = batches
+        .iter()
+        .map(|b| {
+            b.resource_spans
+                .iter()
+                .map(|r| r.scope_spans[0].spans.len())
+                .sum::<usize>()
+        })
+        .sum();
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(spans as u64)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("loading {wide_bar} {pos}/{len} spans ({per_sec}) {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_message(format!("{} h of traffic", minutes / 60));
+    let http = reqwest::Client::new();
+    let url = format!("http://{otlp}/v1/traces");
+    // Four exports in flight, as a collector's exporters would send them.
+    let mut in_flight = tokio::task::JoinSet::new();
+    for batch in batches {
+        if in_flight.len() >= 4 {
+            if let Some(done) = in_flight.join_next().await {
+                bar.inc(done.context("upload task failed")?? as u64);
+            }
+        }
+        let n: usize = batch
+            .resource_spans
+            .iter()
+            .map(|r| r.scope_spans[0].spans.len())
+            .sum();
+        let (http, url, body) = (http.clone(), url.clone(), batch.encode_to_vec());
+        in_flight.spawn(async move {
+            let resp = http
+                .post(&url)
+                .header("content-type", "application/x-protobuf")
+                .body(body)
+                .send()
+                .await
+                .with_context(|| format!("cannot reach {url}"))?;
+            if !resp.status().is_success() {
+                bail!("{url} answered {}", resp.status());
+            }
+            Ok::<usize, anyhow::Error>(n)
+        });
+    }
+    while let Some(done) = in_flight.join_next().await {
+        bar.inc(done.context("upload task failed")?? as u64);
+    }
+    bar.finish_and_clear();
+    Ok((spans / 2, spans))
+}
+
+fn now_minute() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64 / 60)
+}
+
+/// The incidents found, their causes, and how each injected incident fared.
+async fn report(api: &ApiClient, base: &str, s0: i64, first_minute: i64) -> anyhow::Result<Value> {
+    let listed = api
+        .get(
+            "/api/v1/incidents",
+            &[("from".into(), (first_minute * 60).to_string())],
+        )
+        .await?;
+    let mut incidents = Vec::new();
+    for incident in listed["incidents"].as_array().cloned().unwrap_or_default() {
+        let id = incident["id"].as_str().unwrap_or_default().to_owned();
+        let rca = api.get("/api/v1/rca", &[("incident".into(), id)]).await?;
+        incidents.push((incident, rca));
+    }
+    let mut matched = vec![false; incidents.len()];
+    let mut outcomes = Vec::new();
+    for inj in injected() {
+        let onset = s0 + inj.onset;
+        let found = incidents.iter().position(|(i, _)| {
+            i["route"] == inj.route
+                && (i["onset_unix"].as_i64().unwrap_or(0) / 60 - onset).abs() <= 5
+        });
+        let (incident_id, rank) = match found {
+            Some(k) => {
+                matched[k] = true;
+                let (incident, rca) = &incidents[k];
+                let rank = rca["candidates"]
+                    .as_array()
+                    .and_then(|c| c.iter().position(|c| c["subject"] == inj.cause.as_str()))
+                    .map(|p| p + 1);
+                (incident["id"].clone(), rank)
+            }
+            None => (Value::Null, None),
+        };
+        outcomes.push(json!({
+            "name": inj.name,
+            "route": inj.route,
+            "onset": rfc3339(onset),
+            "true_cause": inj.cause,
+            "incident": incident_id,
+            "true_cause_rank": rank,
+            "ranked_first": rank == Some(1),
+        }));
+    }
+    let unexpected: Vec<Value> = incidents
+        .iter()
+        .zip(&matched)
+        .filter(|(_, m)| !**m)
+        .map(|((i, _), _)| i["id"].clone())
+        .collect();
+    let exemplar = incidents.iter().find_map(|(_, r)| {
+        r.pointer("/candidates/0/evidence/exemplar_trace_ids/0")
+            .cloned()
+    });
+    Ok(json!({
+        "incidents": incidents.iter().map(|(i, r)| {
+            let mut i = i.clone();
+            i["causes"] = json!(r["candidates"].as_array().map(|c| c.iter().take(3).cloned().collect::<Vec<_>>()));
+            i
+        }).collect::<Vec<_>>(),
+        "injected": outcomes,
+        "unexpected_incidents": unexpected,
+        "urls": {
+            "incidents": format!("{base}/api/v1/incidents"),
+            "rca": incidents.first().map(|(i, _)| format!("{base}/api/v1/rca?incident={}", i["id"].as_str().unwrap_or_default())),
+            "metrics": format!("{base}/api/v1/metrics?metric=p99_latency&group_by=route&from={}&step=300", first_minute * 60),
+            "trace": exemplar.map(|t| format!("{base}/api/v1/traces/{}", t.as_str().unwrap_or_default())),
+            "lineage": format!("{base}/api/v1/lineage/{}?direction=downstream&depth=6", "dataset:warehouse:fin-docs"),
+            "prometheus": format!("{base}/metrics"),
+        },
+    }))
+}
+
+fn print_report(r: &Value, requests: usize, spans: usize, hours: u32) {
+    println!(
+        "Threadline demo: {hours} h of synthetic LLM traffic, {requests} requests ({spans} spans) on 4 routes and 10 instances,\nplus a registry manifest and 10 OpenLineage events (5 fine-tune runs over 3 datasets).\n"
+    );
+    let incidents = r["incidents"].as_array().cloned().unwrap_or_default();
+    println!("Incidents found: {}", incidents.len());
+    for i in &incidents {
+        println!(
+            "  {}  {} on {} ({})  {}  onset {}  {}, {}",
+            i["id"].as_str().unwrap_or_default(),
+            i["route"].as_str().unwrap_or_default(),
+            i["service"].as_str().unwrap_or_default(),
+            i["model"].as_str().unwrap_or_default(),
+            i["metric"].as_str().unwrap_or_default(),
+            i["onset"].as_str().unwrap_or_default(),
+            i["severity"].as_str().unwrap_or_default(),
+            i["status"].as_str().unwrap_or_default(),
+        );
+        for c in i["causes"].as_array().into_iter().flatten() {
+            print!(
+                "      {}. {:<16} {:<44} confidence {:.2}",
+                c["rank"],
+                c["kind"].as_str().unwrap_or_default(),
+                c["subject"].as_str().unwrap_or_default(),
+                c["confidence"].as_f64().unwrap_or_default(),
+            );
+            if let Some(t) = c
+                .pointer("/evidence/exemplar_trace_ids/0")
+                .and_then(Value::as_str)
+            {
+                print!("  e.g. trace {t}");
+            }
+            println!();
+        }
+    }
+    println!("\nInjected incidents:");
+    for o in r["injected"].as_array().into_iter().flatten() {
+        let mark = if o["ranked_first"].as_bool() == Some(true) {
+            "ok  "
+        } else {
+            "MISS"
+        };
+        let rank = o["true_cause_rank"]
+            .as_u64()
+            .map_or("not ranked".to_owned(), |n| format!("ranked {n}"));
+        println!(
+            "  {mark} {} ({}): true cause {} {rank}, incident {}",
+            o["name"].as_str().unwrap_or_default(),
+            o["route"].as_str().unwrap_or_default(),
+            o["true_cause"].as_str().unwrap_or_default(),
+            o["incident"].as_str().unwrap_or("none found"),
+        );
+    }
+    let unexpected = r["unexpected_incidents"].as_array().map_or(0, Vec::len);
+    println!("  unexpected incidents (false alarms): {unexpected}");
+    println!("\nExplore:");
+    for (name, url) in r["urls"].as_object().into_iter().flatten() {
+        if let Some(url) = url.as_str() {
+            println!("  {name:<11} {url}");
+        }
+    }
+}
+
+pub(crate) async fn run(
+    args: DemoArgs,
+    stop: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    if args.hours < 4 {
+        bail!(
+            "--hours {} is too short: the scenario spans 4 hours",
+            args.hours
+        );
+    }
+    let temp = tempfile::tempdir().context("cannot create a temporary directory")?;
+    let addr = |flag: &Option<String>, port: u16| {
+        Some(flag.clone().unwrap_or_else(|| {
+            if args.no_serve {
+                "127.0.0.1:0".to_owned()
+            } else {
+                format!("127.0.0.1:{port}")
+            }
+        }))
+    };
+    let overrides = threadline_server::ConfigOverrides {
+        otlp_http: addr(&args.otlp_http, 4318),
+        otlp_grpc: addr(&args.otlp_grpc, 4317),
+        http: addr(&args.http, 8080),
+        data_dir: Some(
+            args.data_dir
+                .clone()
+                .unwrap_or_else(|| temp.path().join("data")),
+        ),
+        allow_unauthenticated: false,
+    };
+    let config = threadline_server::ServerConfig::load(None, &overrides)?;
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(threadline_server::serve_reporting(
+        config,
+        async {
+            let _ = stop_rx.await;
+        },
+        Some(ready_tx),
+    ));
+    let addrs = match ready_rx.await {
+        Ok(a) => a,
+        Err(_) => {
+            server.await.context("server task failed")??;
+            bail!("the server stopped before it listened");
+        }
+    };
+    let base = format!("http://{}", addrs.http);
+    let api = ApiClient::local(&base)?;
+    let s0 = now_minute() - WINDOW;
+    let offset = i64::from(args.hours) * 60 - WINDOW;
+    let (requests, spans) = load(
+        &api,
+        &addrs.otlp_http.to_string(),
+        s0,
+        WINDOW + offset,
+        offset,
+        args.seed,
+        args.json,
+    )
+    .await?;
+    let report = report(&api, &base, s0, s0 - offset).await?;
+    if args.json {
+        let mut out = report.clone();
+        out["requests"] = json!(requests);
+        out["spans"] = json!(spans);
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        print_report(&report, requests, spans, args.hours);
+    }
+    if !args.no_serve {
+        eprintln!(
+            "\nServing on {base} (OTLP/HTTP {}, OTLP/gRPC {}) until Ctrl-C.",
+            addrs.otlp_http, addrs.otlp_grpc
+        );
+        stop.await;
+    }
+    let _ = stop_tx.send(());
+    server.await.context("server task failed")??;
+    Ok(())
+}
