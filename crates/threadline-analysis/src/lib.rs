@@ -6,6 +6,7 @@
 pub mod anomaly;
 pub mod changes;
 pub mod drift;
+pub mod health;
 pub mod metric;
 pub mod rca;
 pub mod rollup;

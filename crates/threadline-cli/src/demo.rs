@@ -670,33 +670,11 @@ fn print_report(r: &Value, requests: usize, spans: usize, hours: u32) {
     let incidents = r["incidents"].as_array().cloned().unwrap_or_default();
     println!("Incidents found: {}", incidents.len());
     for i in &incidents {
-        println!(
-            "  {}  {} on {} ({})  {}  onset {}  {}, {}",
-            i["id"].as_str().unwrap_or_default(),
-            i["route"].as_str().unwrap_or_default(),
-            i["service"].as_str().unwrap_or_default(),
-            i["model"].as_str().unwrap_or_default(),
-            i["metric"].as_str().unwrap_or_default(),
-            i["onset"].as_str().unwrap_or_default(),
-            i["severity"].as_str().unwrap_or_default(),
-            i["status"].as_str().unwrap_or_default(),
+        println!("  {}", crate::diagnosis_cmd::incident_line(i));
+        print!(
+            "{}",
+            crate::diagnosis_cmd::candidate_lines(&i["causes"], "      ")
         );
-        for c in i["causes"].as_array().into_iter().flatten() {
-            print!(
-                "      {}. {:<16} {:<44} confidence {:.2}",
-                c["rank"],
-                c["kind"].as_str().unwrap_or_default(),
-                c["subject"].as_str().unwrap_or_default(),
-                c["confidence"].as_f64().unwrap_or_default(),
-            );
-            if let Some(t) = c
-                .pointer("/evidence/exemplar_trace_ids/0")
-                .and_then(Value::as_str)
-            {
-                print!("  e.g. trace {t}");
-            }
-            println!();
-        }
     }
     println!("\nInjected incidents:");
     for o in r["injected"].as_array().into_iter().flatten() {

@@ -89,7 +89,7 @@ pub(crate) struct LineageArgs {
     client: ClientArgs,
 }
 
-fn encode(id: &str) -> String {
+pub(crate) fn encode(id: &str) -> String {
     percent_encoding::utf8_percent_encode(id, percent_encoding::NON_ALPHANUMERIC).to_string()
 }
 

@@ -4,6 +4,7 @@
 
 mod client;
 mod demo;
+mod diagnosis_cmd;
 mod lineage_cmd;
 mod loadgen;
 mod prov_cmd;
@@ -38,6 +39,12 @@ enum Command {
     /// the incidents found and their root causes, then keep serving (or exit with
     /// --no-serve).
     Demo(Box<demo::DemoArgs>),
+    /// List the incidents the anomaly detector found.
+    Incidents(Box<diagnosis_cmd::IncidentsArgs>),
+    /// Rank the likely causes of an incident, or of a metric change on a route at a time.
+    Rca(Box<diagnosis_cmd::RcaArgs>),
+    /// Health of a lineage node: freshness, drift upstream, open incidents.
+    Health(Box<diagnosis_cmd::HealthArgs>),
     /// Show one trace as an indented tree.
     Trace {
         /// Trace id (32 hex characters).
@@ -196,6 +203,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => runtime.block_on(serve(args)),
         Command::Demo(args) => runtime.block_on(demo::run(*args, shutdown_signal())),
+        Command::Incidents(args) => runtime.block_on(diagnosis_cmd::incidents(*args)),
+        Command::Rca(args) => runtime.block_on(diagnosis_cmd::rca(*args)),
+        Command::Health(args) => runtime.block_on(diagnosis_cmd::health(*args)),
         Command::Trace {
             trace_id,
             client,

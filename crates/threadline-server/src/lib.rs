@@ -9,6 +9,7 @@ mod cpu_pool;
 mod dto;
 mod erasure_api;
 mod error;
+mod health_api;
 mod impact_api;
 mod incident_watch;
 mod incidents_api;
@@ -168,6 +169,10 @@ pub async fn serve_reporting(
         auth: Arc::clone(&auth),
     }))
     .merge(incidents_api::router(incidents_api::IncidentsState {
+        watcher: Arc::clone(&watcher),
+        auth: Arc::clone(&auth),
+    }))
+    .merge(health_api::router(health_api::HealthState {
         watcher: Arc::clone(&watcher),
         auth: Arc::clone(&auth),
     }))

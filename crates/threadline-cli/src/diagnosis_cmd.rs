@@ -1,0 +1,201 @@
+//! Diagnosis commands: `threadline incidents`, `threadline rca`, `threadline health`.
+
+use clap::Args;
+use serde_json::Value;
+
+use crate::client::ApiClient;
+use crate::ClientArgs;
+
+#[derive(Args)]
+pub(crate) struct IncidentsArgs {
+    /// Onsets from this time (RFC 3339 or unix seconds).
+    #[arg(long)]
+    from: Option<String>,
+    /// Onsets up to this time.
+    #[arg(long)]
+    to: Option<String>,
+    #[command(flatten)]
+    client: ClientArgs,
+    /// Print the API's JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["incident", "route", "service", "model"])))]
+pub(crate) struct RcaArgs {
+    /// An incident id from `threadline incidents`.
+    #[arg(long, conflicts_with_all = ["route", "service", "model", "metric", "at"])]
+    incident: Option<String>,
+    /// The route whose metric moved.
+    #[arg(long)]
+    route: Option<String>,
+    /// The service whose metric moved (with or instead of --route).
+    #[arg(long)]
+    service: Option<String>,
+    /// The model whose metric moved (with or instead of --route).
+    #[arg(long)]
+    model: Option<String>,
+    /// p99_latency, error_rate, ttft_p99, tokens_per_s, kv_cache_hit_ratio, rejection_rate, …
+    #[arg(long, requires = "at")]
+    metric: Option<String>,
+    /// When it moved (RFC 3339 or unix seconds).
+    #[arg(long, requires = "metric")]
+    at: Option<String>,
+    #[command(flatten)]
+    client: ClientArgs,
+    /// Print the API's JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub(crate) struct HealthArgs {
+    /// Node id (`kind:key`) or an unambiguous bare name.
+    node: String,
+    #[command(flatten)]
+    client: ClientArgs,
+    /// Print the API's JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn text(v: &Value) -> &str {
+    v.as_str().unwrap_or_default()
+}
+
+fn pairs(list: &[(&str, &Option<String>)]) -> Vec<(String, String)> {
+    list.iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| ((*k).to_owned(), v.clone())))
+        .collect()
+}
+
+/// One line per incident.
+pub(crate) fn incident_line(i: &Value) -> String {
+    let series = if text(&i["route"]).is_empty() {
+        text(&i["model"]).to_owned()
+    } else {
+        format!("{} ({})", text(&i["route"]), text(&i["model"]))
+    };
+    format!(
+        "{}  {} on {}  {}  onset {}  {}, {}",
+        text(&i["id"]),
+        series,
+        text(&i["service"]),
+        text(&i["metric"]),
+        text(&i["onset"]),
+        text(&i["severity"]),
+        text(&i["status"]),
+    )
+}
+
+/// Ranked candidates, one per line, with their first exemplar trace.
+pub(crate) fn candidate_lines(candidates: &Value, indent: &str) -> String {
+    let mut out = String::new();
+    for c in candidates.as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "{indent}{:>2}. {:<16} {:<44} confidence {:.2}",
+            c["rank"],
+            text(&c["kind"]),
+            text(&c["subject"]),
+            c["confidence"].as_f64().unwrap_or_default(),
+        ));
+        if let Some(t) = c
+            .pointer("/evidence/exemplar_trace_ids/0")
+            .and_then(Value::as_str)
+        {
+            out.push_str(&format!("  e.g. trace {t}"));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+pub(crate) async fn incidents(args: IncidentsArgs) -> anyhow::Result<()> {
+    let api = ApiClient::new(&args.client)?;
+    let listed = api
+        .get(
+            "/api/v1/incidents",
+            &pairs(&[("from", &args.from), ("to", &args.to)]),
+        )
+        .await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&listed)?);
+        return Ok(());
+    }
+    let all = listed["incidents"].as_array().cloned().unwrap_or_default();
+    println!("{} incidents", all.len());
+    for i in &all {
+        println!("  {}", incident_line(i));
+    }
+    Ok(())
+}
+
+pub(crate) async fn rca(args: RcaArgs) -> anyhow::Result<()> {
+    let api = ApiClient::new(&args.client)?;
+    let query = pairs(&[
+        ("incident", &args.incident),
+        ("route", &args.route),
+        ("service", &args.service),
+        ("model", &args.model),
+        ("metric", &args.metric),
+        ("at", &args.at),
+    ]);
+    let report = api.get("/api/v1/rca", &query).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    let t = &report["target"];
+    if report["incident"].is_object() {
+        println!("incident {}", incident_line(&report["incident"]));
+    }
+    println!(
+        "{} of {} from {}: {} before, {} during ({})",
+        text(&t["metric"]),
+        t["series"],
+        text(&t["onset"]),
+        report["metric_before"],
+        report["metric_during"],
+        text(&t["unit"]),
+    );
+    println!(
+        "likely causes, best first (confidence = {}):",
+        text(&report["confidence_formula"])
+    );
+    print!("{}", candidate_lines(&report["candidates"], "  "));
+    Ok(())
+}
+
+pub(crate) async fn health(args: HealthArgs) -> anyhow::Result<()> {
+    let api = ApiClient::new(&args.client)?;
+    let report = api
+        .get(
+            &format!(
+                "/api/v1/node-health/{}",
+                crate::lineage_cmd::encode(&args.node)
+            ),
+            &[],
+        )
+        .await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    println!(
+        "{}: health {:.2} ({})",
+        text(&report["node"]),
+        report["score"].as_f64().unwrap_or_default(),
+        text(&report["status"]),
+    );
+    for f in report["factors"].as_array().into_iter().flatten() {
+        println!(
+            "  -{:.2}  {:<9} {}: {}",
+            f["penalty"].as_f64().unwrap_or_default(),
+            text(&f["kind"]),
+            text(&f["node"]),
+            text(&f["detail"]),
+        );
+    }
+    Ok(())
+}
