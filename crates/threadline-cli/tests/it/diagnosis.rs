@@ -353,3 +353,115 @@ fn demo_finds_every_injected_incident_and_ranks_its_true_cause_first() {
     );
     assert!(report["spans"].as_u64().unwrap() > 100_000);
 }
+
+/// The demo keeps serving; the CLI's diagnosis commands work against it.
+#[test]
+fn demo_serves_and_the_cli_lists_incidents_ranks_causes_and_scores_health() {
+    use std::io::BufRead;
+    let mut demo = std::process::Command::new(env!("CARGO_BIN_EXE_threadline"))
+        .args([
+            "demo",
+            "--http",
+            "127.0.0.1:0",
+            "--otlp-http",
+            "127.0.0.1:0",
+            "--otlp-grpc",
+            "127.0.0.1:0",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let stdout = demo.stdout.take().unwrap();
+    let _guard = Kill(demo);
+    let mut report = String::new();
+    let mut base = None;
+    for line in std::io::BufReader::new(stdout).lines() {
+        let line = line.unwrap();
+        report.push_str(&line);
+        report.push('\n');
+        if let Some(url) = line.trim().strip_prefix("incidents") {
+            base = url
+                .trim()
+                .strip_suffix("/api/v1/incidents")
+                .map(str::to_owned);
+        }
+        if line.trim_start().starts_with("prometheus") {
+            break;
+        }
+    }
+    assert!(report.contains("Incidents found: 4"), "{report}");
+    assert_eq!(report.matches("  ok   ").count(), 4, "{report}");
+    let base = base.unwrap_or_else(|| panic!("no URLs in\n{report}"));
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_threadline"))
+            .args(args)
+            .args(["--server", &base])
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, listed, err) = cli(&["incidents", "--json"]);
+    assert!(ok, "{err}");
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    let chat = listed["incidents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["route"] == "/v1/chat")
+        .unwrap()
+        .clone();
+    let (ok, text, err) = cli(&["rca", "--incident", chat["id"].as_str().unwrap()]);
+    assert!(ok, "{err}");
+    let first = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("1."))
+        .unwrap();
+    assert!(first.contains("adapter:fin-lora@7"), "{text}");
+    // The same diagnosis by route, metric and time.
+    let (ok, json_text, err) = cli(&[
+        "rca",
+        "--route",
+        "/v1/chat",
+        "--metric",
+        "p99_latency",
+        "--at",
+        chat["onset"].as_str().unwrap(),
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let by_time: serde_json::Value = serde_json::from_str(&json_text).unwrap();
+    assert_eq!(by_time["candidates"][0]["subject"], "adapter:fin-lora@7");
+    assert!(by_time["metric_during"].as_f64() > by_time["metric_before"].as_f64());
+    let (ok, _, err) = cli(&["rca", "--route", "/v1/chat"]);
+    assert!(!ok && err.contains("metric"), "{err}");
+    // Health: the drifted version, what it feeds, and a healthy route.
+    let (ok, text, err) = cli(&["health", "adapter:sum-lora@4"]);
+    assert!(ok, "{err}");
+    assert!(
+        text.contains("degraded") || text.contains("unhealthy"),
+        "{text}"
+    );
+    assert!(
+        text.contains("dataset_version:warehouse:fin-docs@v2"),
+        "{text}"
+    );
+    let (ok, text, _) = cli(&["health", "route:/v1/embed", "--json"]);
+    assert!(ok);
+    let embed: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        (embed["score"].as_f64(), embed["status"].as_str()),
+        (Some(1.0), Some("healthy"))
+    );
+}
