@@ -10,6 +10,7 @@ pub mod health;
 pub mod metric;
 pub mod rca;
 pub mod rollup;
+pub mod slo;
 pub mod watch;
 
 pub use anomaly::{
@@ -22,4 +23,5 @@ pub use rca::{rank, Candidate, Change, FaultRule, FaultRules, RcaInput};
 pub use rollup::{
     group_cells, matches, minute_of, Dimension, RollupCell, Rollups, SeriesKey, BUCKET_NS,
 };
+pub use slo::{SloEvent, SloRule, SloState};
 pub use watch::{scope_of, Watch};

@@ -27,6 +27,31 @@ pub struct ServerConfig {
     /// Fault patterns for root-cause ranking (`[server] rca_rules = "FILE"`; the
     /// shipped default otherwise).
     pub rca_rules: threadline_analysis::FaultRules,
+    /// Where incidents and SLO breaches are sent (`[alerts]`); none when absent.
+    pub alerts: Option<AlertsConfig>,
+}
+
+/// `[alerts]`: a webhook for incidents and SLO breaches.
+#[derive(Clone, Debug)]
+pub struct AlertsConfig {
+    pub webhook: String,
+    pub format: AlertFormat,
+    /// Delivery attempts per alert (backoff 0.5 s, 1 s, 2 s … between them).
+    pub max_attempts: u32,
+    /// Base of the links in alerts [default: the JSON API's listen address].
+    pub base_url: Option<String>,
+    pub slo: Vec<threadline_analysis::SloRule>,
+}
+
+/// The body an alert webhook receives.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AlertFormat {
+    /// `{"kind": "incident" | "slo", "status", …}`.
+    #[default]
+    Threadline,
+    /// A list of alerts as Alertmanager's `POST /api/v2/alerts` takes.
+    Alertmanager,
 }
 
 /// One tenant and the API keys that act for it.
@@ -63,6 +88,7 @@ impl Default for ServerConfig {
             impact_policy: threadline_lineage::impact::ImpactPolicy::default_policy(),
             detector: threadline_analysis::DetectorConfig::default(),
             rca_rules: threadline_analysis::FaultRules::default_rules(),
+            alerts: None,
         }
     }
 }
@@ -76,6 +102,96 @@ struct FileConfig {
     #[serde(default)]
     tenants: Vec<FileTenant>,
     detector: Option<threadline_analysis::DetectorConfig>,
+    alerts: Option<FileAlerts>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileAlerts {
+    webhook: String,
+    #[serde(default)]
+    format: AlertFormat,
+    max_attempts: Option<u32>,
+    base_url: Option<String>,
+    #[serde(default)]
+    slo: Vec<FileSlo>,
+}
+
+/// One `[[alerts.slo]]`: a metric over a window on the requests the selector fields
+/// pick, against a threshold.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSlo {
+    name: String,
+    metric: String,
+    threshold: f64,
+    window: String,
+    tenant: Option<String>,
+    min_requests: Option<u64>,
+    service: Option<String>,
+    route: Option<String>,
+    model: Option<String>,
+    adapter: Option<String>,
+    instance: Option<String>,
+    image: Option<String>,
+    prompt_version: Option<String>,
+    ab_group: Option<String>,
+    gray_tag: Option<String>,
+    provider: Option<String>,
+}
+
+impl FileSlo {
+    fn rule(self, problems: &mut Vec<String>) -> Option<threadline_analysis::SloRule> {
+        use threadline_analysis::{Dimension, Metric};
+        let what = format!("alerts.slo {:?}", self.name);
+        let metric = Metric::parse(&self.metric).or_else(|| {
+            problems.push(format!(
+                "{what}: unknown metric {:?} (use {})",
+                self.metric,
+                Metric::ALL.map(Metric::as_str).join(", ")
+            ));
+            None
+        });
+        let window = match humantime::parse_duration(&self.window) {
+            Ok(d) if d.as_secs() >= 60 && d.as_secs() % 60 == 0 => {
+                Some((d.as_secs() / 60) as usize)
+            }
+            _ => {
+                problems.push(format!(
+                    "{what}: window {:?} must be a whole number of minutes, like \"5m\"",
+                    self.window
+                ));
+                None
+            }
+        };
+        if !self.threshold.is_finite() {
+            problems.push(format!("{what}: threshold must be a number"));
+        }
+        let selector: Vec<(Dimension, String)> = [
+            (Dimension::Service, self.service),
+            (Dimension::Route, self.route),
+            (Dimension::Model, self.model),
+            (Dimension::Adapter, self.adapter),
+            (Dimension::Instance, self.instance),
+            (Dimension::Image, self.image),
+            (Dimension::PromptVersion, self.prompt_version),
+            (Dimension::AbGroup, self.ab_group),
+            (Dimension::GrayTag, self.gray_tag),
+            (Dimension::Provider, self.provider),
+        ]
+        .into_iter()
+        .filter_map(|(d, v)| v.map(|v| (d, v)))
+        .collect();
+        Some(threadline_analysis::SloRule {
+            name: self.name,
+            tenant: self.tenant,
+            selector,
+            metric: metric?,
+            threshold: self.threshold,
+            window_minutes: window?,
+            min_requests: self.min_requests.unwrap_or(20),
+        })
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -238,6 +354,29 @@ impl ServerConfig {
                 }
             },
         };
+        let alerts = parsed.alerts.map(|a| {
+            if !(a.webhook.starts_with("http://") || a.webhook.starts_with("https://")) {
+                problems.push(format!(
+                    "alerts.webhook {:?} is not an http(s) URL",
+                    a.webhook
+                ));
+            }
+            let max_attempts = a.max_attempts.unwrap_or(5);
+            if max_attempts == 0 {
+                problems.push("alerts.max_attempts must be at least 1".to_owned());
+            }
+            AlertsConfig {
+                webhook: a.webhook,
+                format: a.format,
+                max_attempts,
+                base_url: a.base_url,
+                slo: a
+                    .slo
+                    .into_iter()
+                    .filter_map(|s| s.rule(&mut problems))
+                    .collect(),
+            }
+        });
         let detector = parsed.detector.unwrap_or_default();
         if !(detector.sensitivity.is_finite() && detector.sensitivity > 0.0) {
             problems.push(format!(
@@ -252,6 +391,7 @@ impl ServerConfig {
             ));
         }
         let config = ServerConfig {
+            alerts,
             detector,
             rca_rules,
             impact_policy,

@@ -2,38 +2,64 @@
 //! every few seconds, and on demand before incidents are read (so a client that just
 //! loaded traffic sees what it caused). A minute is closed once span time has moved
 //! past it (a newer minute holds cells); the detector's progress is stored with the
-//! incidents, so a restart resumes where it stopped.
+//! incidents, so a restart resumes where it stopped. The same pass evaluates the SLO
+//! rules and hands new and resolved incidents (with their top causes) and SLO
+//! breaches to the alert sink.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use threadline_analysis::{DetectorConfig, Incident, Watch};
+use threadline_analysis::{
+    DetectorConfig, FaultRules, Incident, SloEvent, SloRule, SloState, Watch,
+};
 use threadline_model::TenantId;
 use threadline_store::{SqliteStore, StoreError};
+
+use crate::alerts::{Alert, AlertSink};
 
 /// Minutes replayed (without reporting) to rebuild detector baselines after a restart.
 const WARM_MINUTES: i64 = 120;
 /// Minutes read from the store at a time.
 const CHUNK_MINUTES: i64 = 360;
 const INTERVAL: Duration = Duration::from_secs(5);
+/// Top causes an incident alert carries.
+const ALERT_CAUSES: usize = 3;
 
 struct TenantWatch {
     watch: Watch,
+    slo: Vec<(SloRule, SloState)>,
     processed: i64,
+    /// Open incidents whose opening was alerted (their resolution is alerted next).
+    alerted_open: HashSet<String>,
 }
 
 pub(crate) struct IncidentWatcher {
     store: SqliteStore,
     cfg: DetectorConfig,
+    rca_rules: Arc<FaultRules>,
+    alerts: Option<Arc<AlertSink>>,
     tenants: Mutex<HashMap<TenantId, Arc<Mutex<TenantWatch>>>>,
 }
 
+type Fed = (Vec<Incident>, Vec<(SloRule, SloEvent)>);
+
+fn poisoned() -> StoreError {
+    StoreError::Corrupt("incident watcher lock poisoned".into())
+}
+
 impl IncidentWatcher {
-    pub(crate) fn new(store: SqliteStore, cfg: DetectorConfig) -> Self {
+    pub(crate) fn new(
+        store: SqliteStore,
+        cfg: DetectorConfig,
+        rca_rules: Arc<FaultRules>,
+        alerts: Option<Arc<AlertSink>>,
+    ) -> Self {
         Self {
             store,
             cfg,
+            rca_rules,
+            alerts,
             tenants: Mutex::new(HashMap::new()),
         }
     }
@@ -54,10 +80,7 @@ impl IncidentWatcher {
         };
         let closed = last - 1;
         let slot = {
-            let mut tenants = self
-                .tenants
-                .lock()
-                .map_err(|_| StoreError::Corrupt("incident watcher lock poisoned".into()))?;
+            let mut tenants = self.tenants.lock().map_err(|_| poisoned())?;
             match tenants.get(tenant) {
                 Some(s) => Arc::clone(s),
                 None => {
@@ -70,46 +93,112 @@ impl IncidentWatcher {
                 }
             }
         };
-        let mut state = slot
-            .lock()
-            .map_err(|_| StoreError::Corrupt("incident watcher lock poisoned".into()))?;
+        let mut state = slot.lock().map_err(|_| poisoned())?;
         if closed <= state.processed {
             return Ok(());
         }
         let mut changed: BTreeMap<String, Incident> = BTreeMap::new();
+        let mut slo_events = Vec::new();
         let mut from = state.processed + 1;
         while from <= closed {
             let to = (from + CHUNK_MINUTES - 1).min(closed);
-            for incident in feed(&self.store, tenant, &mut state.watch, from, to)? {
+            let TenantWatch { watch, slo, .. } = &mut *state;
+            let (incidents, events) = feed(&self.store, tenant, watch, slo, from, to)?;
+            for incident in incidents {
                 changed.insert(incident.id.clone(), incident);
             }
+            slo_events.extend(events);
             from = to + 1;
         }
         state.processed = closed;
+        let changed: Vec<Incident> = changed.into_values().collect();
         self.store
-            .save_incidents(tenant, changed.into_values().collect(), closed)?
+            .save_incidents(tenant, changed.clone(), closed)?
             .wait_blocking()?;
+        if let Some(sink) = &self.alerts {
+            self.alert(sink, tenant, &mut state.alerted_open, changed, slo_events);
+        }
         Ok(())
     }
 
-    /// A watch for a tenant seen for the first time since start: baselines rebuilt from
-    /// the minutes before the stored mark, or a fresh start at the first minute.
+    /// Alerts for incidents that opened or resolved, and SLO events. Blocking (RCA).
+    fn alert(
+        &self,
+        sink: &AlertSink,
+        tenant: &TenantId,
+        alerted_open: &mut HashSet<String>,
+        changed: Vec<Incident>,
+        slo_events: Vec<(SloRule, SloEvent)>,
+    ) {
+        for incident in changed {
+            let news = if incident.is_open() {
+                alerted_open.insert(incident.id.clone())
+            } else {
+                alerted_open.remove(&incident.id)
+            };
+            if !news {
+                continue;
+            }
+            let causes = crate::rca_api::Target::of_incident(&incident, &self.cfg)
+                .and_then(|t| crate::rca_api::diagnose(&self.store, tenant, &self.rca_rules, t))
+                .map(|r| {
+                    r["candidates"]
+                        .as_array()
+                        .map(|c| c.iter().take(ALERT_CAUSES).cloned().collect())
+                        .unwrap_or_default()
+                })
+                .unwrap_or_else(|e| {
+                    tracing::warn!(incident = %incident.id, error = %e, "no causes for the alert");
+                    Vec::new()
+                });
+            sink.send(Alert::Incident {
+                tenant: tenant.clone(),
+                incident,
+                causes,
+            });
+        }
+        for (rule, event) in slo_events {
+            sink.send(Alert::Slo {
+                tenant: tenant.clone(),
+                rule,
+                event,
+            });
+        }
+    }
+
+    /// A watch for a tenant seen for the first time since start: baselines and SLO
+    /// windows rebuilt from the minutes before the stored mark (nothing is reported
+    /// again), or a fresh start at the first minute.
     fn resume(&self, tenant: &TenantId, first: i64) -> Result<TenantWatch, StoreError> {
         let mut watch = Watch::new(self.cfg.clone());
+        let mut slo: Vec<(SloRule, SloState)> = self
+            .alerts
+            .iter()
+            .flat_map(|a| a.rules.iter())
+            .filter(|r| r.tenant.as_deref().is_none_or(|t| t == tenant.as_str()))
+            .map(|r| (r.clone(), SloState::default()))
+            .collect();
         let processed = match self.store.detector_mark(tenant)? {
             Some(mark) => {
-                let _ = feed(
-                    &self.store,
-                    tenant,
-                    &mut watch,
-                    (mark - WARM_MINUTES).max(first),
-                    mark,
-                )?;
+                let from = (mark - WARM_MINUTES).max(first);
+                let _ = feed(&self.store, tenant, &mut watch, &mut slo, from, mark)?;
                 mark
             }
             None => first - 1,
         };
-        Ok(TenantWatch { watch, processed })
+        let alerted_open = self
+            .store
+            .incidents(tenant, i64::MIN, i64::MAX)?
+            .into_iter()
+            .filter(Incident::is_open)
+            .map(|i| i.id)
+            .collect();
+        Ok(TenantWatch {
+            watch,
+            slo,
+            processed,
+            alerted_open,
+        })
     }
 
     /// The background loop: every tenant, every few seconds, until the server stops.
@@ -136,22 +225,30 @@ impl IncidentWatcher {
     }
 }
 
-/// Feeds minutes `from..=to` to the watch; returns the incidents it opened or changed.
+/// Feeds minutes `from..=to` to the watch and the SLO rules; returns the incidents
+/// opened or changed and the SLO events.
 fn feed(
     store: &SqliteStore,
     tenant: &TenantId,
     watch: &mut Watch,
+    slo: &mut [(SloRule, SloState)],
     from: i64,
     to: i64,
-) -> Result<Vec<Incident>, StoreError> {
+) -> Result<Fed, StoreError> {
     let cells = store.rollup_cells(tenant, from, to)?;
     let mut by_minute: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
     for (i, (minute, _, _)) in cells.iter().enumerate() {
         by_minute.entry(*minute).or_default().push(i);
     }
-    let mut out = Vec::new();
+    let (mut incidents, mut events) = (Vec::new(), Vec::new());
     for (minute, rows) in by_minute {
-        out.extend(watch.push_minute(minute, rows.iter().map(|&i| (&cells[i].1, &cells[i].2))));
+        let of_minute = || rows.iter().map(|&i| (&cells[i].1, &cells[i].2));
+        incidents.extend(watch.push_minute(minute, of_minute()));
+        for (rule, state) in slo.iter_mut() {
+            if let Some(e) = state.push_minute(rule, minute, of_minute()) {
+                events.push((rule.clone(), e));
+            }
+        }
     }
-    Ok(out)
+    Ok((incidents, events))
 }

@@ -1,6 +1,7 @@
 //! Threadline's network edge: the OTLP/HTTP and OTLP/gRPC receivers, the JSON query
 //! API, API-key auth and the server configuration. The only crate with axum and tonic.
 
+mod alerts;
 mod assets_api;
 pub mod auth;
 pub mod bench;
@@ -34,7 +35,9 @@ use threadline_ingest::BodyLimits;
 use threadline_store::{SqliteConfig, SqliteStore, StoreError};
 use tokio::net::TcpListener;
 
-pub use config::{ConfigError, ConfigOverrides, ServerConfig, TenantKeys};
+pub use config::{
+    AlertFormat, AlertsConfig, ConfigError, ConfigOverrides, ServerConfig, TenantKeys,
+};
 pub use error::ApiError;
 
 #[derive(Debug, thiserror::Error)]
@@ -131,9 +134,23 @@ pub async fn serve_reporting(
         }
     };
 
+    let alert_sink = config.alerts.clone().map(|a| {
+        let base = a
+            .base_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", http.local_addr().unwrap_or(config.http_addr)));
+        alerts::AlertSink::start(
+            a,
+            base.trim_end_matches('/').to_owned(),
+            config.detector.clone(),
+        )
+    });
+    let rca_rules = Arc::new(config.rca_rules.clone());
     let watcher = Arc::new(incident_watch::IncidentWatcher::new(
         store.clone(),
         config.detector.clone(),
+        Arc::clone(&rca_rules),
+        alert_sink,
     ));
     Arc::clone(&watcher).spawn();
 
@@ -179,7 +196,7 @@ pub async fn serve_reporting(
     .merge(rca_api::router(rca_api::RcaState {
         watcher: Arc::clone(&watcher),
         auth: Arc::clone(&auth),
-        rules: Arc::new(config.rca_rules.clone()),
+        rules: rca_rules,
     }))
     .merge(metrics_api::router(metrics_api::MetricsState {
         store: store.clone(),

@@ -49,13 +49,51 @@ const UPSTREAM_DEPTH: usize = 8;
 const UPSTREAM_NODES: usize = 20_000;
 
 /// What to diagnose.
-struct Target {
+pub(crate) struct Target {
     filter: Vec<(Dimension, String)>,
     metric: Metric,
     co_anomalies: Vec<Metric>,
     onset_minute: i64,
     end_minute: i64,
     incident: Option<Value>,
+}
+
+impl Target {
+    /// The incident's series (service and route, or model), first metric, onset and
+    /// window; the other metrics it moved are co-anomalies.
+    pub(crate) fn of_incident(
+        incident: &threadline_analysis::Incident,
+        cfg: &threadline_analysis::DetectorConfig,
+    ) -> Result<Self, ApiError> {
+        let mut filter = vec![(Dimension::Service, incident.service.clone())];
+        if incident.route.is_empty() {
+            filter.push((Dimension::Model, incident.model.clone()));
+        } else {
+            filter.push((Dimension::Route, incident.route.clone()));
+        }
+        let metric = Metric::parse(&incident.metric)
+            .ok_or_else(|| ApiError::Internal(format!("incident metric {:?}", incident.metric)))?;
+        let co_anomalies = incident
+            .anomalies
+            .iter()
+            .filter_map(|a| Metric::parse(&a.metric))
+            .filter(|m| *m != metric)
+            .collect();
+        let end = incident
+            .end_minute
+            .unwrap_or(incident.onset_minute + DEFAULT_WINDOW_MINUTES - 1);
+        Ok(Self {
+            filter,
+            metric,
+            co_anomalies,
+            onset_minute: incident.onset_minute,
+            end_minute: end.clamp(
+                incident.onset_minute,
+                incident.onset_minute + MAX_WINDOW_MINUTES,
+            ),
+            incident: Some(incident_json(incident, cfg)),
+        })
+    }
 }
 
 const USAGE: &str = "use incident=ID, or route=R (or service= / model=) with metric=M and at=T";
@@ -101,34 +139,7 @@ fn parse_target(
             .store()
             .incident(tenant, &id)?
             .ok_or_else(|| ApiError::NotFound(format!("no incident {id:?}")))?;
-        let mut filter = vec![(Dimension::Service, incident.service.clone())];
-        if incident.route.is_empty() {
-            filter.push((Dimension::Model, incident.model.clone()));
-        } else {
-            filter.push((Dimension::Route, incident.route.clone()));
-        }
-        let metric = Metric::parse(&incident.metric)
-            .ok_or_else(|| ApiError::Internal(format!("incident metric {:?}", incident.metric)))?;
-        let co_anomalies = incident
-            .anomalies
-            .iter()
-            .filter_map(|a| Metric::parse(&a.metric))
-            .filter(|m| *m != metric)
-            .collect();
-        let end = incident
-            .end_minute
-            .unwrap_or(incident.onset_minute + DEFAULT_WINDOW_MINUTES - 1);
-        return Ok(Target {
-            filter,
-            metric,
-            co_anomalies,
-            onset_minute: incident.onset_minute,
-            end_minute: end.clamp(
-                incident.onset_minute,
-                incident.onset_minute + MAX_WINDOW_MINUTES,
-            ),
-            incident: Some(incident_json(&incident, watcher.config())),
-        });
+        return Target::of_incident(&incident, watcher.config());
     }
     let metric =
         metric.ok_or_else(|| ApiError::BadRequest(format!("metric is required: {USAGE}")))?;
@@ -181,7 +192,7 @@ fn column_of(dim: Dimension) -> Option<&'static str> {
 }
 
 /// Ranked candidates as JSON. Blocking.
-fn diagnose(
+pub(crate) fn diagnose(
     store: &SqliteStore,
     tenant: &TenantId,
     rules: &FaultRules,

@@ -465,3 +465,185 @@ fn demo_serves_and_the_cli_lists_incidents_ranks_causes_and_scores_health() {
         (Some(1.0), Some("healthy"))
     );
 }
+
+/// A webhook receiver: answers 500 to the first request, 200 after; keeps the bodies.
+struct Webhook {
+    url: String,
+    bodies: std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+    attempts: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Webhook {
+    fn start() -> Self {
+        use std::io::{BufRead, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let attempts = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (b, a) = (bodies.clone(), attempts.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+                let mut length = 0usize;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap_or(0);
+                    }
+                }
+                let mut body = vec![0u8; length];
+                let _ = reader.read_exact(&mut body);
+                let n = a.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let status = if n == 0 {
+                    "500 Internal Server Error"
+                } else {
+                    "200 OK"
+                };
+                if n > 0 {
+                    if let Ok(v) = serde_json::from_slice(&body) {
+                        b.lock().unwrap().push(v);
+                    }
+                }
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                );
+            }
+        });
+        Self {
+            url,
+            bodies,
+            attempts,
+        }
+    }
+
+    fn wait_for(&self, n: usize) -> Vec<serde_json::Value> {
+        for _ in 0..200 {
+            if self.bodies.lock().unwrap().len() >= n {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        self.bodies.lock().unwrap().clone()
+    }
+}
+
+/// 40 minutes on /v1/chat, 60 requests a minute; latency ×3 from minute 30.
+fn latency_step(server: &TestServer) {
+    let mut id = 10_000u64;
+    for minute in 0..40u64 {
+        let reqs: Vec<Req> = (0..60u64)
+            .map(|k| {
+                id += 1;
+                let jitter = 0.8 + 0.4 * ((k * 37 + minute * 11) % 60) as f64 / 60.0;
+                Req {
+                    id,
+                    start_s: (minute * 60 + k) as f64,
+                    ms: if minute >= 30 { 3000.0 } else { 1000.0 } * jitter,
+                    route: "/v1/chat",
+                    model: "llama-3-8b",
+                    attrs: vec![kv(
+                        "model.instance.id",
+                        if minute >= 30 && k % 2 == 0 {
+                            "i-2"
+                        } else {
+                            "i-1"
+                        },
+                    )],
+                    error: false,
+                }
+            })
+            .collect();
+        let resp = server.post_traces("application/x-protobuf", proto(&export("vllm", &reqs)), &[]);
+        assert_eq!(resp.status(), 200);
+    }
+}
+
+#[test]
+fn incidents_and_slo_breaches_reach_the_webhook_with_retries_in_both_formats() {
+    for format in ["threadline", "alertmanager"] {
+        let hook = Webhook::start();
+        let server = TestServer::start_with_config(Some(&format!(
+            "[alerts]\nwebhook = {:?}\nformat = {format:?}\nbase_url = \"https://threadline.example\"\n\n[[alerts.slo]]\nname = \"chat-p99\"\nroute = \"/v1/chat\"\nmetric = \"p99_latency\"\nthreshold = 2000.0\nwindow = \"2m\"\n",
+            hook.url
+        )));
+        latency_step(&server);
+        let (status, listed) = server.get("/api/v1/incidents", None);
+        assert_eq!(status, 200);
+        assert_eq!(listed["incidents"].as_array().unwrap().len(), 1, "{listed}");
+        let bodies = hook.wait_for(2);
+        assert!(
+            hook.attempts.load(std::sync::atomic::Ordering::SeqCst) >= 3,
+            "the first attempt failed and was retried"
+        );
+        assert_eq!(bodies.len(), 2, "{bodies:?}");
+        if format == "threadline" {
+            let incident = bodies.iter().find(|b| b["kind"] == "incident").unwrap();
+            assert_eq!(incident["status"], "firing");
+            assert_eq!(incident["incident"]["route"], "/v1/chat");
+            // i-2 joined at the step: the new instance, or its requests, lead.
+            let top = incident["causes"][0]["subject"].as_str().unwrap();
+            assert!(top.ends_with("i-2"), "{incident:#}");
+            assert!(incident["causes"].as_array().unwrap().len() <= 3);
+            assert!(incident["links"]["rca"]
+                .as_str()
+                .unwrap()
+                .starts_with("https://threadline.example/api/v1/rca?incident=inc-"));
+            let slo = bodies.iter().find(|b| b["kind"] == "slo").unwrap();
+            assert_eq!(
+                (slo["status"].as_str(), slo["rule"]["name"].as_str()),
+                (Some("firing"), Some("chat-p99"))
+            );
+            assert!(slo["value"].as_f64().unwrap() > 2000.0);
+        } else {
+            let alerts: Vec<&serde_json::Value> =
+                bodies.iter().flat_map(|b| b.as_array().unwrap()).collect();
+            let incident = alerts
+                .iter()
+                .find(|a| a["labels"]["alertname"] == "ThreadlineIncident")
+                .unwrap();
+            assert_eq!(incident["labels"]["route"], "/v1/chat");
+            assert!(incident["annotations"]["top_cause"]
+                .as_str()
+                .unwrap()
+                .contains("i-2"));
+            assert!(incident["startsAt"].as_str().unwrap().ends_with('Z'));
+            assert!(incident.get("endsAt").is_none());
+            let slo = alerts
+                .iter()
+                .find(|a| a["labels"]["alertname"] == "ThreadlineSLO")
+                .unwrap();
+            assert_eq!(slo["labels"]["slo"], "chat-p99");
+        }
+    }
+}
+
+#[test]
+fn bad_alert_and_detector_config_is_refused_with_every_problem_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("bad.toml");
+    std::fs::write(
+        &config,
+        "[detector]\nsensitivity = -1.0\n\n[alerts]\nwebhook = \"ftp://x\"\n\n[[alerts.slo]]\nname = \"s\"\nmetric = \"p98\"\nthreshold = 1.0\nwindow = \"90s\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_threadline"))
+        .args(["serve", "--config", config.to_str().unwrap(), "--data-dir"])
+        .arg(dir.path().join("data"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    for fragment in [
+        "detector.sensitivity -1",
+        "alerts.webhook \"ftp://x\" is not an http(s) URL",
+        "unknown metric \"p98\"",
+        "window \"90s\" must be a whole number of minutes",
+    ] {
+        assert!(err.contains(fragment), "{fragment:?} missing in {err}");
+    }
+}
