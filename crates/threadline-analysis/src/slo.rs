@@ -27,19 +27,10 @@ pub enum SloEvent {
 }
 
 /// The trailing window of one rule (for one tenant).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct SloState {
     window: VecDeque<(i64, RollupCell)>,
     breached: bool,
-}
-
-impl Default for SloState {
-    fn default() -> Self {
-        Self {
-            window: VecDeque::new(),
-            breached: false,
-        }
-    }
 }
 
 impl SloState {
