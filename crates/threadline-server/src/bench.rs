@@ -25,15 +25,29 @@ pub struct LineageBenchSize {
     pub samples: usize,
 }
 
-/// A small deterministic generator (xorshift): the same graph on every run.
-struct Rng(u64);
+/// A small deterministic generator (xorshift): the same data on every run.
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn below(&mut self, n: usize) -> usize {
+    pub(crate) fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+
+    fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
-        (self.0 % n.max(1) as u64) as usize
+        self.0
+    }
+
+    /// Uniform in [0, 1).
+    pub(crate) fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Approximately standard normal (sum of twelve uniforms).
+    pub(crate) fn gauss(&mut self) -> f64 {
+        (0..12).map(|_| self.unit()).sum::<f64>() - 6.0
     }
 }
 

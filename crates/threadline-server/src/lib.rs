@@ -5,6 +5,7 @@ mod alerts;
 mod assets_api;
 pub mod auth;
 pub mod bench;
+pub mod bench_diagnosis;
 pub mod config;
 mod cpu_pool;
 mod dto;

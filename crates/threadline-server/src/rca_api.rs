@@ -98,7 +98,7 @@ impl Target {
 
 const USAGE: &str = "use incident=ID, or route=R (or service= / model=) with metric=M and at=T";
 
-fn parse_target(
+pub(crate) fn parse_target(
     watcher: &IncidentWatcher,
     tenant: &TenantId,
     params: &[(String, String)],
