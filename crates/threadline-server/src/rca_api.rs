@@ -176,19 +176,10 @@ fn per_series(
     out.into_iter().map(|(k, c)| (k.clone(), c)).collect()
 }
 
-/// The span column an attribute dimension is stored in, for exemplar lookups.
+/// The span column an attribute dimension is stored in, for exemplar lookups: the
+/// columns carry the dimensions' names; gray tag and provider have none.
 fn column_of(dim: Dimension) -> Option<&'static str> {
-    Some(match dim {
-        Dimension::Service => "service",
-        Dimension::Route => "route",
-        Dimension::Model => "model",
-        Dimension::Adapter => "adapter",
-        Dimension::Instance => "instance",
-        Dimension::Image => "image",
-        Dimension::PromptVersion => "prompt_version",
-        Dimension::AbGroup => "ab_group",
-        Dimension::GrayTag | Dimension::Provider => return None,
-    })
+    (!matches!(dim, Dimension::GrayTag | Dimension::Provider)).then(|| dim.as_str())
 }
 
 /// Ranked candidates as JSON. Blocking.
