@@ -776,7 +776,7 @@ pub(crate) async fn run(
         print_report(&report, requests, spans, args.hours);
     }
     if !args.no_serve {
-        eprintln!(
+        println!(
             "\nServing on {base} (OTLP/HTTP {}, OTLP/gRPC {}) until Ctrl-C.",
             addrs.otlp_http, addrs.otlp_grpc
         );

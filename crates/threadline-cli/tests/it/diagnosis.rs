@@ -369,7 +369,10 @@ fn demo_serves_and_the_cli_lists_incidents_ranks_causes_and_scores_health() {
             "127.0.0.1:0",
         ])
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
+        .stderr(
+            std::fs::File::create(std::env::temp_dir().join("threadline-demo-test.log")).unwrap(),
+        )
+        .env("RUST_BACKTRACE", "1")
         .spawn()
         .unwrap();
     struct Kill(std::process::Child);
@@ -383,7 +386,8 @@ fn demo_serves_and_the_cli_lists_incidents_ranks_causes_and_scores_health() {
     let _guard = Kill(demo);
     let mut report = String::new();
     let mut base = None;
-    for line in std::io::BufReader::new(stdout).lines() {
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    for line in lines.by_ref() {
         let line = line.unwrap();
         report.push_str(&line);
         report.push('\n');
@@ -393,10 +397,12 @@ fn demo_serves_and_the_cli_lists_incidents_ranks_causes_and_scores_health() {
                 .strip_suffix("/api/v1/incidents")
                 .map(str::to_owned);
         }
-        if line.trim_start().starts_with("prometheus") {
+        if line.starts_with("Serving on ") {
             break;
         }
     }
+    // Keep reading: a closed pipe would fail the demo's next write.
+    std::thread::spawn(move || lines.for_each(drop));
     assert!(report.contains("Incidents found: 4"), "{report}");
     assert_eq!(report.matches("  ok   ").count(), 4, "{report}");
     let base = base.unwrap_or_else(|| panic!("no URLs in\n{report}"));
