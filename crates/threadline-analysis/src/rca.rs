@@ -32,7 +32,7 @@ use crate::metric::Metric;
 use crate::rollup::{Dimension, RollupCell, SeriesKey};
 
 /// Attribute dimensions contrasted (service is the scope, not a cause).
-pub const CONTRASTED: [Dimension; 9] = [
+pub const CONTRASTED: [Dimension; 10] = [
     Dimension::Adapter,
     Dimension::Instance,
     Dimension::Image,
@@ -42,6 +42,7 @@ pub const CONTRASTED: [Dimension; 9] = [
     Dimension::Provider,
     Dimension::Model,
     Dimension::Route,
+    Dimension::UpstreamService,
 ];
 
 /// A change seen in the lineage graph upstream of the affected series.

@@ -30,10 +30,13 @@ pub enum Dimension {
     AbGroup,
     GrayTag,
     Provider,
+    /// The service of the nearest ancestor span (in the export request) that belongs
+    /// to another service: who called.
+    UpstreamService,
 }
 
 impl Dimension {
-    pub const ALL: [Dimension; 10] = [
+    pub const ALL: [Dimension; 11] = [
         Dimension::Service,
         Dimension::Route,
         Dimension::Model,
@@ -44,6 +47,7 @@ impl Dimension {
         Dimension::AbGroup,
         Dimension::GrayTag,
         Dimension::Provider,
+        Dimension::UpstreamService,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -58,6 +62,7 @@ impl Dimension {
             Dimension::AbGroup => "ab_group",
             Dimension::GrayTag => "gray_tag",
             Dimension::Provider => "provider",
+            Dimension::UpstreamService => "upstream_service",
         }
     }
 
@@ -72,7 +77,7 @@ impl Dimension {
 
 /// The dimension values of one series; `""` where requests carried none.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct SeriesKey([String; 10]);
+pub struct SeriesKey([String; 11]);
 
 impl SeriesKey {
     pub fn get(&self, dim: Dimension) -> &str {
@@ -157,6 +162,17 @@ impl SeriesKey {
                 String::new()
             };
             let s = |v: Option<&str>| v.unwrap_or_default().to_owned();
+            let mut upstream = String::new();
+            let mut at = parent(i);
+            let mut hops = 0;
+            while let (Some(p), true) = (at, hops <= 64) {
+                if spans[p].service != span.service {
+                    upstream = spans[p].service.clone();
+                    break;
+                }
+                at = parent(p);
+                hops += 1;
+            }
             out.push((
                 i,
                 SeriesKey([
@@ -170,6 +186,7 @@ impl SeriesKey {
                     inherited(|l| l.ab_group.as_ref()),
                     inherited(|l| l.gray_tag.as_ref()),
                     s(llm.provider.as_deref()),
+                    upstream,
                 ]),
             ));
         }
@@ -181,8 +198,17 @@ impl SeriesKey {
         serde_json::to_string(&self.0).unwrap_or_default()
     }
 
+    /// Keys stored before a dimension was added have fewer values: the rest are blank.
     pub fn from_text(text: &str) -> Option<Self> {
-        serde_json::from_str(text).ok().map(SeriesKey)
+        let values: Vec<String> = serde_json::from_str(text).ok()?;
+        let mut key = SeriesKey::default();
+        if values.len() > key.0.len() {
+            return None;
+        }
+        for (slot, v) in key.0.iter_mut().zip(values) {
+            *slot = v;
+        }
+        Some(key)
     }
 
     /// (dimension, value) pairs that are set.
@@ -511,6 +537,7 @@ mod tests {
             ("vllm", "/v1/chat", "llama")
         );
         assert_eq!(key.get(Dimension::AbGroup), "B");
+        assert_eq!(key.get(Dimension::UpstreamService), "gateway");
         assert_eq!(SeriesKey::from_text(&key.to_text()).as_ref(), Some(key));
         // Alone, the gateway span is the request.
         assert_eq!(SeriesKey::requests(&[gateway]).len(), 1);

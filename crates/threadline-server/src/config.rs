@@ -138,6 +138,7 @@ struct FileSlo {
     ab_group: Option<String>,
     gray_tag: Option<String>,
     provider: Option<String>,
+    upstream_service: Option<String>,
 }
 
 impl FileSlo {
@@ -178,6 +179,7 @@ impl FileSlo {
             (Dimension::AbGroup, self.ab_group),
             (Dimension::GrayTag, self.gray_tag),
             (Dimension::Provider, self.provider),
+            (Dimension::UpstreamService, self.upstream_service),
         ]
         .into_iter()
         .filter_map(|(d, v)| v.map(|v| (d, v)))

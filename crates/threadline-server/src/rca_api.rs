@@ -177,9 +177,23 @@ fn per_series(
 }
 
 /// The span column an attribute dimension is stored in, for exemplar lookups: the
-/// columns carry the dimensions' names; gray tag and provider have none.
+/// columns carry the dimensions' names; gray tag, provider and the upstream service
+/// have none.
 fn column_of(dim: Dimension) -> Option<&'static str> {
-    (!matches!(dim, Dimension::GrayTag | Dimension::Provider)).then(|| dim.as_str())
+    let stored = !matches!(
+        dim,
+        Dimension::GrayTag | Dimension::Provider | Dimension::UpstreamService
+    );
+    stored.then(|| dim.as_str())
+}
+
+fn reason_shares(cell: &RollupCell) -> Value {
+    let n = cell.requests.max(1) as f64;
+    cell.rejections
+        .iter()
+        .map(|(r, k)| (r.clone(), json!(*k as f64 / n)))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
 }
 
 /// Ranked candidates as JSON. Blocking.
@@ -328,6 +342,11 @@ pub(crate) fn diagnose(
         "metric_during": value(&window_all, target.end_minute - target.onset_minute + 1),
         "requests_before": base_all.requests,
         "requests_during": window_all.requests,
+        // Which refusals moved: share of requests per rejection reason.
+        "rejections_by_reason": {
+            "before": reason_shares(&base_all),
+            "during": reason_shares(&window_all),
+        },
         "confidence_formula": "1 - (1 - contrast) * (1 - proximity / 2) * (1 - rule)",
         "candidates": candidates,
     }))

@@ -450,6 +450,47 @@ fn demo_serves_and_the_cli_lists_incidents_ranks_causes_and_scores_health() {
     let by_time: serde_json::Value = serde_json::from_str(&json_text).unwrap();
     assert_eq!(by_time["candidates"][0]["subject"], "adapter:fin-lora@7");
     assert!(by_time["metric_during"].as_f64() > by_time["metric_before"].as_f64());
+    // The overflow incident: the refusals that moved are in the evidence.
+    let overflow = listed["incidents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["route"] == "/v1/support" && i["metric"] == "error_rate")
+        .unwrap();
+    let (ok, text, err) = cli(&[
+        "rca",
+        "--incident",
+        overflow["id"].as_str().unwrap(),
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let rca: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let during = rca["rejections_by_reason"]["during"]["context_overflow"]
+        .as_f64()
+        .unwrap();
+    assert!(during > 0.1, "{}", rca["rejections_by_reason"]);
+    assert!(rca["rejections_by_reason"]["before"]
+        .get("context_overflow")
+        .is_none());
+    // Requests by who called them: the gateway's span is the model call's parent.
+    let from = chat["onset_unix"].as_i64().unwrap() - 3600;
+    let by_caller = client()
+        .get(format!(
+            "{base}/api/v1/metrics?metric=request_rate&group_by=upstream_service&from={from}&step=1h"
+        ))
+        .send()
+        .unwrap()
+        .json::<serde_json::Value>()
+        .unwrap();
+    assert_eq!(
+        by_caller["series"].as_array().unwrap().len(),
+        1,
+        "{by_caller}"
+    );
+    assert_eq!(
+        by_caller["series"][0]["labels"]["upstream_service"],
+        "llm-gateway"
+    );
     let (ok, _, err) = cli(&["rca", "--route", "/v1/chat"]);
     assert!(!ok && err.contains("metric"), "{err}");
     // Health: the drifted version, what it feeds, and a healthy route.
