@@ -29,6 +29,8 @@ pub struct ServerConfig {
     pub rca_rules: threadline_analysis::FaultRules,
     /// Where incidents and SLO breaches are sent (`[alerts]`); none when absent.
     pub alerts: Option<AlertsConfig>,
+    /// What counts as drift between dataset versions (`[drift]`).
+    pub drift: threadline_analysis::DriftConfig,
 }
 
 /// `[alerts]`: a webhook for incidents and SLO breaches.
@@ -89,6 +91,7 @@ impl Default for ServerConfig {
             detector: threadline_analysis::DetectorConfig::default(),
             rca_rules: threadline_analysis::FaultRules::default_rules(),
             alerts: None,
+            drift: threadline_analysis::DriftConfig::default(),
         }
     }
 }
@@ -103,6 +106,7 @@ struct FileConfig {
     tenants: Vec<FileTenant>,
     detector: Option<threadline_analysis::DetectorConfig>,
     alerts: Option<FileAlerts>,
+    drift: Option<threadline_analysis::DriftConfig>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -379,6 +383,16 @@ impl ServerConfig {
                     .collect(),
             }
         });
+        let drift = parsed.drift.unwrap_or_default();
+        if !(drift.count_ratio > 1.0
+            && drift.null_rate_points > 0.0
+            && drift.entropy_drop_bits > 0.0)
+        {
+            problems.push(format!(
+                "drift: count_ratio ({}) must be above 1, null_rate_points ({}) and entropy_drop_bits ({}) above 0",
+                drift.count_ratio, drift.null_rate_points, drift.entropy_drop_bits
+            ));
+        }
         let detector = parsed.detector.unwrap_or_default();
         if !(detector.sensitivity.is_finite() && detector.sensitivity > 0.0) {
             problems.push(format!(
@@ -393,6 +407,7 @@ impl ServerConfig {
             ));
         }
         let config = ServerConfig {
+            drift,
             alerts,
             detector,
             rca_rules,

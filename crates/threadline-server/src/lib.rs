@@ -82,6 +82,7 @@ pub async fn serve_reporting(
 ) -> Result<(), ServeError> {
     let store_config = SqliteConfig {
         max_queued_batches: config.max_queued_batches,
+        drift: config.drift.clone(),
         ..SqliteConfig::default()
     };
     let store = SqliteStore::open(&config.data_dir, store_config)?;

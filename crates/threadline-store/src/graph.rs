@@ -34,6 +34,8 @@ pub(crate) struct GraphCache {
     /// dataset row → (newest version row, its first seen): inputs without a version
     /// facet read the newest version.
     current_version: HashMap<i64, (i64, i64)>,
+    /// What counts as drift (a setting, kept across resets).
+    pub(crate) drift: threadline_analysis::DriftConfig,
 }
 
 impl GraphCache {
@@ -267,7 +269,7 @@ pub(crate) fn apply(
         apply_run_transition(tx, tenant_id, run, cache)?;
     }
     for row in touched_versions {
-        refresh_drift(tx, row)?;
+        refresh_drift(tx, row, &cache.drift)?;
     }
     if let Some((run_id, marker)) = run_event {
         tx.prepare_cached(
@@ -523,7 +525,11 @@ fn insert_edge_rows(
 
 /// Recomputes the drift of a dataset version against the version before it (by first
 /// seen) and keeps it as the version's `drift` property.
-fn refresh_drift(tx: &Connection, row: i64) -> rusqlite::Result<()> {
+fn refresh_drift(
+    tx: &Connection,
+    row: i64,
+    cfg: &threadline_analysis::DriftConfig,
+) -> rusqlite::Result<()> {
     let current: Option<(String, i64, i64)> = tx
         .prepare_cached(
             "SELECT v.props, v.first_seen_ns, e.src FROM graph_nodes v
@@ -550,11 +556,7 @@ fn refresh_drift(tx: &Connection, row: i64) -> rusqlite::Result<()> {
         return Ok(());
     };
     let parse = |t: &str| serde_json::from_str::<serde_json::Value>(t).unwrap_or_default();
-    let found = threadline_analysis::drift(
-        &parse(&previous_props),
-        &parse(&props),
-        &threadline_analysis::DriftConfig::default(),
-    );
+    let found = threadline_analysis::drift(&parse(&previous_props), &parse(&props), cfg);
     match found {
         Some(mut drift) => {
             drift["previous_version"] =

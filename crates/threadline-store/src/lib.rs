@@ -75,6 +75,8 @@ pub struct SqliteConfig {
     pub max_queued_bytes: usize,
     /// Most spans committed in one transaction.
     pub max_spans_per_commit: usize,
+    /// What counts as drift between dataset versions.
+    pub drift: threadline_analysis::DriftConfig,
 }
 
 impl Default for SqliteConfig {
@@ -83,6 +85,7 @@ impl Default for SqliteConfig {
             max_queued_batches: 1024,
             max_queued_bytes: 256 * 1024 * 1024,
             max_spans_per_commit: 20_000,
+            drift: threadline_analysis::DriftConfig::default(),
         }
     }
 }

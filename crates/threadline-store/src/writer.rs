@@ -288,9 +288,10 @@ impl WriterHandle {
         let counters = Arc::new(Counters::default());
         let thread_counters = Arc::clone(&counters);
         let max_spans = config.max_spans_per_commit;
+        let drift = config.drift.clone();
         std::thread::Builder::new()
             .name("threadline-writer".to_owned())
-            .spawn(move || run_writer(conn, path, receiver, thread_counters, max_spans))
+            .spawn(move || run_writer(conn, path, receiver, thread_counters, max_spans, drift))
             .map_err(|source| StoreError::Thread {
                 name: "threadline-writer",
                 source,
@@ -376,14 +377,25 @@ struct WriterCache {
     graph: crate::graph::GraphCache,
 }
 
+impl WriterCache {
+    /// Forgets every remembered row (after a rollback); settings stay.
+    fn reset(&mut self) {
+        let drift = std::mem::take(&mut self.graph.drift);
+        *self = Self::default();
+        self.graph.drift = drift;
+    }
+}
+
 fn run_writer(
     mut conn: Connection,
     path: PathBuf,
     receiver: Receiver<Job>,
     counters: Arc<Counters>,
     max_spans: usize,
+    drift: threadline_analysis::DriftConfig,
 ) {
     let mut cache = WriterCache::default();
+    cache.graph.drift = drift;
     let mut ledger = crate::rollups::RollupLedger::default();
     let mut written_since_checkpoint = 0usize;
     while let Ok(first) = receiver.recv() {
@@ -438,7 +450,7 @@ fn run_writer(
             Err(e) => {
                 tracing::error!(path = %path.display(), error = %e, "commit failed");
                 // The transaction rolled back: forget what it may have inserted.
-                cache = WriterCache::default();
+                cache.reset();
                 ledger.rolled_back();
                 vec![Err(e.to_string()); jobs.len()]
             }

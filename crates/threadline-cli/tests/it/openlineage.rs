@@ -523,3 +523,50 @@ fn a_drifted_dataset_version_carries_its_drift_in_lineage_queries() {
         .collect();
     assert_eq!(kinds, ["field_added", "null_rate"], "{drift}");
 }
+
+#[test]
+fn drift_thresholds_come_from_the_config() {
+    let server = TestServer::start_with_config(Some("[drift]\nnull_rate_points = 20.0\n"));
+    let fields = [("question", "string"), ("answer", "string")];
+    let more = [
+        ("question", "string"),
+        ("answer", "string"),
+        ("source", "string"),
+    ];
+    for event in [
+        training_read(
+            "01935a2e-0000-7000-8000-000000000011",
+            "v1",
+            &fields,
+            10_000,
+            100,
+        ),
+        training_read(
+            "01935a2e-0000-7000-8000-000000000012",
+            "v2",
+            &more,
+            11_000,
+            1_320,
+        ),
+    ] {
+        let (status, body) =
+            server.post_json("/api/v1/lineage", event.to_string().into_bytes(), &[], None);
+        assert_eq!(status, 201, "{body}");
+    }
+    let (status, body) = server.get(
+        &format!(
+            "/api/v1/lineage/{}?depth=0",
+            encode_node("dataset_version:warehouse:fin-qa@v2")
+        ),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    // 1 % → 12 % nulls is under the configured 20 points: only the new field is drift.
+    let kinds: Vec<&str> = body["nodes"][0]["props"]["drift"]["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["field_added"], "{body}");
+}
