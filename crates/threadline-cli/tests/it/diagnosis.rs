@@ -580,7 +580,7 @@ impl Webhook {
 }
 
 /// 40 minutes on /v1/chat, 60 requests a minute; latency ×3 from minute 30.
-fn latency_step(server: &TestServer) {
+fn latency_step(server: &TestServer, headers: &[(&str, &str)]) {
     let mut id = 10_000u64;
     for minute in 0..40u64 {
         let reqs: Vec<Req> = (0..60u64)
@@ -605,7 +605,11 @@ fn latency_step(server: &TestServer) {
                 }
             })
             .collect();
-        let resp = server.post_traces("application/x-protobuf", proto(&export("vllm", &reqs)), &[]);
+        let resp = server.post_traces(
+            "application/x-protobuf",
+            proto(&export("vllm", &reqs)),
+            headers,
+        );
         assert_eq!(resp.status(), 200);
     }
 }
@@ -618,7 +622,7 @@ fn incidents_and_slo_breaches_reach_the_webhook_with_retries_in_both_formats() {
             "[alerts]\nwebhook = {:?}\nformat = {format:?}\nbase_url = \"https://threadline.example\"\n\n[[alerts.slo]]\nname = \"chat-p99\"\nroute = \"/v1/chat\"\nmetric = \"p99_latency\"\nthreshold = 2000.0\nwindow = \"2m\"\n",
             hook.url
         )));
-        latency_step(&server);
+        latency_step(&server, &[]);
         let (status, listed) = server.get("/api/v1/incidents", None);
         assert_eq!(status, 200);
         assert_eq!(listed["incidents"].as_array().unwrap().len(), 1, "{listed}");
@@ -693,4 +697,73 @@ fn bad_alert_and_detector_config_is_refused_with_every_problem_named() {
     ] {
         assert!(err.contains(fragment), "{fragment:?} missing in {err}");
     }
+}
+
+#[test]
+fn diagnosis_is_per_tenant_on_every_endpoint() {
+    let server = TestServer::start_with_config(Some(
+        "[[tenants]]\nid = \"acme\"\napi_keys = [\"acme-secret-key-0001\"]\n\n[[tenants]]\nid = \"globex\"\napi_keys = [\"globex-secret-key-0002\"]\n",
+    ));
+    let (acme, globex) = ("acme-secret-key-0001", "globex-secret-key-0002");
+    latency_step(&server, &[("authorization", &format!("Bearer {acme}"))]);
+    let range = format!("from={T0_S}&to={}", T0_S + 40 * 60);
+    let metrics = format!("/api/v1/metrics?metric=request_rate&step=1h&{range}");
+    let (status, mine) = server.get(&metrics, Some(acme));
+    assert_eq!(status, 200, "{mine}");
+    assert_eq!(mine["series"].as_array().unwrap().len(), 1);
+    let (_, theirs) = server.get(&metrics, Some(globex));
+    assert_eq!(theirs["series"], serde_json::json!([]));
+    let (_, mine) = server.get("/api/v1/incidents", Some(acme));
+    let incidents = mine["incidents"].as_array().unwrap();
+    assert_eq!(incidents.len(), 1, "{mine}");
+    let id = incidents[0]["id"].as_str().unwrap();
+    let (_, theirs) = server.get("/api/v1/incidents", Some(globex));
+    assert_eq!(theirs["incidents"], serde_json::json!([]));
+    for path in [
+        format!("/api/v1/incidents/{id}"),
+        format!("/api/v1/rca?incident={id}"),
+        "/api/v1/node-health/route:%2Fv1%2Fchat".to_owned(),
+    ] {
+        assert_eq!(server.get(&path, Some(acme)).0, 200, "{path}");
+        assert_eq!(server.get(&path, Some(globex)).0, 404, "{path}");
+        assert_eq!(server.get(&path, None).0, 401, "{path}");
+    }
+    // RCA by route for the other tenant finds nothing to blame.
+    let (status, rca) = server.get(
+        &format!(
+            "/api/v1/rca?route=/v1/chat&metric=p99_latency&at={}",
+            T0_S + 30 * 60
+        ),
+        Some(globex),
+    );
+    assert_eq!(status, 200);
+    assert_eq!(
+        (
+            rca["requests_during"].as_u64(),
+            rca["candidates"].as_array().map(Vec::len)
+        ),
+        (Some(0), Some(0))
+    );
+    let scrape = |key: &str| {
+        client()
+            .get(format!("{}/metrics", server.api))
+            .bearer_auth(key)
+            .send()
+            .unwrap()
+            .text()
+            .unwrap()
+    };
+    assert!(
+        scrape(acme).contains("threadline_llm_requests_total{service=\"vllm\",route=\"/v1/chat\"")
+    );
+    let other = scrape(globex);
+    assert!(!other.contains("/v1/chat"), "{other}");
+    assert_eq!(
+        client()
+            .get(format!("{}/metrics", server.api))
+            .send()
+            .unwrap()
+            .status(),
+        401
+    );
 }
