@@ -251,4 +251,26 @@ mod tests {
         );
         assert_eq!(d["changes"][3]["to_percent"], 12.0);
     }
+
+    #[test]
+    fn odd_facets_never_panic_and_zero_rows_are_handled() {
+        let cfg = DriftConfig::default();
+        let odd = [
+            json!(null),
+            json!({"facets": {"schema": {"fields": "not a list"}}}),
+            json!({"facets": {"schema": {"fields": [{"name": 3}, {"type": "x"}]}}}),
+            json!({"inputFacets": {"dataQualityMetrics": {"rowCount": "many", "columnMetrics": {"a": {"nullCount": -5, "histogram": {"x": "y"}}}}}}),
+            json!({"inputFacets": {"dataQualityMetrics": {"rowCount": 0, "columnMetrics": {"a": {"nullCount": 0, "distinctCount": 0, "histogram": {}}}}}}),
+            json!({"outputFacets": {"outputStatistics": {"rowCount": 1e308}}}),
+        ];
+        for a in &odd {
+            for b in &odd {
+                let _ = drift(a, b, &cfg);
+            }
+        }
+        let empty = json!({"outputFacets": {"outputStatistics": {"rowCount": 0}}});
+        let full = json!({"outputFacets": {"outputStatistics": {"rowCount": 500}}});
+        let d = drift(&empty, &full, &cfg).unwrap();
+        assert_eq!(d["changes"][0]["kind"], "row_count");
+    }
 }
