@@ -1,5 +1,6 @@
 //! `GET /api/v1/node-health/{node_id}`: the health of a lineage node — freshness of the
-//! datasets and jobs upstream against their usual cadence, drift on dataset versions
+//! datasets and jobs upstream against their usual cadence (at the tenant's newest span
+//! time), drift on dataset versions
 //! upstream, open incidents on the routes it serves — scored by
 //! `threadline_analysis::health`.
 
@@ -64,9 +65,14 @@ fn walk(
 fn health(watcher: &IncidentWatcher, tenant: &TenantId, name: &str) -> Result<Value, ApiError> {
     let store = watcher.store();
     let node = resolve_one(store, tenant, name)?;
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64);
+    // "Now" is span time, like the rest of diagnosis: the end of the tenant's newest
+    // minute of traffic (wall-clock time only for a tenant without any).
+    let now = match store.rollup_minute_range(tenant)? {
+        Some((_, last)) => (last + 1) * threadline_analysis::BUCKET_NS,
+        None => SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i64),
+    };
     let mut factors = Vec::new();
     let upstream = walk(
         store,
