@@ -767,3 +767,71 @@ fn diagnosis_is_per_tenant_on_every_endpoint() {
         401
     );
 }
+
+#[test]
+fn a_dataset_late_against_its_cadence_is_stale_and_lowers_what_it_feeds() {
+    let server = TestServer::start();
+    // Versions every day for four days, then nothing for six: traffic keeps coming.
+    let day = 86_400u64;
+    for (n, v) in ["v1", "v2", "v3", "v4"].iter().enumerate() {
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(T0_S + n as u64 * day);
+        let event = serde_json::json!({
+            "eventType": "COMPLETE",
+            "eventTime": humantime::format_rfc3339_seconds(t).to_string(),
+            "producer": "https://example.com/etl",
+            "schemaURL": "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent",
+            "run": {"runId": format!("01935a2e-0000-7000-8000-00000000010{n}")},
+            "job": {"namespace": "etl", "name": "export-tickets"},
+            "inputs": [],
+            "outputs": [{"namespace": "warehouse", "name": "tickets",
+                "facets": {"version": {"_producer": "p", "_schemaURL": "s", "datasetVersion": v}}}]
+        });
+        let (status, body) =
+            server.post_json("/api/v1/lineage", event.to_string().into_bytes(), &[], None);
+        assert_eq!(status, 201, "{body}");
+    }
+    let later: Vec<Req> = (0..30u64)
+        .map(|i| Req {
+            id: 70_000 + i,
+            start_s: (10 * day) as f64 + i as f64,
+            ms: 100.0,
+            route: "/v1/chat",
+            model: "llama-3-8b",
+            attrs: vec![],
+            error: false,
+        })
+        .collect();
+    let resp = server.post_traces(
+        "application/x-protobuf",
+        proto(&export("vllm", &later)),
+        &[],
+    );
+    assert_eq!(resp.status(), 200);
+    let (status, health) = server.get("/api/v1/node-health/dataset:warehouse:tickets", None);
+    assert_eq!(status, 200, "{health}");
+    let stale = health["factors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "stale")
+        .unwrap_or_else(|| panic!("{health}"));
+    assert!(
+        stale["detail"]
+            .as_str()
+            .unwrap()
+            .contains("usually every 24.0 h"),
+        "{stale}"
+    );
+    assert!(health["score"].as_f64().unwrap() < 1.0);
+    // Downstream of it, the version it wrote last is less healthy too (half the penalty).
+    let (_, version) = server.get(
+        &format!(
+            "/api/v1/node-health/{}",
+            encode_node("dataset_version:warehouse:tickets@v4")
+        ),
+        None,
+    );
+    let penalty = |h: &serde_json::Value| h["factors"][0]["penalty"].as_f64().unwrap();
+    assert_eq!(version["factors"][0]["kind"], "stale", "{version}");
+    assert!((penalty(&version) * 2.0 - penalty(&health)).abs() < 1e-9);
+}
