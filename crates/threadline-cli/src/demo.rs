@@ -352,7 +352,8 @@ fn export(gateway: Vec<Span>, inference: Vec<Span>) -> ExportTraceServiceRequest
     }
 }
 
-/// The traffic, minute by minute, as export requests of about `per_request` requests.
+/// The traffic, minute by minute (minute `m` is scenario minute `m - offset`), as export
+/// requests of whole minutes, at least 400 requests each.
 fn traffic(
     seed: u64,
     start_minute: i64,
