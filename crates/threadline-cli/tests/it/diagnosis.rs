@@ -835,3 +835,41 @@ fn a_dataset_late_against_its_cadence_is_stale_and_lowers_what_it_feeds() {
     assert_eq!(version["factors"][0]["kind"], "stale", "{version}");
     assert!((penalty(&version) * 2.0 - penalty(&health)).abs() < 1e-9);
 }
+
+#[test]
+fn incidents_survive_a_kill_and_the_detector_resumes_where_it_stopped() {
+    let mut server = TestServer::start();
+    latency_step(&server, &[]);
+    let (_, before) = server.get("/api/v1/incidents", None);
+    let incidents = before["incidents"].as_array().unwrap().clone();
+    assert_eq!(incidents.len(), 1, "{before}");
+    assert_eq!(incidents[0]["status"], "open");
+    server.restart();
+    // Back to normal for ten minutes after the restart: the same incident resolves,
+    // no second one opens (baselines were rebuilt from the stored rollups).
+    let mut id = 90_000u64;
+    for minute in 40..50u64 {
+        let reqs: Vec<Req> = (0..60u64)
+            .map(|k| {
+                id += 1;
+                Req {
+                    id,
+                    start_s: (minute * 60 + k) as f64,
+                    ms: 1000.0 * (0.8 + 0.4 * ((k * 37 + minute * 11) % 60) as f64 / 60.0),
+                    route: "/v1/chat",
+                    model: "llama-3-8b",
+                    attrs: vec![kv("model.instance.id", "i-1")],
+                    error: false,
+                }
+            })
+            .collect();
+        let resp = server.post_traces("application/x-protobuf", proto(&export("vllm", &reqs)), &[]);
+        assert_eq!(resp.status(), 200);
+    }
+    let (_, after) = server.get("/api/v1/incidents", None);
+    let list = after["incidents"].as_array().unwrap();
+    assert_eq!(list.len(), 1, "{after}");
+    assert_eq!(list[0]["id"], incidents[0]["id"]);
+    assert_eq!(list[0]["status"], "resolved", "{after}");
+    assert_eq!(list[0]["end"].as_str().unwrap(), "2026-11-01T10:40:00Z");
+}
