@@ -57,6 +57,26 @@ impl Metric {
         Self::ALL.into_iter().find(|m| m.as_str() == name)
     }
 
+    /// `parse`, with a message naming the value and the metrics there are.
+    pub fn named(name: &str) -> Result<Self, String> {
+        Self::parse(name).ok_or_else(|| {
+            format!(
+                "unknown metric {name:?}: use one of {}",
+                Self::ALL.map(Metric::as_str).join(", ")
+            )
+        })
+    }
+
+    /// The latency quantile a latency metric reads (`None` for the others).
+    pub fn latency_quantile(self) -> Option<f64> {
+        match self {
+            Metric::P50Latency => Some(0.5),
+            Metric::P95Latency => Some(0.95),
+            Metric::P99Latency => Some(0.99),
+            _ => None,
+        }
+    }
+
     pub fn unit(self) -> &'static str {
         match self {
             Metric::RequestRate => "requests/s",
@@ -102,9 +122,9 @@ impl Metric {
             Metric::RequestRate => (seconds > 0.0).then(|| cell.requests as f64 / seconds),
             Metric::ErrorRate => ratio(cell.errors, cell.requests),
             Metric::RejectionRate => ratio(cell.rejected(), cell.requests),
-            Metric::P50Latency => quantile(&cell.latency_ms, 0.5),
-            Metric::P95Latency => quantile(&cell.latency_ms, 0.95),
-            Metric::P99Latency => quantile(&cell.latency_ms, 0.99),
+            Metric::P50Latency | Metric::P95Latency | Metric::P99Latency => {
+                quantile(&cell.latency_ms, self.latency_quantile()?)
+            }
             Metric::TtftP99 => quantile(&cell.ttft_ms, 0.99),
             Metric::TokensPerS => {
                 (cell.gen_seconds > 0.0).then(|| cell.gen_tokens as f64 / cell.gen_seconds)

@@ -105,9 +105,7 @@ impl FaultRules {
         let rules: FaultRules = toml::from_str(text).map_err(|e| e.to_string())?;
         for r in &rules.rules {
             for m in r.when.iter().chain(r.with_anomaly.iter()) {
-                if Metric::parse(m).is_none() {
-                    return Err(format!("rule {:?}: unknown metric {m:?}", r.name));
-                }
+                Metric::named(m).map_err(|e| format!("rule {:?}: {e}", r.name))?;
             }
             if let Some(d) = &r.blames {
                 if Dimension::parse(d).is_none() {
@@ -166,24 +164,12 @@ struct Contrast {
     metric_window: Option<f64>,
 }
 
-fn merged<'a>(cells: impl IntoIterator<Item = &'a RollupCell>) -> RollupCell {
-    let mut out = RollupCell::default();
-    for c in cells {
-        out.merge(c);
-    }
-    out
-}
-
 /// (bad mass, total mass) of a cell for `metric`, against the baseline.
 fn bad_mass(metric: Metric, cell: &RollupCell, base: &RollupCell) -> (f64, f64) {
     let n = cell.requests as f64;
     match metric {
         Metric::P50Latency | Metric::P95Latency | Metric::P99Latency => {
-            let q = match metric {
-                Metric::P50Latency => 0.5,
-                Metric::P95Latency => 0.95,
-                _ => 0.99,
-            };
+            let q = metric.latency_quantile().unwrap_or(0.99);
             match base.latency_ms.quantile(q).ok().flatten() {
                 Some(t) => (RollupCell::count_above(&cell.latency_ms, t), n),
                 None => (0.0, n),
@@ -219,7 +205,11 @@ fn bad_mass(metric: Metric, cell: &RollupCell, base: &RollupCell) -> (f64, f64) 
 
 /// Contrast of every attribute value present in the window.
 fn contrasts(input: &RcaInput<'_>) -> BTreeMap<(Dimension, String), Contrast> {
-    let base_all = merged(input.baseline.iter().map(|(_, c)| c));
+    let base_all = input
+        .baseline
+        .iter()
+        .map(|(_, c)| c)
+        .collect::<RollupCell>();
     let (bad_all, total_all) = input
         .window
         .iter()
@@ -257,8 +247,10 @@ fn contrasts(input: &RcaInput<'_>) -> BTreeMap<(Dimension, String), Contrast> {
             } else {
                 0.0
             };
-            let in_window = merged(cells.iter().copied());
-            let in_base = baseline.get(value).map(|c| merged(c.iter().copied()));
+            let in_window = cells.iter().copied().collect::<RollupCell>();
+            let in_base = baseline
+                .get(value)
+                .map(|c| c.iter().copied().collect::<RollupCell>());
             out.insert(
                 (dim, value.to_owned()),
                 Contrast {

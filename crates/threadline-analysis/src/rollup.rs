@@ -119,21 +119,19 @@ impl SeriesKey {
                 .and_then(|p| by_id.get(&p).copied())
                 .filter(|&p| p != i)
         };
+        // Ancestors within the batch, nearest first; bounded, as parent links in bad
+        // input may form a cycle.
+        let ancestors = |i: usize| std::iter::successors(parent(i), move |&p| parent(p)).take(64);
         let names_model = |s: &SpanRecord| s.llm.as_ref().is_some_and(|l| l.model().is_some());
-        // Spans with a model-naming descendant in the batch (bounded walk: cycles in
-        // bad input must not loop).
+        // Spans with a model-naming descendant in the batch.
         let mut covered = vec![false; spans.len()];
         for (i, span) in spans.iter().enumerate() {
             if names_model(span) {
-                let mut at = parent(i);
-                let mut hops = 0;
-                while let Some(p) = at {
-                    if covered[p] || hops > 64 {
+                for p in ancestors(i) {
+                    if covered[p] {
                         break;
                     }
                     covered[p] = true;
-                    at = parent(p);
-                    hops += 1;
                 }
             }
         }
@@ -147,32 +145,16 @@ impl SeriesKey {
                 continue;
             }
             let inherited = |get: fn(&LlmView) -> Option<&String>| -> String {
-                let mut at = Some(i);
-                let mut hops = 0;
-                while let Some(j) = at {
-                    if let Some(v) = spans[j].llm.as_ref().and_then(get) {
-                        return v.clone();
-                    }
-                    at = parent(j);
-                    hops += 1;
-                    if hops > 64 {
-                        break;
-                    }
-                }
-                String::new()
+                std::iter::once(i)
+                    .chain(ancestors(i))
+                    .find_map(|j| spans[j].llm.as_ref().and_then(get).cloned())
+                    .unwrap_or_default()
             };
             let s = |v: Option<&str>| v.unwrap_or_default().to_owned();
-            let mut upstream = String::new();
-            let mut at = parent(i);
-            let mut hops = 0;
-            while let (Some(p), true) = (at, hops <= 64) {
-                if spans[p].service != span.service {
-                    upstream = spans[p].service.clone();
-                    break;
-                }
-                at = parent(p);
-                hops += 1;
-            }
+            let upstream = ancestors(i)
+                .find(|&p| spans[p].service != span.service)
+                .map(|p| spans[p].service.clone())
+                .unwrap_or_default();
             out.push((
                 i,
                 SeriesKey([
@@ -209,14 +191,6 @@ impl SeriesKey {
             *slot = v;
         }
         Some(key)
-    }
-
-    /// (dimension, value) pairs that are set.
-    pub fn labels(&self) -> impl Iterator<Item = (Dimension, &str)> {
-        Dimension::ALL
-            .into_iter()
-            .map(|d| (d, self.get(d)))
-            .filter(|(_, v)| !v.is_empty())
     }
 }
 
@@ -336,11 +310,6 @@ impl RollupCell {
         self.rejections.values().sum()
     }
 
-    /// Requests slower than `threshold_ms`, estimated from the sketch (1% accurate).
-    pub fn slower_than(&self, threshold_ms: f64) -> f64 {
-        Self::count_above(&self.latency_ms, threshold_ms)
-    }
-
     /// Values of a sketch above `threshold`, estimated (1% accurate).
     pub fn count_above(sketch: &DDSketch, threshold: f64) -> f64 {
         let n = sketch.count();
@@ -358,6 +327,17 @@ impl RollupCell {
             }
         }
         (n as f64 - (hi * (n - 1) as f64).floor()).max(0.0)
+    }
+}
+
+/// Cells merged into one.
+impl<'a> FromIterator<&'a RollupCell> for RollupCell {
+    fn from_iter<I: IntoIterator<Item = &'a RollupCell>>(cells: I) -> Self {
+        let mut out = RollupCell::default();
+        for c in cells {
+            out.merge(c);
+        }
+        out
     }
 }
 
@@ -381,20 +361,22 @@ impl Rollups {
     }
 
     pub fn merge_cell(&mut self, minute: i64, key: SeriesKey, cell: &RollupCell) {
-        match self.cells.get_mut(&(minute, key.clone())) {
-            Some(c) => c.merge(cell),
-            None => {
-                self.cells.insert((minute, key), cell.clone());
+        use std::collections::hash_map::Entry;
+        match self.cells.entry((minute, key)) {
+            Entry::Occupied(mut e) => e.get_mut().merge(cell),
+            Entry::Vacant(e) => {
+                e.insert(cell.clone());
             }
         }
     }
 
     pub fn absorb(&mut self, other: Rollups) {
-        for ((minute, key), cell) in other.cells {
-            match self.cells.get_mut(&(minute, key.clone())) {
-                Some(c) => c.merge(&cell),
-                None => {
-                    self.cells.insert((minute, key), cell);
+        use std::collections::hash_map::Entry;
+        for (at, cell) in other.cells {
+            match self.cells.entry(at) {
+                Entry::Occupied(mut e) => e.get_mut().merge(&cell),
+                Entry::Vacant(e) => {
+                    e.insert(cell);
                 }
             }
         }
@@ -406,10 +388,6 @@ impl Rollups {
 
     pub fn len(&self) -> usize {
         self.cells.len()
-    }
-
-    pub fn drain(&mut self) -> impl Iterator<Item = ((i64, SeriesKey), RollupCell)> + '_ {
-        self.cells.drain()
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&(i64, SeriesKey), &RollupCell)> {
@@ -503,7 +481,7 @@ mod tests {
         let mut merged = cell.clone();
         merged.merge(rollups.cells.get(&(2, key)).unwrap());
         assert_eq!(merged.requests, 3);
-        assert!((merged.slower_than(150.0) - 2.0).abs() < 0.1);
+        assert!((RollupCell::count_above(&merged.latency_ms, 150.0) - 2.0).abs() < 0.1);
     }
 
     #[test]

@@ -45,21 +45,17 @@ impl SloState {
         minute: i64,
         cells: impl IntoIterator<Item = (&'a SeriesKey, &'a RollupCell)>,
     ) -> Option<SloEvent> {
-        let mut merged = RollupCell::default();
-        for (key, cell) in cells {
-            if matches(key, &rule.selector) {
-                merged.merge(cell);
-            }
-        }
-        self.window.push_back((minute, merged));
+        let picked = cells
+            .into_iter()
+            .filter(|(key, _)| matches(key, &rule.selector))
+            .map(|(_, cell)| cell)
+            .collect::<RollupCell>();
+        self.window.push_back((minute, picked));
         let oldest = minute - rule.window_minutes as i64 + 1;
         while self.window.front().is_some_and(|(m, _)| *m < oldest) {
             self.window.pop_front();
         }
-        let mut all = RollupCell::default();
-        for (_, c) in &self.window {
-            all.merge(c);
-        }
+        let all: RollupCell = self.window.iter().map(|(_, c)| c).collect();
         if all.requests < rule.min_requests {
             return None;
         }

@@ -182,7 +182,6 @@ pub(crate) fn threadline_payload(alert: &Alert, base: &str, detector: &DetectorC
 /// Alertmanager's `POST /api/v2/alerts` body: a list of alerts with labels,
 /// annotations, `startsAt`, `endsAt` once resolved, and a `generatorURL`.
 pub(crate) fn alertmanager_payload(alert: &Alert, base: &str, detector: &DetectorConfig) -> Value {
-    let time = |minute: i64| minute_rfc3339(minute);
     let one = match alert {
         Alert::Incident {
             tenant,
@@ -212,16 +211,16 @@ pub(crate) fn alertmanager_payload(alert: &Alert, base: &str, detector: &Detecto
                     "incident": incident.id,
                 },
                 "annotations": {
-                    "summary": format!("{} anomalous on {} since {}", incident.metric, if incident.route.is_empty() { &incident.model } else { &incident.route }, time(incident.onset_minute)),
+                    "summary": format!("{} anomalous on {} since {}", incident.metric, if incident.route.is_empty() { &incident.model } else { &incident.route }, minute_rfc3339(incident.onset_minute)),
                     "top_cause": top,
                     "causes": causes.iter().map(|c| c["subject"].as_str().unwrap_or_default().to_owned()).collect::<Vec<_>>().join(", "),
                     "rca": format!("{base}/api/v1/rca?incident={}", incident.id),
                 },
-                "startsAt": time(incident.onset_minute),
+                "startsAt": minute_rfc3339(incident.onset_minute),
                 "generatorURL": format!("{base}/api/v1/incidents/{}", incident.id),
             });
             if let Some(end) = incident.end_minute {
-                a["endsAt"] = json!(time(end + 1));
+                a["endsAt"] = json!(minute_rfc3339(end + 1));
             }
             a
         }
@@ -242,11 +241,11 @@ pub(crate) fn alertmanager_payload(alert: &Alert, base: &str, detector: &Detecto
                 "annotations": {
                     "summary": format!("{} is {value:.3} over {} min (threshold {})", rule.metric.as_str(), rule.window_minutes, rule.threshold),
                 },
-                "startsAt": time(minute + 1 - rule.window_minutes as i64),
+                "startsAt": minute_rfc3339(minute + 1 - rule.window_minutes as i64),
                 "generatorURL": format!("{base}/api/v1/metrics?metric={}", rule.metric.as_str()),
             });
             if status == "resolved" {
-                a["endsAt"] = json!(time(minute + 1));
+                a["endsAt"] = json!(minute_rfc3339(minute + 1));
             }
             a
         }

@@ -3,7 +3,6 @@
 //! registered entries back with their revision. Scoped to the caller's tenant.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -48,9 +47,7 @@ async fn register(
 ) -> Result<Json<Value>, ApiError> {
     let manifest =
         registry::parse_manifest(manifest).map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64);
+    let now = crate::query_api::now_ns();
     let update = registry::manifest_to_update(&manifest, now)
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let ack = state

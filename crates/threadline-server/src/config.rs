@@ -149,14 +149,9 @@ impl FileSlo {
     fn rule(self, problems: &mut Vec<String>) -> Option<threadline_analysis::SloRule> {
         use threadline_analysis::{Dimension, Metric};
         let what = format!("alerts.slo {:?}", self.name);
-        let metric = Metric::parse(&self.metric).or_else(|| {
-            problems.push(format!(
-                "{what}: unknown metric {:?} (use {})",
-                self.metric,
-                Metric::ALL.map(Metric::as_str).join(", ")
-            ));
-            None
-        });
+        let metric = Metric::named(&self.metric)
+            .map_err(|e| problems.push(format!("{what}: {e}")))
+            .ok();
         let window = match humantime::parse_duration(&self.window) {
             Ok(d) if d.as_secs() >= 60 && d.as_secs() % 60 == 0 => {
                 Some((d.as_secs() / 60) as usize)

@@ -3,7 +3,6 @@
 //! subject in the caller's tenant; `GET /api/v1/erasures` is the audit log.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -65,9 +64,7 @@ async fn erase(
         .filter(|s| !s.is_empty())
         .unwrap_or("api")
         .to_owned();
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64);
+    let now = crate::query_api::now_ns();
     let kind = subject.kind();
     let digest = subject.digest();
     let ack = state

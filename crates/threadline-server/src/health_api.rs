@@ -6,7 +6,6 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
@@ -69,9 +68,7 @@ fn health(watcher: &IncidentWatcher, tenant: &TenantId, name: &str) -> Result<Va
     // minute of traffic (wall-clock time only for a tenant without any).
     let now = match store.rollup_minute_range(tenant)? {
         Some((_, last)) => (last + 1) * threadline_analysis::BUCKET_NS,
-        None => SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as i64),
+        None => crate::query_api::now_ns(),
     };
     let mut factors = Vec::new();
     let upstream = walk(

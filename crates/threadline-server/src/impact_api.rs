@@ -44,9 +44,7 @@ async fn impact(
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Json<Value>, ApiError> {
     let tenant = state.auth.tenant_of(&headers)?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64);
+    let now = crate::query_api::now_ns();
     let mut since = now - DEFAULT_WINDOW_NS;
     for (key, value) in &params {
         match key.as_str() {

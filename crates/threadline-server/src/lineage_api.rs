@@ -3,7 +3,6 @@
 //! graph. Every call is scoped to the tenant of the caller's API key.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -36,12 +35,6 @@ pub(crate) fn router(state: LineageState) -> Router {
         .route("/api/v1/traces/{trace_id}/lineage", get(trace_chain))
         .route("/api/v1/column-lineage", get(column_lineage))
         .with_state(state)
-}
-
-fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64)
 }
 
 /// `POST /api/v1/lineage`: one OpenLineage event (gzip allowed). 201 with
@@ -89,7 +82,7 @@ async fn ingest_event(
         .map_err(|e| ApiError::Internal(format!("lineage task failed: {e}")))??;
     let ack = state
         .store
-        .submit_graph(&tenant, parsed.update, now_ns())
+        .submit_graph(&tenant, parsed.update, crate::query_api::now_ns())
         .map_err(|e| match e {
             e @ StoreError::QueueFull { .. } => ApiError::Busy(e.to_string()),
             other => ApiError::from(other),

@@ -3,7 +3,7 @@
 //! seconds; `step` is seconds (or `5m`, `1h`), a whole number of minutes.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
@@ -42,12 +42,6 @@ pub(crate) struct MetricsQuery {
     pub(crate) step_minutes: i64,
 }
 
-fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64)
-}
-
 fn parse_step(value: &str) -> Result<i64, ApiError> {
     let seconds = match value.parse::<u64>() {
         Ok(s) => s,
@@ -80,14 +74,7 @@ impl MetricsQuery {
         let (mut from, mut to, mut step) = (None, None, 1);
         for (key, value) in params {
             match key.as_str() {
-                "metric" => {
-                    metric = Some(Metric::parse(value).ok_or_else(|| {
-                        ApiError::BadRequest(format!(
-                            "unknown metric {value:?}: use one of {}",
-                            Metric::ALL.map(Metric::as_str).join(", ")
-                        ))
-                    })?)
-                }
+                "metric" => metric = Some(Metric::named(value).map_err(ApiError::BadRequest)?),
                 "group_by" => {
                     for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
                         group_by.push(Dimension::parse(name).ok_or_else(|| {
@@ -118,7 +105,7 @@ impl MetricsQuery {
                 Metric::ALL.map(Metric::as_str).join(", ")
             ))
         })?;
-        let to = to.unwrap_or_else(now_ns);
+        let to = to.unwrap_or_else(crate::query_api::now_ns);
         let from = from.unwrap_or(to - 3600 * 1_000_000_000);
         if from > to {
             return Err(ApiError::BadRequest(format!(

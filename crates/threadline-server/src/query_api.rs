@@ -179,6 +179,13 @@ fn parse_duration(key: &str, value: &str) -> Result<u64, ApiError> {
 }
 
 /// RFC 3339 (`2026-11-30T14:05:00Z`) or unix seconds (fractions allowed).
+/// Wall-clock time now, in unix nanoseconds.
+pub(crate) fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}
+
 pub(crate) fn parse_time(key: &str, value: &str) -> Result<u64, ApiError> {
     if let Ok(secs) = value.parse::<f64>() {
         if secs.is_finite() && secs >= 0.0 {

@@ -109,14 +109,7 @@ pub(crate) fn parse_target(
     for (key, value) in params {
         match key.as_str() {
             "incident" => incident_id = Some(value.clone()),
-            "metric" => {
-                metric = Some(Metric::parse(value).ok_or_else(|| {
-                    ApiError::BadRequest(format!(
-                        "unknown metric {value:?}: use one of {}",
-                        Metric::ALL.map(Metric::as_str).join(", ")
-                    ))
-                })?)
-            }
+            "metric" => metric = Some(Metric::named(value).map_err(ApiError::BadRequest)?),
             "at" => at = Some(crate::query_api::parse_time(key, value)? as i64),
             "route" => filter.push((Dimension::Route, value.clone())),
             "service" => filter.push((Dimension::Service, value.clone())),
@@ -213,13 +206,8 @@ pub(crate) fn diagnose(
         target.onset_minute,
         target.end_minute,
     );
-    let merged = |series: &[(SeriesKey, RollupCell)]| {
-        let mut all = RollupCell::default();
-        for (_, c) in series {
-            all.merge(c);
-        }
-        all
-    };
+    let merged =
+        |series: &[(SeriesKey, RollupCell)]| series.iter().map(|(_, c)| c).collect::<RollupCell>();
     let (base_all, window_all) = (merged(&baseline), merged(&window));
     let value = |c: &RollupCell, minutes: i64| target.metric.value(c, (minutes * 60) as f64);
 
@@ -270,12 +258,10 @@ pub(crate) fn diagnose(
 
     // Exemplars: the slowest (latency metrics) or failed requests of the candidate's
     // value, over the baseline's quantile when there is one.
-    let threshold_ms = match target.metric {
-        Metric::P50Latency => base_all.latency_ms.quantile(0.5).ok().flatten(),
-        Metric::P95Latency => base_all.latency_ms.quantile(0.95).ok().flatten(),
-        Metric::P99Latency => base_all.latency_ms.quantile(0.99).ok().flatten(),
-        _ => None,
-    };
+    let threshold_ms = target
+        .metric
+        .latency_quantile()
+        .and_then(|q| base_all.latency_ms.quantile(q).ok().flatten());
     let errors_only = matches!(target.metric, Metric::ErrorRate | Metric::RejectionRate);
     let base_columns: Vec<(&'static str, String)> = target
         .filter
