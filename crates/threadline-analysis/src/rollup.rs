@@ -351,8 +351,13 @@ pub struct Rollups {
 impl Rollups {
     /// The request spans among `spans`, by minute and series.
     pub fn of_spans(spans: &[SpanRecord]) -> Self {
+        Self::of_requests(spans, SeriesKey::requests(spans))
+    }
+
+    /// `requests` (what `SeriesKey::requests` found among `spans`), by minute and series.
+    pub fn of_requests(spans: &[SpanRecord], requests: Vec<(usize, SeriesKey)>) -> Self {
         let mut out = Self::default();
-        for (i, key) in SeriesKey::requests(spans) {
+        for (i, key) in requests {
             let span = &spans[i];
             let minute = minute_of(span.start_time_unix_nano.min(i64::MAX as u64) as i64);
             out.cells.entry((minute, key)).or_default().observe(span);

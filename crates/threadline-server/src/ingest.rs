@@ -49,12 +49,13 @@ pub(crate) fn prepare(
         rejected_spans: converted.rejected_spans as i64,
         error_message: converted.error_message(),
     });
-    let observations = crate::prometheus::LlmObservation::of_spans(&converted.spans);
+    let requests = threadline_analysis::SeriesKey::requests(&converted.spans);
+    let observations = crate::prometheus::LlmObservation::of_requests(&converted.spans, &requests);
     let prepared = if converted.spans.is_empty() {
         None
     } else {
         let mut prepared = store
-            .prepare(tenant, &converted.spans)
+            .prepare(tenant, &converted.spans, requests)
             .map_err(|e| IngestFailure::Unavailable(e.to_string()))?;
         prepared.attach_graph(threadline_model::GraphUpdate {
             edges: threadline_lineage::span_bindings(&converted.spans),

@@ -49,11 +49,12 @@ pub(crate) struct LlmObservation {
 }
 
 impl LlmObservation {
-    pub(crate) fn of_spans(spans: &[SpanRecord]) -> Vec<Self> {
-        SeriesKey::requests(spans)
-            .into_iter()
+    /// One per request `SeriesKey::requests` found among `spans`.
+    pub(crate) fn of_requests(spans: &[SpanRecord], requests: &[(usize, SeriesKey)]) -> Vec<Self> {
+        requests
+            .iter()
             .filter_map(|(i, key)| {
-                let span = &spans[i];
+                let span = &spans[*i];
                 let llm = span.llm.as_ref()?;
                 let label = |d: Dimension| (d.as_str().to_owned(), key.get(d).to_owned());
                 Some(Self {

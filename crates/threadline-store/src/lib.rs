@@ -139,12 +139,16 @@ impl SqliteStore {
     }
 
     /// Encodes spans for the writer. CPU-bound: call it off the async runtime.
+    /// `requests` are the LLM requests among the spans, as
+    /// `threadline_analysis::SeriesKey::requests` finds them (the caller may need them
+    /// too, so it finds them once): they are rolled up in the same commit.
     pub fn prepare(
         &self,
         tenant: &TenantId,
         spans: &[SpanRecord],
+        requests: Vec<(usize, threadline_analysis::SeriesKey)>,
     ) -> Result<PreparedBatch, StoreError> {
-        writer::PreparedBatch::encode(tenant, spans)
+        writer::PreparedBatch::encode(tenant, spans, requests)
     }
 
     /// Queues a batch; the returned ack resolves once the batch is committed (durable).
@@ -159,7 +163,8 @@ impl SqliteStore {
         tenant: &TenantId,
         spans: &[SpanRecord],
     ) -> Result<(), StoreError> {
-        let ack = self.submit(self.prepare(tenant, spans)?)?;
+        let requests = threadline_analysis::SeriesKey::requests(spans);
+        let ack = self.submit(self.prepare(tenant, spans, requests)?)?;
         ack.wait_blocking().map(|_| ())
     }
 

@@ -62,7 +62,11 @@ pub struct PreparedBatch {
 }
 
 impl PreparedBatch {
-    pub(crate) fn encode(tenant: &TenantId, spans: &[SpanRecord]) -> Result<Self, StoreError> {
+    pub(crate) fn encode(
+        tenant: &TenantId,
+        spans: &[SpanRecord],
+        requests: Vec<(usize, threadline_analysis::SeriesKey)>,
+    ) -> Result<Self, StoreError> {
         let mut origins: Vec<(i64, Vec<u8>)> = Vec::new();
         // Spans of one scope share one `Arc<SpanOrigin>`: hash each distinct one once.
         let mut origin_by_ptr: HashMap<*const threadline_model::SpanOrigin, i64> = HashMap::new();
@@ -125,7 +129,7 @@ impl PreparedBatch {
             block: block.blob,
             encoded_bytes,
             graph: None,
-            rollups: threadline_analysis::Rollups::of_spans(spans),
+            rollups: threadline_analysis::Rollups::of_requests(spans, requests),
         })
     }
 
