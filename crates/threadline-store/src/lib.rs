@@ -317,8 +317,11 @@ impl SqliteStore {
             let Some(tenant_id) = query::tenant_key(conn, tenant)? else {
                 return Ok(None);
             };
+            // Two scalar subqueries: each is one seek at an end of the key range, where
+            // min() and max() in one SELECT would scan all of the tenant's cells.
             conn.query_row(
-                "SELECT min(minute), max(minute) FROM rollups WHERE tenant_id = ?1",
+                "SELECT (SELECT min(minute) FROM rollups WHERE tenant_id = ?1),
+                        (SELECT max(minute) FROM rollups WHERE tenant_id = ?1)",
                 [tenant_id],
                 |r| Ok(r.get::<_, Option<i64>>(0)?.zip(r.get::<_, Option<i64>>(1)?)),
             )

@@ -33,34 +33,46 @@ pub(crate) struct RollupLedger {
     last_flush: Option<Instant>,
     /// The newest detail block committed.
     pub(crate) last_block: i64,
+    /// The block the stored mark names (as far as this writer knows).
+    marked_block: i64,
     /// A reader asked for the cells to be in the store.
     pub(crate) forced: bool,
 }
 
 impl RollupLedger {
-    pub(crate) fn due(&self, staged_cells: usize) -> bool {
+    /// Whether this commit should flush: never when there is nothing to write (no
+    /// cells, the mark already at `last_block`), so an idle store is not written to
+    /// by the readers' flush requests; else when asked, when many cells wait, or once
+    /// a second (which also moves the mark past blocks without LLM requests, keeping
+    /// the replay at open short).
+    pub(crate) fn due(&self, staged_cells: usize, last_block: i64) -> bool {
+        let cells = self.pending_cells + staged_cells;
+        if cells == 0 && last_block <= self.marked_block {
+            return false;
+        }
         self.forced
-            || self.pending_cells + staged_cells >= MAX_PENDING_CELLS
-            || ((self.pending_cells + staged_cells) > 0
-                && self
-                    .last_flush
-                    .is_none_or(|t| t.elapsed() >= FLUSH_INTERVAL))
+            || cells >= MAX_PENDING_CELLS
+            || self
+                .last_flush
+                .is_none_or(|t| t.elapsed() >= FLUSH_INTERVAL)
     }
 
     /// After a commit: what it staged is now pending, or everything was flushed.
     pub(crate) fn committed(&mut self, staged: HashMap<i64, Rollups>, flushed: bool) {
+        // A request for a flush is answered by this commit either way: flushed, or
+        // there was nothing to write.
+        self.forced = false;
         if flushed {
             self.pending.clear();
             self.pending_cells = 0;
             self.last_flush = Some(Instant::now());
-            self.forced = false;
+            self.marked_block = self.last_block;
             return;
         }
         for (tenant, rollups) in staged {
-            let into = self.pending.entry(tenant).or_default();
-            into.absorb(rollups);
-            self.pending_cells = self.pending.values().map(Rollups::len).sum();
+            self.pending.entry(tenant).or_default().absorb(rollups);
         }
+        self.pending_cells = self.pending.values().map(Rollups::len).sum();
     }
 
     /// After a failed commit: series rows it inserted are gone.

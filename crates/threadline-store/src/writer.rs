@@ -579,7 +579,7 @@ fn commit_jobs(
         outcomes.push(Ok(outcome));
     }
     let staged_cells = staged.values().map(threadline_analysis::Rollups::len).sum();
-    let flush = ledger.due(staged_cells);
+    let flush = ledger.due(staged_cells, last_block);
     if flush {
         ledger.flush(&tx, &staged, last_block)?;
     }
