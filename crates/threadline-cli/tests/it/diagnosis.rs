@@ -292,7 +292,7 @@ fn prometheus_exposition_passes_promtool_and_counts_committed_llm_requests() {
 
 #[test]
 fn demo_finds_every_injected_incident_and_ranks_its_true_cause_first() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_threadline"))
+    let out = std::process::Command::new(BIN)
         .args(["demo", "--no-serve", "--json"])
         .output()
         .unwrap();
@@ -358,7 +358,7 @@ fn demo_finds_every_injected_incident_and_ranks_its_true_cause_first() {
 #[test]
 fn demo_serves_and_the_cli_lists_incidents_ranks_causes_and_scores_health() {
     use std::io::BufRead;
-    let mut demo = std::process::Command::new(env!("CARGO_BIN_EXE_threadline"))
+    let mut demo = std::process::Command::new(BIN)
         .args([
             "demo",
             "--http",
@@ -406,18 +406,7 @@ fn demo_serves_and_the_cli_lists_incidents_ranks_causes_and_scores_health() {
     assert!(report.contains("Incidents found: 4"), "{report}");
     assert_eq!(report.matches("  ok   ").count(), 4, "{report}");
     let base = base.unwrap_or_else(|| panic!("no URLs in\n{report}"));
-    let cli = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_threadline"))
-            .args(args)
-            .args(["--server", &base])
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let cli = |args: &[&str]| cli_at(&base, args);
     let (ok, listed, err) = cli(&["incidents", "--json"]);
     assert!(ok, "{err}");
     let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
@@ -682,7 +671,7 @@ fn bad_alert_and_detector_config_is_refused_with_every_problem_named() {
         "[detector]\nsensitivity = -1.0\n\n[alerts]\nwebhook = \"ftp://x\"\n\n[[alerts.slo]]\nname = \"s\"\nmetric = \"p98\"\nthreshold = 1.0\nwindow = \"90s\"\n",
     )
     .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_threadline"))
+    let out = std::process::Command::new(BIN)
         .args(["serve", "--config", config.to_str().unwrap(), "--data-dir"])
         .arg(dir.path().join("data"))
         .output()

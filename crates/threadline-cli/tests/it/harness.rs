@@ -154,17 +154,22 @@ impl TestServer {
 
     /// Runs the CLI against this server: (exit success, stdout, stderr).
     pub(crate) fn cli(&self, args: &[&str]) -> (bool, String, String) {
-        let out = Command::new(BIN)
-            .args(args)
-            .args(["--server", &self.api])
-            .output()
-            .expect("run cli");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        cli_at(&self.api, args)
     }
+}
+
+/// Runs the CLI against the server at `api`: (exit success, stdout, stderr).
+pub(crate) fn cli_at(api: &str, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(BIN)
+        .args(args)
+        .args(["--server", api])
+        .output()
+        .expect("run cli");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 impl Drop for TestServer {
