@@ -365,16 +365,6 @@ impl Rollups {
         out
     }
 
-    pub fn merge_cell(&mut self, minute: i64, key: SeriesKey, cell: &RollupCell) {
-        use std::collections::hash_map::Entry;
-        match self.cells.entry((minute, key)) {
-            Entry::Occupied(mut e) => e.get_mut().merge(cell),
-            Entry::Vacant(e) => {
-                e.insert(cell.clone());
-            }
-        }
-    }
-
     pub fn absorb(&mut self, other: Rollups) {
         use std::collections::hash_map::Entry;
         for (at, cell) in other.cells {

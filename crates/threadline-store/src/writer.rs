@@ -422,7 +422,7 @@ fn run_writer(
             })
             .sum();
         let started = Instant::now();
-        let result = commit_jobs(&mut conn, &jobs, &mut cache, &mut ledger);
+        let result = commit_jobs(&mut conn, &mut jobs, &mut cache, &mut ledger);
         let elapsed = started.elapsed().as_nanos() as u64;
         let bytes: usize = jobs.iter().map(|j| j.bytes).sum();
         counters
@@ -510,7 +510,7 @@ fn truncate_wal(conn: &Connection) -> bool {
 /// their sub-journal cost more than the updates themselves.
 fn commit_jobs(
     conn: &mut Connection,
-    jobs: &[Job],
+    jobs: &mut [Job],
     cache: &mut WriterCache,
     ledger: &mut crate::rollups::RollupLedger,
 ) -> Result<Vec<JobOutcome>, rusqlite::Error> {
@@ -519,17 +519,19 @@ fn commit_jobs(
     // Rollup cells of this transaction's spans, by tenant row id.
     let mut staged: HashMap<i64, threadline_analysis::Rollups> = HashMap::new();
     let mut last_block = ledger.last_block;
-    for job in jobs {
-        let outcome = match &job.work {
+    for job in jobs.iter_mut() {
+        let outcome = match &mut job.work {
             Work::Spans(batch) => {
                 let tenant_id = tenant_id(&tx, &batch.tenant, cache)?;
                 if let Some(block_id) = insert_batch(&tx, tenant_id, batch, cache)? {
                     last_block = last_block.max(block_id);
                 }
-                let into = staged.entry(tenant_id).or_default();
-                for ((minute, key), cell) in batch.rollups.iter() {
-                    into.merge_cell(*minute, key.clone(), cell);
-                }
+                // Moved, not copied: the writer is the serial stage. A failed commit
+                // drops them with the transaction.
+                staged
+                    .entry(tenant_id)
+                    .or_default()
+                    .absorb(std::mem::take(&mut batch.rollups));
                 if let Some(update) = &batch.graph {
                     crate::graph::apply(
                         &tx,
