@@ -31,20 +31,6 @@ use serde::{Deserialize, Serialize};
 use crate::metric::Metric;
 use crate::rollup::{Dimension, RollupCell, SeriesKey};
 
-/// Attribute dimensions contrasted (service is the scope, not a cause).
-pub const CONTRASTED: [Dimension; 10] = [
-    Dimension::Adapter,
-    Dimension::Instance,
-    Dimension::Image,
-    Dimension::PromptVersion,
-    Dimension::AbGroup,
-    Dimension::GrayTag,
-    Dimension::Provider,
-    Dimension::Model,
-    Dimension::Route,
-    Dimension::UpstreamService,
-];
-
 /// A change seen in the lineage graph upstream of the affected series.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Change {
@@ -218,7 +204,11 @@ fn contrasts(input: &RcaInput<'_>) -> BTreeMap<(Dimension, String), Contrast> {
     let base_requests: f64 = input.baseline.iter().map(|(_, c)| c.requests as f64).sum();
     let window_requests: f64 = input.window.iter().map(|(_, c)| c.requests as f64).sum();
     let mut out = BTreeMap::new();
-    for dim in CONTRASTED {
+    // Every dimension but the service: it is the scope, not a cause.
+    for dim in Dimension::ALL
+        .into_iter()
+        .filter(|d| *d != Dimension::Service)
+    {
         let mut window: HashMap<&str, Vec<&RollupCell>> = HashMap::new();
         for (k, c) in input.window {
             if !k.get(dim).is_empty() {
