@@ -51,6 +51,13 @@ impl GraphCache {
                     && patch.is_none_or(|p| p.digest == last_patch)
             })
     }
+
+    fn remember_node(&mut self, key: (i64, NodeId), stored: (i64, i64, i64, u64)) {
+        if self.nodes.len() >= CACHE_CAP {
+            self.nodes.clear();
+        }
+        self.nodes.insert(key, stored);
+    }
 }
 
 /// A JSON properties / evidence patch, serialized by the submitting thread, with a
@@ -99,18 +106,100 @@ struct PreparedAsset {
     registered_ns: i64,
 }
 
+/// The run a run event is about, prepared so the writer reads its node once and
+/// writes it once: the event's marker (for idempotency), its upserts' properties
+/// merged into one patch, and its state transitions.
+struct PreparedRun {
+    id: NodeId,
+    /// "TYPE|TIME", kept in the node's `applied_events`.
+    marker: String,
+    first_ns: i64,
+    last_ns: i64,
+    patch: serde_json::Value,
+    transitions: Vec<RunTransition>,
+}
+
+impl PreparedRun {
+    /// Takes the event's run node (and its transitions) out of `update`; `None` when
+    /// the update is not about a run or does not upsert it.
+    fn take(update: &mut GraphUpdate) -> Option<Self> {
+        let key = update.event.as_ref()?;
+        let run_id = key.subject.strip_prefix("run:")?;
+        let id = NodeId::new(NodeKind::Run, run_id);
+        if !update.nodes.iter().any(|n| n.id == id) {
+            return None;
+        }
+        let mut run = Self {
+            marker: format!("{}|{}", key.event_type, key.event_time),
+            id,
+            first_ns: i64::MAX,
+            last_ns: i64::MIN,
+            patch: serde_json::Value::Object(serde_json::Map::new()),
+            transitions: Vec::new(),
+        };
+        let seen = |t: i64, run: &mut Self| {
+            run.first_ns = run.first_ns.min(t);
+            run.last_ns = run.last_ns.max(t);
+        };
+        for node in std::mem::take(&mut update.nodes) {
+            if node.id == run.id {
+                seen(node.seen_ns, &mut run);
+                merge_patch(&mut run.patch, &node.props);
+            } else {
+                update.nodes.push(node);
+            }
+        }
+        for transition in std::mem::take(&mut update.runs) {
+            if transition.run == run.id {
+                seen(transition.event_time_ns, &mut run);
+                run.transitions.push(transition);
+            } else {
+                update.runs.push(transition);
+            }
+        }
+        Some(run)
+    }
+}
+
+/// RFC 7396 JSON merge patch, as SQLite's `json_patch` applies it to stored properties.
+fn merge_patch(target: &mut serde_json::Value, patch: &serde_json::Value) {
+    let serde_json::Value::Object(patch) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = serde_json::Value::Object(serde_json::Map::new());
+    }
+    let serde_json::Value::Object(map) = target else {
+        return;
+    };
+    for (key, value) in patch {
+        if value.is_null() {
+            map.remove(key);
+        } else {
+            merge_patch(
+                map.entry(key.clone()).or_insert(serde_json::Value::Null),
+                value,
+            );
+        }
+    }
+}
+
 /// A `GraphUpdate` with its JSON serialized and digested off the writer thread.
 pub(crate) struct PreparedGraph {
     assets: Vec<PreparedAsset>,
     nodes: Vec<PreparedNode>,
     edges: Vec<PreparedEdge>,
     runs: Vec<RunTransition>,
+    run: Option<PreparedRun>,
     event: Option<LineageEventKey>,
 }
 
 impl PreparedGraph {
-    pub(crate) fn new(update: GraphUpdate) -> Self {
+    pub(crate) fn new(mut update: GraphUpdate) -> Self {
+        let run = PreparedRun::take(&mut update);
         Self {
+            run,
             assets: update
                 .assets
                 .into_iter()
@@ -151,12 +240,18 @@ impl PreparedGraph {
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.assets.is_empty() && self.nodes.is_empty() && self.edges.is_empty()
+        self.assets.is_empty()
+            && self.nodes.is_empty()
+            && self.edges.is_empty()
+            && self.run.is_none()
     }
 
     /// Rows it may write, for the writer's group-size bound.
     pub(crate) fn size(&self) -> usize {
-        1 + self.assets.len() + self.nodes.len() + self.edges.len()
+        1 + self.assets.len()
+            + self.nodes.len()
+            + self.edges.len()
+            + usize::from(self.run.is_some())
     }
 
     /// Bytes it holds, for the write queue's byte bound.
@@ -166,6 +261,7 @@ impl PreparedGraph {
             + self.nodes.iter().map(|n| patch(&n.patch)).sum::<usize>()
             + self.edges.iter().map(|e| patch(&e.patch)).sum::<usize>()
             + self.assets.iter().map(|a| a.spec.len()).sum::<usize>()
+            + self.run.as_ref().map_or(0, |r| 4 * r.marker.len())
     }
 }
 
@@ -183,21 +279,8 @@ pub(crate) fn apply(
     received_ns: i64,
     cache: &mut GraphCache,
 ) -> rusqlite::Result<Option<Vec<(NodeId, AssetOutcome)>>> {
-    // A run's applied events are kept on the run itself: no index of its own (a
-    // random-key index costs a page write per event). (run id, "TYPE|TIME")
-    let run_event = update.event.as_ref().and_then(|k| {
-        let run_id = k.subject.strip_prefix("run:")?;
-        Some((run_id, format!("{}|{}", k.event_type, k.event_time)))
-    });
-    if let Some((run_id, marker)) = &run_event {
-        let applied: Option<bool> = tx
-            .prepare_cached(
-                "SELECT EXISTS (SELECT 1 FROM json_each(props, '$.applied_events') WHERE value = ?4)
-                 FROM graph_nodes WHERE tenant_id = ?1 AND kind = ?2 AND key = ?3",
-            )?
-            .query_row(params![tenant_id, NodeKind::Run.as_str(), run_id, marker], |r| r.get(0))
-            .optional()?;
-        if applied == Some(true) {
+    if let Some(run) = &update.run {
+        if !apply_run_event(tx, tenant_id, run, cache)? {
             return Ok(None);
         }
     } else if let Some(key) = &update.event {
@@ -271,15 +354,85 @@ pub(crate) fn apply(
     for row in touched_versions {
         refresh_drift(tx, row, &cache.drift)?;
     }
-    if let Some((run_id, marker)) = run_event {
-        tx.prepare_cached(
-            "UPDATE graph_nodes SET props = json_insert(props, '$.applied_events',
-                json_array(), '$.applied_events[#]', ?4)
+    Ok(Some(outcomes))
+}
+
+/// A run event's own run node: one read (is the event applied already? what is
+/// stored?) and one write (properties merged, state moved, the event's marker added).
+/// A run's applied events are kept on the run itself, not in an index of their own
+/// (a random-key index costs a page write per event). False when the event was
+/// applied before.
+fn apply_run_event(
+    tx: &Connection,
+    tenant_id: i64,
+    run: &PreparedRun,
+    cache: &mut GraphCache,
+) -> rusqlite::Result<bool> {
+    let stored: Option<(i64, i64, i64, String)> = tx
+        .prepare_cached(
+            "SELECT id, first_seen_ns, last_seen_ns, props FROM graph_nodes
              WHERE tenant_id = ?1 AND kind = ?2 AND key = ?3",
         )?
-        .execute(params![tenant_id, NodeKind::Run.as_str(), run_id, marker])?;
+        .query_row(
+            params![tenant_id, NodeKind::Run.as_str(), run.id.key],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .optional()?;
+    let mut props = match &stored {
+        Some((.., text)) => serde_json::from_str(text).unwrap_or_default(),
+        None => serde_json::Value::Object(serde_json::Map::new()),
+    };
+    let applied = props["applied_events"]
+        .as_array()
+        .is_some_and(|events| events.iter().any(|e| e.as_str() == Some(&run.marker)));
+    if applied {
+        return Ok(false);
     }
-    Ok(Some(outcomes))
+    merge_patch(&mut props, &run.patch);
+    if let serde_json::Value::Object(map) = &mut props {
+        for transition in &run.transitions {
+            move_run_state(map, transition);
+        }
+        let events = map
+            .entry("applied_events")
+            .or_insert_with(|| serde_json::Value::Array(Vec::new()));
+        if !events.is_array() {
+            *events = serde_json::Value::Array(Vec::new());
+        }
+        if let serde_json::Value::Array(list) = events {
+            list.push(run.marker.clone().into());
+        }
+    }
+    let text = props.to_string();
+    let (row, first, last) = match stored {
+        Some((row, first, last, _)) => {
+            let (first, last) = (first.min(run.first_ns), last.max(run.last_ns));
+            tx.prepare_cached(
+                "UPDATE graph_nodes SET first_seen_ns = ?2, last_seen_ns = ?3, props = ?4
+                 WHERE id = ?1",
+            )?
+            .execute(params![row, first, last, text])?;
+            (row, first, last)
+        }
+        None => {
+            tx.prepare_cached(
+                "INSERT INTO graph_nodes (tenant_id, kind, key, name, first_seen_ns, last_seen_ns, props)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?
+            .execute(params![
+                tenant_id,
+                NodeKind::Run.as_str(),
+                run.id.key,
+                bare_name(&run.id.key),
+                run.first_ns,
+                run.last_ns,
+                text
+            ])?;
+            (tx.last_insert_rowid(), run.first_ns, run.last_ns)
+        }
+    };
+    cache.remember_node((tenant_id, run.id.clone()), (row, first, last, 0));
+    Ok(true)
 }
 
 /// A run that wrote a version of an artifact dataset produced the adapter / model
@@ -394,11 +547,7 @@ fn upsert_node(
             ],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )?;
-    if cache.nodes.len() >= CACHE_CAP {
-        cache.nodes.clear();
-    }
-    let digest = patch.map_or(0, |p| p.digest);
-    cache.nodes.insert(cache_key, (row, first, last, digest));
+    cache.remember_node(cache_key, (row, first, last, patch.map_or(0, |p| p.digest)));
     Ok(row)
 }
 
@@ -530,11 +679,13 @@ fn refresh_drift(
     row: i64,
     cfg: &threadline_analysis::DriftConfig,
 ) -> rusqlite::Result<()> {
+    // A version's has_version edge and its node are upserted by the same event with
+    // the same time, so the edge's first seen is the version's (and it is indexed).
     let current: Option<(String, i64, i64)> = tx
         .prepare_cached(
-            "SELECT v.props, v.first_seen_ns, e.src FROM graph_nodes v
-             JOIN graph_edges e ON e.dst = v.id AND e.kind = 'has_version'
-             WHERE v.id = ?1 LIMIT 1",
+            "SELECT v.props, e.first_seen_ns, e.src FROM graph_edges e
+             JOIN graph_nodes v ON v.id = e.dst
+             WHERE e.dst = ?1 AND e.kind = 'has_version' LIMIT 1",
         )?
         .query_row([row], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .optional()?;
@@ -545,8 +696,8 @@ fn refresh_drift(
         .prepare_cached(
             "SELECT p.key, p.props FROM graph_edges e JOIN graph_nodes p ON p.id = e.dst
              WHERE e.src = ?1 AND e.kind = 'has_version' AND e.dst != ?2
-               AND p.first_seen_ns <= ?3
-             ORDER BY p.first_seen_ns DESC, p.id DESC LIMIT 1",
+               AND e.first_seen_ns <= ?3
+             ORDER BY e.first_seen_ns DESC, e.dst DESC LIMIT 1",
         )?
         .query_row(params![dataset, row, first_seen], |r| {
             Ok((r.get(0)?, r.get(1)?))
@@ -574,8 +725,7 @@ fn refresh_drift(
     Ok(())
 }
 
-/// Keeps the state of the latest event time (a terminal state wins a tie), the
-/// earliest START as `started_at_ns` and the latest terminal time as `ended_at_ns`.
+/// A state move of a run other than the event's own (read, move, write).
 fn apply_run_transition(
     tx: &Connection,
     tenant_id: i64,
@@ -588,11 +738,20 @@ fn apply_run_transition(
         .query_row([row], |r| r.get(0))?;
     let mut props: serde_json::Map<String, serde_json::Value> =
         serde_json::from_str(&props).unwrap_or_default();
+    move_run_state(&mut props, run);
+    tx.prepare_cached("UPDATE graph_nodes SET props = ?2 WHERE id = ?1")?
+        .execute(params![row, serde_json::Value::Object(props).to_string()])?;
+    Ok(())
+}
+
+/// Keeps the state of the latest event time (a terminal state wins a tie), the
+/// earliest START as `started_at_ns` and the latest terminal time as `ended_at_ns`.
+fn move_run_state(props: &mut serde_json::Map<String, serde_json::Value>, run: &RunTransition) {
     let get = |m: &serde_json::Map<String, serde_json::Value>, k: &str| -> Option<i64> {
         m.get(k).and_then(|v| v.as_i64())
     };
     let t = run.event_time_ns;
-    let state_time = get(&props, "state_time_ns");
+    let state_time = get(props, "state_time_ns");
     let current_terminal = props
         .get("state")
         .and_then(|s| s.as_str())
@@ -607,16 +766,13 @@ fn apply_run_transition(
         props.insert("state_time_ns".into(), t.into());
     }
     if run.state == threadline_model::RunState::Start
-        && get(&props, "started_at_ns").is_none_or(|s| t < s)
+        && get(props, "started_at_ns").is_none_or(|s| t < s)
     {
         props.insert("started_at_ns".into(), t.into());
     }
-    if run.state.is_terminal() && get(&props, "ended_at_ns").is_none_or(|e| t > e) {
+    if run.state.is_terminal() && get(props, "ended_at_ns").is_none_or(|e| t > e) {
         props.insert("ended_at_ns".into(), t.into());
     }
-    tx.prepare_cached("UPDATE graph_nodes SET props = ?2 WHERE id = ?1")?
-        .execute(params![row, serde_json::Value::Object(props).to_string()])?;
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------------
@@ -983,4 +1139,31 @@ pub(crate) fn bound_instances(
         .map_err(|e| sqlite_err(conn, e))?;
     rows.collect::<Result<_, _>>()
         .map_err(|e| sqlite_err(conn, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::merge_patch;
+
+    #[test]
+    fn merge_patch_follows_rfc_7396() {
+        // The RFC's own example (section 3).
+        let mut target = json!({"title": "Goodbye!", "author": {"givenName": "John",
+            "familyName": "Doe"}, "tags": ["example", "sample"], "content": "This will be unchanged"});
+        merge_patch(
+            &mut target,
+            &json!({"title": "Hello!", "phoneNumber": "+01-123-456-7890",
+                "author": {"familyName": null}, "tags": ["example"]}),
+        );
+        assert_eq!(
+            target,
+            json!({"title": "Hello!", "author": {"givenName": "John"}, "tags": ["example"],
+                "content": "This will be unchanged", "phoneNumber": "+01-123-456-7890"})
+        );
+        let mut scalar = json!("x");
+        merge_patch(&mut scalar, &json!({"a": {"b": 1}}));
+        assert_eq!(scalar, json!({"a": {"b": 1}}));
+    }
 }
