@@ -188,6 +188,10 @@ fn sqlite(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
 /// Automatic checkpoints are off here: the checkpointer thread runs them, so copying
 /// WAL pages into the database never stalls the writer. `secure_delete` zeroes what
 /// is deleted (the store deletes only for erasure), so no byte of it stays in a page.
+/// The page cache is small (8 MB) and reads go through a memory map: SQLite's B-tree
+/// balancing parks a page at the lock page's number for a moment, after which every
+/// commit of a database under 1 GB scans the whole page-cache hash table (9% of the
+/// writer's time with 64 MB on OpenLineage ingest, 3.8% with 8 MB).
 pub(crate) fn open_connection(path: &Path) -> Result<Connection, StoreError> {
     let conn = Connection::open(path).map_err(sqlite(path))?;
     conn.execute_batch(
@@ -195,7 +199,8 @@ pub(crate) fn open_connection(path: &Path) -> Result<Connection, StoreError> {
          PRAGMA synchronous = FULL;
          PRAGMA foreign_keys = OFF;
          PRAGMA busy_timeout = 5000;
-         PRAGMA cache_size = -65536;
+         PRAGMA cache_size = -8192;
+         PRAGMA mmap_size = 4294967296;
          PRAGMA wal_autocheckpoint = 0;
          PRAGMA secure_delete = ON;",
     )
