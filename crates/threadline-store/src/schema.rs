@@ -183,8 +183,10 @@ fn sqlite(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
     }
 }
 
-/// The writer's connection: WAL, and `synchronous = FULL` so a commit is on disk before
-/// the writer acknowledges it (group commit keeps the fsync cost per batch, not per span).
+/// The writer's connection: WAL with `synchronous = NORMAL` — commits do not fsync; the
+/// writer's syncer thread fsyncs the WAL before any ack (see `writer`), and checkpoints
+/// sync the WAL before and the database after copying (group commit keeps the fsync
+/// cost per batch, not per span).
 /// Automatic checkpoints are off here: the checkpointer thread runs them, so copying
 /// WAL pages into the database never stalls the writer. `secure_delete` zeroes what
 /// is deleted (the store deletes only for erasure), so no byte of it stays in a page.
@@ -196,7 +198,7 @@ pub(crate) fn open_connection(path: &Path) -> Result<Connection, StoreError> {
     let conn = Connection::open(path).map_err(sqlite(path))?;
     conn.execute_batch(
         "PRAGMA journal_mode = WAL;
-         PRAGMA synchronous = FULL;
+         PRAGMA synchronous = NORMAL;
          PRAGMA foreign_keys = OFF;
          PRAGMA busy_timeout = 5000;
          PRAGMA cache_size = -8192;

@@ -2,6 +2,13 @@
 //! batches are queued, commits them in one transaction (group commit) and only then
 //! acknowledges each batch. The queue is bounded in batches and bytes; a full queue is
 //! refused at once so the server can answer 429 instead of growing without bound.
+//!
+//! Durability is pipelined: the writer's commits do not wait for the disk
+//! (`synchronous = NORMAL`); a second thread fsyncs the WAL file after each commit
+//! (one fsync for every commit that queued up meanwhile) and only then sends the acks,
+//! so the writer builds the next transaction while the disk flushes the last one. An
+//! ack still means "on disk": the fsync started after the commit's frames were
+//! written.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -293,9 +300,30 @@ impl WriterHandle {
         let thread_counters = Arc::clone(&counters);
         let max_spans = config.max_spans_per_commit;
         let drift = config.drift.clone();
+        let (synced, to_sync) = mpsc::channel();
+        let mut wal = path.clone().into_os_string();
+        wal.push("-wal");
+        let wal = PathBuf::from(wal);
+        std::thread::Builder::new()
+            .name("threadline-sync".to_owned())
+            .spawn(move || run_syncer(&wal, to_sync))
+            .map_err(|source| StoreError::Thread {
+                name: "threadline-sync",
+                source,
+            })?;
         std::thread::Builder::new()
             .name("threadline-writer".to_owned())
-            .spawn(move || run_writer(conn, path, receiver, thread_counters, max_spans, drift))
+            .spawn(move || {
+                run_writer(
+                    conn,
+                    path,
+                    receiver,
+                    synced,
+                    thread_counters,
+                    max_spans,
+                    drift,
+                )
+            })
             .map_err(|source| StoreError::Thread {
                 name: "threadline-writer",
                 source,
@@ -390,10 +418,48 @@ impl WriterCache {
     }
 }
 
+/// Acks of one committed transaction, waiting for the WAL to reach the disk.
+type CommittedAcks = Vec<(oneshot::Sender<JobOutcome>, JobOutcome)>;
+
+/// Fsyncs the WAL file for every commit the writer hands over (all that are waiting,
+/// with one fsync), then sends their acks. A failed fsync fails those acks: whether
+/// their pages reached the disk is unknown.
+fn run_syncer(wal: &std::path::Path, committed: Receiver<CommittedAcks>) {
+    let mut file: Option<std::fs::File> = None;
+    while let Ok(first) = committed.recv() {
+        let mut acks = first;
+        while let Ok(more) = committed.try_recv() {
+            acks.extend(more);
+        }
+        // fsync flushes the file's pages whichever descriptor wrote them; the writer's
+        // connection keeps the WAL file in place for as long as the store is open.
+        let synced = match &file {
+            Some(f) => f.sync_data(),
+            None => std::fs::File::open(wal).and_then(|f| {
+                let done = f.sync_data();
+                file = Some(f);
+                done
+            }),
+        };
+        if let Err(e) = &synced {
+            tracing::error!(path = %wal.display(), error = %e, "fsync of the WAL failed");
+        }
+        for (ack, outcome) in acks {
+            let outcome = match &synced {
+                Ok(()) => outcome,
+                Err(e) => Err(format!("fsync of {} failed: {e}", wal.display())),
+            };
+            // A client that hung up no longer waits for its ack; nothing to do.
+            let _ = ack.send(outcome);
+        }
+    }
+}
+
 fn run_writer(
     mut conn: Connection,
     path: PathBuf,
     receiver: Receiver<Job>,
+    synced: mpsc::Sender<CommittedAcks>,
     counters: Arc<Counters>,
     max_spans: usize,
     drift: threadline_analysis::DriftConfig,
@@ -477,9 +543,11 @@ fn run_writer(
                 }
             }
         }
-        for (job, outcome) in jobs.into_iter().zip(outcomes) {
-            // A client that hung up no longer waits for its ack; nothing to do.
-            let _ = job.ack.send(outcome);
+        let acks: CommittedAcks = jobs.into_iter().map(|j| j.ack).zip(outcomes).collect();
+        if let Err(mpsc::SendError(acks)) = synced.send(acks) {
+            for (ack, _) in acks {
+                let _ = ack.send(Err("the WAL syncer thread stopped".to_owned()));
+            }
         }
     }
 }
@@ -690,4 +758,34 @@ fn insert_batch(
         batch.trace_ids,
     ])?;
     Ok(Some(block_id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Acks wait for the WAL fsync; when it cannot be done they fail instead of
+    /// claiming durability.
+    #[test]
+    fn acks_are_sent_after_the_wal_fsync_and_fail_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        for (wal, expect_ok) in [
+            (dir.path().join("store.db-wal"), true),
+            (dir.path().join("missing-wal"), false),
+        ] {
+            if expect_ok {
+                std::fs::write(&wal, b"frames").unwrap();
+            }
+            let (to_syncer, committed) = mpsc::channel();
+            let (ack, acked) = oneshot::channel();
+            to_syncer.send(vec![(ack, Ok(Applied::changed()))]).unwrap();
+            drop(to_syncer);
+            run_syncer(&wal, committed);
+            let outcome = acked.blocking_recv().unwrap();
+            assert_eq!(outcome.is_ok(), expect_ok, "{outcome:?}");
+            if let Err(msg) = outcome {
+                assert!(msg.contains("missing-wal"), "{msg}");
+            }
+        }
+    }
 }
