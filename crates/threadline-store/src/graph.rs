@@ -343,10 +343,10 @@ pub(crate) fn apply(
         }
     }
     for (dataset, version) in versions {
-        join_artifact_producers(tx, tenant_id, dataset, Some(version), None)?;
+        join_artifact_producers(tx, tenant_id, dataset, ArtifactJoin::NewVersion(version))?;
     }
     for (dataset, asset) in claims {
-        join_artifact_producers(tx, tenant_id, dataset, None, Some(asset))?;
+        join_artifact_producers(tx, tenant_id, dataset, ArtifactJoin::NewClaim(asset))?;
     }
     for run in &update.runs {
         apply_run_transition(tx, tenant_id, run, cache)?;
@@ -435,33 +435,55 @@ fn apply_run_event(
     Ok(true)
 }
 
+/// What is new between an artifact dataset and the assets claiming it.
+enum ArtifactJoin {
+    /// A version of the dataset (row) was written.
+    NewVersion(i64),
+    /// An asset (row) claims the dataset as its artifact.
+    NewClaim(i64),
+}
+
 /// A run that wrote a version of an artifact dataset produced the adapter / model
 /// version registered with that artifact: add run → asset (`produced`), so dataset →
 /// run → adapter is one chain whichever of the event and the registration came first.
-/// Limited to one new version, or to one new claim (`asset`); both lookups are
-/// primary-key prefix seeks, so datasets nobody claims cost one empty seek.
+/// A new version starts from the dataset's claims (a prefix seek: datasets nobody
+/// claims cost one empty seek, however many versions they have); a new claim, which is
+/// rare, walks the dataset's versions. `CROSS JOIN` pins that order for the planner.
 fn join_artifact_producers(
     tx: &Connection,
     tenant_id: i64,
     dataset: i64,
-    version: Option<i64>,
-    asset: Option<i64>,
+    join: ArtifactJoin,
 ) -> rusqlite::Result<()> {
-    tx.prepare_cached(
-        "INSERT INTO graph_edges (src, dst, kind, tenant_id, first_seen_ns, last_seen_ns, evidence)
-         SELECT p.src, a.dst, 'produced', ?2, p.first_seen_ns, p.last_seen_ns,
-                json_object('via_artifact_version', v.key)
-         FROM graph_edges a
-         JOIN graph_edges hv ON hv.src = a.src AND hv.kind = 'has_version'
-         JOIN graph_edges p ON p.dst = hv.dst AND p.kind = 'produced'
-         JOIN graph_nodes v ON v.id = hv.dst
-         WHERE a.src = ?1 AND a.kind = 'artifact_of'
-           AND (?3 IS NULL OR hv.dst = ?3) AND (?4 IS NULL OR a.dst = ?4)
-         ON CONFLICT (src, kind, dst) DO UPDATE SET
+    const UPSERT: &str = "ON CONFLICT (src, kind, dst) DO UPDATE SET
             first_seen_ns = min(first_seen_ns, excluded.first_seen_ns),
-            last_seen_ns = max(last_seen_ns, excluded.last_seen_ns)",
-    )?
-    .execute(params![dataset, tenant_id, version, asset])?;
+            last_seen_ns = max(last_seen_ns, excluded.last_seen_ns)";
+    match join {
+        ArtifactJoin::NewVersion(version) => tx
+            .prepare_cached(&format!(
+                "INSERT INTO graph_edges (src, dst, kind, tenant_id, first_seen_ns, last_seen_ns, evidence)
+                 SELECT p.src, a.dst, 'produced', ?2, p.first_seen_ns, p.last_seen_ns,
+                        json_object('via_artifact_version', v.key)
+                 FROM graph_edges a CROSS JOIN graph_edges p CROSS JOIN graph_nodes v
+                 WHERE a.src = ?1 AND a.kind = 'artifact_of'
+                   AND p.dst = ?3 AND p.kind = 'produced' AND v.id = ?3
+                 {UPSERT}"
+            ))?
+            .execute(params![dataset, tenant_id, version])?,
+        ArtifactJoin::NewClaim(asset) => tx
+            .prepare_cached(&format!(
+                "INSERT INTO graph_edges (src, dst, kind, tenant_id, first_seen_ns, last_seen_ns, evidence)
+                 SELECT p.src, a.dst, 'produced', ?2, p.first_seen_ns, p.last_seen_ns,
+                        json_object('via_artifact_version', v.key)
+                 FROM graph_edges a CROSS JOIN graph_edges hv CROSS JOIN graph_edges p
+                      CROSS JOIN graph_nodes v
+                 WHERE a.src = ?1 AND a.kind = 'artifact_of' AND a.dst = ?3
+                   AND hv.src = ?1 AND hv.kind = 'has_version'
+                   AND p.dst = hv.dst AND p.kind = 'produced' AND v.id = hv.dst
+                 {UPSERT}"
+            ))?
+            .execute(params![dataset, tenant_id, asset])?,
+    };
     Ok(())
 }
 
@@ -525,28 +547,49 @@ fn upsert_node(
         }
     }
     // Patches are serde_json's output, so a new row takes the text as it is (no json()
-    // parse); a merge into an existing row parses both sides anyway.
-    let (row, first, last): (i64, i64, i64) = tx
+    // parse); a merge into an existing row parses both sides anyway. No RETURNING:
+    // SQLite buffers its rows in an ephemeral table per execution, which cost more than
+    // the insert; a new row's id and times are known, an existing one is read back.
+    let patch_text = patch.map(|p| p.text.as_str());
+    let inserted = tx
         .prepare_cached(
-            "INSERT INTO graph_nodes (tenant_id, kind, key, name, first_seen_ns, last_seen_ns, props)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6)
-             ON CONFLICT (tenant_id, kind, key) DO UPDATE SET
-                first_seen_ns = min(first_seen_ns, excluded.first_seen_ns),
-                last_seen_ns = max(last_seen_ns, excluded.last_seen_ns),
-                props = json_patch(props, excluded.props)
-             RETURNING id, first_seen_ns, last_seen_ns",
+            "INSERT OR IGNORE INTO graph_nodes
+                (tenant_id, kind, key, name, first_seen_ns, last_seen_ns, props)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?5, coalesce(?6, '{}'))",
         )?
-        .query_row(
-            params![
-                tenant_id,
-                id.kind.as_str(),
-                id.key,
-                bare_name(&id.key),
-                seen_ns,
-                patch.map_or("{}", |p| p.text.as_str()),
-            ],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )?;
+        .execute(params![
+            tenant_id,
+            id.kind.as_str(),
+            id.key,
+            bare_name(&id.key),
+            seen_ns,
+            patch_text,
+        ])?;
+    let (row, first, last) = if inserted == 1 {
+        (tx.last_insert_rowid(), seen_ns, seen_ns)
+    } else {
+        tx.prepare_cached(
+            "UPDATE graph_nodes SET
+                first_seen_ns = min(first_seen_ns, ?4),
+                last_seen_ns = max(last_seen_ns, ?4),
+                props = CASE WHEN ?5 IS NULL THEN props ELSE json_patch(props, ?5) END
+             WHERE tenant_id = ?1 AND kind = ?2 AND key = ?3",
+        )?
+        .execute(params![
+            tenant_id,
+            id.kind.as_str(),
+            id.key,
+            seen_ns,
+            patch_text
+        ])?;
+        tx.prepare_cached(
+            "SELECT id, first_seen_ns, last_seen_ns FROM graph_nodes
+             WHERE tenant_id = ?1 AND kind = ?2 AND key = ?3",
+        )?
+        .query_row(params![tenant_id, id.kind.as_str(), id.key], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })?
+    };
     cache.remember_node(cache_key, (row, first, last, patch.map_or(0, |p| p.digest)));
     Ok(row)
 }
@@ -631,27 +674,40 @@ fn insert_edge_rows(
             return Ok(());
         }
     }
-    let (first, last): (i64, i64) = tx
+    // As for nodes: no RETURNING (an ephemeral table per execution).
+    let patch_text = patch.map(|p| p.text.as_str());
+    let edge = params![key.0, key.2.as_str(), key.1];
+    let inserted = tx
         .prepare_cached(
-            "INSERT INTO graph_edges (src, dst, kind, tenant_id, first_seen_ns, last_seen_ns, evidence)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6)
-             ON CONFLICT (src, kind, dst) DO UPDATE SET
-                first_seen_ns = min(first_seen_ns, excluded.first_seen_ns),
-                last_seen_ns = max(last_seen_ns, excluded.last_seen_ns),
-                evidence = json_patch(evidence, excluded.evidence)
-             RETURNING first_seen_ns, last_seen_ns",
+            "INSERT OR IGNORE INTO graph_edges
+                (src, kind, dst, tenant_id, first_seen_ns, last_seen_ns, evidence)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?5, coalesce(?6, '{}'))",
         )?
-        .query_row(
-            params![
-                key.0,
-                key.1,
-                key.2.as_str(),
-                tenant_id,
-                seen_ns,
-                patch.map_or("{}", |p| p.text.as_str())
-            ],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )?;
+        .execute(params![
+            key.0,
+            key.2.as_str(),
+            key.1,
+            tenant_id,
+            seen_ns,
+            patch_text
+        ])?;
+    let (first, last): (i64, i64) = if inserted == 1 {
+        (seen_ns, seen_ns)
+    } else {
+        tx.prepare_cached(
+            "UPDATE graph_edges SET
+                first_seen_ns = min(first_seen_ns, ?4),
+                last_seen_ns = max(last_seen_ns, ?4),
+                evidence = CASE WHEN ?5 IS NULL THEN evidence ELSE json_patch(evidence, ?5) END
+             WHERE src = ?1 AND kind = ?2 AND dst = ?3",
+        )?
+        .execute(params![key.0, key.2.as_str(), key.1, seen_ns, patch_text])?;
+        tx.prepare_cached(
+            "SELECT first_seen_ns, last_seen_ns FROM graph_edges
+             WHERE src = ?1 AND kind = ?2 AND dst = ?3",
+        )?
+        .query_row(edge, |r| Ok((r.get(0)?, r.get(1)?)))?
+    };
     if key.2 == EdgeKind::HasVersion {
         // A newer version becomes what unversioned reads resolve to.
         let newer = cache

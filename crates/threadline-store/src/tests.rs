@@ -301,3 +301,105 @@ fn rollups_cover_every_acked_span_and_are_rebuilt_after_a_lost_flush() {
         30
     );
 }
+
+/// A run that wrote a version of an artifact dataset produced the asset claiming it,
+/// whichever came first; inputs without a version read the newest version.
+#[test]
+fn artifact_claims_join_runs_in_either_order_and_inputs_read_the_newest_version() {
+    use threadline_model::{EdgeEnd, EdgeKind, EdgeUpsert, GraphUpdate, NodeId, NodeUpsert};
+    let (_dir, store) = open();
+    let id = |s: &str| -> NodeId { s.parse().unwrap() };
+    let edge = |src: EdgeEnd, dst: &str, kind, seen_ns| EdgeUpsert {
+        src,
+        dst: EdgeEnd::Node(id(dst)),
+        kind,
+        seen_ns,
+        evidence: serde_json::Value::Null,
+    };
+    let node = |n: &str, seen_ns| NodeUpsert {
+        id: id(n),
+        seen_ns,
+        props: serde_json::json!({}),
+    };
+    let apply = |update: GraphUpdate| {
+        store
+            .submit_graph(&acme(), update, 0)
+            .unwrap()
+            .wait_blocking()
+            .unwrap();
+    };
+    // Claim first (adapter a1 on dataset s3:m/a1), then a run writes a version of it.
+    // Event first for a2: a run writes s3:m/a2 v1, later the adapter claims it.
+    apply(GraphUpdate {
+        edges: vec![edge(
+            EdgeEnd::Node(id("dataset:s3:m/a1")),
+            "adapter:a1",
+            EdgeKind::ArtifactOf,
+            10,
+        )],
+        ..Default::default()
+    });
+    for (run, dataset, version, t) in [
+        (
+            "run:r1",
+            "dataset:s3:m/a1",
+            "dataset_version:s3:m/a1@v1",
+            20,
+        ),
+        (
+            "run:r2",
+            "dataset:s3:m/a2",
+            "dataset_version:s3:m/a2@v1",
+            30,
+        ),
+        (
+            "run:r3",
+            "dataset:s3:m/a2",
+            "dataset_version:s3:m/a2@v2",
+            40,
+        ),
+    ] {
+        apply(GraphUpdate {
+            nodes: vec![node(run, t), node(version, t)],
+            edges: vec![
+                edge(EdgeEnd::Node(id(dataset)), version, EdgeKind::HasVersion, t),
+                edge(EdgeEnd::Node(id(run)), version, EdgeKind::Produced, t),
+            ],
+            ..Default::default()
+        });
+    }
+    apply(GraphUpdate {
+        edges: vec![
+            edge(
+                EdgeEnd::Node(id("dataset:s3:m/a2")),
+                "adapter:a2",
+                EdgeKind::ArtifactOf,
+                50,
+            ),
+            // Read without a version facet: the newest version (v2).
+            edge(
+                EdgeEnd::CurrentVersionOf(id("dataset:s3:m/a2")),
+                "run:r9",
+                EdgeKind::InputTo,
+                60,
+            ),
+        ],
+        ..Default::default()
+    });
+    let graph = store.graph_dump(&acme(), 1000).unwrap().unwrap();
+    let has = |src: &str, kind: EdgeKind, dst: &str| {
+        graph
+            .edges
+            .iter()
+            .any(|e| e.src == id(src) && e.kind == kind && e.dst == id(dst))
+    };
+    assert!(has("run:r1", EdgeKind::Produced, "adapter:a1"), "{graph:?}");
+    assert!(has("run:r2", EdgeKind::Produced, "adapter:a2"));
+    assert!(has("run:r3", EdgeKind::Produced, "adapter:a2"));
+    assert!(!has("run:r1", EdgeKind::Produced, "adapter:a2"));
+    assert!(has(
+        "dataset_version:s3:m/a2@v2",
+        EdgeKind::InputTo,
+        "run:r9"
+    ));
+}
