@@ -3,7 +3,10 @@
 //! minute can be built from any number of export requests in any order, and a query
 //! merges cells over series and minutes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+// Seeded per process: keys come from senders, so a fixed hash could be flooded.
+use foldhash::HashMap;
 
 use serde::{Deserialize, Serialize};
 use sketches_ddsketch::{Config, DDSketch};

@@ -4,7 +4,9 @@
 //! deprecated ones), then OpenInference, then vLLM's own names. Span attributes beat
 //! W3C baggage entries copied onto the span, which beat resource attributes.
 
-use rustc_hash::FxHashMap as HashMap;
+// Seeded per process: attribute keys come from senders, so a fixed hash (as Fx) could
+// be flooded with colliding keys.
+use foldhash::HashMap;
 
 use serde_json::Value as Json;
 use sha2::{Digest, Sha256};

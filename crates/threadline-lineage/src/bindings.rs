@@ -9,7 +9,10 @@
 //! route directly. A span whose parent is in the same request under another service
 //! makes the callee serve the caller (service → service).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+// Seeded per process: keys come from senders, so a fixed hash could be flooded.
+use foldhash::{HashMap, HashMapExt};
 
 use serde_json::Value;
 use threadline_model::{EdgeEnd, EdgeKind, EdgeUpsert, NodeId, NodeKind, SpanRecord, TraceId};

@@ -10,7 +10,9 @@
 //! ack still means "on disk": the fsync started after the commit's frames were
 //! written.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+
+use foldhash::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
@@ -76,7 +78,8 @@ impl PreparedBatch {
     ) -> Result<Self, StoreError> {
         let mut origins: Vec<(i64, Vec<u8>)> = Vec::new();
         // Spans of one scope share one `Arc<SpanOrigin>`: hash each distinct one once.
-        let mut origin_by_ptr: HashMap<*const threadline_model::SpanOrigin, i64> = HashMap::new();
+        let mut origin_by_ptr: foldhash::HashMap<*const threadline_model::SpanOrigin, i64> =
+            foldhash::HashMap::default();
         let mut rows = Vec::with_capacity(spans.len());
         let block = codec::encode_block(spans.iter().map(|s| (&s.detail, &s.llm)))?;
         let mut encoded_bytes = block.blob.len();
