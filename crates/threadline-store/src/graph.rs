@@ -308,7 +308,9 @@ pub(crate) fn apply(
             register_asset(tx, tenant_id, asset, cache)?,
         ));
     }
-    let mut touched_versions = Vec::new();
+    // (row, Some((props, first seen)) for a row this node created: its properties are
+    // the patch as it is).
+    let mut touched_versions: Vec<(i64, Option<(&str, i64)>)> = Vec::new();
     for node in &update.nodes {
         // Only versions whose facets may have changed need a drift check.
         let track = node.id.kind == NodeKind::DatasetVersion && node.patch.is_some();
@@ -318,7 +320,7 @@ pub(crate) fn apply(
                 node.seen_ns,
                 node.patch.as_ref(),
             );
-        let row = upsert_node(
+        let (row, inserted) = upsert_node_row(
             tx,
             tenant_id,
             &node.id,
@@ -327,7 +329,12 @@ pub(crate) fn apply(
             cache,
         )?;
         if !unchanged {
-            touched_versions.push(row);
+            let fresh = node
+                .patch
+                .as_ref()
+                .filter(|_| inserted)
+                .map(|p| (p.text.as_str(), node.seen_ns));
+            touched_versions.push((row, fresh));
         }
     }
     // New versions and new artifact claims: a run that wrote a version of a dataset an
@@ -342,7 +349,7 @@ pub(crate) fn apply(
             _ => {}
         }
     }
-    for (dataset, version) in versions {
+    for &(dataset, version) in &versions {
         join_artifact_producers(tx, tenant_id, dataset, ArtifactJoin::NewVersion(version))?;
     }
     for (dataset, asset) in claims {
@@ -351,8 +358,21 @@ pub(crate) fn apply(
     for run in &update.runs {
         apply_run_transition(tx, tenant_id, run, cache)?;
     }
-    for row in touched_versions {
-        refresh_drift(tx, row, &cache.drift)?;
+    for &(row, fresh) in &touched_versions {
+        // A version this update created (once), with its dataset known from the
+        // update's own has_version edge, needs no read of what is stored.
+        let known = fresh
+            .filter(|_| touched_versions.iter().filter(|(r, _)| *r == row).count() == 1)
+            .and_then(|(props, first_seen)| {
+                let (dataset, _) = versions.iter().find(|(_, v)| *v == row)?;
+                Some(StoredVersion {
+                    props: props.into(),
+                    first_seen,
+                    dataset: *dataset,
+                    fresh: true,
+                })
+            });
+        refresh_drift(tx, row, known, &cache.drift)?;
     }
     Ok(Some(outcomes))
 }
@@ -540,10 +560,22 @@ fn upsert_node(
     patch: Option<&Patch>,
     cache: &mut GraphCache,
 ) -> rusqlite::Result<i64> {
+    upsert_node_row(tx, tenant_id, id, seen_ns, patch, cache).map(|(row, _)| row)
+}
+
+/// The node's row id, and whether this call created it.
+fn upsert_node_row(
+    tx: &Connection,
+    tenant_id: i64,
+    id: &NodeId,
+    seen_ns: i64,
+    patch: Option<&Patch>,
+    cache: &mut GraphCache,
+) -> rusqlite::Result<(i64, bool)> {
     let cache_key = (tenant_id, id.clone());
     if cache.holds(&cache_key, seen_ns, patch) {
         if let Some(&(row, ..)) = cache.nodes.get(&cache_key) {
-            return Ok(row);
+            return Ok((row, false));
         }
     }
     // Patches are serde_json's output, so a new row takes the text as it is (no json()
@@ -591,7 +623,7 @@ fn upsert_node(
         })?
     };
     cache.remember_node(cache_key, (row, first, last, patch.map_or(0, |p| p.digest)));
-    Ok(row)
+    Ok((row, inserted == 1))
 }
 
 /// The row id of an edge end, creating nodes as needed.
@@ -728,24 +760,45 @@ fn insert_edge_rows(
     Ok(())
 }
 
+/// What refresh_drift needs of a version.
+struct StoredVersion<'a> {
+    props: std::borrow::Cow<'a, str>,
+    first_seen: i64,
+    dataset: i64,
+    /// Created by this update: its properties hold no drift yet.
+    fresh: bool,
+}
+
 /// Recomputes the drift of a dataset version against the version before it (by first
-/// seen) and keeps it as the version's `drift` property.
+/// seen) and keeps it as the version's `drift` property. `known` saves reading the
+/// version back when the caller has it.
 fn refresh_drift(
     tx: &Connection,
     row: i64,
+    known: Option<StoredVersion<'_>>,
     cfg: &threadline_analysis::DriftConfig,
 ) -> rusqlite::Result<()> {
-    // A version's has_version edge and its node are upserted by the same event with
-    // the same time, so the edge's first seen is the version's (and it is indexed).
-    let current: Option<(String, i64, i64)> = tx
-        .prepare_cached(
-            "SELECT v.props, e.first_seen_ns, e.src FROM graph_edges e
-             JOIN graph_nodes v ON v.id = e.dst
-             WHERE e.dst = ?1 AND e.kind = 'has_version' LIMIT 1",
-        )?
-        .query_row([row], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .optional()?;
-    let Some((props, first_seen, dataset)) = current else {
+    let current = match known {
+        Some(v) => Some(v),
+        // A version's has_version edge and its node are upserted by the same event
+        // with the same time, so the edge's first seen is the version's (and indexed).
+        None => tx
+            .prepare_cached(
+                "SELECT v.props, e.first_seen_ns, e.src FROM graph_edges e
+                 JOIN graph_nodes v ON v.id = e.dst
+                 WHERE e.dst = ?1 AND e.kind = 'has_version' LIMIT 1",
+            )?
+            .query_row([row], |r| {
+                Ok(StoredVersion {
+                    props: r.get::<_, String>(0)?.into(),
+                    first_seen: r.get(1)?,
+                    dataset: r.get(2)?,
+                    fresh: false,
+                })
+            })
+            .optional()?,
+    };
+    let Some(current) = current else {
         return Ok(());
     };
     let previous: Option<(String, String)> = tx
@@ -755,7 +808,7 @@ fn refresh_drift(
                AND e.first_seen_ns <= ?3
              ORDER BY e.first_seen_ns DESC, e.dst DESC LIMIT 1",
         )?
-        .query_row(params![dataset, row, first_seen], |r| {
+        .query_row(params![current.dataset, row, current.first_seen], |r| {
             Ok((r.get(0)?, r.get(1)?))
         })
         .optional()?;
@@ -763,8 +816,8 @@ fn refresh_drift(
         return Ok(());
     };
     let parse = |t: &str| serde_json::from_str::<serde_json::Value>(t).unwrap_or_default();
-    let found = threadline_analysis::drift(&parse(&previous_props), &parse(&props), cfg);
-    match found {
+    let props = parse(&current.props);
+    match threadline_analysis::drift(&parse(&previous_props), &props, cfg) {
         Some(mut drift) => {
             drift["previous_version"] =
                 serde_json::json!(format!("dataset_version:{previous_key}"));
@@ -773,6 +826,7 @@ fn refresh_drift(
             )?
             .execute(params![row, drift.to_string()])?;
         }
+        None if current.fresh && props.get("drift").is_none() => {}
         None => {
             tx.prepare_cached("UPDATE graph_nodes SET props = json_remove(props, '$.drift') WHERE id = ?1 AND json_type(props, '$.drift') IS NOT NULL")?
                 .execute([row])?;
