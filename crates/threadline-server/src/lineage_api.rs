@@ -73,29 +73,31 @@ async fn ingest_event(
                 other => ApiError::BadRequest(other.to_string()),
             },
         )?;
-        threadline_lineage::parse_event(&json).map_err(|e| ApiError::BadRequest(e.to_string()))
+        let parsed = threadline_lineage::parse_event(&json)
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        Ok::<_, ApiError>((SqliteStore::prepare_graph(parsed.update), parsed.warnings))
     };
-    let parsed = state
+    let (graph, warnings) = state
         .cpu_pool
         .run(parse)
         .await
         .map_err(|e| ApiError::Internal(format!("lineage task failed: {e}")))??;
     let ack = state
         .store
-        .submit_graph(&tenant, parsed.update, crate::query_api::now_ns())
+        .submit_prepared_graph(&tenant, graph, crate::query_api::now_ns())
         .map_err(|e| match e {
             e @ StoreError::QueueFull { .. } => ApiError::Busy(e.to_string()),
             other => ApiError::from(other),
         })?;
     let applied = ack.wait().await?;
-    for warning in &parsed.warnings {
+    for warning in &warnings {
         tracing::debug!(tenant = %tenant, %warning, "openlineage event accepted with a warning");
     }
     Ok((
         StatusCode::CREATED,
         Json(json!({
             "status": if applied.changed { "stored" } else { "duplicate" },
-            "warnings": parsed.warnings,
+            "warnings": warnings,
         })),
     )
         .into_response())

@@ -186,7 +186,7 @@ fn merge_patch(target: &mut serde_json::Value, patch: &serde_json::Value) {
 }
 
 /// A `GraphUpdate` with its JSON serialized and digested off the writer thread.
-pub(crate) struct PreparedGraph {
+pub struct PreparedGraph {
     assets: Vec<PreparedAsset>,
     nodes: Vec<PreparedNode>,
     edges: Vec<PreparedEdge>,

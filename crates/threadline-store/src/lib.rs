@@ -23,7 +23,7 @@ use threadline_model::{
 };
 
 pub use erase::{ErasureRecord, ErasureReport, ErasureSubject};
-pub use graph::WalkLimits;
+pub use graph::{PreparedGraph, WalkLimits};
 pub use query::{
     ExemplarQuery, RequestsServed, ServiceSummary, TraceCursor, TracePage, TraceQuery, TraceSummary,
 };
@@ -176,10 +176,25 @@ impl SqliteStore {
         update: GraphUpdate,
         received_ns: i64,
     ) -> Result<WriteAck, StoreError> {
-        // Serialized here, on the caller's thread, not on the writer's.
+        self.submit_prepared_graph(tenant, Self::prepare_graph(update), received_ns)
+    }
+
+    /// Serializes a graph change's JSON for the writer. CPU-bound: call it off the async
+    /// runtime (on the caller's thread, not the writer's).
+    pub fn prepare_graph(update: GraphUpdate) -> PreparedGraph {
+        PreparedGraph::new(update)
+    }
+
+    /// `submit_graph` for a change already prepared.
+    pub fn submit_prepared_graph(
+        &self,
+        tenant: &TenantId,
+        graph: PreparedGraph,
+        received_ns: i64,
+    ) -> Result<WriteAck, StoreError> {
         self.inner.writer.submit_graph(writer::GraphJob {
             tenant: tenant.clone(),
-            graph: graph::PreparedGraph::new(update),
+            graph,
             received_ns,
         })
     }
