@@ -475,35 +475,43 @@ fn join_artifact_producers(
     dataset: i64,
     join: ArtifactJoin,
 ) -> rusqlite::Result<()> {
-    const UPSERT: &str = "ON CONFLICT (src, kind, dst) DO UPDATE SET
-            first_seen_ns = min(first_seen_ns, excluded.first_seen_ns),
-            last_seen_ns = max(last_seen_ns, excluded.last_seen_ns)";
-    match join {
-        ArtifactJoin::NewVersion(version) => tx
-            .prepare_cached(&format!(
+    // One literal per statement (no SQL text built per call on this per-version path).
+    macro_rules! insert_produced {
+        ($from_where:literal) => {
+            concat!(
                 "INSERT INTO graph_edges (src, dst, kind, tenant_id, first_seen_ns, last_seen_ns, evidence)
                  SELECT p.src, a.dst, 'produced', ?2, p.first_seen_ns, p.last_seen_ns,
-                        json_object('via_artifact_version', v.key)
-                 FROM graph_edges a CROSS JOIN graph_edges p CROSS JOIN graph_nodes v
+                        json_object('via_artifact_version', v.key) ",
+                $from_where,
+                " ON CONFLICT (src, kind, dst) DO UPDATE SET
+                    first_seen_ns = min(first_seen_ns, excluded.first_seen_ns),
+                    last_seen_ns = max(last_seen_ns, excluded.last_seen_ns)"
+            )
+        };
+    }
+    // ?3: the new version, or the asset making the new claim.
+    let (sql, new_row) = match join {
+        ArtifactJoin::NewVersion(version) => (
+            insert_produced!(
+                "FROM graph_edges a CROSS JOIN graph_edges p CROSS JOIN graph_nodes v
                  WHERE a.src = ?1 AND a.kind = 'artifact_of'
-                   AND p.dst = ?3 AND p.kind = 'produced' AND v.id = ?3
-                 {UPSERT}"
-            ))?
-            .execute(params![dataset, tenant_id, version])?,
-        ArtifactJoin::NewClaim(asset) => tx
-            .prepare_cached(&format!(
-                "INSERT INTO graph_edges (src, dst, kind, tenant_id, first_seen_ns, last_seen_ns, evidence)
-                 SELECT p.src, a.dst, 'produced', ?2, p.first_seen_ns, p.last_seen_ns,
-                        json_object('via_artifact_version', v.key)
-                 FROM graph_edges a CROSS JOIN graph_edges hv CROSS JOIN graph_edges p
+                   AND p.dst = ?3 AND p.kind = 'produced' AND v.id = ?3"
+            ),
+            version,
+        ),
+        ArtifactJoin::NewClaim(asset) => (
+            insert_produced!(
+                "FROM graph_edges a CROSS JOIN graph_edges hv CROSS JOIN graph_edges p
                       CROSS JOIN graph_nodes v
                  WHERE a.src = ?1 AND a.kind = 'artifact_of' AND a.dst = ?3
                    AND hv.src = ?1 AND hv.kind = 'has_version'
-                   AND p.dst = hv.dst AND p.kind = 'produced' AND v.id = hv.dst
-                 {UPSERT}"
-            ))?
-            .execute(params![dataset, tenant_id, asset])?,
+                   AND p.dst = hv.dst AND p.kind = 'produced' AND v.id = hv.dst"
+            ),
+            asset,
+        ),
     };
+    tx.prepare_cached(sql)?
+        .execute(params![dataset, tenant_id, new_row])?;
     Ok(())
 }
 
@@ -579,9 +587,10 @@ fn upsert_node_row(
         }
     }
     // Patches are serde_json's output, so a new row takes the text as it is (no json()
-    // parse); a merge into an existing row parses both sides anyway. No RETURNING:
-    // SQLite buffers its rows in an ephemeral table per execution, which cost more than
-    // the insert; a new row's id and times are known, an existing one is read back.
+    // parse); a merge into an existing row parses both sides anyway. The insert has no
+    // RETURNING: SQLite buffers its rows in an ephemeral table per execution, which cost
+    // more than the insert; a new row's id and times are known. Only the (rarer) merge
+    // into an existing row returns what is stored.
     let patch_text = patch.map(|p| p.text.as_str());
     let inserted = tx
         .prepare_cached(
@@ -605,22 +614,13 @@ fn upsert_node_row(
                 first_seen_ns = min(first_seen_ns, ?4),
                 last_seen_ns = max(last_seen_ns, ?4),
                 props = CASE WHEN ?5 IS NULL THEN props ELSE json_patch(props, ?5) END
-             WHERE tenant_id = ?1 AND kind = ?2 AND key = ?3",
+             WHERE tenant_id = ?1 AND kind = ?2 AND key = ?3
+             RETURNING id, first_seen_ns, last_seen_ns",
         )?
-        .execute(params![
-            tenant_id,
-            id.kind.as_str(),
-            id.key,
-            seen_ns,
-            patch_text
-        ])?;
-        tx.prepare_cached(
-            "SELECT id, first_seen_ns, last_seen_ns FROM graph_nodes
-             WHERE tenant_id = ?1 AND kind = ?2 AND key = ?3",
+        .query_row(
+            params![tenant_id, id.kind.as_str(), id.key, seen_ns, patch_text],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )?
-        .query_row(params![tenant_id, id.kind.as_str(), id.key], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-        })?
     };
     cache.remember_node(cache_key, (row, first, last, patch.map_or(0, |p| p.digest)));
     Ok((row, inserted == 1))
@@ -706,9 +706,8 @@ fn insert_edge_rows(
             return Ok(());
         }
     }
-    // As for nodes: no RETURNING (an ephemeral table per execution).
+    // As for nodes: RETURNING (an ephemeral table per execution) only on a merge.
     let patch_text = patch.map(|p| p.text.as_str());
-    let edge = params![key.0, key.2.as_str(), key.1];
     let inserted = tx
         .prepare_cached(
             "INSERT OR IGNORE INTO graph_edges
@@ -731,14 +730,13 @@ fn insert_edge_rows(
                 first_seen_ns = min(first_seen_ns, ?4),
                 last_seen_ns = max(last_seen_ns, ?4),
                 evidence = CASE WHEN ?5 IS NULL THEN evidence ELSE json_patch(evidence, ?5) END
-             WHERE src = ?1 AND kind = ?2 AND dst = ?3",
+             WHERE src = ?1 AND kind = ?2 AND dst = ?3
+             RETURNING first_seen_ns, last_seen_ns",
         )?
-        .execute(params![key.0, key.2.as_str(), key.1, seen_ns, patch_text])?;
-        tx.prepare_cached(
-            "SELECT first_seen_ns, last_seen_ns FROM graph_edges
-             WHERE src = ?1 AND kind = ?2 AND dst = ?3",
+        .query_row(
+            params![key.0, key.2.as_str(), key.1, seen_ns, patch_text],
+            |r| Ok((r.get(0)?, r.get(1)?)),
         )?
-        .query_row(edge, |r| Ok((r.get(0)?, r.get(1)?)))?
     };
     if key.2 == EdgeKind::HasVersion {
         // A newer version becomes what unversioned reads resolve to.
