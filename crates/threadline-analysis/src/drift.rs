@@ -35,9 +35,10 @@ impl Default for DriftConfig {
     }
 }
 
-/// What a version's facets say, in one shape.
-#[derive(Debug, Default)]
-struct Profile {
+/// What a version's facets say, in one shape: all that drift compares. The store
+/// keeps it per version so a new version is compared without re-reading the previous.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DriftProfile {
     fields: BTreeMap<String, String>,
     has_schema: bool,
     rows: Option<f64>,
@@ -52,8 +53,15 @@ fn number(v: &Value) -> Option<f64> {
         .filter(|x: &f64| x.is_finite())
 }
 
-fn profile(props: &Value) -> Profile {
-    let mut p = Profile::default();
+impl DriftProfile {
+    /// The profile of a version node's properties.
+    pub fn of(props: &Value) -> Self {
+        profile(props)
+    }
+}
+
+fn profile(props: &Value) -> DriftProfile {
+    let mut p = DriftProfile::default();
     if let Some(fields) = props
         .pointer("/facets/schema/fields")
         .and_then(Value::as_array)
@@ -127,7 +135,11 @@ fn ratio_changed(a: f64, b: f64, limit: f64) -> bool {
 /// The drift from `previous` to `current` (version node props); `None` when nothing
 /// crossed a threshold.
 pub fn drift(previous: &Value, current: &Value, cfg: &DriftConfig) -> Option<Value> {
-    let (a, b) = (profile(previous), profile(current));
+    drift_between(&profile(previous), &profile(current), cfg)
+}
+
+/// `drift` of two profiles.
+pub fn drift_between(a: &DriftProfile, b: &DriftProfile, cfg: &DriftConfig) -> Option<Value> {
     let mut changes = Vec::new();
     if a.has_schema && b.has_schema {
         for (name, ty) in &b.fields {

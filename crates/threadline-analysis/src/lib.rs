@@ -17,7 +17,7 @@ pub use anomaly::{
     AnomalyOnset, DetectorConfig, DetectorEvent, Incident, MinuteValue, SeriesDetector,
 };
 pub use changes::{attribute_of, changes_upstream};
-pub use drift::{drift, DriftConfig};
+pub use drift::{drift, drift_between, DriftConfig, DriftProfile};
 pub use metric::Metric;
 pub use rca::{rank, Candidate, Change, FaultRule, FaultRules, RcaInput};
 pub use rollup::{

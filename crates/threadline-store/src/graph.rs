@@ -34,6 +34,9 @@ pub(crate) struct GraphCache {
     /// dataset row → (newest version row, its first seen): inputs without a version
     /// facet read the newest version.
     current_version: HashMap<i64, (i64, i64)>,
+    /// version row → its drift profile as last stored, so a new version's drift is
+    /// computed without reading and parsing the previous version's properties.
+    profiles: HashMap<i64, std::sync::Arc<threadline_analysis::DriftProfile>>,
     /// What counts as drift (a setting, kept across resets).
     pub(crate) drift: threadline_analysis::DriftConfig,
 }
@@ -89,6 +92,9 @@ struct PreparedNode {
     id: NodeId,
     seen_ns: i64,
     patch: Option<Patch>,
+    /// A dataset version's drift profile of its patch (its properties, when the
+    /// upsert creates it), computed off the writer thread.
+    profile: Option<std::sync::Arc<threadline_analysis::DriftProfile>>,
 }
 
 struct PreparedEdge {
@@ -219,6 +225,9 @@ impl PreparedGraph {
                 .into_iter()
                 .map(|n| PreparedNode {
                     patch: Patch::new(&n.props),
+                    profile: (n.id.kind == NodeKind::DatasetVersion).then(|| {
+                        std::sync::Arc::new(threadline_analysis::DriftProfile::of(&n.props))
+                    }),
                     id: n.id,
                     seen_ns: n.seen_ns,
                 })
@@ -308,9 +317,9 @@ pub(crate) fn apply(
             register_asset(tx, tenant_id, asset, cache)?,
         ));
     }
-    // (row, Some((props, first seen)) for a row this node created: its properties are
-    // the patch as it is).
-    let mut touched_versions: Vec<(i64, Option<(&str, i64)>)> = Vec::new();
+    // (row, Some(new version)) for a row this node created: its properties are the
+    // patch as it is, and so is its profile.
+    let mut touched_versions: Vec<(i64, Option<NewVersion<'_>>)> = Vec::new();
     for node in &update.nodes {
         // Only versions whose facets may have changed need a drift check.
         let track = node.id.kind == NodeKind::DatasetVersion && node.patch.is_some();
@@ -333,7 +342,11 @@ pub(crate) fn apply(
                 .patch
                 .as_ref()
                 .filter(|_| inserted)
-                .map(|p| (p.text.as_str(), node.seen_ns));
+                .map(|p| NewVersion {
+                    props: p.text.as_str(),
+                    first_seen: node.seen_ns,
+                    profile: node.profile.clone(),
+                });
             touched_versions.push((row, fresh));
         }
     }
@@ -358,21 +371,24 @@ pub(crate) fn apply(
     for run in &update.runs {
         apply_run_transition(tx, tenant_id, run, cache)?;
     }
-    for &(row, fresh) in &touched_versions {
+    for (row, fresh) in &touched_versions {
+        let row = *row;
         // A version this update created (once), with its dataset known from the
         // update's own has_version edge, needs no read of what is stored.
         let known = fresh
+            .as_ref()
             .filter(|_| touched_versions.iter().filter(|(r, _)| *r == row).count() == 1)
-            .and_then(|(props, first_seen)| {
+            .and_then(|new| {
                 let (dataset, _) = versions.iter().find(|(_, v)| *v == row)?;
                 Some(StoredVersion {
-                    props: props.into(),
-                    first_seen,
+                    props: new.props.into(),
+                    first_seen: new.first_seen,
                     dataset: *dataset,
                     fresh: true,
+                    profile: new.profile.clone(),
                 })
             });
-        refresh_drift(tx, row, known, &cache.drift)?;
+        refresh_drift(tx, row, known, cache)?;
     }
     Ok(Some(outcomes))
 }
@@ -758,6 +774,13 @@ fn insert_edge_rows(
     Ok(())
 }
 
+/// A dataset version an update created.
+struct NewVersion<'a> {
+    props: &'a str,
+    first_seen: i64,
+    profile: Option<std::sync::Arc<threadline_analysis::DriftProfile>>,
+}
+
 /// What refresh_drift needs of a version.
 struct StoredVersion<'a> {
     props: std::borrow::Cow<'a, str>,
@@ -765,6 +788,8 @@ struct StoredVersion<'a> {
     dataset: i64,
     /// Created by this update: its properties hold no drift yet.
     fresh: bool,
+    /// Its drift profile, when the caller has it.
+    profile: Option<std::sync::Arc<threadline_analysis::DriftProfile>>,
 }
 
 /// Recomputes the drift of a dataset version against the version before it (by first
@@ -774,8 +799,10 @@ fn refresh_drift(
     tx: &Connection,
     row: i64,
     known: Option<StoredVersion<'_>>,
-    cfg: &threadline_analysis::DriftConfig,
+    cache: &mut GraphCache,
 ) -> rusqlite::Result<()> {
+    use std::sync::Arc;
+    use threadline_analysis::DriftProfile;
     let current = match known {
         Some(v) => Some(v),
         // A version's has_version edge and its node are upserted by the same event
@@ -792,6 +819,7 @@ fn refresh_drift(
                     first_seen: r.get(1)?,
                     dataset: r.get(2)?,
                     fresh: false,
+                    profile: None,
                 })
             })
             .optional()?,
@@ -799,24 +827,47 @@ fn refresh_drift(
     let Some(current) = current else {
         return Ok(());
     };
-    let previous: Option<(String, String)> = tx
+    let parse = |t: &str| serde_json::from_str::<serde_json::Value>(t).unwrap_or_default();
+    let profile = match current.profile {
+        Some(p) => p,
+        None => Arc::new(DriftProfile::of(&parse(&current.props))),
+    };
+    if cache.profiles.len() >= CACHE_CAP {
+        cache.profiles.clear();
+    }
+    cache.profiles.insert(row, Arc::clone(&profile));
+    // The index holds (dataset, first seen, version): finding the previous version
+    // reads no node.
+    let previous: Option<i64> = tx
         .prepare_cached(
-            "SELECT p.key, p.props FROM graph_edges e JOIN graph_nodes p ON p.id = e.dst
+            "SELECT e.dst FROM graph_edges e
              WHERE e.src = ?1 AND e.kind = 'has_version' AND e.dst != ?2
                AND e.first_seen_ns <= ?3
              ORDER BY e.first_seen_ns DESC, e.dst DESC LIMIT 1",
         )?
         .query_row(params![current.dataset, row, current.first_seen], |r| {
-            Ok((r.get(0)?, r.get(1)?))
+            r.get(0)
         })
         .optional()?;
-    let Some((previous_key, previous_props)) = previous else {
+    let Some(previous) = previous else {
         return Ok(());
     };
-    let parse = |t: &str| serde_json::from_str::<serde_json::Value>(t).unwrap_or_default();
-    let props = parse(&current.props);
-    match threadline_analysis::drift(&parse(&previous_props), &props, cfg) {
+    let previous_profile = match cache.profiles.get(&previous) {
+        Some(p) => Arc::clone(p),
+        None => {
+            let props: String = tx
+                .prepare_cached("SELECT props FROM graph_nodes WHERE id = ?1")?
+                .query_row([previous], |r| r.get(0))?;
+            let p = Arc::new(DriftProfile::of(&parse(&props)));
+            cache.profiles.insert(previous, Arc::clone(&p));
+            p
+        }
+    };
+    match threadline_analysis::drift_between(&previous_profile, &profile, &cache.drift) {
         Some(mut drift) => {
+            let previous_key: String = tx
+                .prepare_cached("SELECT key FROM graph_nodes WHERE id = ?1")?
+                .query_row([previous], |r| r.get(0))?;
             drift["previous_version"] =
                 serde_json::json!(format!("dataset_version:{previous_key}"));
             tx.prepare_cached(
@@ -824,7 +875,8 @@ fn refresh_drift(
             )?
             .execute(params![row, drift.to_string()])?;
         }
-        None if current.fresh && props.get("drift").is_none() => {}
+        // A new version holds no drift yet: nothing to remove.
+        None if current.fresh => {}
         None => {
             tx.prepare_cached("UPDATE graph_nodes SET props = json_remove(props, '$.drift') WHERE id = ?1 AND json_type(props, '$.drift') IS NOT NULL")?
                 .execute([row])?;

@@ -403,3 +403,72 @@ fn artifact_claims_join_runs_in_either_order_and_inputs_read_the_newest_version(
         "run:r9"
     ));
 }
+
+/// A new version's drift is against the version before it, whether that version's
+/// profile is remembered by this process or read back from the store after a reopen;
+/// a version written out of order is compared with the one before it in time.
+#[test]
+fn drift_compares_with_the_previous_version_before_and_after_a_reopen() {
+    use threadline_model::{EdgeEnd, EdgeKind, EdgeUpsert, GraphUpdate, NodeId, NodeUpsert};
+    let dir = tempfile::tempdir().unwrap();
+    let id = |s: &str| -> NodeId { s.parse().unwrap() };
+    let version = |v: &str, rows: u64, t: i64| GraphUpdate {
+        nodes: vec![NodeUpsert {
+            id: id(&format!("dataset_version:wh:t@{v}")),
+            seen_ns: t,
+            props: serde_json::json!({"facets": {"dataQualityMetrics": {"rowCount": rows}}}),
+        }],
+        edges: vec![EdgeUpsert {
+            src: EdgeEnd::Node(id("dataset:wh:t")),
+            dst: EdgeEnd::Node(id(&format!("dataset_version:wh:t@{v}"))),
+            kind: EdgeKind::HasVersion,
+            seen_ns: t,
+            evidence: serde_json::Value::Null,
+        }],
+        ..Default::default()
+    };
+    let drift_of = |store: &SqliteStore, v: &str| {
+        let node = store
+            .get_node(&acme(), &id(&format!("dataset_version:wh:t@{v}")))
+            .unwrap()
+            .unwrap();
+        node.props.get("drift").cloned()
+    };
+    let apply = |store: &SqliteStore, update| {
+        store
+            .submit_graph(&acme(), update, 0)
+            .unwrap()
+            .wait_blocking()
+            .unwrap();
+    };
+    {
+        let store = SqliteStore::open(dir.path(), SqliteConfig::default()).unwrap();
+        apply(&store, version("v1", 1000, 10));
+        apply(&store, version("v2", 1100, 20));
+        apply(&store, version("v3", 5000, 30));
+        assert_eq!(drift_of(&store, "v1"), None);
+        assert_eq!(
+            drift_of(&store, "v2"),
+            None,
+            "1,000 → 1,100 rows is no drift"
+        );
+        let drift = drift_of(&store, "v3").expect("1,100 → 5,000 rows drifted");
+        assert_eq!(drift["previous_version"], "dataset_version:wh:t@v2");
+        assert_eq!(drift["changes"][0]["kind"], "row_count");
+    }
+    let store = SqliteStore::open(dir.path(), SqliteConfig::default()).unwrap();
+    // v3's profile is read back from the store now.
+    apply(&store, version("v4", 5100, 40));
+    assert_eq!(
+        drift_of(&store, "v4"),
+        None,
+        "5,000 → 5,100 rows is no drift"
+    );
+    apply(&store, version("v5", 100, 50));
+    let drift = drift_of(&store, "v5").expect("5,100 → 100 rows drifted");
+    assert_eq!(drift["previous_version"], "dataset_version:wh:t@v4");
+    // Written late, between v1 and v2 in time: compared with v1.
+    apply(&store, version("v1b", 9000, 15));
+    let drift = drift_of(&store, "v1b").expect("1,000 → 9,000 rows drifted");
+    assert_eq!(drift["previous_version"], "dataset_version:wh:t@v1");
+}
