@@ -37,6 +37,9 @@ pub(crate) struct GraphCache {
     /// version row → its drift profile as last stored, so a new version's drift is
     /// computed without reading and parsing the previous version's properties.
     profiles: HashMap<i64, std::sync::Arc<threadline_analysis::DriftProfile>>,
+    /// Dataset rows no asset claims as its artifact (no `artifact_of` edge from them):
+    /// their new versions join nothing. An `artifact_of` upsert takes its dataset out.
+    unclaimed: HashSet<i64>,
     /// What counts as drift (a setting, kept across resets).
     pub(crate) drift: threadline_analysis::DriftConfig,
 }
@@ -363,10 +366,16 @@ pub(crate) fn apply(
         }
     }
     for &(dataset, version) in &versions {
-        join_artifact_producers(tx, tenant_id, dataset, ArtifactJoin::NewVersion(version))?;
+        join_artifact_producers(
+            tx,
+            tenant_id,
+            dataset,
+            ArtifactJoin::NewVersion(version),
+            cache,
+        )?;
     }
     for (dataset, asset) in claims {
-        join_artifact_producers(tx, tenant_id, dataset, ArtifactJoin::NewClaim(asset))?;
+        join_artifact_producers(tx, tenant_id, dataset, ArtifactJoin::NewClaim(asset), cache)?;
     }
     for run in &update.runs {
         apply_run_transition(tx, tenant_id, run, cache)?;
@@ -404,25 +413,88 @@ fn apply_run_event(
     run: &PreparedRun,
     cache: &mut GraphCache,
 ) -> rusqlite::Result<bool> {
+    let key = (tenant_id, run.id.clone());
+    // A run this writer has not seen is most likely new (its first event): insert it
+    // as if nothing were stored, which spares the read; the insert is ignored if the
+    // run exists after all, and then it is read and merged.
+    if !cache.nodes.contains_key(&key) {
+        if let Some(text) = run_props(None, run) {
+            let inserted = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO graph_nodes
+                        (tenant_id, kind, key, name, first_seen_ns, last_seen_ns, props)
+                     VALUES (?1, 'run', ?2, ?3, ?4, ?5, ?6)",
+                )?
+                .execute(params![
+                    tenant_id,
+                    run.id.key,
+                    bare_name(&run.id.key),
+                    run.first_ns,
+                    run.last_ns,
+                    text
+                ])?;
+            if inserted == 1 {
+                let row = tx.last_insert_rowid();
+                cache.remember_node(key, (row, run.first_ns, run.last_ns, 0));
+                return Ok(true);
+            }
+        }
+    }
     let stored: Option<(i64, i64, i64, String)> = tx
         .prepare_cached(
             "SELECT id, first_seen_ns, last_seen_ns, props FROM graph_nodes
-             WHERE tenant_id = ?1 AND kind = ?2 AND key = ?3",
+             WHERE tenant_id = ?1 AND kind = 'run' AND key = ?2",
         )?
-        .query_row(
-            params![tenant_id, NodeKind::Run.as_str(), run.id.key],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-        )
+        .query_row(params![tenant_id, run.id.key], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })
         .optional()?;
-    let mut props = match &stored {
-        Some((.., text)) => serde_json::from_str(text).unwrap_or_default(),
+    let Some(text) = run_props(stored.as_ref().map(|s| s.3.as_str()), run) else {
+        return Ok(false);
+    };
+    let (row, first, last) = match stored {
+        Some((row, first, last, _)) => {
+            let (first, last) = (first.min(run.first_ns), last.max(run.last_ns));
+            tx.prepare_cached(
+                "UPDATE graph_nodes SET first_seen_ns = ?2, last_seen_ns = ?3, props = ?4
+                 WHERE id = ?1",
+            )?
+            .execute(params![row, first, last, text])?;
+            (row, first, last)
+        }
+        None => {
+            tx.prepare_cached(
+                "INSERT INTO graph_nodes (tenant_id, kind, key, name, first_seen_ns, last_seen_ns, props)
+                 VALUES (?1, 'run', ?2, ?3, ?4, ?5, ?6)",
+            )?
+            .execute(params![
+                tenant_id,
+                run.id.key,
+                bare_name(&run.id.key),
+                run.first_ns,
+                run.last_ns,
+                text
+            ])?;
+            (tx.last_insert_rowid(), run.first_ns, run.last_ns)
+        }
+    };
+    cache.remember_node(key, (row, first, last, 0));
+    Ok(true)
+}
+
+/// A run's properties after the event: the stored ones (`None`: a new run) with the
+/// event's patch merged, its state moved and its marker added. `None` when the stored
+/// properties show the event applied already.
+fn run_props(stored: Option<&str>, run: &PreparedRun) -> Option<String> {
+    let mut props = match stored {
+        Some(text) => serde_json::from_str(text).unwrap_or_default(),
         None => serde_json::Value::Object(serde_json::Map::new()),
     };
     let applied = props["applied_events"]
         .as_array()
         .is_some_and(|events| events.iter().any(|e| e.as_str() == Some(&run.marker)));
     if applied {
-        return Ok(false);
+        return None;
     }
     merge_patch(&mut props, &run.patch);
     if let serde_json::Value::Object(map) = &mut props {
@@ -439,36 +511,7 @@ fn apply_run_event(
             list.push(run.marker.clone().into());
         }
     }
-    let text = props.to_string();
-    let (row, first, last) = match stored {
-        Some((row, first, last, _)) => {
-            let (first, last) = (first.min(run.first_ns), last.max(run.last_ns));
-            tx.prepare_cached(
-                "UPDATE graph_nodes SET first_seen_ns = ?2, last_seen_ns = ?3, props = ?4
-                 WHERE id = ?1",
-            )?
-            .execute(params![row, first, last, text])?;
-            (row, first, last)
-        }
-        None => {
-            tx.prepare_cached(
-                "INSERT INTO graph_nodes (tenant_id, kind, key, name, first_seen_ns, last_seen_ns, props)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            )?
-            .execute(params![
-                tenant_id,
-                NodeKind::Run.as_str(),
-                run.id.key,
-                bare_name(&run.id.key),
-                run.first_ns,
-                run.last_ns,
-                text
-            ])?;
-            (tx.last_insert_rowid(), run.first_ns, run.last_ns)
-        }
-    };
-    cache.remember_node((tenant_id, run.id.clone()), (row, first, last, 0));
-    Ok(true)
+    Some(props.to_string())
 }
 
 /// What is new between an artifact dataset and the assets claiming it.
@@ -482,15 +525,34 @@ enum ArtifactJoin {
 /// A run that wrote a version of an artifact dataset produced the adapter / model
 /// version registered with that artifact: add run → asset (`produced`), so dataset →
 /// run → adapter is one chain whichever of the event and the registration came first.
-/// A new version starts from the dataset's claims (a prefix seek: datasets nobody
-/// claims cost one empty seek, however many versions they have); a new claim, which is
-/// rare, walks the dataset's versions. `CROSS JOIN` pins that order for the planner.
+/// A new version starts from the dataset's claims (a prefix seek, however many
+/// versions the dataset has; a dataset the cache knows nobody claims costs nothing); a
+/// new claim, which is rare, walks the dataset's versions. `CROSS JOIN` pins that order
+/// for the planner.
 fn join_artifact_producers(
     tx: &Connection,
     tenant_id: i64,
     dataset: i64,
     join: ArtifactJoin,
+    cache: &mut GraphCache,
 ) -> rusqlite::Result<()> {
+    if let ArtifactJoin::NewVersion(_) = join {
+        if cache.unclaimed.contains(&dataset) {
+            return Ok(());
+        }
+        let claimed: bool = tx
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM graph_edges WHERE src = ?1 AND kind = 'artifact_of')",
+            )?
+            .query_row([dataset], |r| r.get(0))?;
+        if !claimed {
+            if cache.unclaimed.len() >= CACHE_CAP {
+                cache.unclaimed.clear();
+            }
+            cache.unclaimed.insert(dataset);
+            return Ok(());
+        }
+    }
     // One literal per statement (no SQL text built per call on this per-version path).
     macro_rules! insert_produced {
         ($from_where:literal) => {
@@ -697,6 +759,9 @@ fn upsert_edge(
 ) -> rusqlite::Result<(i64, i64)> {
     let src = resolve_end(tx, tenant_id, &edge.src, edge.seen_ns, cache)?;
     let dst = resolve_end(tx, tenant_id, &edge.dst, edge.seen_ns, cache)?;
+    if edge.kind == EdgeKind::ArtifactOf {
+        cache.unclaimed.remove(&src);
+    }
     insert_edge_rows(
         tx,
         tenant_id,
