@@ -386,6 +386,26 @@ fn artifact_claims_join_runs_in_either_order_and_inputs_read_the_newest_version(
         ],
         ..Default::default()
     });
+    // A version written after the claim joins too (the writer had remembered the
+    // dataset as unclaimed while it wrote v1 and v2).
+    apply(GraphUpdate {
+        nodes: vec![node("run:r4", 70), node("dataset_version:s3:m/a2@v3", 70)],
+        edges: vec![
+            edge(
+                EdgeEnd::Node(id("dataset:s3:m/a2")),
+                "dataset_version:s3:m/a2@v3",
+                EdgeKind::HasVersion,
+                70,
+            ),
+            edge(
+                EdgeEnd::Node(id("run:r4")),
+                "dataset_version:s3:m/a2@v3",
+                EdgeKind::Produced,
+                70,
+            ),
+        ],
+        ..Default::default()
+    });
     let graph = store.graph_dump(&acme(), 1000).unwrap().unwrap();
     let has = |src: &str, kind: EdgeKind, dst: &str| {
         graph
@@ -396,6 +416,7 @@ fn artifact_claims_join_runs_in_either_order_and_inputs_read_the_newest_version(
     assert!(has("run:r1", EdgeKind::Produced, "adapter:a1"), "{graph:?}");
     assert!(has("run:r2", EdgeKind::Produced, "adapter:a2"));
     assert!(has("run:r3", EdgeKind::Produced, "adapter:a2"));
+    assert!(has("run:r4", EdgeKind::Produced, "adapter:a2"));
     assert!(!has("run:r1", EdgeKind::Produced, "adapter:a2"));
     assert!(has(
         "dataset_version:s3:m/a2@v2",
