@@ -659,10 +659,29 @@ fn upsert_node_row(
     cache: &mut GraphCache,
 ) -> rusqlite::Result<(i64, bool)> {
     let cache_key = (tenant_id, id.clone());
-    if cache.holds(&cache_key, seen_ns, patch) {
-        if let Some(&(row, ..)) = cache.nodes.get(&cache_key) {
+    if let Some(&(row, _, _, last_patch)) = cache.nodes.get(&cache_key) {
+        if cache.holds(&cache_key, seen_ns, patch) {
             return Ok((row, false));
         }
+        // A row this writer knows: widen its seen-interval by row id, and merge the
+        // patch only if it is not the one applied last (merging it again would change
+        // nothing, and costs a parse and a rewrite of the properties).
+        let patch = patch.filter(|p| p.digest != last_patch);
+        let (first, last): (i64, i64) = tx
+            .prepare_cached(
+                "UPDATE graph_nodes SET
+                    first_seen_ns = min(first_seen_ns, ?2),
+                    last_seen_ns = max(last_seen_ns, ?2),
+                    props = CASE WHEN ?3 IS NULL THEN props ELSE json_patch(props, ?3) END
+                 WHERE id = ?1
+                 RETURNING first_seen_ns, last_seen_ns",
+            )?
+            .query_row(params![row, seen_ns, patch.map(|p| p.text.as_str())], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?;
+        let digest = patch.map_or(last_patch, |p| p.digest);
+        cache.remember_node(cache_key, (row, first, last, digest));
+        return Ok((row, false));
     }
     // Patches are serde_json's output, so a new row takes the text as it is (no json()
     // parse); a merge into an existing row parses both sides anyway. The insert has no
