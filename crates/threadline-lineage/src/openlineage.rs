@@ -273,15 +273,18 @@ impl Builder {
         facets: &SortedFacets,
     ) -> NodeId {
         let id = NodeId::namespaced(kind, namespace, name);
-        self.node(
-            id.clone(),
-            json!({
-                "namespace": namespace,
-                "name": name,
-                "facets": facets.valid,
-                "invalid_facets": facets.invalid,
-            }),
-        );
+        // Built from clones of the maps: `json!` would copy them through serde's
+        // serializer, at twice the cost (this runs for every dataset of every event).
+        let props = Map::from_iter([
+            ("namespace".to_owned(), Value::from(namespace)),
+            ("name".to_owned(), Value::from(name)),
+            ("facets".to_owned(), Value::Object(facets.valid.clone())),
+            (
+                "invalid_facets".to_owned(),
+                Value::Object(facets.invalid.clone()),
+            ),
+        ]);
+        self.node(id.clone(), Value::Object(props));
         id
     }
 
@@ -299,16 +302,18 @@ impl Builder {
         let job = self.job(obj)?;
         let facets = self.facets(run.get("facets"), FacetPlace::Run, "run.facets");
         let run_node = NodeId::new(NodeKind::Run, run_id);
-        let mut props = json!({
-            "run_id": run_id,
-            "job": job.to_string(),
-            "facets": facets.valid,
-            "invalid_facets": facets.invalid,
-        });
-        if let Some(trace_id) = trace_id_in(&facets.valid) {
-            props["trace_id"] = json!(trace_id);
+        let trace_id = trace_id_in(&facets.valid);
+        let parent = facets.valid.get("parent").cloned();
+        let mut props = Map::from_iter([
+            ("run_id".to_owned(), Value::from(run_id)),
+            ("job".to_owned(), Value::from(job.to_string())),
+            ("facets".to_owned(), Value::Object(facets.valid)),
+            ("invalid_facets".to_owned(), Value::Object(facets.invalid)),
+        ]);
+        if let Some(trace_id) = trace_id {
+            props.insert("trace_id".to_owned(), json!(trace_id));
         }
-        self.node(run_node.clone(), props);
+        self.node(run_node.clone(), Value::Object(props));
         self.edge(
             EdgeEnd::Node(job),
             EdgeEnd::Node(run_node.clone()),
@@ -322,7 +327,7 @@ impl Builder {
                 event_time_ns: self.seen_ns,
             });
         }
-        if let Some(parent) = facets.valid.get("parent") {
+        if let Some(parent) = &parent {
             self.parent(parent, &run_node);
         }
         self.datasets(obj, &run_node, Some(run_id))
@@ -383,7 +388,12 @@ impl Builder {
                     (FacetPlace::OutputDataset, "outputFacets")
                 };
                 let io = self.facets(ds.get(io_key), place, &format!("{path}.{io_key}"));
-                let io_props = json!({ io_key: io.valid, "invalid_facets": io.invalid });
+                let job_evidence = (consumer.kind != NodeKind::Run)
+                    .then(|| json!({ "via": "job event", io_key: io.valid }));
+                let io_props = Value::Object(Map::from_iter([
+                    (io_key.to_owned(), Value::Object(io.valid)),
+                    ("invalid_facets".to_owned(), Value::Object(io.invalid)),
+                ]));
                 if is_input {
                     let src = match version {
                         Some(v) => {
@@ -392,11 +402,7 @@ impl Builder {
                         }
                         None => EdgeEnd::CurrentVersionOf(dataset),
                     };
-                    let evidence = if consumer.kind == NodeKind::Run {
-                        io_props
-                    } else {
-                        json!({ "via": "job event", io_key: io.valid })
-                    };
+                    let evidence = job_evidence.unwrap_or(io_props);
                     self.edge(
                         src,
                         EdgeEnd::Node(consumer.clone()),
@@ -452,27 +458,28 @@ impl Builder {
         produced_by: Option<&str>,
     ) {
         let id = NodeId::dataset_version(dataset, version);
-        let mut props = json!({
-            "dataset": dataset.to_string(),
-            "version": version,
-            "facets": facets.valid,
-            "invalid_facets": facets.invalid,
-        });
-        if let (Some(p), Some(io)) = (props.as_object_mut(), io_props.as_object()) {
+        let mut invalid = facets.invalid.clone();
+        let mut props = Map::from_iter([
+            ("dataset".to_owned(), Value::from(dataset.to_string())),
+            ("version".to_owned(), Value::from(version)),
+            ("facets".to_owned(), Value::Object(facets.valid.clone())),
+        ]);
+        if let Value::Object(io) = io_props {
             for (k, v) in io {
-                if k == "invalid_facets" {
-                    if let Some(inv) = p.get_mut("invalid_facets").and_then(Value::as_object_mut) {
-                        inv.extend(v.as_object().cloned().unwrap_or_default());
+                match (k.as_str(), v) {
+                    ("invalid_facets", Value::Object(io_invalid)) => invalid.extend(io_invalid),
+                    ("invalid_facets", _) => {}
+                    (_, v) => {
+                        props.insert(k, v);
                     }
-                } else {
-                    p.insert(k.clone(), v.clone());
                 }
             }
         }
+        props.insert("invalid_facets".to_owned(), Value::Object(invalid));
         if let Some(run) = produced_by {
-            props["produced_by"] = json!(format!("run:{run}"));
+            props.insert("produced_by".to_owned(), json!(format!("run:{run}")));
         }
-        self.node(id.clone(), props);
+        self.node(id.clone(), Value::Object(props));
         self.edge(
             EdgeEnd::Node(dataset.clone()),
             EdgeEnd::Node(id),
