@@ -66,6 +66,14 @@ impl GraphCache {
     }
 }
 
+/// A JSON value's text. `serde_json::to_string` writes straight into a buffer; the
+/// `Display` impl (`value.to_string()`) goes through `fmt::Write` per token, which took
+/// about a third more instructions on the patches of an OpenLineage event.
+fn json_text(value: &serde_json::Value) -> String {
+    // Serializing a `Value` cannot fail (its map keys are strings).
+    serde_json::to_string(value).unwrap_or_default()
+}
+
 /// A JSON properties / evidence patch, serialized by the submitting thread, with a
 /// digest so the writer can tell it applied the very same patch last time.
 pub(crate) struct Patch {
@@ -81,7 +89,7 @@ impl Patch {
         if obj.is_empty() {
             return None;
         }
-        let text = value.to_string();
+        let text = json_text(value);
         let mut h = std::collections::hash_map::DefaultHasher::new();
         text.hash(&mut h);
         Some(Self {
@@ -214,7 +222,7 @@ impl PreparedGraph {
                 .into_iter()
                 .map(|a| {
                     // serde_json maps are sorted by key, so equal specs serialize equally.
-                    let spec = a.spec.to_string();
+                    let spec = json_text(&a.spec);
                     PreparedAsset {
                         id: a.id,
                         spec_sha256: hex::encode(sha2::Sha256::digest(spec.as_bytes())),
@@ -511,7 +519,7 @@ fn run_props(stored: Option<&str>, run: &PreparedRun) -> Option<String> {
             list.push(run.marker.clone().into());
         }
     }
-    Some(props.to_string())
+    Some(json_text(&props))
 }
 
 /// What is new between an artifact dataset and the assets claiming it.
@@ -957,7 +965,7 @@ fn refresh_drift(
             tx.prepare_cached(
                 "UPDATE graph_nodes SET props = json_set(props, '$.drift', json(?2)) WHERE id = ?1",
             )?
-            .execute(params![row, drift.to_string()])?;
+            .execute(params![row, json_text(&drift)])?;
         }
         // A new version holds no drift yet: nothing to remove.
         None if current.fresh => {}
@@ -984,7 +992,7 @@ fn apply_run_transition(
         serde_json::from_str(&props).unwrap_or_default();
     move_run_state(&mut props, run);
     tx.prepare_cached("UPDATE graph_nodes SET props = ?2 WHERE id = ?1")?
-        .execute(params![row, serde_json::Value::Object(props).to_string()])?;
+        .execute(params![row, json_text(&serde_json::Value::Object(props))])?;
     Ok(())
 }
 
