@@ -28,18 +28,18 @@ const CACHE_CAP: usize = 200_000;
 pub(crate) struct GraphCache {
     /// (tenant row id, node) → (row id, first seen, last seen, digest of the last
     /// properties patch applied).
-    nodes: HashMap<(i64, NodeId), (i64, i64, i64, u64)>,
+    nodes: foldhash::HashMap<(i64, NodeId), (i64, i64, i64, u64)>,
     /// (src, dst, kind) → (first seen, last seen, digest of the last evidence patch).
-    edges: HashMap<(i64, i64, EdgeKind), (i64, i64, u64)>,
+    edges: foldhash::HashMap<(i64, i64, EdgeKind), (i64, i64, u64)>,
     /// dataset row → (newest version row, its first seen): inputs without a version
     /// facet read the newest version.
-    current_version: HashMap<i64, (i64, i64)>,
+    current_version: foldhash::HashMap<i64, (i64, i64)>,
     /// version row → its drift profile as last stored, so a new version's drift is
     /// computed without reading and parsing the previous version's properties.
-    profiles: HashMap<i64, std::sync::Arc<threadline_analysis::DriftProfile>>,
+    profiles: foldhash::HashMap<i64, std::sync::Arc<threadline_analysis::DriftProfile>>,
     /// Dataset rows no asset claims as its artifact (no `artifact_of` edge from them):
     /// their new versions join nothing. An `artifact_of` upsert takes its dataset out.
-    unclaimed: HashSet<i64>,
+    unclaimed: foldhash::HashSet<i64>,
     /// What counts as drift (a setting, kept across resets).
     pub(crate) drift: threadline_analysis::DriftConfig,
 }
@@ -84,16 +84,20 @@ pub(crate) struct Patch {
 impl Patch {
     /// `None` for an empty object or a non-object (nothing to merge).
     fn new(value: &serde_json::Value) -> Option<Self> {
-        use std::hash::{Hash, Hasher};
+        use std::hash::BuildHasher;
+        // Seeded once per process: senders cannot aim two patches at one digest
+        // (equal digests make the writer skip the second patch).
+        static DIGEST: std::sync::OnceLock<foldhash::quality::RandomState> =
+            std::sync::OnceLock::new();
         let obj = value.as_object()?;
         if obj.is_empty() {
             return None;
         }
         let text = json_text(value);
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        text.hash(&mut h);
         Some(Self {
-            digest: h.finish(),
+            digest: DIGEST
+                .get_or_init(Default::default)
+                .hash_one(text.as_bytes()),
             text,
         })
     }
