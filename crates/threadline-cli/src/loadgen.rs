@@ -260,6 +260,62 @@ async fn worker_loop(
     Ok(latencies)
 }
 
+/// `threadline bench openlineage`: `events` of the loadgen's RunEvents parsed,
+/// projected and applied through the store's write path in process, `in_flight` at a
+/// time, each waited for as the loadgen waits for its ack. Reports events/s and the
+/// process's CPU per event (from `/proc/self/stat`, where there is one).
+pub(crate) fn bench_openlineage(
+    data_dir: &std::path::Path,
+    events: usize,
+    in_flight: usize,
+) -> anyhow::Result<serde_json::Value> {
+    use threadline_store::{SqliteConfig, SqliteStore};
+    let store = SqliteStore::open(data_dir, SqliteConfig::default())?;
+    let tenant = threadline_model::TenantId::new("bench")?;
+    let mut rng = SmallRng::seed_from_u64(7);
+    let bodies: Vec<Vec<u8>> = (0..events)
+        .map(|n| openlineage_event(&mut rng, n))
+        .collect();
+    let (cpu_before, started) = (process_cpu_seconds(), Instant::now());
+    for chunk in bodies.chunks(in_flight.max(1)) {
+        let mut acks = Vec::with_capacity(chunk.len());
+        for body in chunk {
+            let parsed = threadline_lineage::parse_event(body)?;
+            let graph = SqliteStore::prepare_graph(parsed.update);
+            acks.push(store.submit_prepared_graph(&tenant, graph, now_nanos() as i64)?);
+        }
+        for ack in acks {
+            ack.wait_blocking()?;
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu = process_cpu_seconds()
+        .zip(cpu_before)
+        .map(|(after, before)| after - before);
+    let runs = store
+        .nodes_of_kind(&tenant, threadline_model::NodeKind::Run, events + 1)?
+        .len();
+    Ok(serde_json::json!({
+        "events": events,
+        "in_flight": in_flight,
+        "seconds": seconds,
+        "events_per_s": events as f64 / seconds.max(1e-9),
+        "cpu_us_per_event": cpu.map(|c| c * 1e6 / events.max(1) as f64),
+        "runs_stored": runs,
+    }))
+}
+
+/// User + system CPU time of this process so far, on Linux.
+fn process_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces) start at field 3.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    // The kernel reports in USER_HZ, which is 100 on every Linux this runs on.
+    Some(ticks / 100.0)
+}
+
 /// The schema facet every dataset of the loadgen's RunEvents carries, as JSON text.
 const LOADGEN_SCHEMA_FACET: &str = r#"{"_producer":"loadgen","_schemaURL":"https://openlineage.io/spec/facets/1-1-1/SchemaDatasetFacet.json","fields":[{"name":"id","type":"BIGINT"},{"name":"question","type":"STRING"},{"name":"answer","type":"STRING"}]}"#;
 

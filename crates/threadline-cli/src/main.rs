@@ -93,6 +93,20 @@ enum BenchWhat {
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
+    /// OpenLineage RunEvents as the loadgen sends them, parsed, projected and applied
+    /// in process through the store's write path (no HTTP): the server's CPU per
+    /// event apart from HTTP. Deterministic enough to run under
+    /// `valgrind --tool=callgrind`.
+    Openlineage {
+        #[arg(long, default_value_t = 20_000)]
+        events: usize,
+        /// Events submitted before waiting for their acks.
+        #[arg(long, default_value_t = 32)]
+        in_flight: usize,
+        /// Where to build the store [default: a temporary directory, removed after].
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
     /// Simulated per-minute traffic through the anomaly detector: false incidents per
     /// series per 24 h on clean traffic, detection delay of a +50% P99 step.
     Detector {
@@ -266,6 +280,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     samples,
                 },
             )?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            Ok(())
+        }
+        Command::Bench(BenchWhat::Openlineage {
+            events,
+            in_flight,
+            data_dir,
+        }) => {
+            let temp = tempfile::tempdir().context("cannot create a temporary directory")?;
+            let dir = data_dir.unwrap_or_else(|| temp.path().to_owned());
+            let report = loadgen::bench_openlineage(&dir, events, in_flight)?;
             println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(())
         }

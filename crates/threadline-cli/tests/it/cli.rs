@@ -119,3 +119,33 @@ fn loadgen_sends_openlineage_events_that_land_in_the_graph() {
         "{graph}"
     );
 }
+
+/// `bench openlineage` applies every event it generates (one run each) and reports
+/// its rate and CPU per event.
+#[test]
+fn bench_openlineage_applies_every_event_in_process() {
+    let out = std::process::Command::new(BIN)
+        .args([
+            "bench",
+            "openlineage",
+            "--events",
+            "300",
+            "--in-flight",
+            "8",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["events"], 300, "{report}");
+    assert_eq!(report["runs_stored"], 300, "{report}");
+    assert!(report["events_per_s"].as_f64().unwrap() > 0.0, "{report}");
+    assert!(
+        report["cpu_us_per_event"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+}
