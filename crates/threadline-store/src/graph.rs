@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use rusqlite::{params, params_from_iter, Connection, OptionalExtension};
+use rusqlite::{named_params, params, params_from_iter, Connection, OptionalExtension};
 use sha2::Digest;
 use threadline_model::{
     AssetOutcome, Direction, EdgeEnd, EdgeKind, GraphUpdate, LineageEdge, LineageEventKey,
@@ -429,7 +429,12 @@ fn apply_run_event(
     // A run this writer has not seen is most likely new (its first event): insert it
     // as if nothing were stored, which spares the read; the insert is ignored if the
     // run exists after all, and then it is read and merged.
-    if !cache.nodes.contains_key(&key) {
+    let mut stored = if cache.nodes.contains_key(&key) {
+        stored_run(tx, tenant_id, run)?
+    } else {
+        None
+    };
+    if stored.is_none() {
         if let Some(text) = run_props(None, run) {
             let inserted = tx
                 .prepare_cached(
@@ -451,47 +456,37 @@ fn apply_run_event(
                 return Ok(true);
             }
         }
+        stored = stored_run(tx, tenant_id, run)?;
     }
-    let stored: Option<(i64, i64, i64, String)> = tx
-        .prepare_cached(
-            "SELECT id, first_seen_ns, last_seen_ns, props FROM graph_nodes
-             WHERE tenant_id = ?1 AND kind = 'run' AND key = ?2",
-        )?
-        .query_row(params![tenant_id, run.id.key], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-        })
-        .optional()?;
-    let Some(text) = run_props(stored.as_ref().map(|s| s.3.as_str()), run) else {
+    // Not inserted, so stored: anything else is a storage fault.
+    let (row, first, last, props) = stored.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
+    let Some(text) = run_props(Some(&props), run) else {
         return Ok(false);
     };
-    let (row, first, last) = match stored {
-        Some((row, first, last, _)) => {
-            let (first, last) = (first.min(run.first_ns), last.max(run.last_ns));
-            tx.prepare_cached(
-                "UPDATE graph_nodes SET first_seen_ns = ?2, last_seen_ns = ?3, props = ?4
-                 WHERE id = ?1",
-            )?
-            .execute(params![row, first, last, text])?;
-            (row, first, last)
-        }
-        None => {
-            tx.prepare_cached(
-                "INSERT INTO graph_nodes (tenant_id, kind, key, name, first_seen_ns, last_seen_ns, props)
-                 VALUES (?1, 'run', ?2, ?3, ?4, ?5, ?6)",
-            )?
-            .execute(params![
-                tenant_id,
-                run.id.key,
-                bare_name(&run.id.key),
-                run.first_ns,
-                run.last_ns,
-                text
-            ])?;
-            (tx.last_insert_rowid(), run.first_ns, run.last_ns)
-        }
-    };
+    let (first, last) = (first.min(run.first_ns), last.max(run.last_ns));
+    tx.prepare_cached(
+        "UPDATE graph_nodes SET first_seen_ns = ?2, last_seen_ns = ?3, props = ?4
+         WHERE id = ?1",
+    )?
+    .execute(params![row, first, last, text])?;
     cache.remember_node(key, (row, first, last, 0));
     Ok(true)
+}
+
+/// The run's stored row: (id, first seen, last seen, properties).
+fn stored_run(
+    tx: &Connection,
+    tenant_id: i64,
+    run: &PreparedRun,
+) -> rusqlite::Result<Option<(i64, i64, i64, String)>> {
+    tx.prepare_cached(
+        "SELECT id, first_seen_ns, last_seen_ns, props FROM graph_nodes
+         WHERE tenant_id = ?1 AND kind = 'run' AND key = ?2",
+    )?
+    .query_row(params![tenant_id, run.id.key], |r| {
+        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+    })
+    .optional()
 }
 
 /// A run's properties after the event: the stored ones (`None`: a new run) with the
@@ -670,6 +665,21 @@ fn upsert_node_row(
     patch: Option<&Patch>,
     cache: &mut GraphCache,
 ) -> rusqlite::Result<(i64, bool)> {
+    // How a stored row absorbs an upsert, for the row found by id or by key.
+    macro_rules! merge_node {
+        ($where:literal, $returning:literal) => {
+            concat!(
+                "UPDATE graph_nodes SET
+                    first_seen_ns = min(first_seen_ns, :seen),
+                    last_seen_ns = max(last_seen_ns, :seen),
+                    props = CASE WHEN :patch IS NULL THEN props ELSE json_patch(props, :patch) END
+                 WHERE ",
+                $where,
+                " RETURNING ",
+                $returning
+            )
+        };
+    }
     let cache_key = (tenant_id, id.clone());
     if let Some(&(row, _, _, last_patch)) = cache.nodes.get(&cache_key) {
         if cache.holds(&cache_key, seen_ns, patch) {
@@ -680,17 +690,15 @@ fn upsert_node_row(
         // nothing, and costs a parse and a rewrite of the properties).
         let patch = patch.filter(|p| p.digest != last_patch);
         let (first, last): (i64, i64) = tx
-            .prepare_cached(
-                "UPDATE graph_nodes SET
-                    first_seen_ns = min(first_seen_ns, ?2),
-                    last_seen_ns = max(last_seen_ns, ?2),
-                    props = CASE WHEN ?3 IS NULL THEN props ELSE json_patch(props, ?3) END
-                 WHERE id = ?1
-                 RETURNING first_seen_ns, last_seen_ns",
-            )?
-            .query_row(params![row, seen_ns, patch.map(|p| p.text.as_str())], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })?;
+            .prepare_cached(merge_node!("id = :row", "first_seen_ns, last_seen_ns"))?
+            .query_row(
+                named_params! {
+                    ":row": row,
+                    ":seen": seen_ns,
+                    ":patch": patch.map(|p| p.text.as_str()),
+                },
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?;
         let digest = patch.map_or(last_patch, |p| p.digest);
         cache.remember_node(cache_key, (row, first, last, digest));
         return Ok((row, false));
@@ -718,16 +726,18 @@ fn upsert_node_row(
     let (row, first, last) = if inserted == 1 {
         (tx.last_insert_rowid(), seen_ns, seen_ns)
     } else {
-        tx.prepare_cached(
-            "UPDATE graph_nodes SET
-                first_seen_ns = min(first_seen_ns, ?4),
-                last_seen_ns = max(last_seen_ns, ?4),
-                props = CASE WHEN ?5 IS NULL THEN props ELSE json_patch(props, ?5) END
-             WHERE tenant_id = ?1 AND kind = ?2 AND key = ?3
-             RETURNING id, first_seen_ns, last_seen_ns",
-        )?
+        tx.prepare_cached(merge_node!(
+            "tenant_id = :tenant AND kind = :kind AND key = :key",
+            "id, first_seen_ns, last_seen_ns"
+        ))?
         .query_row(
-            params![tenant_id, id.kind.as_str(), id.key, seen_ns, patch_text],
+            named_params! {
+                ":tenant": tenant_id,
+                ":kind": id.kind.as_str(),
+                ":key": id.key,
+                ":seen": seen_ns,
+                ":patch": patch_text,
+            },
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )?
     };
