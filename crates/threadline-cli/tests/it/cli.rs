@@ -5,25 +5,16 @@ use crate::harness::*;
 #[test]
 fn search_trace_and_loadgen_commands() {
     let server = TestServer::start();
-    let out = std::process::Command::new(BIN)
-        .args([
-            "loadgen",
-            "--endpoint",
-            &server.otlp_http,
-            "--duration",
-            "1.5",
-            "--concurrency",
-            "2",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = cli_json(&[
+        "loadgen",
+        "--endpoint",
+        &server.otlp_http,
+        "--duration",
+        "1.5",
+        "--concurrency",
+        "2",
+        "--json",
+    ]);
     assert!(report["spans_acked"].as_u64().unwrap() >= 100, "{report}");
     assert!(report["spans_per_s"].as_f64().unwrap() > 0.0);
     assert!(report["ack_p99_ms"].as_f64().unwrap() >= report["ack_p50_ms"].as_f64().unwrap());
@@ -71,26 +62,17 @@ fn search_trace_and_loadgen_commands() {
 #[test]
 fn loadgen_sends_openlineage_events_that_land_in_the_graph() {
     let server = TestServer::start();
-    let out = std::process::Command::new(BIN)
-        .args([
-            "loadgen",
-            "--openlineage",
-            "--endpoint",
-            &server.api,
-            "--duration",
-            "1",
-            "--concurrency",
-            "2",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = cli_json(&[
+        "loadgen",
+        "--openlineage",
+        "--endpoint",
+        &server.api,
+        "--duration",
+        "1",
+        "--concurrency",
+        "2",
+        "--json",
+    ]);
     assert!(report["spans_acked"].as_u64().unwrap() > 10, "{report}");
     assert_eq!(report["errors"], 0, "{report}");
     // The pipelines' jobs, runs and datasets are in the graph.
@@ -124,23 +106,14 @@ fn loadgen_sends_openlineage_events_that_land_in_the_graph() {
 /// its rate and CPU per event.
 #[test]
 fn bench_openlineage_applies_every_event_in_process() {
-    let out = std::process::Command::new(BIN)
-        .args([
-            "bench",
-            "openlineage",
-            "--events",
-            "300",
-            "--in-flight",
-            "8",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = cli_json(&[
+        "bench",
+        "openlineage",
+        "--events",
+        "300",
+        "--in-flight",
+        "8",
+    ]);
     assert_eq!(report["events"], 300, "{report}");
     assert_eq!(report["runs_stored"], 300, "{report}");
     assert!(report["events_per_s"].as_f64().unwrap() > 0.0, "{report}");

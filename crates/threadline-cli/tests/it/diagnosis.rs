@@ -292,16 +292,7 @@ fn prometheus_exposition_passes_promtool_and_counts_committed_llm_requests() {
 
 #[test]
 fn demo_finds_every_injected_incident_and_ranks_its_true_cause_first() {
-    let out = std::process::Command::new(BIN)
-        .args(["demo", "--no-serve", "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = cli_json(&["demo", "--no-serve", "--json"]);
     let injected = report["injected"].as_array().unwrap();
     assert_eq!(injected.len(), 4);
     for case in injected {

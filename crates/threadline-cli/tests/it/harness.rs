@@ -172,6 +172,18 @@ pub(crate) fn cli_at(api: &str, args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// Runs the CLI with `args` (no server flag), asserts it succeeded (showing its
+/// stderr if not) and parses its stdout as JSON.
+pub(crate) fn cli_json(args: &[&str]) -> Value {
+    let out = Command::new(BIN).args(args).output().expect("run cli");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("cli stdout is JSON")
+}
+
 impl Drop for TestServer {
     fn drop(&mut self) {
         self.kill9();
