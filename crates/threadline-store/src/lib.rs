@@ -4,6 +4,7 @@
 //! `TraceSummary` out) so the ClickHouse backend can implement the same operations;
 //! the trait will be extracted when that second implementation lands, not before.
 
+mod checkpoint;
 mod codec;
 mod erase;
 mod graph;
@@ -36,6 +37,11 @@ pub const DB_FILE_NAME: &str = "threadline.db";
 pub enum StoreError {
     #[error("cannot create data directory {path}: {source}")]
     CreateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot open {path}: {source}")]
+    Open {
         path: PathBuf,
         source: std::io::Error,
     },
@@ -75,6 +81,9 @@ pub struct SqliteConfig {
     pub max_queued_bytes: usize,
     /// Most spans committed in one transaction.
     pub max_spans_per_commit: usize,
+    /// Encoded bytes committed after which the writer lets the WAL start over (see
+    /// `checkpoint`); the WAL holds a few times this, counting index pages.
+    pub wal_restart_bytes: usize,
     /// What counts as drift between dataset versions.
     pub drift: threadline_analysis::DriftConfig,
 }
@@ -85,6 +94,7 @@ impl Default for SqliteConfig {
             max_queued_batches: 1024,
             max_queued_bytes: 256 * 1024 * 1024,
             max_spans_per_commit: 20_000,
+            wal_restart_bytes: 4 * 1024 * 1024,
             drift: threadline_analysis::DriftConfig::default(),
         }
     }
@@ -100,8 +110,6 @@ struct Inner {
     path: PathBuf,
     writer: writer::WriterHandle,
     readers: Mutex<Vec<Connection>>,
-    /// Dropping it stops the checkpointer thread.
-    _stop_checkpointer: std::sync::mpsc::Sender<()>,
 }
 
 impl SqliteStore {
@@ -121,15 +129,14 @@ impl SqliteStore {
                 "rolled up blocks committed after the last rollup flush"
             );
         }
-        let writer = writer::WriterHandle::spawn(conn, path.clone(), config)?;
-        let (stop_checkpointer, stop) = std::sync::mpsc::channel();
-        schema::spawn_checkpointer(&path, stop)?;
+        // The writer thread owns the checkpointer's handle: it stops after the writer.
+        let checkpoints = checkpoint::spawn_checkpointer(&path)?;
+        let writer = writer::WriterHandle::spawn(conn, path.clone(), config, checkpoints)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 path,
                 writer,
                 readers: Mutex::new(Vec::new()),
-                _stop_checkpointer: stop_checkpointer,
             }),
         })
     }

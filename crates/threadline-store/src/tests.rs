@@ -493,3 +493,56 @@ fn drift_compares_with_the_previous_version_before_and_after_a_reopen() {
     let drift = drift_of(&store, "v1b").expect("1,000 → 9,000 rows drifted");
     assert_eq!(drift["previous_version"], "dataset_version:wh:t@v1");
 }
+
+/// With the writer never idle (batches always queued), the WAL must still start over
+/// from its beginning now and then, so its file stays a fraction of what was written.
+#[test]
+fn the_wal_starts_over_under_continuous_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = SqliteConfig {
+        wal_restart_bytes: 256 * 1024,
+        max_spans_per_commit: 100,
+        ..SqliteConfig::default()
+    };
+    let store = SqliteStore::open(dir.path(), config).unwrap();
+    // Attribute text that zstd cannot shrink much, so encoded bytes track the input.
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut noise = |len: usize| -> String {
+        (0..len)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                char::from(b'a' + (state % 26) as u8)
+            })
+            .collect()
+    };
+    let mut acks = Vec::new();
+    let mut written = 0;
+    for batch in 0..64u32 {
+        let spans: Vec<SpanRecord> = (0..100u32)
+            .map(|i| {
+                let mut s = span(1, 1, None, u64::from(batch * 100 + i), None);
+                s.trace_id = TraceId([(batch % 251) as u8 + 1; 16]);
+                s.span_id = SpanId((u64::from(batch) << 32 | u64::from(i) | 1).to_be_bytes());
+                s.detail.attributes =
+                    vec![Attribute::new("payload", AttrValue::String(noise(1024)))];
+                s
+            })
+            .collect();
+        written += 100 * 1024;
+        let prepared = store.prepare(&acme(), &spans, Vec::new()).unwrap();
+        acks.push(store.submit(prepared).unwrap());
+    }
+    for ack in acks {
+        ack.wait_blocking().unwrap();
+    }
+    let wal = std::fs::metadata(dir.path().join("threadline.db-wal"))
+        .unwrap()
+        .len() as usize;
+    assert!(written > 4 * 1024 * 1024, "only {written} bytes written");
+    assert!(
+        wal < written / 2,
+        "the WAL grew to {wal} bytes for {written} bytes written"
+    );
+}

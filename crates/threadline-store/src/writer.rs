@@ -23,6 +23,7 @@ use rusqlite::{params, Connection, Transaction};
 use threadline_model::{SpanRecord, TenantId};
 use tokio::sync::oneshot;
 
+use crate::checkpoint::CheckpointRequests;
 use crate::{codec, SqliteConfig, StoreError};
 
 /// One span, encoded into column values.
@@ -266,10 +267,6 @@ pub struct WriterStats {
     pub commit_nanos_total: u64,
 }
 
-/// Encoded bytes committed between two checkpoints run by the writer (the WAL holds
-/// about twice this, counting index pages).
-const WRITER_CHECKPOINT_BYTES: usize = 4 * 1024 * 1024;
-
 struct Job {
     work: Work,
     /// Encoded size, counted against the queue's byte bound.
@@ -297,12 +294,12 @@ impl WriterHandle {
         conn: Connection,
         path: PathBuf,
         config: SqliteConfig,
+        checkpoints: CheckpointRequests,
     ) -> Result<Self, StoreError> {
         let (sender, receiver) = mpsc::sync_channel(config.max_queued_batches);
         let counters = Arc::new(Counters::default());
         let thread_counters = Arc::clone(&counters);
-        let max_spans = config.max_spans_per_commit;
-        let drift = config.drift.clone();
+        let max_queued_bytes = config.max_queued_bytes;
         let (synced, to_sync) = mpsc::channel();
         let mut wal = path.clone().into_os_string();
         wal.push("-wal");
@@ -323,8 +320,8 @@ impl WriterHandle {
                     receiver,
                     synced,
                     thread_counters,
-                    max_spans,
-                    drift,
+                    config,
+                    checkpoints,
                 )
             })
             .map_err(|source| StoreError::Thread {
@@ -334,7 +331,7 @@ impl WriterHandle {
         Ok(Self {
             sender,
             counters,
-            max_queued_bytes: config.max_queued_bytes,
+            max_queued_bytes,
         })
     }
 
@@ -464,11 +461,17 @@ fn run_writer(
     receiver: Receiver<Job>,
     synced: mpsc::Sender<CommittedAcks>,
     counters: Arc<Counters>,
-    max_spans: usize,
-    drift: threadline_analysis::DriftConfig,
+    config: SqliteConfig,
+    checkpoints: CheckpointRequests,
 ) {
+    let max_spans = config.max_spans_per_commit;
+    let mut wal_restart = WalRestart {
+        checkpoints,
+        every_bytes: config.wal_restart_bytes.max(1),
+        requested: false,
+    };
     let mut cache = WriterCache::default();
-    cache.graph.drift = drift;
+    cache.graph.drift = config.drift;
     let mut ledger = crate::rollups::RollupLedger::default();
     let mut written_since_checkpoint = 0usize;
     while let Ok(first) = receiver.recv() {
@@ -528,21 +531,15 @@ fn run_writer(
                 vec![Err(e.to_string()); jobs.len()]
             }
         };
-        // Finish the background checkpointer's work from the writer itself now and then:
-        // only a checkpoint that ends between two write transactions lets the WAL wrap
-        // around, so without this the WAL would grow for as long as writes never pause.
         written_since_checkpoint += bytes;
-        if written_since_checkpoint >= WRITER_CHECKPOINT_BYTES {
-            // (busy, frames in WAL, frames checkpointed); retried after the next commit
-            // when the background checkpointer was busy or frames remain.
-            let done = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
-                Ok(r.get::<_, i64>(0)? == 0 && r.get::<_, i64>(1)? == r.get::<_, i64>(2)?)
-            });
-            match done {
+        if wal_restart.due(written_since_checkpoint) {
+            match restart_checkpoint(&conn) {
                 Ok(true) => written_since_checkpoint = 0,
-                Ok(false) => {}
+                // Retried after a further pass of the checkpointer.
+                Ok(false) => wal_restart.retry(),
                 Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "wal checkpoint failed")
+                    wal_restart.retry();
+                    tracing::warn!(path = %path.display(), error = %e, "wal checkpoint failed");
                 }
             }
         }
@@ -553,6 +550,49 @@ fn run_writer(
             }
         }
     }
+}
+
+/// When the writer checkpoints so that the WAL starts over (see `checkpoint`).
+struct WalRestart {
+    checkpoints: CheckpointRequests,
+    /// Encoded bytes written after which the WAL should start over.
+    every_bytes: usize,
+    /// A checkpointer pass was asked for since the last restart checkpoint.
+    requested: bool,
+}
+
+impl WalRestart {
+    /// Whether the writer should checkpoint now, `written` bytes after its last one:
+    /// once the checkpointer's pass it asked for has finished, or when the
+    /// checkpointer falls so far behind that the WAL would keep growing.
+    fn due(&mut self, written: usize) -> bool {
+        if written < self.every_bytes {
+            return false;
+        }
+        if !self.requested {
+            self.checkpoints.request();
+            self.requested = true;
+            return false;
+        }
+        if self.checkpoints.passed() || written >= 4 * self.every_bytes {
+            self.requested = false;
+            return true;
+        }
+        false
+    }
+
+    fn retry(&mut self) {
+        self.requested = false;
+    }
+}
+
+/// The writer's checkpoint between two transactions: true when every frame is in the
+/// database, so the next transaction starts the WAL over.
+fn restart_checkpoint(conn: &Connection) -> rusqlite::Result<bool> {
+    // (busy, frames in WAL, frames checkpointed)
+    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+        Ok(r.get::<_, i64>(0)? == 0 && r.get::<_, i64>(1)? == r.get::<_, i64>(2)?)
+    })
 }
 
 /// After an erasure: copy the WAL into the database and truncate it, so the erased
