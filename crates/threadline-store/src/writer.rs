@@ -531,6 +531,14 @@ fn run_writer(
                 vec![Err(e.to_string()); jobs.len()]
             }
         };
+        // The syncer starts on this commit's fsync while the writer checkpoints: a
+        // checkpoint copies into the database file and leaves the WAL's frames as they are.
+        let acks: CommittedAcks = jobs.into_iter().map(|j| j.ack).zip(outcomes).collect();
+        if let Err(mpsc::SendError(acks)) = synced.send(acks) {
+            for (ack, _) in acks {
+                let _ = ack.send(Err("the WAL syncer thread stopped".to_owned()));
+            }
+        }
         written_since_checkpoint += bytes;
         if wal_restart.due(written_since_checkpoint) {
             match restart_checkpoint(&conn) {
@@ -541,12 +549,6 @@ fn run_writer(
                     wal_restart.retry();
                     tracing::warn!(path = %path.display(), error = %e, "wal checkpoint failed");
                 }
-            }
-        }
-        let acks: CommittedAcks = jobs.into_iter().map(|j| j.ack).zip(outcomes).collect();
-        if let Err(mpsc::SendError(acks)) = synced.send(acks) {
-            for (ack, _) in acks {
-                let _ = ack.send(Err("the WAL syncer thread stopped".to_owned()));
             }
         }
     }
