@@ -155,7 +155,7 @@ pub struct RcaBenchSize {
 const ROUTES: [&str; 4] = ["/v1/chat", "/v1/support", "/v1/summarize", "/v1/embed"];
 
 /// One request span at `minute` (0..60) of the hour starting at `hour_ns`.
-fn request(rng: &mut Rng, n: u64, hour_ns: i64, minute: usize) -> SpanRecord {
+pub(crate) fn request(rng: &mut Rng, n: u64, hour_ns: i64, minute: usize) -> SpanRecord {
     let route_ix = rng.below(ROUTES.len());
     let route = ROUTES[route_ix];
     let instance_ix = route_ix * 4 + rng.below(4);

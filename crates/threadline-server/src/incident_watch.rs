@@ -1,7 +1,8 @@
 //! Runs the streaming incident detector over each tenant's rollups: a background task
 //! every few seconds, and on demand before incidents are read (so a client that just
 //! loaded traffic sees what it caused). A minute is closed once span time has moved
-//! past it (a newer minute holds cells); the detector's progress is stored with the
+//! past it (a newer minute holds cells; for the background pass, a minute newer than
+//! any it saw at its previous pass, see `Pass`); the detector's progress is stored with the
 //! incidents, so a restart resumes where it stopped. The same pass evaluates the SLO
 //! rules and hands new and resolved incidents (with their top causes) and SLO
 //! breaches to the alert sink.
@@ -40,6 +41,19 @@ pub(crate) struct IncidentWatcher {
     rca_rules: Arc<FaultRules>,
     alerts: Option<Arc<AlertSink>>,
     tenants: Mutex<HashMap<TenantId, Arc<Mutex<TenantWatch>>>>,
+    /// Per tenant, the newest rollup minute the previous background pass saw.
+    newest_at_last_pass: Mutex<HashMap<TenantId, i64>>,
+}
+
+/// Who runs the detector. A client reading incidents wants every minute that has data
+/// after it. The background pass closes only minutes before the newest one it saw at
+/// its previous pass: exports still in flight then (a sender's concurrent exports
+/// finish out of order, a backfill sends hours in seconds) have landed since, so a
+/// minute is never judged on part of its traffic and then left as judged.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    OnDemand,
+    Background,
 }
 
 type Fed = (Vec<Incident>, Vec<(SloRule, SloEvent)>);
@@ -61,6 +75,7 @@ impl IncidentWatcher {
             rca_rules,
             alerts,
             tenants: Mutex::new(HashMap::new()),
+            newest_at_last_pass: Mutex::new(HashMap::new()),
         }
     }
 
@@ -74,11 +89,26 @@ impl IncidentWatcher {
 
     /// Runs the detector over every closed minute not yet seen. Blocking.
     pub(crate) fn catch_up(&self, tenant: &TenantId) -> Result<(), StoreError> {
+        self.catch_up_through(tenant, Pass::OnDemand)
+    }
+
+    fn catch_up_through(&self, tenant: &TenantId, pass: Pass) -> Result<(), StoreError> {
         self.store.flush_rollups()?.wait_blocking()?;
         let Some((first, last)) = self.store.rollup_minute_range(tenant)? else {
             return Ok(());
         };
-        let closed = last - 1;
+        let mut closed = last - 1;
+        if pass == Pass::Background {
+            let previous = self
+                .newest_at_last_pass
+                .lock()
+                .map_err(|_| poisoned())?
+                .insert(tenant.clone(), last);
+            match previous {
+                Some(previous) => closed = closed.min(previous - 1),
+                None => return Ok(()),
+            }
+        }
         let slot = {
             let mut tenants = self.tenants.lock().map_err(|_| poisoned())?;
             match tenants.get(tenant) {
@@ -210,7 +240,7 @@ impl IncidentWatcher {
                 let watcher = Arc::clone(&self);
                 let result = tokio::task::spawn_blocking(move || {
                     for tenant in watcher.store.tenants()? {
-                        watcher.catch_up(&tenant)?;
+                        watcher.catch_up_through(&tenant, Pass::Background)?;
                     }
                     Ok::<_, StoreError>(())
                 })
@@ -251,4 +281,63 @@ fn feed(
         }
     }
     Ok((incidents, events))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use threadline_store::SqliteConfig;
+
+    /// Writes `minutes` of request spans starting at minute `from` of the hour at
+    /// `hour_ns`, acknowledged.
+    fn load(store: &SqliteStore, tenant: &TenantId, hour_ns: i64, from: usize, minutes: usize) {
+        let mut rng = crate::bench::Rng(7);
+        for minute in from..from + minutes {
+            let batch: Vec<_> = (0..20)
+                .map(|n| crate::bench_diagnosis::request(&mut rng, n, hour_ns, minute))
+                .collect();
+            let requests = threadline_analysis::SeriesKey::requests(&batch);
+            let prepared = store.prepare(tenant, &batch, requests).unwrap();
+            store.submit(prepared).unwrap().wait_blocking().unwrap();
+        }
+    }
+
+    fn processed(watcher: &IncidentWatcher, tenant: &TenantId) -> Option<i64> {
+        let tenants = watcher.tenants.lock().unwrap();
+        let state = tenants.get(tenant)?;
+        let processed = state.lock().unwrap().processed;
+        Some(processed)
+    }
+
+    /// A background pass judges only minutes older than the newest one the previous
+    /// pass saw: traffic still arriving for them (exports finishing out of order, a
+    /// backfill) is not judged half-loaded. A client's read judges every minute before
+    /// the newest.
+    #[test]
+    fn background_passes_lag_one_pass_behind_the_newest_minute() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path(), SqliteConfig::default()).unwrap();
+        let tenant = TenantId::default_tenant();
+        let hour_ns = 28_000_000 * 60_000_000_000;
+        let first_minute = hour_ns / 60_000_000_000;
+        let watcher = IncidentWatcher::new(
+            store.clone(),
+            DetectorConfig::default(),
+            Arc::new(FaultRules::default_rules()),
+            None,
+        );
+        load(&store, &tenant, hour_ns, 0, 10);
+        watcher.catch_up_through(&tenant, Pass::Background).unwrap();
+        assert_eq!(
+            processed(&watcher, &tenant),
+            None,
+            "the first pass only looks"
+        );
+        load(&store, &tenant, hour_ns, 10, 10);
+        watcher.catch_up_through(&tenant, Pass::Background).unwrap();
+        // The newest minute at the first pass was minute 9: minutes up to 8 are judged.
+        assert_eq!(processed(&watcher, &tenant), Some(first_minute + 8));
+        watcher.catch_up(&tenant).unwrap();
+        assert_eq!(processed(&watcher, &tenant), Some(first_minute + 18));
+    }
 }
