@@ -468,12 +468,12 @@ fn run_writer(
     let mut wal_restart = WalRestart {
         checkpoints,
         every_bytes: config.wal_restart_bytes.max(1),
+        written: 0,
         requested: false,
     };
     let mut cache = WriterCache::default();
     cache.graph.drift = config.drift;
     let mut ledger = crate::rollups::RollupLedger::default();
-    let mut written_since_checkpoint = 0usize;
     while let Ok(first) = receiver.recv() {
         let mut rows = first.work.rows();
         let mut jobs = vec![first];
@@ -539,15 +539,12 @@ fn run_writer(
                 let _ = ack.send(Err("the WAL syncer thread stopped".to_owned()));
             }
         }
-        written_since_checkpoint += bytes;
-        if wal_restart.due(written_since_checkpoint) {
+        if wal_restart.due_after(bytes) {
+            // Not done (busy, or frames left): asked again after a further pass.
             match restart_checkpoint(&conn) {
-                Ok(true) => written_since_checkpoint = 0,
-                // Retried after a further pass of the checkpointer.
-                Ok(false) => wal_restart.retry(),
+                Ok(done) => wal_restart.checkpointed(done),
                 Err(e) => {
-                    wal_restart.retry();
-                    tracing::warn!(path = %path.display(), error = %e, "wal checkpoint failed");
+                    tracing::warn!(path = %path.display(), error = %e, "wal checkpoint failed")
                 }
             }
         }
@@ -559,15 +556,19 @@ struct WalRestart {
     checkpoints: CheckpointRequests,
     /// Encoded bytes written after which the WAL should start over.
     every_bytes: usize,
-    /// A checkpointer pass was asked for since the last restart checkpoint.
+    /// Encoded bytes committed since the WAL last started over.
+    written: usize,
+    /// A checkpointer pass was asked for since the writer's last checkpoint.
     requested: bool,
 }
 
 impl WalRestart {
-    /// Whether the writer should checkpoint now, `written` bytes after its last one:
-    /// once the checkpointer's pass it asked for has finished, or when the
-    /// checkpointer falls so far behind that the WAL would keep growing.
-    fn due(&mut self, written: usize) -> bool {
+    /// Counts a commit of `bytes`; whether the writer should checkpoint now: once the
+    /// checkpointer's pass it asked for has finished, or when the checkpointer falls so
+    /// far behind that the WAL would keep growing.
+    fn due_after(&mut self, bytes: usize) -> bool {
+        self.written += bytes;
+        let written = self.written;
         if written < self.every_bytes {
             return false;
         }
@@ -583,8 +584,12 @@ impl WalRestart {
         false
     }
 
-    fn retry(&mut self) {
-        self.requested = false;
+    /// After the writer's checkpoint: `done` when every frame is in the database, so
+    /// the next transaction starts the WAL over.
+    fn checkpointed(&mut self, done: bool) {
+        if done {
+            self.written = 0;
+        }
     }
 }
 
