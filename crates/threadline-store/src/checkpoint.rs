@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
+use crate::schema::sqlite;
 use crate::StoreError;
 
 /// WAL frames (pages) after which the checkpointer forces the WAL back to the start.
@@ -54,13 +55,9 @@ impl CheckpointRequests {
 
 /// Starts the checkpointer thread on the database at `path`.
 pub(crate) fn spawn_checkpointer(path: &Path) -> Result<CheckpointRequests, StoreError> {
-    let sqlite = |source| StoreError::Sqlite {
-        path: path.to_owned(),
-        source,
-    };
-    let conn = Connection::open(path).map_err(sqlite)?;
+    let conn = Connection::open(path).map_err(sqlite(path))?;
     conn.execute_batch("PRAGMA busy_timeout = 10000;")
-        .map_err(sqlite)?;
+        .map_err(sqlite(path))?;
     // SQLite syncs the database file only at the end of a checkpoint that copied the
     // whole WAL, which under continuous writes is only ever the writer's: it then paid
     // for every page the passes here had copied (≈ 40 ms per restart, measured). The

@@ -176,7 +176,8 @@ const MIGRATIONS: &[&str] = &[
 
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
-fn sqlite(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+/// Maps a SQLite error on the database at `path` to the store's error.
+pub(crate) fn sqlite(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
     move |source| StoreError::Sqlite {
         path: path.to_owned(),
         source,
