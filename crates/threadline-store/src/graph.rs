@@ -64,6 +64,18 @@ impl GraphCache {
         }
         self.nodes.insert(key, stored);
     }
+
+    fn remember_profile(
+        &mut self,
+        version: i64,
+        profile: &std::sync::Arc<threadline_analysis::DriftProfile>,
+    ) {
+        if self.profiles.len() >= CACHE_CAP {
+            self.profiles.clear();
+        }
+        self.profiles
+            .insert(version, std::sync::Arc::clone(profile));
+    }
 }
 
 /// A JSON value's text. `serde_json::to_string` writes straight into a buffer; the
@@ -938,10 +950,7 @@ fn refresh_drift(
         Some(p) => p,
         None => Arc::new(DriftProfile::of(&parse(&current.props))),
     };
-    if cache.profiles.len() >= CACHE_CAP {
-        cache.profiles.clear();
-    }
-    cache.profiles.insert(row, Arc::clone(&profile));
+    cache.remember_profile(row, &profile);
     // The index holds (dataset, first seen, version): finding the previous version
     // reads no node.
     let previous: Option<i64> = tx
@@ -965,7 +974,7 @@ fn refresh_drift(
                 .prepare_cached("SELECT props FROM graph_nodes WHERE id = ?1")?
                 .query_row([previous], |r| r.get(0))?;
             let p = Arc::new(DriftProfile::of(&parse(&props)));
-            cache.profiles.insert(previous, Arc::clone(&p));
+            cache.remember_profile(previous, &p);
             p
         }
     };
