@@ -388,7 +388,8 @@ impl Builder {
                     (FacetPlace::OutputDataset, "outputFacets")
                 };
                 let io = self.facets(ds.get(io_key), place, &format!("{path}.{io_key}"));
-                let job_evidence = (consumer.kind != NodeKind::Run)
+                // A job event's input edge (no run) carries its facets and says where it came from.
+                let job_evidence = (is_input && consumer.kind != NodeKind::Run)
                     .then(|| json!({ "via": "job event", io_key: io.valid }));
                 let io_props = Value::Object(Map::from_iter([
                     (io_key.to_owned(), Value::Object(io.valid)),
