@@ -270,8 +270,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             samples,
             data_dir,
         }) => {
-            let temp = tempfile::tempdir().context("cannot create a temporary directory")?;
-            let dir = data_dir.unwrap_or_else(|| temp.path().to_owned());
+            let (_temp, dir) = bench_data_dir(data_dir)?;
             let report = threadline_server::bench::lineage(
                 &dir,
                 threadline_server::bench::LineageBenchSize {
@@ -288,8 +287,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             in_flight,
             data_dir,
         }) => {
-            let temp = tempfile::tempdir().context("cannot create a temporary directory")?;
-            let dir = data_dir.unwrap_or_else(|| temp.path().to_owned());
+            let (_temp, dir) = bench_data_dir(data_dir)?;
             let report = loadgen::bench_openlineage(&dir, events, in_flight)?;
             println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(())
@@ -314,8 +312,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             samples,
             data_dir,
         }) => {
-            let temp = tempfile::tempdir().context("cannot create a temporary directory")?;
-            let dir = data_dir.unwrap_or_else(|| temp.path().to_owned());
+            let (_temp, dir) = bench_data_dir(data_dir)?;
             let report = threadline_server::bench_diagnosis::rca(
                 &dir,
                 threadline_server::bench_diagnosis::RcaBenchSize { spans, samples },
@@ -406,4 +403,19 @@ async fn search(args: SearchArgs) -> anyhow::Result<()> {
         print!("{}", render::search_table(&page));
     }
     Ok(())
+}
+
+/// Where a benchmark keeps its store: `data_dir` when given, else a temporary
+/// directory that lives as long as the returned guard.
+fn bench_data_dir(
+    data_dir: Option<PathBuf>,
+) -> anyhow::Result<(Option<tempfile::TempDir>, PathBuf)> {
+    match data_dir {
+        Some(dir) => Ok((None, dir)),
+        None => {
+            let temp = tempfile::tempdir().context("cannot create a temporary directory")?;
+            let dir = temp.path().to_owned();
+            Ok((Some(temp), dir))
+        }
+    }
 }
