@@ -395,9 +395,13 @@ const TEMPLATES_PER_WORKER: usize = 4;
 /// loadgen, which shares the cores with the server, never re-encodes a request
 /// (measured: its user CPU per span 3.9 → 1.5 µs; the server's is ≈ 40).
 struct Template {
+    /// The request as last sent.
     encoded: Vec<u8>,
+    /// Its spans in encoding order.
     spans: Vec<SpanSlots>,
-    traces: usize,
+    /// How many distinct traces the spans belong to.
+    trace_count: usize,
+    /// The latest original start time: refreshed, it becomes about now.
     latest_start: u64,
 }
 
@@ -509,7 +513,7 @@ impl Template {
         Self {
             encoded,
             spans,
-            traces: trace_index.len(),
+            trace_count: trace_index.len(),
             latest_start,
         }
     }
@@ -522,7 +526,7 @@ impl Template {
         let shift = now_nanos() as i64 - self.latest_start as i64;
         // Each trace also starts up to 50 ms earlier, so copies of a template sent in
         // the same millisecond do not all start on the same nanosecond.
-        let traces: Vec<([u8; 16], i64)> = (0..self.traces)
+        let traces: Vec<([u8; 16], i64)> = (0..self.trace_count)
             .map(|_| (rng.random(), rng.random_range(0..50_000_000)))
             .collect();
         let span_ids: Vec<[u8; 8]> = (0..self.spans.len()).map(|_| rng.random()).collect();
