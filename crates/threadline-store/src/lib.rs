@@ -9,6 +9,7 @@ mod codec;
 mod erase;
 mod graph;
 mod incidents;
+mod newest_first;
 mod query;
 mod rollups;
 mod schema;

@@ -14,6 +14,7 @@ use threadline_model::{
     LlmView, SpanDetail, SpanId, SpanKind, SpanOrigin, SpanRecord, TenantId, TraceId,
 };
 
+use crate::newest_first::{spans_in_window, NewestFirst, RowAccess, SpanWindow, INDEXED_COLUMNS};
 use crate::trace_lookup::{self, LoadedBlocks, RowRange};
 use crate::{codec, sqlite_err, StoreError};
 
@@ -309,12 +310,46 @@ impl AttrMatcher<'_> {
     }
 }
 
+/// A span that passed the SQL filters of a search.
 struct Candidate {
     start_ns: i64,
     trace_id: Vec<u8>,
     slot: DetailSlot,
     origin_hash: i64,
 }
+
+impl Candidate {
+    /// Reads `start_ns, trace_id, origin_hash, block_id, block_offset, block_len`.
+    fn from_row(conn: &Connection, row: &Row<'_>) -> Result<Self, StoreError> {
+        Ok(Self {
+            start_ns: row.get(0).map_err(|e| sqlite_err(conn, e))?,
+            trace_id: row.get(1).map_err(|e| sqlite_err(conn, e))?,
+            origin_hash: row.get(2).map_err(|e| sqlite_err(conn, e))?,
+            slot: DetailSlot::from_row(conn, row, 3)?,
+        })
+    }
+}
+
+/// By start time, then trace id: search results come greatest first.
+impl Ord for Candidate {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.start_ns, &self.trace_id).cmp(&(other.start_ns, &other.trace_id))
+    }
+}
+
+impl PartialOrd for Candidate {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Candidate {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+
+impl Eq for Candidate {}
 
 pub(crate) fn search(
     conn: &Connection,
@@ -329,18 +364,30 @@ pub(crate) fn search(
         });
     };
     let (filters, filter_args) = sql_filters(tenant_id, q);
-    let mut args = filter_args.clone();
-    let mut sql =
-        format!("SELECT start_ns, trace_id, origin_hash, block_id, block_offset, block_len FROM spans WHERE {filters}");
-    if let Some(c) = &q.cursor {
-        sql.push_str(" AND start_ns <= ?");
-        args.push(Value::Integer(c.start_unix_nano as i64));
-    }
-    sql.push_str(" ORDER BY start_ns DESC");
-    let mut stmt = conn.prepare(&sql).map_err(|e| sqlite_err(conn, e))?;
-    let mut rows = stmt
-        .query(rusqlite::params_from_iter(args.iter()))
-        .map_err(|e| sqlite_err(conn, e))?;
+    let clamp = |n: u64| n.min(i64::MAX as u64) as i64;
+    let window = SpanWindow {
+        tenant_id,
+        from: q.start_from_unix_nano.map_or(i64::MIN, clamp),
+        to: [q.start_to_unix_nano, q.cursor.map(|c| c.start_unix_nano)]
+            .into_iter()
+            .flatten()
+            .map(clamp)
+            .min()
+            .unwrap_or(i64::MAX),
+    };
+    let by_index = [&q.service, &q.model, &q.route, &q.adapter]
+        .iter()
+        .any(|v| v.is_some())
+        || q.errors_only;
+    let mut candidates = NewestFirst::new(
+        conn,
+        window,
+        RowAccess::given(by_index),
+        "start_ns, trace_id, origin_hash, block_id, block_offset, block_len",
+        &filters,
+        filter_args.clone(),
+        |conn, row| Candidate::from_row(conn, row).map(|c| (c.start_ns, c)),
+    );
 
     let mut matcher = AttrMatcher {
         wanted: &q.attributes,
@@ -350,81 +397,54 @@ pub(crate) fn search(
     let mut emitted: Vec<(i64, Vec<u8>)> = Vec::new();
     let mut after_cursor: Option<LoadedBlocks> = None;
     let mut seen: HashSet<Vec<u8>> = HashSet::new();
-    let mut group: Vec<Candidate> = Vec::new();
-    let mut done = false;
-    // Rows come newest first; rows sharing a start time are ordered by trace id here.
-    let mut flush = |group: &mut Vec<Candidate>,
-                     emitted: &mut Vec<(i64, Vec<u8>)>|
-     -> Result<bool, StoreError> {
-        group.sort_by(|a, b| b.trace_id.cmp(&a.trace_id));
-        for cand in group.drain(..) {
-            if seen.contains(&cand.trace_id) {
+    // Candidates come newest first, ties by trace id descending: the page's order.
+    while let Some(cand) = candidates.next()? {
+        if seen.contains(&cand.trace_id) {
+            continue;
+        }
+        if let Some(c) = &q.cursor {
+            if cand.start_ns == c.start_unix_nano as i64
+                && cand.trace_id.as_slice() >= &c.trace_id.0[..]
+            {
                 continue;
-            }
-            if let Some(c) = &q.cursor {
-                if cand.start_ns == c.start_unix_nano as i64
-                    && cand.trace_id.as_slice() >= &c.trace_id.0[..]
-                {
-                    continue;
-                }
-            }
-            if !matcher.matches(conn, cand.slot, cand.origin_hash)? {
-                continue;
-            }
-            seen.insert(cand.trace_id.clone());
-            if let Some(c) = &q.cursor {
-                // Block lists of everything at or after the cursor, loaded once per request.
-                if after_cursor.is_none() {
-                    after_cursor = Some(LoadedBlocks::load(
-                        conn,
-                        tenant_id,
-                        c.start_unix_nano as i64,
-                    )?);
-                }
-                let id = TraceId::from_bytes(&cand.trace_id)
-                    .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-                let ranges = after_cursor
-                    .as_ref()
-                    .map(|b| b.ranges(&id))
-                    .unwrap_or_default();
-                if matched_before_cursor(
-                    conn,
-                    &filters,
-                    &filter_args,
-                    &cand.trace_id,
-                    &ranges,
-                    c,
-                    &mut matcher,
-                )? {
-                    continue;
-                }
-            }
-            emitted.push((cand.start_ns, cand.trace_id));
-            if emitted.len() > limit {
-                return Ok(true);
             }
         }
-        Ok(false)
-    };
-    while let Some(row) = rows.next().map_err(|e| sqlite_err(conn, e))? {
-        let cand = Candidate {
-            start_ns: row.get(0).map_err(|e| sqlite_err(conn, e))?,
-            trace_id: row.get(1).map_err(|e| sqlite_err(conn, e))?,
-            origin_hash: row.get(2).map_err(|e| sqlite_err(conn, e))?,
-            slot: DetailSlot::from_row(conn, row, 3)?,
-        };
-        if group.first().is_some_and(|g| g.start_ns != cand.start_ns)
-            && flush(&mut group, &mut emitted)?
-        {
-            done = true;
+        if !matcher.matches(conn, cand.slot, cand.origin_hash)? {
+            continue;
+        }
+        seen.insert(cand.trace_id.clone());
+        if let Some(c) = &q.cursor {
+            // Block lists of everything at or after the cursor, loaded once per request.
+            if after_cursor.is_none() {
+                after_cursor = Some(LoadedBlocks::load(
+                    conn,
+                    tenant_id,
+                    c.start_unix_nano as i64,
+                )?);
+            }
+            let id = TraceId::from_bytes(&cand.trace_id)
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            let ranges = after_cursor
+                .as_ref()
+                .map(|b| b.ranges(&id))
+                .unwrap_or_default();
+            if matched_before_cursor(
+                conn,
+                &filters,
+                &filter_args,
+                &cand.trace_id,
+                &ranges,
+                c,
+                &mut matcher,
+            )? {
+                continue;
+            }
+        }
+        emitted.push((cand.start_ns, cand.trace_id));
+        if emitted.len() > limit {
             break;
         }
-        group.push(cand);
     }
-    if !done {
-        flush(&mut group, &mut emitted)?;
-    }
-    drop(rows);
 
     let has_more = emitted.len() > limit;
     emitted.truncate(limit);
@@ -625,12 +645,18 @@ pub(crate) fn requests_served(
         return Ok(RequestsServed::default());
     }
     let marks = |n: usize| vec!["?"; n.max(1)].join(",");
-    let filter = format!(
-        "tenant_id = ?1 AND start_ns >= ?2 AND (adapter IN ({}) OR instance IN ({}))",
+    let window = SpanWindow {
+        tenant_id,
+        from: since_ns,
+        to: i64::MAX,
+    };
+    let (spans, mut args) = spans_in_window(window, RowAccess::BlockRange);
+    let from_where = format!(
+        "FROM {spans} WHERE s.tenant_id = ? AND s.start_ns >= ? AND (s.adapter IN ({}) OR s.instance IN ({}))",
         marks(adapters.len()),
         marks(instances.len())
     );
-    let mut args: Vec<rusqlite::types::Value> = vec![tenant_id.into(), since_ns.into()];
+    args.extend([tenant_id.into(), since_ns.into()]);
     let pad = |list: &[String]| -> Vec<rusqlite::types::Value> {
         if list.is_empty() {
             vec![rusqlite::types::Value::Null]
@@ -643,7 +669,7 @@ pub(crate) fn requests_served(
     let err = |e| sqlite_err(conn, e);
     let traces: i64 = conn
         .query_row(
-            &format!("SELECT count(DISTINCT trace_id) FROM spans WHERE {filter}"),
+            &format!("SELECT count(DISTINCT s.trace_id) {from_where}"),
             rusqlite::params_from_iter(args.iter()),
             |r| r.get(0),
         )
@@ -654,13 +680,16 @@ pub(crate) fn requests_served(
         ("instance", "instance", instances),
     ] {
         for id in list {
+            let access = RowAccess::given(INDEXED_COLUMNS.contains(&column));
+            let (spans, mut args) = spans_in_window(window, access);
+            args.extend([tenant_id.into(), since_ns.into(), id.clone().into()]);
             let n: i64 = conn
                 .query_row(
                     &format!(
-                        "SELECT count(DISTINCT trace_id) FROM spans
-                         WHERE tenant_id = ?1 AND start_ns >= ?2 AND {column} = ?3"
+                        "SELECT count(DISTINCT s.trace_id) FROM {spans}
+                         WHERE s.tenant_id = ? AND s.start_ns >= ? AND s.{column} = ?"
                     ),
-                    rusqlite::params![tenant_id, since_ns, id],
+                    rusqlite::params_from_iter(args.iter()),
                     |r| r.get(0),
                 )
                 .map_err(err)?;
@@ -707,10 +736,23 @@ pub(crate) fn exemplars(
     let Some(tenant_id) = tenant_key(conn, tenant)? else {
         return Ok(Vec::new());
     };
-    let mut sql = String::from(
-        "SELECT trace_id, duration_ns FROM spans WHERE tenant_id = ? AND start_ns BETWEEN ? AND ?",
+    let by_index = q.errors_only
+        || q.columns
+            .iter()
+            .any(|(column, _)| INDEXED_COLUMNS.contains(column));
+    let (spans, mut args) = spans_in_window(
+        SpanWindow {
+            tenant_id,
+            from: q.from_ns,
+            to: q.to_ns,
+        },
+        RowAccess::given(by_index),
     );
-    let mut args: Vec<Value> = vec![tenant_id.into(), q.from_ns.into(), q.to_ns.into()];
+    let mut sql = format!(
+        "SELECT s.trace_id, s.duration_ns FROM {spans}
+         WHERE s.tenant_id = ? AND s.start_ns BETWEEN ? AND ?"
+    );
+    args.extend([tenant_id.into(), q.from_ns.into(), q.to_ns.into()]);
     for (column, value) in &q.columns {
         // Only known column names reach the SQL text.
         let Some(column) = EXEMPLAR_COLUMNS.iter().find(|c| *c == column) else {
@@ -718,17 +760,17 @@ pub(crate) fn exemplars(
                 "{column} is not a span column"
             )));
         };
-        sql.push_str(&format!(" AND {column} = ?"));
+        sql.push_str(&format!(" AND s.{column} = ?"));
         args.push(value.clone().into());
     }
     if let Some(min) = q.min_duration_ns {
-        sql.push_str(" AND duration_ns >= ?");
+        sql.push_str(" AND s.duration_ns >= ?");
         args.push(min.into());
     }
     if q.errors_only {
-        sql.push_str(" AND status_code = 2");
+        sql.push_str(" AND s.status_code = 2");
     }
-    sql.push_str(" ORDER BY duration_ns DESC LIMIT ?");
+    sql.push_str(" ORDER BY s.duration_ns DESC LIMIT ?");
     args.push(((q.limit * 4).max(1) as i64).into());
     let err = |e| sqlite_err(conn, e);
     let mut stmt = conn.prepare(&sql).map_err(err)?;

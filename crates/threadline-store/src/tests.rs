@@ -161,6 +161,191 @@ fn search_pages_cover_every_trace_once_newest_first() {
     );
 }
 
+/// Spans reach the store out of start order, so the time zones of blocks overlap: a
+/// search must still page through traces strictly newest first (by the newest matching
+/// span, ties by trace id descending), each trace once, whatever the filters.
+#[test]
+fn search_merges_blocks_whose_times_overlap() {
+    let (_dir, store) = open();
+    let other = TenantId::new("globex").unwrap();
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = |n: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % n
+    };
+    // 60 traces of 3 spans; starts on a coarse grid so traces tie; the spans of a
+    // trace go to different blocks, in shuffled order.
+    let mut spans: Vec<SpanRecord> = Vec::new();
+    for t in 1..=60u8 {
+        let root = 10_000 + next(40) * 100;
+        let model = ["llama", "gpt-4"][next(2) as usize];
+        spans.push(span(t, 1, None, root, None));
+        spans.push(span(t, 2, Some(1), root + next(5) * 100, Some(model)));
+        let id = if next(4) == 0 { 9 } else { 3 };
+        spans.push(span(t, id, Some(1), root + next(5) * 100, None));
+    }
+    for i in (1..spans.len()).rev() {
+        let j = next(i as u64 + 1) as usize;
+        spans.swap(i, j);
+    }
+    for (n, chunk) in spans.chunks(7).enumerate() {
+        store.write_blocking(&acme(), chunk).unwrap();
+        // Another tenant's newer spans between acme's blocks must never show.
+        let newer = span(
+            200 + (n % 50) as u8,
+            1,
+            None,
+            90_000 + n as u64,
+            Some("llama"),
+        );
+        store.write_blocking(&other, &[newer]).unwrap();
+    }
+
+    let expected = |matches: &dyn Fn(&SpanRecord) -> bool| -> Vec<(u64, TraceId)> {
+        let mut newest: std::collections::HashMap<TraceId, u64> = Default::default();
+        for s in spans.iter().filter(|s| matches(s)) {
+            let at = newest.entry(s.trace_id).or_default();
+            *at = (*at).max(s.start_time_unix_nano);
+        }
+        let mut order: Vec<(u64, TraceId)> = newest.into_iter().map(|(t, at)| (at, t)).collect();
+        order.sort_by_key(|&(at, trace)| std::cmp::Reverse((at, trace.0)));
+        order
+    };
+    let paged = |query: TraceQuery| -> Vec<TraceId> {
+        let mut query = TraceQuery { limit: 4, ..query };
+        let mut seen = Vec::new();
+        loop {
+            let page = store.search(&acme(), &query).unwrap();
+            seen.extend(page.traces.iter().map(|t| t.trace_id));
+            match page.next_cursor {
+                Some(c) => query.cursor = Some(c),
+                None => return seen,
+            }
+        }
+    };
+    let ids = |order: Vec<(u64, TraceId)>| order.into_iter().map(|(_, t)| t).collect::<Vec<_>>();
+
+    assert_eq!(paged(TraceQuery::default()), ids(expected(&|_| true)));
+    let llama = |s: &SpanRecord| {
+        s.llm
+            .as_ref()
+            .is_some_and(|l| l.request_model.as_deref() == Some("llama"))
+    };
+    assert_eq!(
+        paged(TraceQuery {
+            model: Some("llama".into()),
+            ..Default::default()
+        }),
+        ids(expected(&llama))
+    );
+    let failed = |s: &SpanRecord| s.detail.status.code == StatusCode::Error;
+    assert_eq!(
+        paged(TraceQuery {
+            errors_only: true,
+            ..Default::default()
+        }),
+        ids(expected(&failed))
+    );
+    let window = |s: &SpanRecord| (11_000..=13_000).contains(&s.start_time_unix_nano);
+    assert_eq!(
+        paged(TraceQuery {
+            start_from_unix_nano: Some(11_000),
+            start_to_unix_nano: Some(13_000),
+            ..Default::default()
+        }),
+        ids(expected(&window))
+    );
+    assert!(!expected(&failed).is_empty() && expected(&failed).len() < 60);
+}
+
+/// Time-window reads (requests served by an adapter or instance since a time; the
+/// slowest spans of a window) see exactly the spans of the window, across blocks,
+/// through a column index or a block's row range.
+#[test]
+fn window_reads_count_only_spans_of_the_window() {
+    let (_dir, store) = open();
+    let served = |t: u8, start: u64, adapter: Option<&str>, instance: &str| {
+        let mut s = span(t, 2, None, start, Some("llama"));
+        let llm = s.llm.as_mut().unwrap();
+        llm.adapter_id = adapter.map(str::to_owned);
+        llm.instance_id = Some(instance.to_owned());
+        s.end_time_unix_nano = start + u64::from(t) * 1_000;
+        s
+    };
+    // Blocks out of time order: 4 traces before 5,000 ns, 6 after.
+    store
+        .write_blocking(
+            &acme(),
+            &[
+                served(1, 6_000, Some("lora-a"), "i-1"),
+                served(2, 1_000, Some("lora-a"), "i-1"),
+            ],
+        )
+        .unwrap();
+    store
+        .write_blocking(
+            &acme(),
+            &[
+                served(3, 2_000, Some("lora-a"), "i-2"),
+                served(4, 7_000, None, "i-2"),
+                served(5, 8_000, Some("lora-b"), "i-1"),
+            ],
+        )
+        .unwrap();
+    store
+        .write_blocking(
+            &acme(),
+            &[
+                served(6, 9_000, Some("lora-a"), "i-2"),
+                served(7, 3_000, None, "i-1"),
+                served(8, 5_500, Some("lora-a"), "i-3"),
+                served(9, 4_000, None, "i-3"),
+                served(10, 9_500, None, "i-3"),
+            ],
+        )
+        .unwrap();
+    let got = store
+        .requests_served(&acme(), &["lora-a".into()], &["i-3".into()], 5_000)
+        .unwrap();
+    // After 5,000: lora-a on 1, 6, 8; i-3 on 8, 10.
+    assert_eq!(got.traces, 4, "{got:?}");
+    assert_eq!(
+        got.by_node,
+        vec![
+            ("adapter", "lora-a".to_owned(), 3),
+            ("instance", "i-3".to_owned(), 2)
+        ]
+    );
+    let slowest = |columns: Vec<(&'static str, String)>| -> Vec<TraceId> {
+        store
+            .exemplars(
+                &acme(),
+                &ExemplarQuery {
+                    columns,
+                    from_ns: 2_000,
+                    to_ns: 7_000,
+                    limit: 3,
+                    ..Default::default()
+                },
+            )
+            .unwrap()
+            .into_iter()
+            .map(|(t, _)| t)
+            .collect()
+    };
+    // Within 2,000..=7,000: traces 1, 3, 4, 7, 8, 9; slowest is the highest number.
+    assert_eq!(
+        slowest(vec![]),
+        vec![TraceId([9; 16]), TraceId([8; 16]), TraceId([7; 16])]
+    );
+    assert_eq!(
+        slowest(vec![("adapter", "lora-a".into())]),
+        vec![TraceId([8; 16]), TraceId([3; 16]), TraceId([1; 16])]
+    );
+}
+
 #[test]
 fn filters_narrow_the_search() {
     let (_dir, store) = open();

@@ -1,0 +1,233 @@
+//! Span reads by start time. The span indexes are keyed by detail block (blocks are
+//! numbered in arrival order, so ingest appends to them); what is known about time is
+//! each block's zone, the start times of its oldest and newest span, indexed by the
+//! newest (`blocks_by_newest_start`). This module owns the two ways reads use it:
+//! - `NewestFirst`: matching spans newest first, merged across blocks whose zones
+//!   overlap (spans arrive out of start order, so neighbouring blocks' zones do);
+//! - `spans_in_window`: the `FROM` clause of a query over the spans of a time window.
+
+use std::collections::{BinaryHeap, VecDeque};
+
+use rusqlite::types::Value;
+use rusqlite::{Connection, Row};
+
+use crate::{sqlite_err, StoreError};
+
+/// Spans that started within `from..=to` (unix ns) of one tenant.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SpanWindow {
+    pub(crate) tenant_id: i64,
+    pub(crate) from: i64,
+    pub(crate) to: i64,
+}
+
+/// How the rows of one block are found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RowAccess {
+    /// Through the span index of a column the query tests for equality (one of
+    /// `INDEXED_COLUMNS`, or errors): a block without the value costs one seek.
+    FilterIndex,
+    /// By reading the block's row range. Without an equality on an indexed column
+    /// SQLite would otherwise pick an index on the tenant alone and read every span of
+    /// the tenant once per block.
+    BlockRange,
+}
+
+/// Span columns with an index keyed (tenant, column, block).
+pub(crate) const INDEXED_COLUMNS: [&str; 4] = ["service", "model", "route", "adapter"];
+
+impl RowAccess {
+    /// `FilterIndex` when the query tests an indexed column (or errors) for equality.
+    pub(crate) fn given(indexed_equality: bool) -> Self {
+        if indexed_equality {
+            RowAccess::FilterIndex
+        } else {
+            RowAccess::BlockRange
+        }
+    }
+
+    /// The `spans` table as named in a `FROM` clause (the alias may be empty).
+    fn spans_table(self, alias: &str) -> String {
+        match self {
+            RowAccess::FilterIndex => format!("spans {alias}"),
+            RowAccess::BlockRange => format!("spans {alias} NOT INDEXED"),
+        }
+    }
+}
+
+/// The `FROM` clause (spans as `s`, their blocks as `b`) and its arguments for a query
+/// over the spans of `window`: blocks whose zone overlaps it, then their rows. The
+/// caller still tests `s.start_ns` against the window; zones only narrow the blocks.
+pub(crate) fn spans_in_window(window: SpanWindow, access: RowAccess) -> (String, Vec<Value>) {
+    // CROSS JOIN keeps the blocks as the outer loop: each visits its own rows.
+    (
+        format!(
+            "block_traces b CROSS JOIN {}
+               ON b.tenant_id = ? AND b.max_start_ns >= ? AND b.min_start_ns <= ?
+              AND s.rowid BETWEEN b.first_span_rowid AND b.last_span_rowid
+              AND s.block_id = b.block_id",
+            access.spans_table("s")
+        ),
+        vec![
+            Value::Integer(window.tenant_id),
+            Value::Integer(window.from),
+            Value::Integer(window.to),
+        ],
+    )
+}
+
+/// A block whose spans are rows `first_rowid..=last_rowid` and started no later than
+/// `max_start`.
+#[derive(Clone, Copy, Debug)]
+struct Zone {
+    block_id: i64,
+    first_rowid: i64,
+    last_rowid: i64,
+    max_start: i64,
+    min_start: i64,
+}
+
+/// Matching spans of a window, newest start first (ties in the order of `T`, greatest
+/// first). Blocks are read in order of their newest start; their matching rows wait in
+/// a heap, and one leaves it only once no unread block can hold a later start.
+pub(crate) struct NewestFirst<'c, T> {
+    conn: &'c Connection,
+    window: SpanWindow,
+    /// `SELECT … FROM spans WHERE rowid BETWEEN ? AND ? AND block_id = ? AND (filter)`.
+    rows_sql: String,
+    filter_args: Vec<Value>,
+    decode: DecodeRow<T>,
+    /// Zones read ahead, newest start first.
+    zones: VecDeque<Zone>,
+    /// The last zone read ahead; the next page starts after it.
+    zones_after: Option<Zone>,
+    zones_done: bool,
+    /// Rows read, by (start time, `T`).
+    ready: BinaryHeap<(i64, T)>,
+}
+
+/// Turns a selected row into its span's start time and the caller's item.
+type DecodeRow<T> = fn(&Connection, &Row<'_>) -> Result<(i64, T), StoreError>;
+
+/// Zones read ahead per query of the zone index (few in tests, so they page).
+const ZONE_PAGE: i64 = if cfg!(test) { 4 } else { 256 };
+
+impl<'c, T: Ord> NewestFirst<'c, T> {
+    /// `columns` are selected from `spans` for rows that pass `filter` (SQL over the
+    /// `spans` columns with `?` placeholders bound to `filter_args`); `decode` turns
+    /// such a row into its start time and a `T`.
+    pub(crate) fn new(
+        conn: &'c Connection,
+        window: SpanWindow,
+        access: RowAccess,
+        columns: &str,
+        filter: &str,
+        filter_args: Vec<Value>,
+        decode: DecodeRow<T>,
+    ) -> Self {
+        Self {
+            conn,
+            window,
+            rows_sql: format!(
+                "SELECT {columns} FROM {}
+                 WHERE rowid BETWEEN ? AND ? AND block_id = ? AND ({filter})",
+                access.spans_table("")
+            ),
+            filter_args,
+            decode,
+            zones: VecDeque::new(),
+            zones_after: None,
+            zones_done: false,
+            ready: BinaryHeap::new(),
+        }
+    }
+
+    /// The next matching span, or `None` when every block of the window has been read.
+    pub(crate) fn next(&mut self) -> Result<Option<T>, StoreError> {
+        loop {
+            if self.zones.is_empty() && !self.zones_done {
+                self.read_zones()?;
+            }
+            let unread_newest = self.zones.front().map(|z| z.max_start);
+            match (self.ready.peek(), unread_newest) {
+                (None, None) => return Ok(None),
+                (Some((start, _)), unread) if unread.is_none_or(|u| *start > u) => {
+                    return Ok(self.ready.pop().map(|(_, item)| item));
+                }
+                _ => {
+                    if let Some(zone) = self.zones.pop_front() {
+                        self.read_rows(zone)?;
+                    }
+                }
+            }
+        }
+    }
+
+    fn read_zones(&mut self) -> Result<(), StoreError> {
+        let conn = self.conn;
+        let err = |e| sqlite_err(conn, e);
+        // Keyset paging in index order; (max, min, block) is unique per tenant.
+        let (after_max, after_min, after_block) = match self.zones_after {
+            Some(z) => (z.max_start, z.min_start, z.block_id),
+            None => (i64::MAX, i64::MAX, i64::MAX),
+        };
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT block_id, first_span_rowid, last_span_rowid, max_start_ns, min_start_ns
+                 FROM block_traces INDEXED BY blocks_by_newest_start
+                 WHERE tenant_id = ?1 AND max_start_ns >= ?2 AND min_start_ns <= ?3
+                   AND (max_start_ns, min_start_ns, block_id) < (?4, ?5, ?6)
+                 ORDER BY max_start_ns DESC, min_start_ns DESC, block_id DESC
+                 LIMIT ?7",
+            )
+            .map_err(err)?;
+        let mut rows = stmt
+            .query(rusqlite::params![
+                self.window.tenant_id,
+                self.window.from,
+                self.window.to,
+                after_max,
+                after_min,
+                after_block,
+                ZONE_PAGE
+            ])
+            .map_err(err)?;
+        let mut read = 0;
+        while let Some(row) = rows.next().map_err(err)? {
+            let zone = Zone {
+                block_id: row.get(0).map_err(err)?,
+                first_rowid: row.get(1).map_err(err)?,
+                last_rowid: row.get(2).map_err(err)?,
+                max_start: row.get(3).map_err(err)?,
+                min_start: row.get(4).map_err(err)?,
+            };
+            self.zones.push_back(zone);
+            self.zones_after = Some(zone);
+            read += 1;
+        }
+        self.zones_done = read < ZONE_PAGE;
+        Ok(())
+    }
+
+    fn read_rows(&mut self, zone: Zone) -> Result<(), StoreError> {
+        let conn = self.conn;
+        let err = |e| sqlite_err(conn, e);
+        let mut stmt = conn.prepare_cached(&self.rows_sql).map_err(err)?;
+        let mut args = vec![
+            Value::Integer(zone.first_rowid),
+            Value::Integer(zone.last_rowid),
+            Value::Integer(zone.block_id),
+        ];
+        args.extend_from_slice(&self.filter_args);
+        let mut rows = stmt
+            .query(rusqlite::params_from_iter(args.iter()))
+            .map_err(err)?;
+        while let Some(row) = rows.next().map_err(err)? {
+            let (start, item) = (self.decode)(conn, row)?;
+            if (self.window.from..=self.window.to).contains(&start) {
+                self.ready.push((start, item));
+            }
+        }
+        Ok(())
+    }
+}
