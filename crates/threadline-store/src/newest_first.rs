@@ -93,6 +93,8 @@ struct Zone {
 pub(crate) struct NewestFirst<'c, T> {
     conn: &'c Connection,
     window: SpanWindow,
+    /// The next page of zones holding a matching row, newest start first.
+    zones_sql: String,
     /// `SELECT … FROM spans WHERE rowid BETWEEN ? AND ? AND block_id = ? AND (filter)`.
     rows_sql: String,
     filter_args: Vec<Value>,
@@ -125,13 +127,28 @@ impl<'c, T: Ord> NewestFirst<'c, T> {
         filter_args: Vec<Value>,
         decode: DecodeRow<T>,
     ) -> Self {
+        let spans = access.spans_table("");
         Self {
             conn,
             window,
+            // Keyset paging in index order ((max, min, block) is unique per tenant).
+            // Blocks without a match are skipped here, in one statement: a filter that
+            // matches little then costs an index probe per block, not a query each.
+            zones_sql: format!(
+                "SELECT z.block_id, z.first_span_rowid, z.last_span_rowid,
+                        z.max_start_ns, z.min_start_ns
+                 FROM block_traces AS z INDEXED BY blocks_by_newest_start
+                 WHERE z.tenant_id = ? AND z.max_start_ns >= ? AND z.min_start_ns <= ?
+                   AND (z.max_start_ns, z.min_start_ns, z.block_id) < (?, ?, ?)
+                   AND EXISTS (SELECT 1 FROM {spans}
+                               WHERE rowid BETWEEN z.first_span_rowid AND z.last_span_rowid
+                                 AND block_id = z.block_id AND ({filter}))
+                 ORDER BY z.max_start_ns DESC, z.min_start_ns DESC, z.block_id DESC
+                 LIMIT ?"
+            ),
             rows_sql: format!(
-                "SELECT {columns} FROM {}
-                 WHERE rowid BETWEEN ? AND ? AND block_id = ? AND ({filter})",
-                access.spans_table("")
+                "SELECT {columns} FROM {spans}
+                 WHERE rowid BETWEEN ? AND ? AND block_id = ? AND ({filter})"
             ),
             filter_args,
             decode,
@@ -166,31 +183,23 @@ impl<'c, T: Ord> NewestFirst<'c, T> {
     fn read_zones(&mut self) -> Result<(), StoreError> {
         let conn = self.conn;
         let err = |e| sqlite_err(conn, e);
-        // Keyset paging in index order; (max, min, block) is unique per tenant.
         let (after_max, after_min, after_block) = match self.zones_after {
             Some(z) => (z.max_start, z.min_start, z.block_id),
             None => (i64::MAX, i64::MAX, i64::MAX),
         };
-        let mut stmt = conn
-            .prepare_cached(
-                "SELECT block_id, first_span_rowid, last_span_rowid, max_start_ns, min_start_ns
-                 FROM block_traces INDEXED BY blocks_by_newest_start
-                 WHERE tenant_id = ?1 AND max_start_ns >= ?2 AND min_start_ns <= ?3
-                   AND (max_start_ns, min_start_ns, block_id) < (?4, ?5, ?6)
-                 ORDER BY max_start_ns DESC, min_start_ns DESC, block_id DESC
-                 LIMIT ?7",
-            )
-            .map_err(err)?;
+        let mut args = vec![
+            Value::Integer(self.window.tenant_id),
+            Value::Integer(self.window.from),
+            Value::Integer(self.window.to),
+            Value::Integer(after_max),
+            Value::Integer(after_min),
+            Value::Integer(after_block),
+        ];
+        args.extend_from_slice(&self.filter_args);
+        args.push(Value::Integer(ZONE_PAGE));
+        let mut stmt = conn.prepare_cached(&self.zones_sql).map_err(err)?;
         let mut rows = stmt
-            .query(rusqlite::params![
-                self.window.tenant_id,
-                self.window.from,
-                self.window.to,
-                after_max,
-                after_min,
-                after_block,
-                ZONE_PAGE
-            ])
+            .query(rusqlite::params_from_iter(args.iter()))
             .map_err(err)?;
         let mut read = 0;
         while let Some(row) = rows.next().map_err(err)? {
