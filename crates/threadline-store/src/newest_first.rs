@@ -159,8 +159,13 @@ impl<'c, T: Ord> NewestFirst<'c, T> {
         }
     }
 
-    /// The next matching span, or `None` when every block of the window has been read.
-    pub(crate) fn next(&mut self) -> Result<Option<T>, StoreError> {
+    /// The next matching span that `keep` accepts, or `None` when every block of the
+    /// window has been read. `keep` sees a block's rows one after another, as they are
+    /// read: a test that opens the block's details opens each block once.
+    pub(crate) fn next(
+        &mut self,
+        keep: &mut dyn FnMut(&T) -> Result<bool, StoreError>,
+    ) -> Result<Option<T>, StoreError> {
         loop {
             if self.zones.is_empty() && !self.zones_done {
                 self.read_zones()?;
@@ -173,7 +178,7 @@ impl<'c, T: Ord> NewestFirst<'c, T> {
                 }
                 _ => {
                     if let Some(zone) = self.zones.pop_front() {
-                        self.read_rows(zone)?;
+                        self.read_rows(zone, keep)?;
                     }
                 }
             }
@@ -218,7 +223,11 @@ impl<'c, T: Ord> NewestFirst<'c, T> {
         Ok(())
     }
 
-    fn read_rows(&mut self, zone: Zone) -> Result<(), StoreError> {
+    fn read_rows(
+        &mut self,
+        zone: Zone,
+        keep: &mut dyn FnMut(&T) -> Result<bool, StoreError>,
+    ) -> Result<(), StoreError> {
         let conn = self.conn;
         let err = |e| sqlite_err(conn, e);
         let mut stmt = conn.prepare_cached(&self.rows_sql).map_err(err)?;
@@ -233,7 +242,7 @@ impl<'c, T: Ord> NewestFirst<'c, T> {
             .map_err(err)?;
         while let Some(row) = rows.next().map_err(err)? {
             let (start, item) = (self.decode)(conn, row)?;
-            if (self.window.from..=self.window.to).contains(&start) {
+            if (self.window.from..=self.window.to).contains(&start) && keep(&item)? {
                 self.ready.push((start, item));
             }
         }

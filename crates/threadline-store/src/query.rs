@@ -398,7 +398,10 @@ pub(crate) fn search(
     let mut after_cursor: Option<LoadedBlocks> = None;
     let mut seen: HashSet<Vec<u8>> = HashSet::new();
     // Candidates come newest first, ties by trace id descending: the page's order.
-    while let Some(cand) = candidates.next()? {
+    // Attribute filters run as each block is read, while its details are open.
+    loop {
+        let next = candidates.next(&mut |c| matcher.matches(conn, c.slot, c.origin_hash))?;
+        let Some(cand) = next else { break };
         if seen.contains(&cand.trace_id) {
             continue;
         }
@@ -408,9 +411,6 @@ pub(crate) fn search(
             {
                 continue;
             }
-        }
-        if !matcher.matches(conn, cand.slot, cand.origin_hash)? {
-            continue;
         }
         seen.insert(cand.trace_id.clone());
         if let Some(c) = &q.cursor {

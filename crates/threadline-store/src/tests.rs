@@ -248,6 +248,15 @@ fn search_merges_blocks_whose_times_overlap() {
         }),
         ids(expected(&failed))
     );
+    let gold = |s: &SpanRecord| s.trace_id.0[0].is_multiple_of(2);
+    assert_eq!(
+        paged(TraceQuery {
+            attributes: vec![("tier".into(), "gold".into())],
+            model: Some("gpt-4".into()),
+            ..Default::default()
+        }),
+        ids(expected(&|s| gold(s) && !llama(s) && s.llm.is_some()))
+    );
     let window = |s: &SpanRecord| (11_000..=13_000).contains(&s.start_time_unix_nano);
     assert_eq!(
         paged(TraceQuery {
