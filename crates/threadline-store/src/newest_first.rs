@@ -76,8 +76,8 @@ pub(crate) fn spans_in_window(window: SpanWindow, access: RowAccess) -> (String,
     )
 }
 
-/// A block whose spans are rows `first_rowid..=last_rowid` and started no later than
-/// `max_start`.
+/// A block whose spans are rows `first_rowid..=last_rowid` and started within
+/// `min_start..=max_start`.
 #[derive(Clone, Copy, Debug)]
 struct Zone {
     block_id: i64,
