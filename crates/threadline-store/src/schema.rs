@@ -266,3 +266,75 @@ pub(crate) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreErr
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::query::{search, TraceQuery};
+    use threadline_model::{TenantId, TraceId};
+
+    /// A database written before migration 8 (span indexes keyed by start time) is
+    /// upgraded in place, and its spans are found through the new indexes and zones.
+    #[test]
+    fn migration_8_rekeys_the_span_indexes_of_a_populated_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("threadline.db");
+        let mut conn = Connection::open(&path).unwrap();
+        for (idx, sql) in MIGRATIONS[..7].iter().enumerate() {
+            conn.execute_batch(sql).unwrap();
+            conn.pragma_update(None, "user_version", idx as i64 + 1)
+                .unwrap();
+        }
+        conn.execute_batch(
+            "INSERT INTO tenants (id, name) VALUES (1, 'acme');
+             INSERT INTO span_blocks (id, tenant_id, block) VALUES (1, 1, x'00');",
+        )
+        .unwrap();
+        let mut trace_ids = Vec::new();
+        for t in 1..=3u8 {
+            conn.execute(
+                "INSERT INTO spans (tenant_id, trace_id, span_id, name, service, kind, start_ns,
+                    end_ns, duration_ns, status_code, origin_hash, model, block_id,
+                    block_offset, block_len)
+                 VALUES (1, ?1, ?2, 'call', 'gateway', 2, ?3, ?3 + 10, 10, 0, 0, 'llama', 1, 0, 0)",
+                rusqlite::params![vec![t; 16], vec![t; 8], i64::from(t) * 100],
+            )
+            .unwrap();
+            trace_ids.extend_from_slice(&[t; 16]);
+        }
+        conn.execute(
+            "INSERT INTO block_traces VALUES (1, 1, 1, 3, 100, 300, ?1)",
+            [trace_ids],
+        )
+        .unwrap();
+
+        migrate(&mut conn, &path).unwrap();
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+        let columns: Vec<String> = conn
+            .prepare("SELECT name FROM pragma_index_info('spans_by_model')")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(columns, ["tenant_id", "model", "block_id"]);
+        let page = search(
+            &conn,
+            &TenantId::new("acme").unwrap(),
+            &TraceQuery {
+                model: Some("llama".into()),
+                limit: 10,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let found: Vec<TraceId> = page.traces.iter().map(|t| t.trace_id).collect();
+        assert_eq!(
+            found,
+            [TraceId([3; 16]), TraceId([2; 16]), TraceId([1; 16])]
+        );
+    }
+}
