@@ -398,7 +398,9 @@ pub(crate) fn search(
     let mut after_cursor: Option<LoadedBlocks> = None;
     let mut seen: HashSet<Vec<u8>> = HashSet::new();
     // Candidates come newest first, ties by trace id descending: the page's order.
-    // Attribute filters run as each block is read, while its details are open.
+    // Attribute filters run as each block is read, while its details are open. (A
+    // `loop`, not `while let`: the filter's borrow of `matcher` must end before the
+    // body hands `matcher` to `matched_before_cursor`.)
     loop {
         let next = candidates.next(&mut |c| matcher.matches(conn, c.slot, c.origin_hash))?;
         let Some(cand) = next else { break };
