@@ -55,18 +55,17 @@ fn scan_blocks(
     newest_start_at_least: Option<i64>,
     mut visit: impl FnMut(BlockTraces),
 ) -> Result<(), StoreError> {
-    // Every block: in key order. Recent blocks: through the zone index, then sorted.
     let mut stmt = conn
-        .prepare_cached(if newest_start_at_least.is_some() {
+        .prepare_cached(
             "SELECT first_span_rowid, last_span_rowid, trace_ids FROM block_traces
-             WHERE tenant_id = ?1 AND max_start_ns >= ?2 ORDER BY block_id"
-        } else {
-            "SELECT first_span_rowid, last_span_rowid, trace_ids FROM block_traces
-             WHERE tenant_id = ?1 AND ?2 IS NULL ORDER BY block_id"
-        })
+             WHERE tenant_id = ?1 AND max_start_ns >= ?2 ORDER BY block_id",
+        )
         .map_err(|e| sqlite_err(conn, e))?;
     let mut rows = stmt
-        .query(params![tenant_id, newest_start_at_least])
+        .query(params![
+            tenant_id,
+            newest_start_at_least.unwrap_or(i64::MIN)
+        ])
         .map_err(|e| sqlite_err(conn, e))?;
     while let Some(row) = rows.next().map_err(|e| sqlite_err(conn, e))? {
         visit(BlockTraces {
