@@ -245,14 +245,22 @@ impl BlockCache {
     }
 }
 
-/// The SQL half of the filters (everything but attributes).
-fn sql_filters(tenant_id: i64, q: &TraceQuery) -> (String, Vec<Value>) {
+/// Unsigned nanoseconds as SQLite stores them (saturating at `i64::MAX`).
+fn sql_nanos(n: u64) -> i64 {
+    n.min(i64::MAX as u64) as i64
+}
+
+/// The SQL half of the filters (everything but attributes): the condition on `spans`,
+/// its arguments, and how a block's matching rows are best found.
+fn sql_filters(tenant_id: i64, q: &TraceQuery) -> (String, Vec<Value>, RowAccess) {
     let mut sql = String::from("tenant_id = ?");
     let mut args = vec![Value::Integer(tenant_id)];
+    let mut indexed_equality = q.errors_only;
     let mut eq = |column: &str, value: &Option<String>| {
         if let Some(v) = value {
             sql.push_str(&format!(" AND {column} = ?"));
             args.push(Value::Text(v.clone()));
+            indexed_equality |= INDEXED_COLUMNS.contains(&column);
         }
     };
     eq("service", &q.service);
@@ -264,24 +272,23 @@ fn sql_filters(tenant_id: i64, q: &TraceQuery) -> (String, Vec<Value>) {
     if q.errors_only {
         sql.push_str(" AND status_code = 2");
     }
-    let clamp = |n: u64| n.min(i64::MAX as u64) as i64;
     if let Some(n) = q.min_duration_nanos {
         sql.push_str(" AND duration_ns >= ?");
-        args.push(Value::Integer(clamp(n)));
+        args.push(Value::Integer(sql_nanos(n)));
     }
     if let Some(n) = q.max_duration_nanos {
         sql.push_str(" AND duration_ns <= ?");
-        args.push(Value::Integer(clamp(n)));
+        args.push(Value::Integer(sql_nanos(n)));
     }
     if let Some(n) = q.start_from_unix_nano {
         sql.push_str(" AND start_ns >= ?");
-        args.push(Value::Integer(clamp(n)));
+        args.push(Value::Integer(sql_nanos(n)));
     }
     if let Some(n) = q.start_to_unix_nano {
         sql.push_str(" AND start_ns <= ?");
-        args.push(Value::Integer(clamp(n)));
+        args.push(Value::Integer(sql_nanos(n)));
     }
-    (sql, args)
+    (sql, args, RowAccess::given(indexed_equality))
 }
 
 /// Matches `attr.KEY=VALUE` filters against a span's detail and origin.
@@ -363,26 +370,21 @@ pub(crate) fn search(
             next_cursor: None,
         });
     };
-    let (filters, filter_args) = sql_filters(tenant_id, q);
-    let clamp = |n: u64| n.min(i64::MAX as u64) as i64;
+    let (filters, filter_args, access) = sql_filters(tenant_id, q);
     let window = SpanWindow {
         tenant_id,
-        from: q.start_from_unix_nano.map_or(i64::MIN, clamp),
+        from: q.start_from_unix_nano.map_or(i64::MIN, sql_nanos),
         to: [q.start_to_unix_nano, q.cursor.map(|c| c.start_unix_nano)]
             .into_iter()
             .flatten()
-            .map(clamp)
+            .map(sql_nanos)
             .min()
             .unwrap_or(i64::MAX),
     };
-    let by_index = [&q.service, &q.model, &q.route, &q.adapter]
-        .iter()
-        .any(|v| v.is_some())
-        || q.errors_only;
     let mut candidates = NewestFirst::new(
         conn,
         window,
-        RowAccess::given(by_index),
+        access,
         "start_ns, trace_id, origin_hash, block_id, block_offset, block_len",
         &filters,
         filter_args.clone(),
