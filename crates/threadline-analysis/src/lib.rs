@@ -5,6 +5,7 @@
 
 pub mod anomaly;
 pub mod changes;
+pub mod cost;
 pub mod drift;
 pub mod health;
 pub mod metric;
@@ -17,6 +18,7 @@ pub use anomaly::{
     AnomalyOnset, DetectorConfig, DetectorEvent, Incident, MinuteValue, SeriesDetector,
 };
 pub use changes::{attribute_of, changes_upstream};
+pub use cost::{ModelPrice, PriceTable};
 pub use drift::{drift, drift_between, DriftConfig, DriftProfile};
 pub use metric::Metric;
 pub use rca::{rank, Candidate, Change, FaultRule, FaultRules, RcaInput};

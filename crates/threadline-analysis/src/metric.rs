@@ -14,10 +14,12 @@ pub enum Metric {
     TokensPerS,
     KvCacheHitRatio,
     RejectionRate,
+    /// USD spent on tokens in the step (cells priced when read).
+    Cost,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 9] = [
+    pub const ALL: [Metric; 10] = [
         Metric::RequestRate,
         Metric::ErrorRate,
         Metric::P50Latency,
@@ -27,6 +29,7 @@ impl Metric {
         Metric::TokensPerS,
         Metric::KvCacheHitRatio,
         Metric::RejectionRate,
+        Metric::Cost,
     ];
 
     /// What anomaly detection watches.
@@ -50,6 +53,7 @@ impl Metric {
             Metric::TokensPerS => "tokens_per_s",
             Metric::KvCacheHitRatio => "kv_cache_hit_ratio",
             Metric::RejectionRate => "rejection_rate",
+            Metric::Cost => "cost",
         }
     }
 
@@ -83,6 +87,7 @@ impl Metric {
             Metric::ErrorRate | Metric::RejectionRate | Metric::KvCacheHitRatio => "ratio",
             Metric::P50Latency | Metric::P95Latency | Metric::P99Latency | Metric::TtftP99 => "ms",
             Metric::TokensPerS => "tokens/s",
+            Metric::Cost => "USD",
         }
     }
 
@@ -132,6 +137,7 @@ impl Metric {
             Metric::KvCacheHitRatio => {
                 (cell.kv_hit_count > 0).then(|| cell.kv_hit_sum / cell.kv_hit_count as f64)
             }
+            Metric::Cost => Some(cell.cost_usd),
         }
     }
 }
@@ -147,10 +153,11 @@ mod tests {
         }
         let cell = RollupCell::default();
         for m in Metric::ALL {
-            if m != Metric::RequestRate {
+            if !matches!(m, Metric::RequestRate | Metric::Cost) {
                 assert_eq!(m.value(&cell, 60.0), None, "{}", m.as_str());
             }
         }
         assert_eq!(Metric::RequestRate.value(&cell, 60.0), Some(0.0));
+        assert_eq!(Metric::Cost.value(&cell, 60.0), Some(0.0));
     }
 }

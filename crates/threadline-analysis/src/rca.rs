@@ -185,7 +185,8 @@ fn bad_mass(metric: Metric, cell: &RollupCell, base: &RollupCell) -> (f64, f64) 
             }
             _ => (0.0, cell.gen_seconds),
         },
-        Metric::RequestRate => (0.0, n),
+        // Cost is not watched: no request of a cell is "bad" for it.
+        Metric::RequestRate | Metric::Cost => (0.0, n),
     }
 }
 

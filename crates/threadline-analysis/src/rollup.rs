@@ -220,6 +220,9 @@ pub struct RollupCell {
     pub kv_hit_count: u64,
     /// Rejected requests by reason.
     pub rejections: BTreeMap<String, u64>,
+    /// USD of the cell's tokens: not stored (prices change), set by `price` when read.
+    #[serde(skip)]
+    pub cost_usd: f64,
 }
 
 impl std::fmt::Debug for RollupCell {
@@ -251,6 +254,7 @@ impl Default for RollupCell {
             kv_hit_sum: 0.0,
             kv_hit_count: 0,
             rejections: BTreeMap::new(),
+            cost_usd: 0.0,
         }
     }
 }
@@ -304,9 +308,19 @@ impl RollupCell {
         self.gen_seconds += other.gen_seconds;
         self.kv_hit_sum += other.kv_hit_sum;
         self.kv_hit_count += other.kv_hit_count;
+        self.cost_usd += other.cost_usd;
         for (reason, n) in &other.rejections {
             *self.rejections.entry(reason.clone()).or_default() += n;
         }
+    }
+
+    /// Prices the cell's tokens as those of `model` (a series key's model).
+    pub fn price(&mut self, model: &str, table: &crate::PriceTable) {
+        self.cost_usd = table.cost_usd(
+            model,
+            self.input_tokens.min(i64::MAX as u64) as i64,
+            self.output_tokens.min(i64::MAX as u64) as i64,
+        );
     }
 
     pub fn rejected(&self) -> u64 {

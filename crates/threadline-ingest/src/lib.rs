@@ -3,6 +3,7 @@
 //! owns sockets and status codes, this crate owns what the bytes mean.
 
 mod body;
+mod conversation;
 mod convert;
 #[cfg(test)]
 mod fuzz_tests;
@@ -10,6 +11,7 @@ mod normalize;
 mod otlp_json;
 
 pub use body::{decode_body, decode_export_request, BodyLimits, ContentKind, DecodeError};
+pub use conversation::{conversation, Conversation, Message, ToolCall};
 pub use convert::{convert_request, ConvertedBatch};
 pub use normalize::llm_view;
 pub use otlp_json::parse_otlp_json;

@@ -507,7 +507,7 @@ fn openinference_messages(src: &Sources<'_>) -> Vec<(String, String)> {
 
 /// An attribute as JSON; strings holding JSON (senders that cannot set structured
 /// attributes) are parsed.
-fn to_json(value: &AttrValue) -> Json {
+pub(crate) fn to_json(value: &AttrValue) -> Json {
     match value {
         AttrValue::String(s) => {
             let t = s.trim_start();
@@ -532,7 +532,7 @@ fn to_json(value: &AttrValue) -> Json {
 }
 
 /// The text content of a message part list, a string, or an object with `content`.
-fn json_text(value: &Json) -> String {
+pub(crate) fn json_text(value: &Json) -> String {
     match value {
         Json::String(s) => s.clone(),
         Json::Array(parts) => parts

@@ -13,6 +13,7 @@ mod newest_first;
 mod query;
 mod rollups;
 mod schema;
+mod skeleton;
 mod trace_lookup;
 mod writer;
 
@@ -27,8 +28,10 @@ use threadline_model::{
 pub use erase::{ErasureRecord, ErasureReport, ErasureSubject};
 pub use graph::{PreparedGraph, WalkLimits};
 pub use query::{
-    ExemplarQuery, RequestsServed, ServiceSummary, TraceCursor, TracePage, TraceQuery, TraceSummary,
+    ExemplarQuery, ModelUsage, RequestsServed, ServiceSummary, TraceCursor, TracePage, TraceQuery,
+    TraceSummary,
 };
+pub use skeleton::SkeletonSpan;
 pub use writer::{Applied, PreparedBatch, WriteAck, WriterStats};
 
 /// The database file inside the data directory.
@@ -438,6 +441,25 @@ impl SqliteStore {
         trace_id: TraceId,
     ) -> Result<Vec<SpanRecord>, StoreError> {
         self.with_reader(|conn| query::get_trace(conn, tenant, trace_id))
+    }
+
+    /// Every span of one trace as a skeleton (no detail opened), in start order.
+    pub fn trace_skeleton(
+        &self,
+        tenant: &TenantId,
+        trace_id: TraceId,
+    ) -> Result<Vec<SkeletonSpan>, StoreError> {
+        self.with_reader(|conn| skeleton::trace_skeleton(conn, tenant, trace_id))
+    }
+
+    /// One span of a trace, whole, or `None`.
+    pub fn get_span(
+        &self,
+        tenant: &TenantId,
+        trace_id: TraceId,
+        span_id: threadline_model::SpanId,
+    ) -> Result<Option<SpanRecord>, StoreError> {
+        self.with_reader(|conn| skeleton::get_span(conn, tenant, trace_id, span_id))
     }
 
     /// Trace summaries matching `query`, newest first, one page at a time.

@@ -28,6 +28,9 @@ pub struct TraceQuery {
     pub route: Option<String>,
     pub adapter: Option<String>,
     pub ab_group: Option<String>,
+    pub session_id: Option<String>,
+    /// Free text: a span name containing it (case-insensitive).
+    pub text: Option<String>,
     pub errors_only: bool,
     pub min_duration_nanos: Option<u64>,
     pub max_duration_nanos: Option<u64>,
@@ -57,6 +60,17 @@ pub struct TraceSummary {
     pub error: bool,
     pub models: Vec<String>,
     pub total_tokens: i64,
+    /// Tokens by model, of the spans that count toward `total_tokens`: what a price
+    /// table turns into the trace's cost.
+    pub usage: Vec<ModelUsage>,
+}
+
+/// Tokens one model consumed and produced.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ModelUsage {
+    pub model: String,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -122,7 +136,7 @@ pub(crate) fn get_trace(
     Ok(spans)
 }
 
-fn span_from_row(
+pub(crate) fn span_from_row(
     conn: &Connection,
     row: &Row<'_>,
     origins: &mut OriginCache,
@@ -154,13 +168,13 @@ fn span_from_row(
 }
 
 /// Origins decoded once per query.
-struct OriginCache {
+pub(crate) struct OriginCache {
     tenant_id: i64,
     decoded: HashMap<i64, Arc<SpanOrigin>>,
 }
 
 impl OriginCache {
-    fn new(tenant_id: i64) -> Self {
+    pub(crate) fn new(tenant_id: i64) -> Self {
         Self {
             tenant_id,
             decoded: HashMap::new(),
@@ -214,7 +228,7 @@ impl DetailSlot {
 
 /// Detail blocks decompressed once per query (bounded: a scan may touch many).
 #[derive(Default)]
-struct BlockCache {
+pub(crate) struct BlockCache {
     opened: HashMap<i64, Arc<Vec<u8>>>,
 }
 
@@ -269,6 +283,11 @@ fn sql_filters(tenant_id: i64, q: &TraceQuery) -> (String, Vec<Value>, RowAccess
     eq("route", &q.route);
     eq("adapter", &q.adapter);
     eq("ab_group", &q.ab_group);
+    eq("session_id", &q.session_id);
+    if let Some(text) = &q.text {
+        sql.push_str(" AND instr(lower(name), ?) > 0");
+        args.push(Value::Text(text.to_lowercase()));
+    }
     if q.errors_only {
         sql.push_str(" AND status_code = 2");
     }
@@ -534,10 +553,13 @@ fn summarize(
         error: bool,
         model: Option<String>,
         tokens: Option<i64>,
+        input_tokens: Option<i64>,
+        output_tokens: Option<i64>,
     }
     let mut stmt = conn
         .prepare_cached(
-            "SELECT span_id, parent_span_id, name, service, start_ns, end_ns, status_code, model, total_tokens
+            "SELECT span_id, parent_span_id, name, service, start_ns, end_ns, status_code, model, total_tokens,
+                    input_tokens, output_tokens
              FROM spans NOT INDEXED
              WHERE rowid BETWEEN ?1 AND ?2 AND tenant_id = ?3 AND trace_id = ?4
              ORDER BY rowid",
@@ -559,6 +581,8 @@ fn summarize(
                         error: r.get::<_, i64>(6)? == 2,
                         model: r.get(7)?,
                         tokens: r.get(8)?,
+                        input_tokens: r.get(9)?,
+                        output_tokens: r.get(10)?,
                     })
                 },
             )
@@ -588,11 +612,28 @@ fn summarize(
         .filter(|h| h.tokens.is_some())
         .filter_map(|h| h.parent.as_deref())
         .collect();
-    let total_tokens = heads
-        .iter()
-        .filter(|h| !parents_with_tokenized_children.contains(h.span_id.as_slice()))
-        .filter_map(|h| h.tokens)
-        .sum();
+    let counted = || {
+        heads
+            .iter()
+            .filter(|h| !parents_with_tokenized_children.contains(h.span_id.as_slice()))
+    };
+    let total_tokens = counted().filter_map(|h| h.tokens).sum();
+    let mut usage: Vec<ModelUsage> = Vec::new();
+    for h in counted().filter(|h| h.input_tokens.is_some() || h.output_tokens.is_some()) {
+        let model = h.model.clone().unwrap_or_default();
+        let at = match usage.iter().position(|u| u.model == model) {
+            Some(at) => at,
+            None => {
+                usage.push(ModelUsage {
+                    model,
+                    ..ModelUsage::default()
+                });
+                usage.len() - 1
+            }
+        };
+        usage[at].input_tokens += h.input_tokens.unwrap_or(0).max(0);
+        usage[at].output_tokens += h.output_tokens.unwrap_or(0).max(0);
+    }
     Ok(TraceSummary {
         trace_id,
         root_service: root.map(|r| r.service.clone()).unwrap_or_default(),
@@ -603,6 +644,7 @@ fn summarize(
         error: heads.iter().any(|h| h.error),
         models,
         total_tokens,
+        usage,
     })
 }
 

@@ -192,6 +192,10 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX spans_with_error ON spans (tenant_id, block_id) WHERE status_code = 2;
      CREATE INDEX blocks_by_newest_start ON block_traces
         (tenant_id, max_start_ns, min_start_ns, first_span_rowid, last_span_rowid);",
+    // 9: input and output tokens per span, so a trace summary can be priced per model
+    //    (the price table lives in the server's config; rows written before read NULL).
+    "ALTER TABLE spans ADD COLUMN input_tokens INTEGER;
+     ALTER TABLE spans ADD COLUMN output_tokens INTEGER;",
 ];
 
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -740,3 +740,84 @@ fn the_wal_starts_over_under_continuous_writes() {
         "the WAL grew to {wal} bytes for {written} bytes written"
     );
 }
+
+#[test]
+fn skeleton_and_single_span_reads_match_the_whole_trace() {
+    let (_dir, store) = open();
+    let mut spans = vec![
+        span(4, 1, None, 1_000, None),
+        span(4, 2, Some(1), 2_000, Some("gpt-4o")),
+        span(4, 9, Some(1), 3_000, Some("llama")),
+    ];
+    spans[2].llm.as_mut().unwrap().output_tokens = Some(7);
+    store.write_blocking(&acme(), &spans).unwrap();
+    // A retried export: still one copy of each span.
+    store.write_blocking(&acme(), &spans[1..2]).unwrap();
+    let skeleton = store.trace_skeleton(&acme(), TraceId([4; 16])).unwrap();
+    let ids: Vec<SpanId> = skeleton.iter().map(|s| s.span_id).collect();
+    assert_eq!(ids, [SpanId([1; 8]), SpanId([2; 8]), SpanId([9; 8])]);
+    assert_eq!(skeleton[1].parent_span_id, Some(SpanId([1; 8])));
+    assert_eq!(skeleton[1].model.as_deref(), Some("gpt-4o"));
+    assert_eq!(
+        (skeleton[2].error, skeleton[2].output_tokens),
+        (true, Some(7))
+    );
+    let one = store
+        .get_span(&acme(), TraceId([4; 16]), SpanId([9; 8]))
+        .unwrap()
+        .unwrap();
+    assert_eq!(one, spans[2]);
+    assert!(store
+        .get_span(&acme(), TraceId([4; 16]), SpanId([3; 8]))
+        .unwrap()
+        .is_none());
+    let other = TenantId::new("other").unwrap();
+    assert!(store
+        .trace_skeleton(&other, TraceId([4; 16]))
+        .unwrap()
+        .is_empty());
+    assert!(store
+        .get_span(&other, TraceId([4; 16]), SpanId([9; 8]))
+        .unwrap()
+        .is_none());
+    // The summary carries tokens per model for pricing, and the session / text filters.
+    let page = store
+        .search(
+            &acme(),
+            &TraceQuery {
+                text: Some("SPAN-9".into()),
+                limit: 5,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(page.traces.len(), 1);
+    let mut usage = page.traces[0].usage.clone();
+    usage.sort_by(|a, b| a.model.cmp(&b.model));
+    assert_eq!(
+        usage,
+        [
+            ModelUsage {
+                model: "gpt-4o".into(),
+                input_tokens: 10,
+                output_tokens: 5
+            },
+            ModelUsage {
+                model: "llama".into(),
+                input_tokens: 10,
+                output_tokens: 7
+            }
+        ]
+    );
+    let none = store
+        .search(
+            &acme(),
+            &TraceQuery {
+                session_id: Some("s-1".into()),
+                limit: 5,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert!(none.traces.is_empty());
+}

@@ -49,6 +49,8 @@ struct SpanRow {
     user_id: Option<String>,
     session_id: Option<String>,
     total_tokens: Option<i64>,
+    input_tokens: Option<i64>,
+    output_tokens: Option<i64>,
     block_offset: u32,
     block_len: u32,
 }
@@ -123,6 +125,8 @@ impl PreparedBatch {
                 user_id: field(|l| l.user_id.as_ref()),
                 session_id: field(|l| l.session_id.as_ref()),
                 total_tokens: llm.and_then(|l| l.total_tokens),
+                input_tokens: llm.and_then(|l| l.input_tokens),
+                output_tokens: llm.and_then(|l| l.output_tokens),
                 block_offset,
                 block_len,
             });
@@ -756,9 +760,9 @@ fn insert_batch(
         "INSERT INTO spans (tenant_id, trace_id, span_id, parent_span_id, name, service,
             kind, start_ns, end_ns, duration_ns, status_code, origin_hash, model, route, adapter,
             ab_group, instance, image, prompt_version, user_id, session_id, total_tokens, block_id,
-            block_offset, block_len)
+            block_offset, block_len, input_tokens, output_tokens)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-            ?19, ?20, ?21, ?22, ?23, ?24, ?25)",
+            ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27)",
     )?;
     let mut first_rowid = None;
     for row in &batch.rows {
@@ -788,6 +792,8 @@ fn insert_batch(
             block_id,
             row.block_offset,
             row.block_len,
+            row.input_tokens,
+            row.output_tokens,
         ])?;
         first_rowid.get_or_insert_with(|| tx.last_insert_rowid());
     }

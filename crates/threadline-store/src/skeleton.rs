@@ -1,0 +1,132 @@
+//! Reads that let a viewer open a trace of any size in two steps: the skeleton of
+//! every span from the slim span rows alone (no detail block is opened), then one
+//! span's full record when it is looked at.
+
+use std::collections::HashSet;
+
+use rusqlite::{params, Connection};
+use threadline_model::{SpanId, SpanKind, SpanRecord, TenantId, TraceId};
+
+use crate::query::{span_from_row, tenant_key, BlockCache, OriginCache};
+use crate::{sqlite_err, trace_lookup, StoreError};
+
+/// What a trace view needs of a span before it is opened.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SkeletonSpan {
+    pub span_id: SpanId,
+    pub parent_span_id: Option<SpanId>,
+    pub name: String,
+    pub service: String,
+    pub kind: SpanKind,
+    pub start_time_unix_nano: u64,
+    pub end_time_unix_nano: u64,
+    pub error: bool,
+    /// The requested (else responding) model of an LLM span.
+    pub model: Option<String>,
+    pub total_tokens: Option<i64>,
+    pub input_tokens: Option<i64>,
+    pub output_tokens: Option<i64>,
+}
+
+/// Every span of a trace as a skeleton, in start order (first stored copy of each
+/// span id). Empty when the tenant has no such trace.
+pub(crate) fn trace_skeleton(
+    conn: &Connection,
+    tenant: &TenantId,
+    trace_id: TraceId,
+) -> Result<Vec<SkeletonSpan>, StoreError> {
+    let Some(tenant_id) = tenant_key(conn, tenant)? else {
+        return Ok(Vec::new());
+    };
+    let ranges = trace_lookup::ranges_for(conn, tenant_id, &[trace_id])?
+        .remove(&trace_id)
+        .unwrap_or_default();
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT span_id, parent_span_id, name, service, kind, start_ns, end_ns, status_code,
+                    model, total_tokens, input_tokens, output_tokens
+             FROM spans NOT INDEXED
+             WHERE rowid BETWEEN ?1 AND ?2 AND tenant_id = ?3 AND trace_id = ?4
+             ORDER BY rowid",
+        )
+        .map_err(|e| sqlite_err(conn, e))?;
+    let corrupt = |e: threadline_model::IdError| StoreError::Corrupt(e.to_string());
+    let mut spans = Vec::new();
+    let mut seen = HashSet::new();
+    for range in ranges {
+        let mut rows = stmt
+            .query(params![range.first, range.last, tenant_id, &trace_id.0[..]])
+            .map_err(|e| sqlite_err(conn, e))?;
+        while let Some(row) = rows.next().map_err(|e| sqlite_err(conn, e))? {
+            let get_err = |e| sqlite_err(conn, e);
+            let span_id: Vec<u8> = row.get(0).map_err(get_err)?;
+            let span_id = SpanId::from_bytes(&span_id).map_err(corrupt)?;
+            if !seen.insert(span_id) {
+                continue;
+            }
+            let parent: Option<Vec<u8>> = row.get(1).map_err(get_err)?;
+            spans.push(SkeletonSpan {
+                span_id,
+                parent_span_id: parent
+                    .map(|p| SpanId::from_bytes(&p))
+                    .transpose()
+                    .map_err(corrupt)?,
+                name: row.get(2).map_err(get_err)?,
+                service: row.get(3).map_err(get_err)?,
+                kind: SpanKind::from_otlp(row.get(4).map_err(get_err)?),
+                start_time_unix_nano: row.get::<_, i64>(5).map_err(get_err)? as u64,
+                end_time_unix_nano: row.get::<_, i64>(6).map_err(get_err)? as u64,
+                error: row.get::<_, i64>(7).map_err(get_err)? == 2,
+                model: row.get(8).map_err(get_err)?,
+                total_tokens: row.get(9).map_err(get_err)?,
+                input_tokens: row.get(10).map_err(get_err)?,
+                output_tokens: row.get(11).map_err(get_err)?,
+            });
+        }
+    }
+    spans.sort_by(|a, b| {
+        (a.start_time_unix_nano, a.span_id).cmp(&(b.start_time_unix_nano, b.span_id))
+    });
+    Ok(spans)
+}
+
+/// One span of a trace, whole (first stored copy), or `None`.
+pub(crate) fn get_span(
+    conn: &Connection,
+    tenant: &TenantId,
+    trace_id: TraceId,
+    span_id: SpanId,
+) -> Result<Option<SpanRecord>, StoreError> {
+    let Some(tenant_id) = tenant_key(conn, tenant)? else {
+        return Ok(None);
+    };
+    let ranges = trace_lookup::ranges_for(conn, tenant_id, &[trace_id])?
+        .remove(&trace_id)
+        .unwrap_or_default();
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT trace_id, span_id, parent_span_id, name, service, kind, start_ns, end_ns,
+                    origin_hash, block_id, block_offset, block_len
+             FROM spans NOT INDEXED
+             WHERE rowid BETWEEN ?1 AND ?2 AND tenant_id = ?3 AND trace_id = ?4 AND span_id = ?5
+             ORDER BY rowid LIMIT 1",
+        )
+        .map_err(|e| sqlite_err(conn, e))?;
+    let mut origins = OriginCache::new(tenant_id);
+    let mut blocks = BlockCache::default();
+    for range in ranges {
+        let mut rows = stmt
+            .query(params![
+                range.first,
+                range.last,
+                tenant_id,
+                &trace_id.0[..],
+                &span_id.0[..]
+            ])
+            .map_err(|e| sqlite_err(conn, e))?;
+        if let Some(row) = rows.next().map_err(|e| sqlite_err(conn, e))? {
+            return span_from_row(conn, row, &mut origins, &mut blocks).map(Some);
+        }
+    }
+    Ok(None)
+}
