@@ -521,7 +521,7 @@ async fn load(
     offset: i64,
     seed: u64,
     quiet: bool,
-) -> anyhow::Result<(usize, usize)> {
+) -> anyhow::Result<(usize, usize, Showcase)> {
     api.send_json(reqwest::Method::PUT, "/api/v1/assets", &manifest())
         .await?;
     for event in lineage_events(s0) {
@@ -582,7 +582,34 @@ async fn load(
         bar.inc(done.context("upload task failed")?? as u64);
     }
     bar.finish_and_clear();
-    Ok((spans / 2, spans))
+    let (exports, sessions, large_trace) =
+        crate::demo_showcase::showcase(seed, ((s0 + WINDOW) * 60) as u64 * 1_000_000_000);
+    for export in exports {
+        let resp = http
+            .post(&url)
+            .header("content-type", "application/x-protobuf")
+            .body(export.encode_to_vec())
+            .send()
+            .await
+            .with_context(|| format!("cannot reach {url}"))?;
+        if !resp.status().is_success() {
+            bail!("{url} answered {}", resp.status());
+        }
+    }
+    Ok((
+        spans / 2,
+        spans,
+        Showcase {
+            sessions,
+            large_trace,
+        },
+    ))
+}
+
+/// What the showcase traces are, for the report's links.
+struct Showcase {
+    sessions: Vec<String>,
+    large_trace: String,
 }
 
 fn now_minute() -> i64 {
@@ -592,7 +619,13 @@ fn now_minute() -> i64 {
 }
 
 /// The incidents found, their causes, and how each injected incident fared.
-async fn report(api: &ApiClient, base: &str, s0: i64, first_minute: i64) -> anyhow::Result<Value> {
+async fn report(
+    api: &ApiClient,
+    base: &str,
+    s0: i64,
+    first_minute: i64,
+    showcase: &Showcase,
+) -> anyhow::Result<Value> {
     let listed = api
         .get(
             "/api/v1/incidents",
@@ -653,6 +686,17 @@ async fn report(api: &ApiClient, base: &str, s0: i64, first_minute: i64) -> anyh
         }).collect::<Vec<_>>(),
         "injected": outcomes,
         "unexpected_incidents": unexpected,
+        // Pages of the UI, in the order a person would open them.
+        "pages": [
+            ["ui", format!("{base}/")],
+            ["incident", incidents.first().map(|(i, _)| format!("{base}/incidents/{}", i["id"].as_str().unwrap_or_default()))],
+            ["trace", exemplar.as_ref().map(|t| format!("{base}/traces/{}", t.as_str().unwrap_or_default()))],
+            ["session", showcase.sessions.first().map(|s| format!("{base}/sessions/{s}"))],
+            ["large trace", format!("{base}/traces/{}", showcase.large_trace)],
+            ["lineage", format!("{base}/lineage/dataset%3Awarehouse%3Afin-docs?direction=downstream&depth=6")],
+            ["impact", format!("{base}/impact/dataset%3Awarehouse%3Afin-docs")],
+            ["dashboard", format!("{base}/dashboard?group_by=route&range=6h")],
+        ],
         "urls": {
             "incidents": format!("{base}/api/v1/incidents"),
             "rca": incidents.first().map(|(i, _)| format!("{base}/api/v1/rca?incident={}", i["id"].as_str().unwrap_or_default())),
@@ -666,7 +710,9 @@ async fn report(api: &ApiClient, base: &str, s0: i64, first_minute: i64) -> anyh
 
 fn print_report(r: &Value, requests: usize, spans: usize, hours: u32) {
     println!(
-        "Threadline demo: {hours} h of synthetic LLM traffic, {requests} requests ({spans} spans) on 4 routes and 10 instances,\nplus a registry manifest and 10 OpenLineage events (5 fine-tune runs over 3 datasets).\n"
+        "Threadline demo: {hours} h of synthetic LLM traffic, {requests} requests ({spans} spans) on 4 routes and 10 instances,\nplus a registry manifest, 10 OpenLineage events (5 fine-tune runs over 3 datasets), {} assistant sessions\nwith their conversations and a {}-span document-indexing trace.\n",
+        crate::demo_showcase::SESSIONS,
+        crate::demo_showcase::CHUNKS + 6
     );
     let incidents = r["incidents"].as_array().cloned().unwrap_or_default();
     println!("Incidents found: {}", incidents.len());
@@ -697,7 +743,13 @@ fn print_report(r: &Value, requests: usize, spans: usize, hours: u32) {
     }
     let unexpected = r["unexpected_incidents"].as_array().map_or(0, Vec::len);
     println!("  unexpected incidents (false alarms): {unexpected}");
-    println!("\nExplore:");
+    println!("\nOpen in a browser:");
+    for page in r["pages"].as_array().into_iter().flatten() {
+        if let (Some(name), Some(url)) = (page[0].as_str(), page[1].as_str()) {
+            println!("  {name:<11} {url}");
+        }
+    }
+    println!("\nJSON API:");
     for (name, url) in r["urls"].as_object().into_iter().flatten() {
         if let Some(url) = url.as_str() {
             println!("  {name:<11} {url}");
@@ -757,7 +809,7 @@ pub(crate) async fn run(
     let api = ApiClient::local(&base)?;
     let s0 = now_minute() - WINDOW;
     let offset = i64::from(args.hours) * 60 - WINDOW;
-    let (requests, spans) = load(
+    let (requests, spans, showcase) = load(
         &api,
         &addrs.otlp_http.to_string(),
         s0,
@@ -767,7 +819,7 @@ pub(crate) async fn run(
         args.json,
     )
     .await?;
-    let report = report(&api, &base, s0, s0 - offset).await?;
+    let report = report(&api, &base, s0, s0 - offset, &showcase).await?;
     if args.json {
         let mut out = report.clone();
         out["requests"] = json!(requests);
@@ -778,7 +830,7 @@ pub(crate) async fn run(
     }
     if !args.no_serve {
         println!(
-            "\nServing on {base} (OTLP/HTTP {}, OTLP/gRPC {}) until Ctrl-C.",
+            "\nServing on {base} (the UI at {base}/; OTLP/HTTP {}, OTLP/gRPC {}) until Ctrl-C.",
             addrs.otlp_http, addrs.otlp_grpc
         );
         stop.await;

@@ -4,6 +4,7 @@
 
 mod client;
 mod demo;
+mod demo_showcase;
 mod diagnosis_cmd;
 mod lineage_cmd;
 mod loadgen;
@@ -340,7 +341,20 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         allow_unauthenticated: args.allow_unauthenticated,
     };
     let config = threadline_server::ServerConfig::load(args.config.as_deref(), &overrides)?;
-    threadline_server::serve(config, shutdown_signal()).await?;
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let server = tokio::spawn(threadline_server::serve_reporting(
+        config,
+        shutdown_signal(),
+        Some(ready_tx),
+    ));
+    if let Ok(addrs) = ready_rx.await {
+        // The UI first: it is what a person opens.
+        println!(
+            "Threadline UI: http://{}/  (JSON API under /api/v1, Jaeger API under /jaeger; OTLP/HTTP {}, OTLP/gRPC {})",
+            addrs.http, addrs.otlp_http, addrs.otlp_grpc
+        );
+    }
+    server.await.context("server task failed")??;
     Ok(())
 }
 

@@ -31,6 +31,8 @@ pub struct ServerConfig {
     pub alerts: Option<AlertsConfig>,
     /// What counts as drift between dataset versions (`[drift]`).
     pub drift: threadline_analysis::DriftConfig,
+    /// USD per million tokens by model glob (`[[prices]]` first, then the defaults).
+    pub prices: threadline_analysis::PriceTable,
 }
 
 /// `[alerts]`: a webhook for incidents and SLO breaches.
@@ -92,6 +94,7 @@ impl Default for ServerConfig {
             rca_rules: threadline_analysis::FaultRules::default_rules(),
             alerts: None,
             drift: threadline_analysis::DriftConfig::default(),
+            prices: threadline_analysis::PriceTable::default(),
         }
     }
 }
@@ -107,6 +110,8 @@ struct FileConfig {
     detector: Option<threadline_analysis::DetectorConfig>,
     alerts: Option<FileAlerts>,
     drift: Option<threadline_analysis::DriftConfig>,
+    #[serde(default)]
+    prices: Vec<threadline_analysis::ModelPrice>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -401,7 +406,11 @@ impl ServerConfig {
                 detector.window, detector.min_baseline
             ));
         }
+        if let Err(e) = threadline_analysis::PriceTable::validate(&parsed.prices) {
+            problems.push(format!("prices: {e}"));
+        }
         let config = ServerConfig {
+            prices: threadline_analysis::PriceTable::with_overrides(parsed.prices),
             drift,
             alerts,
             detector,
@@ -475,6 +484,24 @@ mod tests {
         let path = dir.path().join("threadline.toml");
         std::fs::write(&path, toml_text).unwrap();
         ServerConfig::load(Some(&path), &overrides)
+    }
+
+    #[test]
+    fn prices_override_the_defaults_and_bad_ones_are_named() {
+        let cfg = load(
+            "[[prices]]\nmodel = \"meta-llama/*\"\ninput_per_million = 0.2\noutput_per_million = 0.4\n",
+            ConfigOverrides::default(),
+        )
+        .unwrap();
+        assert!((cfg.prices.cost_usd("meta-llama/Llama-3", 1_000_000, 0) - 0.2).abs() < 1e-12);
+        assert!(cfg.prices.price_of("gpt-4o").is_some(), "defaults stay");
+        let err = load(
+            "[[prices]]\nmodel = \"x\"\ninput_per_million = -1\noutput_per_million = 0\n",
+            ConfigOverrides::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("input_per_million"), "{err}");
     }
 
     #[test]

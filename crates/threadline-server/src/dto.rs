@@ -4,6 +4,7 @@
 
 use base64::Engine;
 use serde_json::{json, Map, Value};
+use threadline_analysis::PriceTable;
 use threadline_model::{AttrValue, Attribute, LlmView, SpanRecord};
 use threadline_store::TraceSummary;
 
@@ -30,8 +31,21 @@ pub(crate) fn attributes(attrs: &[Attribute]) -> Value {
     Value::Object(map)
 }
 
-pub(crate) fn llm(view: &LlmView) -> Value {
+/// USD of one LLM span's tokens (`None` when it reports none).
+pub(crate) fn span_cost(view: &LlmView, prices: &PriceTable) -> Option<f64> {
+    if view.input_tokens.is_none() && view.output_tokens.is_none() {
+        return None;
+    }
+    Some(prices.cost_usd(
+        view.model().unwrap_or_default(),
+        view.input_tokens.unwrap_or(0),
+        view.output_tokens.unwrap_or(0),
+    ))
+}
+
+pub(crate) fn llm(view: &LlmView, prices: &PriceTable) -> Value {
     json!({
+        "cost_usd": span_cost(view, prices),
         "operation": view.operation,
         "provider": view.provider,
         "request_model": view.request_model,
@@ -65,7 +79,7 @@ fn nanos_to_ms(n: u64) -> f64 {
 }
 
 /// One span without its children.
-pub(crate) fn span(s: &SpanRecord, self_time_nanos: u64) -> Value {
+pub(crate) fn span(s: &SpanRecord, self_time_nanos: u64, prices: &PriceTable) -> Value {
     let d = &s.detail;
     let mut v = json!({
         "trace_id": s.trace_id.to_hex(),
@@ -113,12 +127,20 @@ pub(crate) fn span(s: &SpanRecord, self_time_nanos: u64) -> Value {
         },
     });
     if let (Some(view), Value::Object(obj)) = (&s.llm, &mut v) {
-        obj.insert("llm".to_owned(), llm(view));
+        obj.insert("llm".to_owned(), llm(view, prices));
     }
     v
 }
 
-pub(crate) fn trace_summary(t: &TraceSummary) -> Value {
+/// USD of a trace summary's tokens.
+pub(crate) fn summary_cost(t: &TraceSummary, prices: &PriceTable) -> f64 {
+    t.usage
+        .iter()
+        .map(|u| prices.cost_usd(&u.model, u.input_tokens, u.output_tokens))
+        .sum()
+}
+
+pub(crate) fn trace_summary(t: &TraceSummary, prices: &PriceTable) -> Value {
     json!({
         "trace_id": t.trace_id.to_hex(),
         "root_service": t.root_service,
@@ -129,6 +151,7 @@ pub(crate) fn trace_summary(t: &TraceSummary) -> Value {
         "error": t.error,
         "models": t.models,
         "total_tokens": t.total_tokens,
+        "cost_usd": summary_cost(t, prices),
     })
 }
 

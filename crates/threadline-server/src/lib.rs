@@ -27,6 +27,8 @@ mod query_api;
 mod rca_api;
 mod trace_lineage;
 mod trace_tree;
+mod trace_view;
+mod ui;
 
 use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
@@ -203,6 +205,7 @@ pub async fn serve_reporting(
     .merge(metrics_api::router(metrics_api::MetricsState {
         store: store.clone(),
         auth: Arc::clone(&auth),
+        prices: Arc::new(config.prices.clone()),
     }))
     .merge(prometheus::router(prometheus::PrometheusState {
         store: store.clone(),
@@ -214,7 +217,9 @@ pub async fn serve_reporting(
         store: store.clone(),
         auth,
         stats,
-    }));
+        prices: Arc::new(config.prices.clone()),
+    }))
+    .merge(ui::router());
     let grpc = tonic::transport::Server::builder()
         .add_service(otlp_grpc::service(ctx, config.max_body_bytes))
         .serve_with_incoming_shutdown(

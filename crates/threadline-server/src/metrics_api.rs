@@ -21,6 +21,7 @@ use crate::error::ApiError;
 pub(crate) struct MetricsState {
     pub(crate) store: SqliteStore,
     pub(crate) auth: Arc<Authenticator>,
+    pub(crate) prices: Arc<threadline_analysis::PriceTable>,
 }
 
 pub(crate) fn router(state: MetricsState) -> Router {
@@ -134,9 +135,16 @@ pub(crate) fn run(
     store: &SqliteStore,
     tenant: &TenantId,
     q: &MetricsQuery,
+    prices: &threadline_analysis::PriceTable,
 ) -> Result<Value, ApiError> {
     store.flush_rollups()?.wait_blocking()?;
-    let cells = store.rollup_cells(tenant, q.from_minute, q.to_minute)?;
+    let mut cells = store.rollup_cells(tenant, q.from_minute, q.to_minute)?;
+    // Each series names its model, so each cell is priced before cells merge.
+    if q.metric == Metric::Cost {
+        for (_, key, cell) in &mut cells {
+            cell.price(key.get(Dimension::Model), prices);
+        }
+    }
     let groups = group_cells(
         &cells,
         &q.filter,
@@ -184,7 +192,8 @@ async fn metrics(
     let tenant = state.auth.tenant_of(&headers)?;
     let query = MetricsQuery::parse(&params)?;
     let store = state.store.clone();
+    let prices = Arc::clone(&state.prices);
     Ok(Json(
-        crate::error::blocking(move || run(&store, &tenant, &query)).await?,
+        crate::error::blocking(move || run(&store, &tenant, &query, &prices)).await?,
     ))
 }

@@ -11,25 +11,30 @@ use axum::routing::get;
 use axum::{Json, Router};
 use base64::Engine;
 use serde_json::{json, Value};
+use threadline_analysis::PriceTable;
 use threadline_model::{SpanRecord, TenantId, TraceId};
 use threadline_store::{SqliteStore, TraceCursor, TraceQuery};
 
 use crate::auth::Authenticator;
 use crate::error::{blocking, ApiError};
 use crate::ingest::IngestStats;
-use crate::{dto, trace_tree};
+use crate::{dto, trace_tree, trace_view};
 
 #[derive(Clone)]
 pub(crate) struct QueryState {
     pub(crate) store: SqliteStore,
     pub(crate) auth: Arc<Authenticator>,
     pub(crate) stats: Arc<IngestStats>,
+    pub(crate) prices: Arc<PriceTable>,
 }
 
 pub(crate) fn router(state: QueryState) -> Router {
     Router::new()
         .route("/api/v1/traces", get(search_traces))
         .route("/api/v1/traces/{trace_id}", get(get_trace))
+        .route("/api/v1/traces/{trace_id}/skeleton", get(get_skeleton))
+        .route("/api/v1/traces/{trace_id}/spans/{span_id}", get(get_span))
+        .route("/api/v1/sessions/{session_id}", get(get_session))
         .route("/api/v1/services", get(list_services))
         .route("/api/v1/health", get(health))
         .fallback(|| async { ApiError::NotFound("no such endpoint".to_owned()) })
@@ -45,7 +50,108 @@ async fn get_trace(
     let trace_id = crate::error::parse_trace_id(&raw_id)?;
     let store = state.store.clone();
     let spans = blocking(move || existing_trace(&store, &tenant, trace_id)).await?;
-    Ok(Json(trace_tree::trace_tree(&spans)))
+    Ok(Json(trace_tree::trace_tree(&spans, &state.prices)))
+}
+
+/// Every span of a trace in compact columns (see `trace_view`), or 404.
+async fn get_skeleton(
+    State(state): State<QueryState>,
+    headers: HeaderMap,
+    Path(raw_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = state.auth.tenant_of(&headers)?;
+    let trace_id = crate::error::parse_trace_id(&raw_id)?;
+    let store = state.store.clone();
+    let prices = Arc::clone(&state.prices);
+    let body = blocking(move || {
+        let spans = store.trace_skeleton(&tenant, trace_id)?;
+        if spans.is_empty() {
+            return Err(ApiError::NotFound(format!("trace {trace_id} not found")));
+        }
+        Ok(trace_view::skeleton(&trace_id.to_hex(), &spans, &prices))
+    })
+    .await?;
+    Ok(Json(body))
+}
+
+/// One span whole, with its conversation, or 404.
+async fn get_span(
+    State(state): State<QueryState>,
+    headers: HeaderMap,
+    Path((raw_trace, raw_span)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = state.auth.tenant_of(&headers)?;
+    let trace_id = crate::error::parse_trace_id(&raw_trace)?;
+    let span_id: threadline_model::SpanId = raw_span
+        .parse()
+        .map_err(|e| ApiError::BadRequest(format!("span id {raw_span:?} is invalid: {e}")))?;
+    let store = state.store.clone();
+    let span = blocking(move || Ok(store.get_span(&tenant, trace_id, span_id)?))
+        .await?
+        .ok_or_else(|| {
+            ApiError::NotFound(format!("span {span_id} of trace {trace_id} not found"))
+        })?;
+    Ok(Json(trace_view::span_detail(&span, &state.prices)))
+}
+
+/// Most traces a session page lists.
+const SESSION_MAX_TRACES: usize = 5000;
+
+/// The traces of one conversation (session id), oldest first, with totals.
+async fn get_session(
+    State(state): State<QueryState>,
+    headers: HeaderMap,
+    Path(session_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = state.auth.tenant_of(&headers)?;
+    let store = state.store.clone();
+    let wanted = session_id.clone();
+    let (mut traces, truncated) = blocking(move || {
+        let mut query = TraceQuery {
+            session_id: Some(wanted),
+            limit: MAX_LIMIT,
+            ..Default::default()
+        };
+        let mut traces = Vec::new();
+        loop {
+            let page = store.search(&tenant, &query)?;
+            traces.extend(page.traces);
+            match page.next_cursor {
+                Some(c) if traces.len() < SESSION_MAX_TRACES => query.cursor = Some(c),
+                Some(_) => return Ok((traces, true)),
+                None => return Ok((traces, false)),
+            }
+        }
+    })
+    .await?;
+    if traces.is_empty() {
+        return Err(ApiError::NotFound(format!(
+            "session {session_id:?} not found"
+        )));
+    }
+    traces.sort_by_key(|t| (t.start_time_unix_nano, t.trace_id));
+    let first = traces.first().map_or(0, |t| t.start_time_unix_nano);
+    let last_end = traces
+        .iter()
+        .map(|t| t.start_time_unix_nano + t.duration_nanos)
+        .max()
+        .unwrap_or(first);
+    let cost: f64 = traces
+        .iter()
+        .map(|t| dto::summary_cost(t, &state.prices))
+        .sum();
+    Ok(Json(json!({
+        "session_id": session_id,
+        "trace_count": traces.len(),
+        "truncated": truncated,
+        "span_count": traces.iter().map(|t| t.span_count).sum::<usize>(),
+        "error_count": traces.iter().filter(|t| t.error).count(),
+        "total_tokens": traces.iter().map(|t| t.total_tokens).sum::<i64>(),
+        "cost_usd": cost,
+        "start_time_unix_nano": first.to_string(),
+        "duration_ms": last_end.saturating_sub(first) as f64 / 1e6,
+        "traces": traces.iter().map(|t| dto::trace_summary(t, &state.prices)).collect::<Vec<_>>(),
+    })))
 }
 
 /// The spans of a trace the tenant has, or 404. Blocking: call it off the runtime.
@@ -71,7 +177,7 @@ async fn search_traces(
     let store = state.store.clone();
     let page = blocking(move || Ok(store.search(&tenant, &query)?)).await?;
     Ok(Json(json!({
-        "traces": page.traces.iter().map(dto::trace_summary).collect::<Vec<_>>(),
+        "traces": page.traces.iter().map(|t| dto::trace_summary(t, &state.prices)).collect::<Vec<_>>(),
         "next_cursor": page.next_cursor.map(encode_cursor),
     })))
 }
@@ -125,6 +231,8 @@ fn parse_search(params: &[(String, String)]) -> Result<TraceQuery, ApiError> {
             "route" => q.route = text(),
             "adapter" => q.adapter = text(),
             "ab_group" => q.ab_group = text(),
+            "session" | "session_id" => q.session_id = text(),
+            "q" => q.text = Some(value.trim().to_owned()).filter(|t| !t.is_empty()),
             "status" => match value.as_str() {
                 "error" => q.errors_only = true,
                 other => return Err(bad(format!("status {other:?} is not supported: use status=error"))),
@@ -147,7 +255,7 @@ fn parse_search(params: &[(String, String)]) -> Result<TraceQuery, ApiError> {
                 Some(attr) if !attr.is_empty() => q.attributes.push((attr.to_owned(), value.clone())),
                 _ => {
                     return Err(bad(format!(
-                        "unknown query parameter {other:?}: use service, name, model, route, adapter, ab_group, status, min_duration, max_duration, from, to, limit, cursor or attr.KEY"
+                        "unknown query parameter {other:?}: use service, name, model, route, adapter, ab_group, session, q, status, min_duration, max_duration, from, to, limit, cursor or attr.KEY"
                     )))
                 }
             },

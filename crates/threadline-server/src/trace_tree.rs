@@ -4,11 +4,12 @@
 use std::collections::{HashMap, HashSet};
 
 use serde_json::{json, Value};
+use threadline_analysis::PriceTable;
 use threadline_model::{SpanId, SpanRecord};
 
 use crate::dto;
 
-pub(crate) fn trace_tree(spans: &[SpanRecord]) -> Value {
+pub(crate) fn trace_tree(spans: &[SpanRecord], prices: &PriceTable) -> Value {
     let ids: HashSet<SpanId> = spans.iter().map(|s| s.span_id).collect();
     let mut children: HashMap<SpanId, Vec<usize>> = HashMap::new();
     let mut roots = Vec::new();
@@ -31,7 +32,7 @@ pub(crate) fn trace_tree(spans: &[SpanRecord]) -> Value {
     let mut visited = HashSet::new();
     let tree: Vec<Value> = roots
         .iter()
-        .map(|&i| node(spans, i, &children, &mut visited))
+        .map(|&i| node(spans, i, &children, &mut visited, prices))
         .collect();
     let mut services: Vec<&str> = spans.iter().map(|s| s.service.as_str()).collect();
     services.sort_unstable();
@@ -43,8 +44,29 @@ pub(crate) fn trace_tree(spans: &[SpanRecord]) -> Value {
         "end_time_unix_nano": end.to_string(),
         "duration_ms": end.saturating_sub(start) as f64 / 1e6,
         "services": services,
+        "cost_usd": trace_cost(spans, prices),
         "roots": tree,
     })
+}
+
+/// USD of a trace: its LLM spans' tokens, leaving out spans whose children report
+/// tokens (agent spans repeat the usage of the calls below them), as summaries do.
+fn trace_cost(spans: &[SpanRecord], prices: &PriceTable) -> f64 {
+    let reports = |s: &SpanRecord| {
+        s.llm
+            .as_ref()
+            .is_some_and(|l| l.input_tokens.is_some() || l.output_tokens.is_some())
+    };
+    let repeated: HashSet<SpanId> = spans
+        .iter()
+        .filter(|s| reports(s))
+        .filter_map(|s| s.parent_span_id)
+        .collect();
+    spans
+        .iter()
+        .filter(|s| !repeated.contains(&s.span_id))
+        .filter_map(|s| s.llm.as_ref().and_then(|l| dto::span_cost(l, prices)))
+        .sum()
 }
 
 fn node(
@@ -52,6 +74,7 @@ fn node(
     i: usize,
     children: &HashMap<SpanId, Vec<usize>>,
     visited: &mut HashSet<usize>,
+    prices: &PriceTable,
 ) -> Value {
     visited.insert(i);
     let s = &spans[i];
@@ -64,10 +87,10 @@ fn node(
         .map(|&c| (spans[c].start_time_unix_nano, spans[c].end_time_unix_nano))
         .collect();
     let self_time = self_time(s.start_time_unix_nano, s.end_time_unix_nano, intervals);
-    let mut v = dto::span(s, self_time);
+    let mut v = dto::span(s, self_time, prices);
     let child_values: Vec<Value> = kids
         .iter()
-        .map(|&c| node(spans, c, children, visited))
+        .map(|&c| node(spans, c, children, visited, prices))
         .collect();
     if let Value::Object(obj) = &mut v {
         obj.insert("children".to_owned(), Value::Array(child_values));
@@ -76,7 +99,7 @@ fn node(
 }
 
 /// Duration of `[start, end]` not covered by any child interval (clipped to the span).
-fn self_time(start: u64, end: u64, mut children: Vec<(u64, u64)>) -> u64 {
+pub(crate) fn self_time(start: u64, end: u64, mut children: Vec<(u64, u64)>) -> u64 {
     children.sort_unstable();
     let mut covered = 0u64;
     let mut cursor = start;
