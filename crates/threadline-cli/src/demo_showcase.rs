@@ -46,8 +46,7 @@ impl Builder {
     fn span(
         &mut self,
         service: &'static str,
-        trace: &[u8],
-        parent: &[u8],
+        (trace, parent): (&[u8], &[u8]),
         name: &str,
         kind: i32,
         (start, end): (u64, u64),
@@ -112,8 +111,7 @@ fn turn(b: &mut Builder, session: usize, turn: usize, start: u64) {
     let end = start + (12 + 35 + llm1 + tool + llm2 + 10) * MS;
     let root = b.span(
         "llm-gateway",
-        &trace,
-        &[],
+        (&trace, &[]),
         "POST /v1/assistant",
         2,
         (start, end),
@@ -127,8 +125,7 @@ fn turn(b: &mut Builder, session: usize, turn: usize, start: u64) {
     let agent_start = start + 5 * MS;
     let agent = b.span(
         "assistant",
-        &trace,
-        &root,
+        (&trace, &root),
         "invoke_agent billing-assistant",
         1,
         (agent_start, end - 3 * MS),
@@ -141,8 +138,7 @@ fn turn(b: &mut Builder, session: usize, turn: usize, start: u64) {
     let r0 = agent_start + 2 * MS;
     b.span(
         "docs-index",
-        &trace,
-        &agent,
+        (&trace, &agent),
         "search_docs",
         3,
         (r0, r0 + 35 * MS),
@@ -168,8 +164,8 @@ fn turn(b: &mut Builder, session: usize, turn: usize, start: u64) {
             s("gen_ai.response.model", "gpt-4o-mini-2024-07-18"),
             s("gen_ai.conversation.id", &conv),
             s("gen_ai.system_instructions", system),
-            s("gen_ai.input.messages", &input.to_string()),
-            s("gen_ai.output.messages", &output.to_string()),
+            s("gen_ai.input.messages", input.to_string()),
+            s("gen_ai.output.messages", output.to_string()),
             i("gen_ai.usage.input_tokens", inp),
             i("gen_ai.usage.output_tokens", out),
             s("llm.prompt_template.id", "billing-assistant"),
@@ -179,8 +175,7 @@ fn turn(b: &mut Builder, session: usize, turn: usize, start: u64) {
     let in1 = 350 + b.rng.random_range(0..200);
     b.span(
         "assistant",
-        &trace,
-        &agent,
+        (&trace, &agent),
         &format!("chat {ASSISTANT_MODEL}"),
         3,
         (c1, c1 + llm1 * MS),
@@ -189,15 +184,14 @@ fn turn(b: &mut Builder, session: usize, turn: usize, start: u64) {
     let t0 = c1 + (llm1 + 1) * MS;
     b.span(
         "assistant",
-        &trace,
-        &agent,
+        (&trace, &agent),
         "execute_tool lookup_account",
         1,
         (t0, t0 + tool * MS),
         vec![
             s("gen_ai.operation.name", "execute_tool"),
             s("gen_ai.tool.name", "lookup_account"),
-            s("gen_ai.tool.call.id", &format!("call_{session}{turn}")),
+            s("gen_ai.tool.call.id", format!("call_{session}{turn}")),
         ],
     );
     let c2 = t0 + (tool + 1) * MS;
@@ -215,8 +209,7 @@ fn turn(b: &mut Builder, session: usize, turn: usize, start: u64) {
     let out2 = 40 + b.rng.random_range(0..60);
     b.span(
         "assistant",
-        &trace,
-        &agent,
+        (&trace, &agent),
         &format!("chat {ASSISTANT_MODEL}"),
         3,
         (c2, c2 + llm2 * MS),
@@ -232,8 +225,7 @@ fn indexing_trace(b: &mut Builder, start: u64) -> Vec<u8> {
     let end = start + (CHUNKS as u64 * per_chunk) + 400 * MS;
     let root = b.span(
         "indexer",
-        &trace,
-        &[],
+        (&trace, &[]),
         "index_document handbook.pdf",
         1,
         (start, end),
@@ -244,8 +236,7 @@ fn indexing_trace(b: &mut Builder, start: u64) -> Vec<u8> {
     );
     b.span(
         "indexer",
-        &trace,
-        &root,
+        (&trace, &root),
         "split_document",
         1,
         (start + MS, start + 120 * MS),
@@ -255,8 +246,7 @@ fn indexing_trace(b: &mut Builder, start: u64) -> Vec<u8> {
     for k in 0..CHUNKS {
         b.span(
             "indexer",
-            &trace,
-            &root,
+            (&trace, &root),
             "embed_chunk",
             1,
             (t, t + per_chunk - MS / 4),
@@ -270,8 +260,7 @@ fn indexing_trace(b: &mut Builder, start: u64) -> Vec<u8> {
     for batch in 0..4 {
         b.span(
             "vector-db",
-            &trace,
-            &root,
+            (&trace, &root),
             "upsert_vectors",
             3,
             (t, t + 60 * MS),
@@ -292,7 +281,7 @@ pub(crate) fn showcase(
     end_ns: u64,
 ) -> (Vec<ExportTraceServiceRequest>, Vec<String>, String) {
     let mut b = Builder {
-        rng: StdRng::seed_from_u64(seed ^ 0x5e55_10_45),
+        rng: StdRng::seed_from_u64(seed ^ 0x5e55_1045),
         by_service: Vec::new(),
     };
     let mut sessions = Vec::new();

@@ -36,6 +36,11 @@ impl Authenticator {
         Self { keys }
     }
 
+    /// True when requests must carry an API key (tenants are configured).
+    pub(crate) fn required(&self) -> bool {
+        !self.keys.is_empty()
+    }
+
     /// The tenant of a JSON API request, from its `Authorization` header.
     pub(crate) fn tenant_of(
         &self,

@@ -201,6 +201,7 @@ async fn health(State(state): State<QueryState>) -> Result<Json<Value>, ApiError
     let writer = state.store.writer_stats();
     Ok(Json(json!({
         "status": if store_ok { "ok" } else { "degraded" },
+        "auth_required": state.auth.required(),
         "version": env!("CARGO_PKG_VERSION"),
         "store": { "ok": store_ok, "queued_batches": writer.queued_batches, "spans_committed": writer.spans_committed,
             "commits": writer.commits,

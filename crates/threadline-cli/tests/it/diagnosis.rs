@@ -348,55 +348,10 @@ fn demo_finds_every_injected_incident_and_ranks_its_true_cause_first() {
 /// The demo keeps serving; the CLI's diagnosis commands work against it.
 #[test]
 fn demo_serves_and_the_cli_lists_incidents_ranks_causes_and_scores_health() {
-    use std::io::BufRead;
-    let mut demo = std::process::Command::new(BIN)
-        .args([
-            "demo",
-            "--http",
-            "127.0.0.1:0",
-            "--otlp-http",
-            "127.0.0.1:0",
-            "--otlp-grpc",
-            "127.0.0.1:0",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(
-            std::fs::File::create(std::env::temp_dir().join("threadline-demo-test.log")).unwrap(),
-        )
-        .env("RUST_BACKTRACE", "1")
-        .spawn()
-        .unwrap();
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let stdout = demo.stdout.take().unwrap();
-    let _guard = Kill(demo);
-    let mut report = String::new();
-    let mut base = None;
-    let mut lines = std::io::BufReader::new(stdout).lines();
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        report.push_str(&line);
-        report.push('\n');
-        if let Some(url) = line.trim().strip_prefix("incidents") {
-            base = url
-                .trim()
-                .strip_suffix("/api/v1/incidents")
-                .map(str::to_owned);
-        }
-        if line.starts_with("Serving on ") {
-            break;
-        }
-    }
-    // Keep reading: a closed pipe would fail the demo's next write.
-    std::thread::spawn(move || lines.for_each(drop));
+    let demo = crate::harness::Demo::start();
+    let (report, base) = (demo.report.clone(), demo.api.clone());
     assert!(report.contains("Incidents found: 4"), "{report}");
     assert_eq!(report.matches("  ok   ").count(), 4, "{report}");
-    let base = base.unwrap_or_else(|| panic!("no URLs in\n{report}"));
     let cli = |args: &[&str]| cli_at(&base, args);
     let (ok, listed, err) = cli(&["incidents", "--json"]);
     assert!(ok, "{err}");

@@ -364,3 +364,92 @@ pub(crate) fn test_python(skipped: &str) -> Option<String> {
         }
     }
 }
+
+/// `threadline demo` serving on free ports, killed on drop.
+pub(crate) struct Demo {
+    child: Child,
+    /// What it printed up to "Serving on".
+    pub(crate) report: String,
+    /// The JSON API base URL.
+    pub(crate) api: String,
+    /// The "Open in a browser" pages: (name, URL).
+    pub(crate) pages: Vec<(String, String)>,
+}
+
+impl Demo {
+    pub(crate) fn start() -> Self {
+        let mut child = Command::new(BIN)
+            .args([
+                "demo",
+                "--http",
+                "127.0.0.1:0",
+                "--otlp-http",
+                "127.0.0.1:0",
+                "--otlp-grpc",
+                "127.0.0.1:0",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(
+                std::fs::File::create(std::env::temp_dir().join("threadline-demo-test.log"))
+                    .unwrap(),
+            )
+            .env("RUST_BACKTRACE", "1")
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut report = String::new();
+        let (mut api, mut pages, mut in_pages) = (None, Vec::new(), false);
+        let mut lines = BufReader::new(stdout).lines();
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            report.push_str(&line);
+            report.push('\n');
+            if line.starts_with("Open in a browser:") {
+                in_pages = true;
+            } else if line.is_empty() {
+                in_pages = false;
+            } else if in_pages {
+                if let Some(at) = line.find("http://") {
+                    pages.push((line[..at].trim().to_owned(), line[at..].trim().to_owned()));
+                }
+            }
+            if let Some(url) = line.trim().strip_prefix("incidents") {
+                api = url
+                    .trim()
+                    .strip_suffix("/api/v1/incidents")
+                    .map(str::to_owned);
+            }
+            if line.starts_with("Serving on ") {
+                break;
+            }
+        }
+        // Keep reading: a closed pipe would fail the demo's next write.
+        std::thread::spawn(move || lines.for_each(drop));
+        let api = api.unwrap_or_else(|| {
+            let _ = child.kill();
+            panic!("no URLs in\n{report}")
+        });
+        Demo {
+            child,
+            report,
+            api,
+            pages,
+        }
+    }
+
+    /// The URL of the page the demo listed under `name`.
+    pub(crate) fn page(&self, name: &str) -> &str {
+        self.pages
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, u)| u.as_str())
+            .unwrap_or_else(|| panic!("no {name} page in\n{}", self.report))
+    }
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -2,6 +2,7 @@
 //! data directory and talks to it as users do (HTTP, gRPC, the CLI, the OpenTelemetry
 //! Python SDK).
 
+mod browser;
 mod cli;
 mod conformance;
 mod crash;
@@ -15,3 +16,4 @@ mod openlineage;
 mod python_sdk;
 mod tenants;
 mod tidy;
+mod ui;

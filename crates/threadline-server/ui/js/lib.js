@@ -21,8 +21,22 @@ export class ApiError extends Error {
   constructor(status, message) { super(message); this.status = status; }
 }
 
+// Whether this server wants a key at all, asked once (the health endpoint needs none),
+// so the key is asked for before the first request instead of after a 401.
+let keyCheck = null;
+function keyReady() {
+  if (!keyCheck) {
+    keyCheck = fetch('/api/v1/health').then((r) => r.json()).then(
+      (h) => (h.auth_required && !auth.key ? waitForKey() : undefined),
+      () => undefined,
+    );
+  }
+  return keyCheck;
+}
+
 /** GET a JSON API path; a 401 asks for the API key once and retries with it. */
 export async function api(path) {
+  await keyReady();
   for (let attempt = 0; attempt < 2; attempt++) {
     const headers = { Accept: 'application/json' };
     if (auth.key) headers.Authorization = `Bearer ${auth.key}`;

@@ -1,0 +1,305 @@
+//! The web UI in a real headless Chromium against the real binary: every page opened
+//! from its URL on the demo's data, the clicks a user makes from page to page, a folded
+//! group expanded in a large trace, no console errors, and a screenshot of each page.
+
+use fantoccini::Locator;
+
+use crate::browser::{chromedriver, Browser};
+use crate::harness::*;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn every_page_renders_from_its_url_and_clicks_lead_where_they_say() {
+    let Some(driver) = chromedriver("the UI test") else {
+        return;
+    };
+    let demo = Demo::start();
+    let base = demo.api.clone();
+    runtime().block_on(async {
+        let b = Browser::start(&driver, 1280, 1000).await;
+
+        // Search: newest traces, each row linking to its trace.
+        b.open(&format!("{base}/"), "a.trace-link").await;
+        assert_eq!(b.client.title().await.unwrap(), "Traces · Threadline");
+        assert!(b.count("table.grid tbody tr").await >= 20);
+        b.screenshot("search").await;
+        b.assert_no_console_errors("/").await;
+        // A filter goes into the URL, and the URL alone gives the same results.
+        b.client
+            .find(Locator::Css("#route"))
+            .await
+            .unwrap()
+            .send_keys("/v1/support")
+            .await
+            .unwrap();
+        b.client
+            .find(Locator::Css("#errors"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        b.client
+            .find(Locator::Css("form.filters button[type=submit]"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        let path = b.wait_path("/traces?").await;
+        assert!(
+            path.contains("route=%2Fv1%2Fsupport") && path.contains("status=error"),
+            "{path}"
+        );
+        b.wait_for_text("table.grid tbody", "POST /v1/support")
+            .await;
+        b.open(&format!("{base}{path}"), "a.trace-link").await;
+        let roots = b.text("table.grid tbody").await;
+        assert!(
+            !roots.contains("/v1/chat") && roots.contains("error"),
+            "{roots}"
+        );
+        assert!(
+            b.count("a.next-page").await == 1,
+            "more than a page of errors on /v1/support"
+        );
+
+        // From a result to its trace.
+        b.client
+            .find(Locator::Css("a.trace-link"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        b.wait_path("/traces/").await;
+        b.wait_for(".wf-row").await;
+        b.assert_no_console_errors("a trace").await;
+
+        // The exemplar trace of the adapter incident: its LLM span's adapter chip
+        // opens the adapter's lineage.
+        b.open(demo.page("trace"), ".wf-row").await;
+        b.wait_for_text(".wf-row", "chat meta-llama")
+            .await
+            .click()
+            .await
+            .unwrap();
+        b.wait_for(".llm-panel").await;
+        let panel = b.text(".span-panel").await;
+        assert!(
+            panel.contains("input tokens") && panel.contains("fin-lora@7"),
+            "{panel}"
+        );
+        b.screenshot("trace").await;
+        // The selection is in the URL: a reload shows the same span.
+        let with_span = b.path().await;
+        assert!(with_span.contains("?span="), "{with_span}");
+        b.open(&format!("{base}{with_span}"), ".llm-panel").await;
+        b.client
+            .find(Locator::Css("button.behind"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        b.wait_for_text(".behind-panel", "warehouse:fin-qa@v1")
+            .await;
+        b.client
+            .find(Locator::Css(".llm-panel a.chip[data-node^='adapter:']"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        let lineage = b.wait_path("/lineage/").await;
+        assert!(
+            lineage.starts_with("/lineage/adapter%3Afin-lora%407"),
+            "{lineage}"
+        );
+        b.wait_for(".graph svg .node.center").await;
+        for kind in ["dataset_version", "run", "instance", "route"] {
+            assert!(
+                b.count(&format!(".graph .node[data-node^='{kind}:']"))
+                    .await
+                    > 0,
+                "no {kind} node around the adapter"
+            );
+        }
+        b.wait_for(".node-panel .health").await;
+        b.screenshot("lineage").await;
+        b.assert_no_console_errors("lineage").await;
+
+        // A conversation: the session's traces in order, one opened, its second model
+        // call showing the messages and the tool call.
+        b.open(demo.page("session"), "a.trace-link").await;
+        assert_eq!(b.count("table.grid tbody tr").await, 3);
+        b.screenshot("session").await;
+        b.client
+            .find(Locator::Css("a.trace-link"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        b.wait_path("/traces/").await;
+        let calls = b.client.find_all(Locator::Css(".wf-row")).await.unwrap();
+        let mut chat_rows = Vec::new();
+        for row in calls {
+            if row.text().await.unwrap().contains("chat gpt-4o-mini") {
+                chat_rows.push(row);
+            }
+        }
+        assert_eq!(chat_rows.len(), 2);
+        chat_rows.pop().unwrap().click().await.unwrap();
+        b.wait_for(".conversation .msg.tool").await;
+        let conv = b.text(".conversation").await;
+        assert!(
+            conv.contains("lookup_account") && conv.contains("billing assistant"),
+            "{conv}"
+        );
+        assert!(b.text(".llm-panel").await.contains("$0.0"), "a priced call");
+        b.screenshot("trace-conversation").await;
+        b.assert_no_console_errors("a conversation").await;
+
+        // Incidents: the list, one incident, and one of its exemplar traces.
+        b.open(&format!("{base}/incidents"), "a.incident-link")
+            .await;
+        assert_eq!(b.count("a.incident-link").await, 4);
+        b.screenshot("incidents").await;
+        b.open(demo.page("incident"), ".cause").await;
+        let first = b.text(".cause").await;
+        assert!(first.contains("adapter:fin-lora@7"), "{first}");
+        b.wait_for(".chart .uplot").await;
+        b.screenshot("incident").await;
+        b.client
+            .find(Locator::Css(".cause a.exemplar"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        b.wait_path("/traces/").await;
+        b.wait_for(".wf-row").await;
+        b.assert_no_console_errors("an incident").await;
+
+        // A large trace: the 1,200 chunk spans are one folded row until expanded.
+        b.open(demo.page("large trace"), ".wf-group-row").await;
+        let group = b.text(".wf-group-row").await;
+        assert!(group.contains("1,200 × embed_chunk"), "{group}");
+        assert!(b.count(".wf-row").await < 20, "the group is folded");
+        b.screenshot("trace-large").await;
+        b.client
+            .find(Locator::Css(".wf-group-row .expand-group"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        b.wait_for_text(".wf-tools", "1,206 rows").await;
+        // Virtualized: only the rows on screen are in the DOM.
+        let rendered = b.count(".wf-row").await;
+        assert!(rendered > 20 && rendered < 120, "{rendered} rows rendered");
+        b.wait_for_text(".wf-row", "embed_chunk").await;
+        b.assert_no_console_errors("a large trace").await;
+
+        // Dashboard, impact.
+        b.open(demo.page("dashboard"), ".chart .uplot").await;
+        assert!(b.count("section.series-row").await >= 4);
+        b.screenshot("dashboard").await;
+        b.assert_no_console_errors("the dashboard").await;
+        b.open(demo.page("impact"), "table.plan").await;
+        assert!(b.text(".impact-kinds").await.contains("sum-lora@4"));
+        b.screenshot("impact").await;
+        b.assert_no_console_errors("impact").await;
+
+        // Keyboard: the waterfall moves its selection with the arrow keys.
+        b.open(demo.page("trace"), ".wf-row").await;
+        let tree = b.client.find(Locator::Css(".wf-body")).await.unwrap();
+        tree.send_keys("\u{E015}").await.unwrap(); // ArrowDown
+        b.wait_for(".wf-row.sel").await;
+        b.wait_path("/traces/").await;
+        assert!(b.path().await.contains("?span="));
+        b.close().await;
+
+        // A narrow window still reads.
+        let narrow = Browser::start(&driver, 420, 900).await;
+        narrow.open(&format!("{base}/"), "a.trace-link").await;
+        narrow.screenshot("search-narrow").await;
+        narrow.open(demo.page("trace"), ".wf-row").await;
+        narrow.screenshot("trace-narrow").await;
+        narrow.assert_no_console_errors("narrow pages").await;
+        narrow.close().await;
+    });
+}
+
+const TENANTS: &str = r#"
+[[tenants]]
+id = "acme"
+api_keys = ["acme-ui-key-0001"]
+
+[[tenants]]
+id = "globex"
+api_keys = ["globex-ui-key-0002"]
+"#;
+
+#[test]
+fn with_tenants_the_ui_asks_for_a_key_once_and_shows_only_that_tenants_data() {
+    let Some(driver) = chromedriver("the UI tenant test") else {
+        return;
+    };
+    let server = TestServer::start_with_config(Some(TENANTS));
+    for (key, service, trace) in [
+        ("acme-ui-key-0001", "acme-gateway", [0x31; 16]),
+        ("globex-ui-key-0002", "globex-gateway", [0x32; 16]),
+    ] {
+        let resp = server.post_traces(
+            "application/x-protobuf",
+            proto(&llm_trace(trace, service, "gpt-4o", now_nanos())),
+            &[("authorization", &format!("Bearer {key}"))],
+        );
+        assert!(resp.status().is_success());
+    }
+    let base = server.api.clone();
+    runtime().block_on(async {
+        let b = Browser::start(&driver, 1280, 900).await;
+        b.open(
+            &format!("{base}/traces"),
+            "dialog[open] input[name=api-key]",
+        )
+        .await
+        .send_keys("acme-ui-key-0001")
+        .await
+        .unwrap();
+        b.client
+            .find(Locator::Css("dialog button[type=submit]"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        b.wait_for_text("table.grid tbody", "acme-gateway").await;
+        assert!(!b.text("main").await.contains("globex"));
+        b.screenshot("tenant-search").await;
+        // The other tenant's trace is not found by its id either.
+        b.open(&format!("{base}/traces/{}", hex(&[0x32; 16])), ".error-box")
+            .await;
+        assert!(b.text(".error-box").await.contains("not found"));
+        // The key is asked once: a new page load uses the stored key.
+        b.open(&format!("{base}/traces/{}", hex(&[0x31; 16])), ".wf-row")
+            .await;
+        assert_eq!(b.count("dialog[open]").await, 0);
+        // 404 from the trace API is the expected console error above; none other.
+        let errors = b.console_errors().await;
+        assert!(
+            errors.iter().all(|e| e.contains("404")),
+            "console errors: {errors:#?}"
+        );
+        b.close().await;
+    });
+}
