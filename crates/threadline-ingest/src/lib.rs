@@ -5,6 +5,7 @@
 mod body;
 mod conversation;
 mod convert;
+mod export;
 #[cfg(test)]
 mod fuzz_tests;
 mod normalize;
@@ -13,6 +14,7 @@ mod otlp_json;
 pub use body::{decode_body, decode_export_request, BodyLimits, ContentKind, DecodeError};
 pub use conversation::{conversation, Conversation, Message, ToolCall};
 pub use convert::{convert_request, ConvertedBatch};
+pub use export::{any_value, key_values, to_resource_spans};
 pub use normalize::llm_view;
 pub use otlp_json::parse_otlp_json;
 

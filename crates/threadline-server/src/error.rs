@@ -26,20 +26,26 @@ pub enum ApiError {
     Internal(String),
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let status = match &self {
+impl ApiError {
+    pub(crate) fn status(&self) -> StatusCode {
+        match self {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Busy(_) => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::Internal(detail) => {
-                tracing::error!(%detail, "api request failed");
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
-        };
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if let ApiError::Internal(detail) = &self {
+            tracing::error!(%detail, "api request failed");
+        }
+        let status = self.status();
         let mut response = (
             status,
             Json(serde_json::json!({ "error": self.to_string() })),

@@ -16,6 +16,9 @@ mod impact_api;
 mod incident_watch;
 mod incidents_api;
 mod ingest;
+mod jaeger_api;
+mod jaeger_model;
+mod jaeger_params;
 mod lineage_api;
 mod marquez;
 mod metrics_api;
@@ -215,8 +218,13 @@ pub async fn serve_reporting(
     }))
     .merge(query_api::router(query_api::QueryState {
         store: store.clone(),
-        auth,
+        auth: Arc::clone(&auth),
         stats,
+        prices: Arc::new(config.prices.clone()),
+    }))
+    .merge(jaeger_api::router(jaeger_api::JaegerState {
+        store: store.clone(),
+        auth,
         prices: Arc::new(config.prices.clone()),
     }))
     .merge(ui::router());

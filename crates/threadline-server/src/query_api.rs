@@ -301,11 +301,21 @@ pub(crate) fn parse_time(key: &str, value: &str) -> Result<u64, ApiError> {
             return Ok((secs * 1e9) as u64);
         }
     }
-    let t = humantime::parse_rfc3339_weak(value).map_err(|e| {
+    rfc3339_nanos(value).map_err(|e| {
         ApiError::BadRequest(format!(
             "{key} {value:?} is not a time (RFC 3339 or unix seconds): {e}"
         ))
-    })?;
+    })
+}
+
+/// An RFC 3339 time with its offset (`2026-12-01T09:00:00+01:00`, `…Z`), or one
+/// without a zone, read as UTC, in unix nanoseconds.
+pub(crate) fn rfc3339_nanos(value: &str) -> Result<u64, String> {
+    use time::format_description::well_known::Rfc3339;
+    if let Ok(t) = time::OffsetDateTime::parse(value, &Rfc3339) {
+        return Ok(t.unix_timestamp_nanos().clamp(0, u64::MAX as i128) as u64);
+    }
+    let t = humantime::parse_rfc3339_weak(value).map_err(|e| e.to_string())?;
     let since = t.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
     Ok(since.as_nanos().min(u64::MAX as u128) as u64)
 }
@@ -375,6 +385,8 @@ mod tests {
         assert!(q.errors_only);
         assert_eq!(q.attributes, vec![("tier".to_owned(), "gold".to_owned())]);
         assert_eq!(q.start_from_unix_nano, Some(1_796_047_500_000_000_000));
+        let offset = parse_search(&params(&[("from", "2026-11-30T15:05:00+01:00")])).unwrap();
+        assert_eq!(offset.start_from_unix_nano, Some(1_796_047_500_000_000_000));
     }
 
     #[test]

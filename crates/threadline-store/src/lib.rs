@@ -471,6 +471,15 @@ impl SqliteStore {
         self.with_reader(|conn| query::services(conn, tenant))
     }
 
+    /// Distinct (service, span name, kind), of one service or all, sorted.
+    pub fn operations(
+        &self,
+        tenant: &TenantId,
+        service: Option<&str>,
+    ) -> Result<Vec<(String, String, threadline_model::SpanKind)>, StoreError> {
+        self.with_reader(|conn| query::operations(conn, tenant, service))
+    }
+
     /// Checks the database answers (used by the health endpoint).
     pub fn ping(&self) -> Result<(), StoreError> {
         self.with_reader(|conn| {

@@ -668,6 +668,31 @@ pub(crate) fn services(
         .collect())
 }
 
+/// Distinct (service, span name, kind) of the tenant's spans, of one service or all,
+/// sorted. Reads every span row of the service through its index.
+pub(crate) fn operations(
+    conn: &Connection,
+    tenant: &TenantId,
+    service: Option<&str>,
+) -> Result<Vec<(String, String, SpanKind)>, StoreError> {
+    let Some(tenant_id) = tenant_key(conn, tenant)? else {
+        return Ok(Vec::new());
+    };
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT DISTINCT service, name, kind FROM spans
+             WHERE tenant_id = ?1 AND (?2 IS NULL OR service = ?2) ORDER BY service, name, kind",
+        )
+        .map_err(|e| sqlite_err(conn, e))?;
+    let rows = stmt
+        .query_map(params![tenant_id, service], |r| {
+            Ok((r.get(0)?, r.get(1)?, SpanKind::from_otlp(r.get(2)?)))
+        })
+        .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| sqlite_err(conn, e))?;
+    Ok(rows)
+}
+
 /// Requests (traces) that went through given adapters or instances since a time.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RequestsServed {

@@ -11,6 +11,7 @@ mod erasure;
 mod grpc;
 mod harness;
 mod http_ingest;
+mod jaeger;
 mod lineage_chain;
 mod openlineage;
 mod python_sdk;

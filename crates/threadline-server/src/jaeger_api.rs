@@ -1,0 +1,363 @@
+//! Jaeger's query API under `/jaeger` on the API port, so Grafana's Jaeger data source
+//! (URL `http://HOST:8080/jaeger`) and Jaeger tooling read Threadline unchanged:
+//! v1 JSON (`/jaeger/api/…`, `{data, total, limit, offset, errors}`) and v3
+//! (`/jaeger/api/v3/…`, OTLP JSON in `result`, errors as `{"error": {httpCode,
+//! message}}`). Shapes are in `jaeger_model`; Bearer keys work as everywhere.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use threadline_analysis::PriceTable;
+use threadline_model::{SpanKind, SpanRecord, TenantId};
+use threadline_store::{SqliteStore, TraceQuery};
+
+use crate::auth::Authenticator;
+use crate::error::{blocking, ApiError};
+use crate::jaeger_model as model;
+use crate::jaeger_params::{
+    epoch_to_nanos, parse_jaeger_trace_id, parse_v1_search, parse_v3_search,
+};
+
+#[derive(Clone)]
+pub(crate) struct JaegerState {
+    pub(crate) store: SqliteStore,
+    pub(crate) auth: Arc<Authenticator>,
+    pub(crate) prices: Arc<PriceTable>,
+}
+
+pub(crate) fn router(state: JaegerState) -> Router {
+    Router::new()
+        .route("/jaeger/api/services", get(v1_services))
+        .route(
+            "/jaeger/api/services/{service}/operations",
+            get(v1_service_operations),
+        )
+        .route("/jaeger/api/operations", get(v1_operations))
+        .route("/jaeger/api/traces", get(v1_find_traces))
+        .route("/jaeger/api/traces/{trace_id}", get(v1_get_trace))
+        .route("/jaeger/api/dependencies", get(v1_dependencies))
+        .route("/jaeger/api/v3/services", get(v3_services))
+        .route("/jaeger/api/v3/operations", get(v3_operations))
+        .route("/jaeger/api/v3/traces", get(v3_find_traces))
+        .route("/jaeger/api/v3/traces/{trace_id}", get(v3_get_trace))
+        .route("/jaeger/api/v3/trace-summaries", get(v3_trace_summaries))
+        .with_state(state)
+}
+
+/// An error in the shape of the API version that raised it.
+enum JaegerError {
+    V1(ApiError),
+    V3(ApiError),
+}
+
+impl IntoResponse for JaegerError {
+    fn into_response(self) -> Response {
+        let (status, body) = match &self {
+            JaegerError::V1(e) => {
+                let s = e.status();
+                (
+                    s,
+                    json!({"data": null, "total": 0, "limit": 0, "offset": 0,
+                    "errors": [{"code": s.as_u16(), "msg": e.to_string()}]}),
+                )
+            }
+            JaegerError::V3(e) => {
+                let s = e.status();
+                (
+                    s,
+                    json!({"error": {"httpCode": s.as_u16(), "message": e.to_string()}}),
+                )
+            }
+        };
+        if let JaegerError::V1(ApiError::Internal(d)) | JaegerError::V3(ApiError::Internal(d)) =
+            &self
+        {
+            tracing::error!(detail = %d, "jaeger api request failed");
+        }
+        let mut response = (status, Json(body)).into_response();
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("1"),
+            );
+        }
+        response
+    }
+}
+
+type V1 = Result<Json<Value>, JaegerError>;
+
+fn v1<T>(r: Result<T, ApiError>) -> Result<T, JaegerError> {
+    r.map_err(JaegerError::V1)
+}
+
+fn v3<T>(r: Result<T, ApiError>) -> Result<T, JaegerError> {
+    r.map_err(JaegerError::V3)
+}
+
+/// Most traces a dependency graph is drawn from.
+const DEPENDENCY_TRACES: usize = 5000;
+
+async fn v1_services(State(st): State<JaegerState>, headers: HeaderMap) -> V1 {
+    let tenant = v1(st.auth.tenant_of(&headers))?;
+    let store = st.store.clone();
+    let names: Vec<String> = v1(blocking(move || Ok(store.services(&tenant)?)).await)?
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    let n = names.len();
+    Ok(Json(model::v1_envelope(json!(names), n)))
+}
+
+async fn operations_of(
+    st: &JaegerState,
+    tenant: TenantId,
+    service: Option<String>,
+    kind: Option<String>,
+) -> Result<Vec<(String, SpanKind)>, ApiError> {
+    let store = st.store.clone();
+    let ops = blocking(move || Ok(store.operations(&tenant, service.as_deref())?)).await?;
+    let mut out: Vec<(String, SpanKind)> = ops
+        .into_iter()
+        .filter(|(_, _, k)| {
+            kind.as_deref()
+                .is_none_or(|want| want.is_empty() || k.as_str() == want)
+        })
+        .map(|(_, name, k)| (name, k))
+        .collect();
+    out.dedup();
+    Ok(out)
+}
+
+async fn v1_service_operations(
+    State(st): State<JaegerState>,
+    headers: HeaderMap,
+    Path(service): Path<String>,
+) -> V1 {
+    let tenant = v1(st.auth.tenant_of(&headers))?;
+    let mut names: Vec<String> = v1(operations_of(&st, tenant, Some(service), None).await)?
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    names.dedup();
+    let n = names.len();
+    Ok(Json(model::v1_envelope(json!(names), n)))
+}
+
+fn param<'a>(params: &'a [(String, String)], names: &[&str]) -> Option<&'a str> {
+    params
+        .iter()
+        .find(|(k, _)| names.contains(&k.as_str()))
+        .map(|(_, v)| v.as_str())
+        .filter(|v| !v.is_empty())
+}
+
+async fn v1_operations(
+    State(st): State<JaegerState>,
+    headers: HeaderMap,
+    Query(params): Query<Vec<(String, String)>>,
+) -> V1 {
+    let tenant = v1(st.auth.tenant_of(&headers))?;
+    let service = param(&params, &["service"]).map(str::to_owned);
+    let kind = param(&params, &["spanKind"]).map(str::to_owned);
+    let ops = v1(operations_of(&st, tenant, service, kind).await)?;
+    let n = ops.len();
+    let data: Vec<Value> = ops
+        .iter()
+        .map(|(name, k)| json!({"name": name, "spanKind": kind_name(*k)}))
+        .collect();
+    Ok(Json(model::v1_envelope(json!(data), n)))
+}
+
+/// Jaeger's span-kind names (`""` for unspecified).
+fn kind_name(k: SpanKind) -> &'static str {
+    match k {
+        SpanKind::Unspecified => "",
+        other => other.as_str(),
+    }
+}
+
+/// The traces (each non-empty) matching a query, newest first.
+async fn find_traces(
+    st: &JaegerState,
+    tenant: TenantId,
+    query: TraceQuery,
+) -> Result<Vec<Vec<SpanRecord>>, ApiError> {
+    let store = st.store.clone();
+    blocking(move || {
+        let page = store.search(&tenant, &query)?;
+        let mut out = Vec::with_capacity(page.traces.len());
+        for t in page.traces {
+            let spans = store.get_trace(&tenant, t.trace_id)?;
+            if !spans.is_empty() {
+                out.push(spans);
+            }
+        }
+        Ok(out)
+    })
+    .await
+}
+
+async fn one_trace(
+    st: &JaegerState,
+    tenant: TenantId,
+    raw: &str,
+) -> Result<Vec<SpanRecord>, ApiError> {
+    let trace_id = parse_jaeger_trace_id(raw)?;
+    let store = st.store.clone();
+    blocking(move || crate::query_api::existing_trace(&store, &tenant, trace_id)).await
+}
+
+async fn v1_find_traces(
+    State(st): State<JaegerState>,
+    headers: HeaderMap,
+    Query(params): Query<Vec<(String, String)>>,
+) -> V1 {
+    let tenant = v1(st.auth.tenant_of(&headers))?;
+    let query = v1(parse_v1_search(&params))?;
+    let traces = v1(find_traces(&st, tenant, query).await)?;
+    let data: Vec<Value> = traces
+        .iter()
+        .map(|t| model::v1_trace(t, &st.prices))
+        .collect();
+    let n = data.len();
+    Ok(Json(model::v1_envelope(json!(data), n)))
+}
+
+async fn v1_get_trace(
+    State(st): State<JaegerState>,
+    headers: HeaderMap,
+    Path(raw): Path<String>,
+    Query(params): Query<Vec<(String, String)>>,
+) -> V1 {
+    let tenant = v1(st.auth.tenant_of(&headers))?;
+    // `start` / `end` (µs or ms) narrow Jaeger's own lookup; the trace is found by id.
+    for (k, v) in &params {
+        if matches!(k.as_str(), "start" | "end") && !v.is_empty() {
+            v1(epoch_to_nanos(k, v))?;
+        }
+    }
+    let spans = v1(one_trace(&st, tenant, &raw).await)?;
+    Ok(Json(model::v1_envelope(
+        json!([model::v1_trace(&spans, &st.prices)]),
+        1,
+    )))
+}
+
+async fn v1_dependencies(
+    State(st): State<JaegerState>,
+    headers: HeaderMap,
+    Query(params): Query<Vec<(String, String)>>,
+) -> V1 {
+    let tenant = v1(st.auth.tenant_of(&headers))?;
+    let now_ms = (crate::query_api::now_ns() / 1_000_000) as u64;
+    let mut end_ms = now_ms;
+    let mut lookback_ms = 24 * 3600 * 1000;
+    for (k, v) in &params {
+        let num = || {
+            v.parse::<u64>().map_err(|_| {
+                ApiError::BadRequest(format!("{k} {v:?} is not a number of milliseconds"))
+            })
+        };
+        match k.as_str() {
+            "endTs" => end_ms = v1(num())?,
+            "lookback" => lookback_ms = v1(num())?,
+            _ => {}
+        }
+    }
+    let store = st.store.clone();
+    let data = v1(blocking(move || {
+        let mut query = TraceQuery {
+            start_from_unix_nano: Some(end_ms.saturating_sub(lookback_ms) * 1_000_000),
+            start_to_unix_nano: Some(end_ms.saturating_mul(1_000_000)),
+            limit: 1000,
+            ..Default::default()
+        };
+        let mut skeletons = Vec::new();
+        while skeletons.len() < DEPENDENCY_TRACES {
+            let page = store.search(&tenant, &query)?;
+            for t in &page.traces {
+                skeletons.push(store.trace_skeleton(&tenant, t.trace_id)?);
+            }
+            match page.next_cursor {
+                Some(c) => query.cursor = Some(c),
+                None => break,
+            }
+        }
+        Ok(model::dependencies(skeletons.iter().map(Vec::as_slice)))
+    })
+    .await)?;
+    let n = data.len();
+    Ok(Json(model::v1_envelope(json!(data), n)))
+}
+
+async fn v3_services(
+    State(st): State<JaegerState>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, JaegerError> {
+    let tenant = v3(st.auth.tenant_of(&headers))?;
+    let store = st.store.clone();
+    let names: Vec<String> = v3(blocking(move || Ok(store.services(&tenant)?)).await)?
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    Ok(Json(json!({"services": names})))
+}
+
+async fn v3_operations(
+    State(st): State<JaegerState>,
+    headers: HeaderMap,
+    Query(params): Query<Vec<(String, String)>>,
+) -> Result<Json<Value>, JaegerError> {
+    let tenant = v3(st.auth.tenant_of(&headers))?;
+    let service = param(&params, &["service"]).map(str::to_owned);
+    let kind = param(&params, &["span_kind", "spanKind"]).map(str::to_owned);
+    let ops = v3(operations_of(&st, tenant, service, kind).await)?;
+    Ok(Json(
+        json!({"operations": ops.iter().map(|(name, k)| json!({"name": name, "spanKind": kind_name(*k)})).collect::<Vec<_>>()}),
+    ))
+}
+
+async fn v3_find_traces(
+    State(st): State<JaegerState>,
+    headers: HeaderMap,
+    Query(params): Query<Vec<(String, String)>>,
+) -> Result<Json<Value>, JaegerError> {
+    let tenant = v3(st.auth.tenant_of(&headers))?;
+    let query = v3(parse_v3_search(&params))?;
+    let traces = v3(find_traces(&st, tenant, query).await)?;
+    let spans: Vec<SpanRecord> = traces.into_iter().flatten().collect();
+    Ok(Json(
+        json!({"result": {"resourceSpans": model::otlp_json(&spans)}}),
+    ))
+}
+
+async fn v3_get_trace(
+    State(st): State<JaegerState>,
+    headers: HeaderMap,
+    Path(raw): Path<String>,
+) -> Result<Json<Value>, JaegerError> {
+    let tenant = v3(st.auth.tenant_of(&headers))?;
+    let spans = v3(one_trace(&st, tenant, &raw).await)?;
+    Ok(Json(
+        json!({"result": {"resourceSpans": model::otlp_json(&spans)}}),
+    ))
+}
+
+async fn v3_trace_summaries(
+    State(st): State<JaegerState>,
+    headers: HeaderMap,
+    Query(params): Query<Vec<(String, String)>>,
+) -> Result<Json<Value>, JaegerError> {
+    let tenant = v3(st.auth.tenant_of(&headers))?;
+    let query = v3(parse_v3_search(&params))?;
+    let traces = v3(find_traces(&st, tenant, query).await)?;
+    Ok(Json(
+        json!({"summaries": traces.iter().map(|t| model::v3_summary(t)).collect::<Vec<_>>()}),
+    ))
+}
