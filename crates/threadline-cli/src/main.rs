@@ -2,6 +2,7 @@
 //! JSON API (`trace`, `search`, `register`, `lineage`) or OTLP (`loadgen`). Thin:
 //! parsing, output, exit codes.
 
+mod bench_ui;
 mod client;
 mod demo;
 mod demo_showcase;
@@ -10,6 +11,7 @@ mod lineage_cmd;
 mod loadgen;
 mod prov_cmd;
 mod render;
+mod webdriver;
 
 use std::path::PathBuf;
 
@@ -129,6 +131,21 @@ enum BenchWhat {
         /// Where to build the store [default: a temporary directory, removed after].
         #[arg(long)]
         data_dir: Option<PathBuf>,
+    },
+    /// Huge traces in the UI, in headless Chromium: skeleton API time, navigation to
+    /// the first screen of the waterfall, a click to a span's detail, a folded group
+    /// expanded.
+    Ui {
+        /// Spans of each trace measured.
+        #[arg(long, value_delimiter = ',', default_value = "10000,100000")]
+        spans: Vec<usize>,
+        /// Page loads (and clicks) per trace.
+        #[arg(long, default_value_t = 5)]
+        samples: usize,
+        #[arg(long, default_value = "/usr/bin/chromedriver")]
+        chromedriver: String,
+        #[arg(long, default_value = "/usr/bin/chromium")]
+        chromium: String,
     },
 }
 
@@ -305,6 +322,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     requests_per_minute,
                 },
             );
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            Ok(())
+        }
+        Command::Bench(BenchWhat::Ui {
+            spans,
+            samples,
+            chromedriver,
+            chromium,
+        }) => {
+            let report = runtime.block_on(bench_ui::run(bench_ui::UiBenchArgs {
+                sizes: spans,
+                samples,
+                chromedriver,
+                chromium,
+            }))?;
             println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(())
         }

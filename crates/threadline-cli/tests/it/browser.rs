@@ -2,20 +2,17 @@
 //! through fantoccini), for the UI tests: pages opened from their URLs, clicks, DOM
 //! checks, console errors and screenshots under `target/ui-screenshots/`.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fantoccini::elements::Element;
-use fantoccini::{Client, ClientBuilder, Locator};
-use serde_json::{json, Value};
+use fantoccini::{Client, Locator};
+
+use crate::webdriver::Chromium;
 
 pub(crate) struct Browser {
-    driver: Child,
-    driver_url: String,
+    session: Chromium,
     pub(crate) client: Client,
-    _profile: tempfile::TempDir,
 }
 
 /// The chromedriver to use, or `None` (saying so) outside `scripts/test`.
@@ -31,14 +28,6 @@ pub(crate) fn chromedriver(skipped: &str) -> Option<String> {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 pub(crate) fn screenshot_dir() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/ui-screenshots");
     std::fs::create_dir_all(&dir).unwrap();
@@ -47,54 +36,13 @@ pub(crate) fn screenshot_dir() -> PathBuf {
 
 impl Browser {
     pub(crate) async fn start(driver_path: &str, width: u32, height: u32) -> Self {
-        let port = free_port();
-        let driver = Command::new(driver_path)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {driver_path}: {e}"));
-        let driver_url = format!("http://127.0.0.1:{port}");
-        let profile = tempfile::tempdir().unwrap();
-        let caps = json!({
-            "browserName": "chrome",
-            "goog:chromeOptions": {
-                "binary": std::env::var("THREADLINE_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into()),
-                "args": [
-                    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                    "--disable-background-networking", "--disable-component-update",
-                    "--disable-sync", "--no-first-run", "--disable-quic",
-                    format!("--user-data-dir={}", profile.path().display()),
-                    format!("--window-size={width},{height}"),
-                ],
-            },
-            "goog:loggingPrefs": {"browser": "ALL"},
-        });
-        let Value::Object(caps) = caps else {
-            unreachable!()
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let client = loop {
-            let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-            match ClientBuilder::new(connector)
-                .capabilities(caps.clone())
-                .connect(&driver_url)
-                .await
-            {
-                Ok(c) => break c,
-                Err(e) if Instant::now() < deadline => {
-                    let _ = e;
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                Err(e) => panic!("cannot open a Chromium session through {driver_url}: {e}"),
-            }
-        };
-        Browser {
-            driver,
-            driver_url,
-            client,
-            _profile: profile,
-        }
+        let chromium =
+            std::env::var("THREADLINE_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+        let session = Chromium::start(driver_path, &chromium, width, height)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let client = session.client.clone();
+        Browser { session, client }
     }
 
     /// Opens `url` and waits for `css` to be in the page.
@@ -183,25 +131,9 @@ impl Browser {
         std::fs::write(screenshot_dir().join(format!("{name}.png")), png).unwrap();
     }
 
-    /// Console messages at SEVERE level since the last call (chromedriver's log).
+    /// Console messages at SEVERE level since the last call.
     pub(crate) async fn console_errors(&self) -> Vec<String> {
-        let session = self.client.session_id().await.unwrap().unwrap();
-        let log: Value = reqwest::Client::new()
-            .post(format!("{}/session/{session}/se/log", self.driver_url))
-            .json(&json!({"type": "browser"}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        log["value"]
-            .as_array()
-            .unwrap_or_else(|| panic!("no browser log from chromedriver: {log}"))
-            .iter()
-            .filter(|e| e["level"] == "SEVERE")
-            .map(|e| e["message"].as_str().unwrap_or_default().to_owned())
-            .collect()
+        self.session.console_errors().await.unwrap()
     }
 
     pub(crate) async fn assert_no_console_errors(&self, page: &str) {
@@ -209,15 +141,7 @@ impl Browser {
         assert!(errors.is_empty(), "console errors on {page}: {errors:#?}");
     }
 
-    pub(crate) async fn close(mut self) {
-        let _ = self.client.clone().close().await;
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
-    }
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = self.driver.kill();
+    pub(crate) async fn close(self) {
+        self.session.close().await;
     }
 }

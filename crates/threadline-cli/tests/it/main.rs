@@ -18,3 +18,5 @@ mod python_sdk;
 mod tenants;
 mod tidy;
 mod ui;
+#[path = "../../src/webdriver.rs"]
+mod webdriver;

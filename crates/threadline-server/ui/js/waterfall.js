@@ -155,6 +155,10 @@ export function Waterfall({ ix, selected, onSelect, reveal }) {
     setCollapsed(c);
   }, [reveal]);
   const rows = useMemo(() => flatten(ix, collapsed, groups, found && found.keep), [ix, collapsed, groups, found]);
+  // Timing marks for `threadline bench ui`: the first screen of rows, and each redraw
+  // of the rows (a group expanded, a search).
+  useEffect(() => { performance.mark('threadline:waterfall-shown'); }, []);
+  useEffect(() => { performance.mark('threadline:rows-changed'); }, [rows]);
   const totalH = rows.length * ROW;
   useLayoutEffect(() => {
     const el = body.current;

@@ -1,6 +1,6 @@
 // `/traces/{trace_id}[?span=ID]`: the trace. Loads the skeleton of every span first,
 // then a span's full detail when it is opened (the selection lives in the URL).
-import { html, useState, useMemo, useApi, api, navigate, fmtMs, fmtNum, fmtCost, fmtTime, fmtUs, lineageUrl,
+import { html, useState, useMemo, useEffect, useApi, api, navigate, fmtMs, fmtNum, fmtCost, fmtTime, fmtUs, lineageUrl,
   sessionUrl, enc, ErrorBox, Loading, Stat, NodeChip, setTitle, nodeKind, nodeName } from '../lib.js';
 import { Waterfall, indexSkeleton } from '../waterfall.js';
 
@@ -126,6 +126,7 @@ function LlmPanel({ llm, conv }) {
 function SpanPanel({ traceId, spanId, ix, i }) {
   const span = useApi(`/api/v1/traces/${enc(traceId)}/spans/${enc(spanId)}`);
   const s = ix.s;
+  useEffect(() => { if (span.data) performance.mark('threadline:span-shown'); }, [span.data]);
   if (span.error) return html`<${ErrorBox} error=${span.error} />`;
   if (!span.data) return html`<h2>${ix.names[s.name[i]]}</h2><${Loading} what="span" />`;
   const d = span.data;
