@@ -14,8 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use serde_json::{json, Value};
 
@@ -131,17 +130,7 @@ fn big_trace(trace_id: [u8; 16], spans: usize) -> Vec<ExportTraceServiceRequest>
 
 fn export(service: &str, spans: Vec<Span>) -> ExportTraceServiceRequest {
     ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            resource: Some(Resource {
-                attributes: vec![s("service.name", service)],
-                ..Default::default()
-            }),
-            scope_spans: vec![ScopeSpans {
-                spans,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
+        resource_spans: vec![crate::loadgen::service_spans(service, "bench", spans)],
     }
 }
 
@@ -207,16 +196,8 @@ pub(crate) async fn run(args: UiBenchArgs) -> anyhow::Result<Value> {
         allow_unauthenticated: false,
     };
     let config = threadline_server::ServerConfig::load(None, &overrides)?;
-    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(threadline_server::serve_reporting(
-        config,
-        async {
-            let _ = stop_rx.await;
-        },
-        Some(ready_tx),
-    ));
-    let addrs = ready_rx.await.context("the server did not start")?;
+    let server = crate::local_server::LocalServer::start(config).await?;
+    let addrs = server.addrs;
     let api = format!("http://{}", addrs.http);
     let http = reqwest::Client::new();
     let browser = Chromium::start(&args.chromedriver, &args.chromium, 1280, 1000)
@@ -332,9 +313,6 @@ pub(crate) async fn run(args: UiBenchArgs) -> anyhow::Result<Value> {
     }
     let console_errors = browser.console_errors().await.map_err(anyhow::Error::msg)?;
     browser.close().await;
-    let _ = stop_tx.send(());
-    tokio::time::timeout(Duration::from_secs(30), server)
-        .await
-        .ok();
+    server.stop().await?;
     Ok(json!({"samples": args.samples, "traces": results, "console_errors": console_errors}))
 }

@@ -16,8 +16,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
+use opentelemetry_proto::tonic::trace::v1::{Span, Status};
 use prost::Message;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -330,20 +329,8 @@ fn request_spans(rng: &mut StdRng, sh: &Shape, start_ns: u64) -> (Span, Span) {
 }
 
 fn export(gateway: Vec<Span>, inference: Vec<Span>) -> ExportTraceServiceRequest {
-    let resource_spans = |service: &str, spans: Vec<Span>| ResourceSpans {
-        resource: Some(Resource {
-            attributes: vec![
-                s("service.name", service),
-                s("deployment.environment.name", "demo"),
-            ],
-            ..Default::default()
-        }),
-        scope_spans: vec![ScopeSpans {
-            spans,
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
+    let resource_spans =
+        |service: &str, spans: Vec<Span>| crate::loadgen::service_spans(service, "demo", spans);
     ExportTraceServiceRequest {
         resource_spans: vec![
             resource_spans("llm-gateway", gateway),
@@ -789,22 +776,8 @@ pub(crate) async fn run(
         allow_unauthenticated: false,
     };
     let config = threadline_server::ServerConfig::load(None, &overrides)?;
-    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(threadline_server::serve_reporting(
-        config,
-        async {
-            let _ = stop_rx.await;
-        },
-        Some(ready_tx),
-    ));
-    let addrs = match ready_rx.await {
-        Ok(a) => a,
-        Err(_) => {
-            server.await.context("server task failed")??;
-            bail!("the server stopped before it listened");
-        }
-    };
+    let server = crate::local_server::LocalServer::start(config).await?;
+    let addrs = server.addrs;
     let base = format!("http://{}", addrs.http);
     let api = ApiClient::local(&base)?;
     let s0 = now_minute() - WINDOW;
@@ -835,7 +808,5 @@ pub(crate) async fn run(
         );
         stop.await;
     }
-    let _ = stop_tx.send(());
-    server.await.context("server task failed")??;
-    Ok(())
+    server.stop().await
 }

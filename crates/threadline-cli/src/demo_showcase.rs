@@ -6,8 +6,7 @@
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
-use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use opentelemetry_proto::tonic::trace::v1::Span;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
@@ -77,20 +76,7 @@ impl Builder {
             resource_spans: self
                 .by_service
                 .into_iter()
-                .map(|(service, spans)| ResourceSpans {
-                    resource: Some(Resource {
-                        attributes: vec![
-                            s("service.name", service),
-                            s("deployment.environment.name", "demo"),
-                        ],
-                        ..Default::default()
-                    }),
-                    scope_spans: vec![ScopeSpans {
-                        spans,
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                })
+                .map(|(service, spans)| crate::loadgen::service_spans(service, "demo", spans))
                 .collect(),
         }
     }

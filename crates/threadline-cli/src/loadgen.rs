@@ -732,6 +732,24 @@ pub(crate) fn d(key: &str, v: f64) -> KeyValue {
     kv(key, any_value::Value::DoubleValue(v))
 }
 
+/// One service's spans, under a resource naming the service and its environment.
+pub(crate) fn service_spans(service: &str, environment: &str, spans: Vec<Span>) -> ResourceSpans {
+    ResourceSpans {
+        resource: Some(Resource {
+            attributes: vec![
+                s("service.name", service),
+                s("deployment.environment.name", environment),
+            ],
+            ..Default::default()
+        }),
+        scope_spans: vec![ScopeSpans {
+            spans,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
 fn resource(service: &str, extra: Vec<KeyValue>) -> Resource {
     let mut attributes = vec![
         s("service.name", service),

@@ -9,6 +9,7 @@ mod demo_showcase;
 mod diagnosis_cmd;
 mod lineage_cmd;
 mod loadgen;
+mod local_server;
 mod prov_cmd;
 mod render;
 mod webdriver;

@@ -323,18 +323,30 @@ async fn v3_operations(
     ))
 }
 
+/// v3's answer of spans: `{"result": {"resourceSpans": [...]}}`.
+fn otlp_result(spans: &[SpanRecord]) -> Json<Value> {
+    Json(json!({"result": {"resourceSpans": model::otlp_json(spans)}}))
+}
+
+/// The traces a v3 search names (`query.…` parameters).
+async fn v3_search(
+    st: &JaegerState,
+    headers: &HeaderMap,
+    params: &[(String, String)],
+) -> Result<Vec<Vec<SpanRecord>>, JaegerError> {
+    let tenant = v3(st.auth.tenant_of(headers))?;
+    let query = v3(parse_v3_search(params))?;
+    v3(find_traces(st, tenant, query).await)
+}
+
 async fn v3_find_traces(
     State(st): State<JaegerState>,
     headers: HeaderMap,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Json<Value>, JaegerError> {
-    let tenant = v3(st.auth.tenant_of(&headers))?;
-    let query = v3(parse_v3_search(&params))?;
-    let traces = v3(find_traces(&st, tenant, query).await)?;
+    let traces = v3_search(&st, &headers, &params).await?;
     let spans: Vec<SpanRecord> = traces.into_iter().flatten().collect();
-    Ok(Json(
-        json!({"result": {"resourceSpans": model::otlp_json(&spans)}}),
-    ))
+    Ok(otlp_result(&spans))
 }
 
 async fn v3_get_trace(
@@ -344,9 +356,7 @@ async fn v3_get_trace(
 ) -> Result<Json<Value>, JaegerError> {
     let tenant = v3(st.auth.tenant_of(&headers))?;
     let spans = v3(one_trace(&st, tenant, &raw).await)?;
-    Ok(Json(
-        json!({"result": {"resourceSpans": model::otlp_json(&spans)}}),
-    ))
+    Ok(otlp_result(&spans))
 }
 
 async fn v3_trace_summaries(
@@ -354,9 +364,7 @@ async fn v3_trace_summaries(
     headers: HeaderMap,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Json<Value>, JaegerError> {
-    let tenant = v3(st.auth.tenant_of(&headers))?;
-    let query = v3(parse_v3_search(&params))?;
-    let traces = v3(find_traces(&st, tenant, query).await)?;
+    let traces = v3_search(&st, &headers, &params).await?;
     Ok(Json(
         json!({"summaries": traces.iter().map(|t| model::v3_summary(t)).collect::<Vec<_>>()}),
     ))

@@ -261,16 +261,11 @@ fn prune_defaults(v: &mut Value) {
 
 /// A v3 trace summary of one trace's spans.
 pub(crate) fn v3_summary(spans: &[SpanRecord]) -> Value {
-    let start = spans
-        .iter()
-        .map(|s| s.start_time_unix_nano)
-        .min()
-        .unwrap_or(0);
-    let end = spans
-        .iter()
-        .map(|s| s.end_time_unix_nano)
-        .max()
-        .unwrap_or(0);
+    let (start, end) = crate::trace_tree::time_bounds(
+        spans
+            .iter()
+            .map(|s| (s.start_time_unix_nano, s.end_time_unix_nano)),
+    );
     let ids: std::collections::HashSet<_> = spans.iter().map(|s| s.span_id).collect();
     let root = spans
         .iter()

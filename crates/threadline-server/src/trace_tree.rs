@@ -19,16 +19,11 @@ pub(crate) fn trace_tree(spans: &[SpanRecord], prices: &PriceTable) -> Value {
             _ => roots.push(i),
         }
     }
-    let start = spans
-        .iter()
-        .map(|s| s.start_time_unix_nano)
-        .min()
-        .unwrap_or(0);
-    let end = spans
-        .iter()
-        .map(|s| s.end_time_unix_nano)
-        .max()
-        .unwrap_or(0);
+    let (start, end) = time_bounds(
+        spans
+            .iter()
+            .map(|s| (s.start_time_unix_nano, s.end_time_unix_nano)),
+    );
     let mut visited = HashSet::new();
     let tree: Vec<Value> = roots
         .iter()
@@ -47,6 +42,15 @@ pub(crate) fn trace_tree(spans: &[SpanRecord], prices: &PriceTable) -> Value {
         "cost_usd": trace_cost(spans, prices),
         "roots": tree,
     })
+}
+
+/// The earliest start and the latest end of (start, end) pairs; (0, 0) for none.
+pub(crate) fn time_bounds(spans: impl Iterator<Item = (u64, u64)>) -> (u64, u64) {
+    spans
+        .fold(None, |acc: Option<(u64, u64)>, (s, e)| {
+            Some(acc.map_or((s, e), |(a, b)| (a.min(s), b.max(e))))
+        })
+        .unwrap_or((0, 0))
 }
 
 /// USD of a trace: its LLM spans' tokens, leaving out spans whose children report

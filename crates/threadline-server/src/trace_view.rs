@@ -52,16 +52,11 @@ pub(crate) fn skeleton(trace_id: &str, spans: &[SkeletonSpan], prices: &PriceTab
             children[p].push(i);
         }
     }
-    let start = spans
-        .iter()
-        .map(|s| s.start_time_unix_nano)
-        .min()
-        .unwrap_or(0);
-    let end = spans
-        .iter()
-        .map(|s| s.end_time_unix_nano)
-        .max()
-        .unwrap_or(0);
+    let (start, end) = trace_tree::time_bounds(
+        spans
+            .iter()
+            .map(|s| (s.start_time_unix_nano, s.end_time_unix_nano)),
+    );
     let micros = |ns: u64| ns as f64 / 1e3;
     let self_us: Vec<f64> = (0..n)
         .map(|i| {

@@ -94,17 +94,30 @@ pub(crate) fn tenant_key(conn: &Connection, tenant: &TenantId) -> Result<Option<
     .map_err(|e| sqlite_err(conn, e))
 }
 
+/// The tenant's key and the row ranges that may hold a trace's spans; `None` for a
+/// tenant that has stored nothing.
+pub(crate) fn trace_rows(
+    conn: &Connection,
+    tenant: &TenantId,
+    trace_id: TraceId,
+) -> Result<Option<(i64, Vec<RowRange>)>, StoreError> {
+    let Some(tenant_id) = tenant_key(conn, tenant)? else {
+        return Ok(None);
+    };
+    let ranges = trace_lookup::ranges_for(conn, tenant_id, &[trace_id])?
+        .remove(&trace_id)
+        .unwrap_or_default();
+    Ok(Some((tenant_id, ranges)))
+}
+
 pub(crate) fn get_trace(
     conn: &Connection,
     tenant: &TenantId,
     trace_id: TraceId,
 ) -> Result<Vec<SpanRecord>, StoreError> {
-    let Some(tenant_id) = tenant_key(conn, tenant)? else {
+    let Some((tenant_id, ranges)) = trace_rows(conn, tenant, trace_id)? else {
         return Ok(Vec::new());
     };
-    let ranges = trace_lookup::ranges_for(conn, tenant_id, &[trace_id])?
-        .remove(&trace_id)
-        .unwrap_or_default();
     let mut stmt = conn
         .prepare_cached(
             "SELECT trace_id, span_id, parent_span_id, name, service, kind, start_ns, end_ns,

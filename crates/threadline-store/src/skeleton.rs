@@ -7,8 +7,8 @@ use std::collections::HashSet;
 use rusqlite::{params, Connection};
 use threadline_model::{SpanId, SpanKind, SpanRecord, TenantId, TraceId};
 
-use crate::query::{span_from_row, tenant_key, BlockCache, OriginCache};
-use crate::{sqlite_err, trace_lookup, StoreError};
+use crate::query::{span_from_row, trace_rows, BlockCache, OriginCache};
+use crate::{sqlite_err, StoreError};
 
 /// What a trace view needs of a span before it is opened.
 #[derive(Clone, Debug, PartialEq)]
@@ -35,12 +35,9 @@ pub(crate) fn trace_skeleton(
     tenant: &TenantId,
     trace_id: TraceId,
 ) -> Result<Vec<SkeletonSpan>, StoreError> {
-    let Some(tenant_id) = tenant_key(conn, tenant)? else {
+    let Some((tenant_id, ranges)) = trace_rows(conn, tenant, trace_id)? else {
         return Ok(Vec::new());
     };
-    let ranges = trace_lookup::ranges_for(conn, tenant_id, &[trace_id])?
-        .remove(&trace_id)
-        .unwrap_or_default();
     let mut stmt = conn
         .prepare_cached(
             "SELECT span_id, parent_span_id, name, service, kind, start_ns, end_ns, status_code,
@@ -97,12 +94,9 @@ pub(crate) fn get_span(
     trace_id: TraceId,
     span_id: SpanId,
 ) -> Result<Option<SpanRecord>, StoreError> {
-    let Some(tenant_id) = tenant_key(conn, tenant)? else {
+    let Some((tenant_id, ranges)) = trace_rows(conn, tenant, trace_id)? else {
         return Ok(None);
     };
-    let ranges = trace_lookup::ranges_for(conn, tenant_id, &[trace_id])?
-        .remove(&trace_id)
-        .unwrap_or_default();
     let mut stmt = conn
         .prepare_cached(
             "SELECT trace_id, span_id, parent_span_id, name, service, kind, start_ns, end_ns,

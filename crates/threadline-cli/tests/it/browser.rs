@@ -87,6 +87,16 @@ impl Browser {
         }
     }
 
+    /// Clicks the first element `css` matches.
+    pub(crate) async fn click(&self, css: &str) {
+        let element = self
+            .client
+            .find(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("nothing to click at {css}: {e}"));
+        element.click().await.unwrap();
+    }
+
     pub(crate) async fn text(&self, css: &str) -> String {
         match self.client.find(Locator::Css(css)).await {
             Ok(e) => e.text().await.unwrap_or_default(),

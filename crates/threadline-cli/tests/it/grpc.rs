@@ -6,13 +6,6 @@ use tonic::codec::CompressionEncoding;
 
 use crate::harness::*;
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 #[test]
 fn grpc_export_with_gzip_and_partial_success() {
     let server = TestServer::start();

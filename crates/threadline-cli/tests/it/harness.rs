@@ -453,3 +453,11 @@ impl Drop for Demo {
         let _ = self.child.wait();
     }
 }
+
+/// A single-threaded runtime for tests that talk to the server asynchronously.
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}

@@ -7,13 +7,6 @@ use fantoccini::Locator;
 use crate::browser::{chromedriver, Browser};
 use crate::harness::*;
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 #[test]
 fn every_page_renders_from_its_url_and_clicks_lead_where_they_say() {
     let Some(driver) = chromedriver("the UI test") else {
@@ -38,20 +31,8 @@ fn every_page_renders_from_its_url_and_clicks_lead_where_they_say() {
             .send_keys("/v1/support")
             .await
             .unwrap();
-        b.client
-            .find(Locator::Css("#errors"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
-        b.client
-            .find(Locator::Css("form.filters button[type=submit]"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        b.click("#errors").await;
+        b.click("form.filters button[type=submit]").await;
         let path = b.wait_path("/traces?").await;
         assert!(
             path.contains("route=%2Fv1%2Fsupport") && path.contains("status=error"),
@@ -71,13 +52,7 @@ fn every_page_renders_from_its_url_and_clicks_lead_where_they_say() {
         );
 
         // From a result to its trace.
-        b.client
-            .find(Locator::Css("a.trace-link"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        b.click("a.trace-link").await;
         b.wait_path("/traces/").await;
         b.wait_for(".wf-row").await;
         b.assert_no_console_errors("a trace").await;
@@ -101,22 +76,10 @@ fn every_page_renders_from_its_url_and_clicks_lead_where_they_say() {
         let with_span = b.path().await;
         assert!(with_span.contains("?span="), "{with_span}");
         b.open(&format!("{base}{with_span}"), ".llm-panel").await;
-        b.client
-            .find(Locator::Css("button.behind"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        b.click("button.behind").await;
         b.wait_for_text(".behind-panel", "warehouse:fin-qa@v1")
             .await;
-        b.client
-            .find(Locator::Css(".llm-panel a.chip[data-node^='adapter:']"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        b.click(".llm-panel a.chip[data-node^='adapter:']").await;
         let lineage = b.wait_path("/lineage/").await;
         assert!(
             lineage.starts_with("/lineage/adapter%3Afin-lora%407"),
@@ -140,13 +103,7 @@ fn every_page_renders_from_its_url_and_clicks_lead_where_they_say() {
         b.open(demo.page("session"), "a.trace-link").await;
         assert_eq!(b.count("table.grid tbody tr").await, 3);
         b.screenshot("session").await;
-        b.client
-            .find(Locator::Css("a.trace-link"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        b.click("a.trace-link").await;
         b.wait_path("/traces/").await;
         let calls = b.client.find_all(Locator::Css(".wf-row")).await.unwrap();
         let mut chat_rows = Vec::new();
@@ -177,13 +134,7 @@ fn every_page_renders_from_its_url_and_clicks_lead_where_they_say() {
         assert!(first.contains("adapter:fin-lora@7"), "{first}");
         b.wait_for(".chart .uplot").await;
         b.screenshot("incident").await;
-        b.client
-            .find(Locator::Css(".cause a.exemplar"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        b.click(".cause a.exemplar").await;
         b.wait_path("/traces/").await;
         b.wait_for(".wf-row").await;
         b.assert_no_console_errors("an incident").await;
@@ -194,13 +145,7 @@ fn every_page_renders_from_its_url_and_clicks_lead_where_they_say() {
         assert!(group.contains("1,200 × embed_chunk"), "{group}");
         assert!(b.count(".wf-row").await < 20, "the group is folded");
         b.screenshot("trace-large").await;
-        b.client
-            .find(Locator::Css(".wf-group-row .expand-group"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        b.click(".wf-group-row .expand-group").await;
         b.wait_for_text(".wf-tools", "1,206 rows").await;
         // Virtualized: only the rows on screen are in the DOM.
         let rendered = b.count(".wf-row").await;
@@ -276,13 +221,7 @@ fn with_tenants_the_ui_asks_for_a_key_once_and_shows_only_that_tenants_data() {
         .send_keys("acme-ui-key-0001")
         .await
         .unwrap();
-        b.client
-            .find(Locator::Css("dialog button[type=submit]"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        b.click("dialog button[type=submit]").await;
         b.wait_for_text("table.grid tbody", "acme-gateway").await;
         assert!(!b.text("main").await.contains("globex"));
         b.screenshot("tenant-search").await;
