@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 pub(crate) struct Chromium {
     driver: Child,
     /// chromedriver's base URL.
-    driver_url: String,
+    pub(crate) driver_url: String,
     pub(crate) client: Client,
     _profile: tempfile::TempDir,
 }

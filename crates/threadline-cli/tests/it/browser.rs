@@ -151,6 +151,25 @@ impl Browser {
         assert!(errors.is_empty(), "console errors on {page}: {errors:#?}");
     }
 
+    /// Makes pages see `prefers-color-scheme: dark` (or light), through chromedriver's
+    /// DevTools passthrough.
+    pub(crate) async fn prefer_color_scheme(&self, scheme: &str) {
+        let session = self.client.session_id().await.unwrap().unwrap();
+        let resp = reqwest::Client::new()
+            .post(format!(
+                "{}/session/{session}/goog/cdp/execute",
+                self.session.driver_url
+            ))
+            .json(
+                &serde_json::json!({"cmd": "Emulation.setEmulatedMedia", "params": {
+                "features": [{"name": "prefers-color-scheme", "value": scheme}]}}),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert!(resp.status().is_success(), "{}", resp.status());
+    }
+
     pub(crate) async fn close(self) {
         self.session.close().await;
     }

@@ -5,6 +5,7 @@
 mod browser;
 mod cli;
 mod conformance;
+mod cost;
 mod crash;
 mod diagnosis;
 mod erasure;

@@ -151,6 +151,17 @@ fn every_page_renders_from_its_url_and_clicks_lead_where_they_say() {
         let rendered = b.count(".wf-row").await;
         assert!(rendered > 20 && rendered < 120, "{rendered} rows rendered");
         b.wait_for_text(".wf-row", "embed_chunk").await;
+        // Search inside the trace keeps each match's ancestors.
+        b.client
+            .find(Locator::Css("#trace-search"))
+            .await
+            .unwrap()
+            .send_keys("upsert")
+            .await
+            .unwrap();
+        b.wait_for_text(".wf-tools", "4 matching spans").await;
+        b.wait_for_text(".wf-tools", "5 rows").await;
+        assert_eq!(b.count(".wf-row.match").await, 4);
         b.assert_no_console_errors("a large trace").await;
 
         // Dashboard, impact.
@@ -162,6 +173,24 @@ fn every_page_renders_from_its_url_and_clicks_lead_where_they_say() {
         assert!(b.text(".impact-kinds").await.contains("sum-lora@4"));
         b.screenshot("impact").await;
         b.assert_no_console_errors("impact").await;
+
+        // The dark theme follows the system setting.
+        b.prefer_color_scheme("dark").await;
+        b.open(demo.page("incident"), ".cause").await;
+        let background = b
+            .client
+            .execute(
+                "return getComputedStyle(document.body).backgroundColor",
+                vec![],
+            )
+            .await
+            .unwrap();
+        assert_eq!(background, "rgb(13, 17, 23)");
+        b.wait_for(".chart .uplot").await;
+        b.screenshot("incident-dark").await;
+        b.open(demo.page("trace"), ".wf-row").await;
+        b.screenshot("trace-dark").await;
+        b.prefer_color_scheme("light").await;
 
         // Keyboard: the waterfall moves its selection with the arrow keys.
         b.open(demo.page("trace"), ".wf-row").await;
