@@ -696,21 +696,21 @@ async fn report(
 }
 
 fn print_report(r: &Value, requests: usize, spans: usize, hours: u32) {
-    println!(
+    crate::out::outln!(
         "Threadline demo: {hours} h of synthetic LLM traffic, {requests} requests ({spans} spans) on 4 routes and 10 instances,\nplus a registry manifest, 10 OpenLineage events (5 fine-tune runs over 3 datasets), {} assistant sessions\nwith their conversations and a {}-span document-indexing trace.\n",
         crate::demo_showcase::SESSIONS,
         crate::demo_showcase::CHUNKS + 6
     );
     let incidents = r["incidents"].as_array().cloned().unwrap_or_default();
-    println!("Incidents found: {}", incidents.len());
+    crate::out::outln!("Incidents found: {}", incidents.len());
     for i in &incidents {
-        println!("  {}", crate::diagnosis_cmd::incident_line(i));
-        print!(
+        crate::out::outln!("  {}", crate::diagnosis_cmd::incident_line(i));
+        crate::out::out!(
             "{}",
             crate::diagnosis_cmd::candidate_lines(&i["causes"], "      ")
         );
     }
-    println!("\nInjected incidents:");
+    crate::out::outln!("\nInjected incidents:");
     for o in r["injected"].as_array().into_iter().flatten() {
         let mark = if o["ranked_first"].as_bool() == Some(true) {
             "ok  "
@@ -720,7 +720,7 @@ fn print_report(r: &Value, requests: usize, spans: usize, hours: u32) {
         let rank = o["true_cause_rank"]
             .as_u64()
             .map_or("not ranked".to_owned(), |n| format!("ranked {n}"));
-        println!(
+        crate::out::outln!(
             "  {mark} {} ({}): true cause {} {rank}, incident {}",
             o["name"].as_str().unwrap_or_default(),
             o["route"].as_str().unwrap_or_default(),
@@ -729,17 +729,17 @@ fn print_report(r: &Value, requests: usize, spans: usize, hours: u32) {
         );
     }
     let unexpected = r["unexpected_incidents"].as_array().map_or(0, Vec::len);
-    println!("  unexpected incidents (false alarms): {unexpected}");
-    println!("\nOpen in a browser:");
+    crate::out::outln!("  unexpected incidents (false alarms): {unexpected}");
+    crate::out::outln!("\nOpen in a browser:");
     for page in r["pages"].as_array().into_iter().flatten() {
         if let (Some(name), Some(url)) = (page[0].as_str(), page[1].as_str()) {
-            println!("  {name:<11} {url}");
+            crate::out::outln!("  {name:<11} {url}");
         }
     }
-    println!("\nJSON API:");
+    crate::out::outln!("\nJSON API:");
     for (name, url) in r["urls"].as_object().into_iter().flatten() {
         if let Some(url) = url.as_str() {
-            println!("  {name:<11} {url}");
+            crate::out::outln!("  {name:<11} {url}");
         }
     }
 }
@@ -797,14 +797,15 @@ pub(crate) async fn run(
         let mut out = report.clone();
         out["requests"] = json!(requests);
         out["spans"] = json!(spans);
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        crate::out::outln!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         print_report(&report, requests, spans, args.hours);
     }
     if !args.no_serve {
-        println!(
+        crate::out::outln!(
             "\nServing on {base} (the UI at {base}/; OTLP/HTTP {}, OTLP/gRPC {}) until Ctrl-C.",
-            addrs.otlp_http, addrs.otlp_grpc
+            addrs.otlp_http,
+            addrs.otlp_grpc
         );
         stop.await;
     }

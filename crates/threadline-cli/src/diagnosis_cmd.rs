@@ -120,13 +120,13 @@ pub(crate) async fn incidents(args: IncidentsArgs) -> anyhow::Result<()> {
         )
         .await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&listed)?);
+        crate::out::outln!("{}", serde_json::to_string_pretty(&listed)?);
         return Ok(());
     }
     let all = listed["incidents"].as_array().cloned().unwrap_or_default();
-    println!("{} incidents", all.len());
+    crate::out::outln!("{} incidents", all.len());
     for i in &all {
-        println!("  {}", incident_line(i));
+        crate::out::outln!("  {}", incident_line(i));
     }
     Ok(())
 }
@@ -143,14 +143,14 @@ pub(crate) async fn rca(args: RcaArgs) -> anyhow::Result<()> {
     ]);
     let report = api.get("/api/v1/rca", &query).await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        crate::out::outln!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
     let t = &report["target"];
     if report["incident"].is_object() {
-        println!("incident {}", incident_line(&report["incident"]));
+        crate::out::outln!("incident {}", incident_line(&report["incident"]));
     }
-    println!(
+    crate::out::outln!(
         "{} of {} from {}: {} before, {} during ({})",
         text(&t["metric"]),
         t["series"],
@@ -159,11 +159,11 @@ pub(crate) async fn rca(args: RcaArgs) -> anyhow::Result<()> {
         report["metric_during"],
         text(&t["unit"]),
     );
-    println!(
+    crate::out::outln!(
         "likely causes, best first (confidence = {}):",
         text(&report["confidence_formula"])
     );
-    print!("{}", candidate_lines(&report["candidates"], "  "));
+    crate::out::out!("{}", candidate_lines(&report["candidates"], "  "));
     Ok(())
 }
 
@@ -179,17 +179,17 @@ pub(crate) async fn health(args: HealthArgs) -> anyhow::Result<()> {
         )
         .await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        crate::out::outln!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
-    println!(
+    crate::out::outln!(
         "{}: health {:.2} ({})",
         text(&report["node"]),
         report["score"].as_f64().unwrap_or_default(),
         text(&report["status"]),
     );
     for f in report["factors"].as_array().into_iter().flatten() {
-        println!(
+        crate::out::outln!(
             "  -{:.2}  {:<9} {}: {}",
             f["penalty"].as_f64().unwrap_or_default(),
             text(&f["kind"]),

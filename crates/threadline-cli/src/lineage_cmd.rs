@@ -46,7 +46,7 @@ pub(crate) async fn register(args: RegisterArgs) -> anyhow::Result<()> {
         .send_json(reqwest::Method::PUT, "/api/v1/assets", &manifest)
         .await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&result)?);
+        crate::out::outln!("{}", serde_json::to_string_pretty(&result)?);
         return Ok(());
     }
     for asset in result["assets"].as_array().into_iter().flatten() {
@@ -54,7 +54,7 @@ pub(crate) async fn register(args: RegisterArgs) -> anyhow::Result<()> {
             .as_u64()
             .map(|r| format!(" (revision {r})"))
             .unwrap_or_default();
-        println!(
+        crate::out::outln!(
             "{:<10} {}{revision}",
             asset["outcome"].as_str().unwrap_or("?"),
             asset["id"].as_str().unwrap_or("?")
@@ -114,7 +114,7 @@ pub(crate) async fn lineage(args: LineageArgs) -> anyhow::Result<()> {
         LineageFormat::Dot => render_dot(&graph),
         LineageFormat::Tree => render_tree(&graph, direction),
     };
-    println!("{}", out.trim_end());
+    crate::out::outln!("{}", out.trim_end());
     Ok(())
 }
 
@@ -240,9 +240,9 @@ pub(crate) async fn erase(args: EraseArgs) -> anyhow::Result<()> {
         .send_json(reqwest::Method::POST, "/api/v1/erasures", &body)
         .await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        crate::out::outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        println!(
+        crate::out::outln!(
             "erasure {}: {} traces, {} spans deleted ({} blocks rewritten); audit subject sha256 {}",
             report["erasure_id"], report["traces_matched"], report["spans_deleted"],
             report["blocks_rewritten"], report["subject_sha256"].as_str().unwrap_or("?")
@@ -276,10 +276,10 @@ pub(crate) async fn impact(args: ImpactArgs) -> anyhow::Result<()> {
         .get(&format!("/api/v1/impact/{}", encode(&args.node)), &query)
         .await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        crate::out::outln!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
-    println!(
+    crate::out::outln!(
         "impact of {}: {} downstream nodes",
         report["root"].as_str().unwrap_or("?"),
         report["affected_count"]
@@ -291,9 +291,9 @@ pub(crate) async fn impact(args: ImpactArgs) -> anyhow::Result<()> {
             .flatten()
             .filter_map(Value::as_str)
             .collect();
-        println!("  {kind:<16} {:>4}  {}", ids.len(), ids.join(", "));
+        crate::out::outln!("  {kind:<16} {:>4}  {}", ids.len(), ids.join(", "));
     }
-    println!(
+    crate::out::outln!(
         "requests served by affected adapters/instances: {} traces",
         report["requests_served"]["traces"]
     );
@@ -302,15 +302,15 @@ pub(crate) async fn impact(args: ImpactArgs) -> anyhow::Result<()> {
         .into_iter()
         .flatten()
     {
-        println!(
+        crate::out::outln!(
             "  {:<40} {}",
             n["node"].as_str().unwrap_or("?"),
             n["traces"]
         );
     }
-    println!("plan:");
+    crate::out::outln!("plan:");
     for step in report["plan"].as_array().into_iter().flatten() {
-        println!(
+        crate::out::outln!(
             "  {:<10} {:<45} {}",
             step["action"].as_str().unwrap_or("?"),
             step["node"].as_str().unwrap_or("?"),

@@ -145,9 +145,9 @@ pub(crate) async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
         "throttled": tally.throttled.load(Ordering::Relaxed),
     });
     if args.json {
-        println!("{report}");
+        crate::out::outln!("{report}");
     } else {
-        println!(
+        crate::out::outln!(
             "acked {acked} spans in {elapsed:.1} s: {:.0} spans/s; ack latency p50 {:.1} ms, p99 {:.1} ms; {} errors, {} throttled (429)",
             acked as f64 / elapsed,
             pct(0.50),

@@ -10,6 +10,7 @@ mod diagnosis_cmd;
 mod lineage_cmd;
 mod loadgen;
 mod local_server;
+mod out;
 mod prov_cmd;
 mod render;
 mod webdriver;
@@ -269,9 +270,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let api = client::ApiClient::new(&client)?;
             let trace = api.get(&format!("/api/v1/traces/{trace_id}"), &[]).await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&trace)?);
+                crate::out::outln!("{}", serde_json::to_string_pretty(&trace)?);
             } else {
-                print!("{}", render::trace_tree(&trace));
+                crate::out::out!("{}", render::trace_tree(&trace));
             }
             Ok(())
         }),
@@ -298,7 +299,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     samples,
                 },
             )?;
-            println!("{}", serde_json::to_string_pretty(&report)?);
+            crate::out::outln!("{}", serde_json::to_string_pretty(&report)?);
             Ok(())
         }
         Command::Bench(BenchWhat::Openlineage {
@@ -308,7 +309,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }) => {
             let (_temp, dir) = bench_data_dir(data_dir)?;
             let report = loadgen::bench_openlineage(&dir, events, in_flight)?;
-            println!("{}", serde_json::to_string_pretty(&report)?);
+            crate::out::outln!("{}", serde_json::to_string_pretty(&report)?);
             Ok(())
         }
         Command::Bench(BenchWhat::Detector {
@@ -323,7 +324,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     requests_per_minute,
                 },
             );
-            println!("{}", serde_json::to_string_pretty(&report)?);
+            crate::out::outln!("{}", serde_json::to_string_pretty(&report)?);
             Ok(())
         }
         Command::Bench(BenchWhat::Ui {
@@ -338,7 +339,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 chromedriver,
                 chromium,
             }))?;
-            println!("{}", serde_json::to_string_pretty(&report)?);
+            crate::out::outln!("{}", serde_json::to_string_pretty(&report)?);
             Ok(())
         }
         Command::Bench(BenchWhat::Rca {
@@ -351,7 +352,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 &dir,
                 threadline_server::bench_diagnosis::RcaBenchSize { spans, samples },
             )?;
-            println!("{}", serde_json::to_string_pretty(&report)?);
+            crate::out::outln!("{}", serde_json::to_string_pretty(&report)?);
             Ok(())
         }
     }
@@ -382,7 +383,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     ));
     if let Ok(addrs) = ready_rx.await {
         // The UI first: it is what a person opens.
-        println!(
+        crate::out::outln!(
             "Threadline UI: http://{}/  (JSON API under /api/v1, Jaeger API under /jaeger; OTLP/HTTP {}, OTLP/gRPC {})",
             addrs.http, addrs.otlp_http, addrs.otlp_grpc
         );
@@ -445,9 +446,9 @@ async fn search(args: SearchArgs) -> anyhow::Result<()> {
     params.push(("limit".into(), args.limit.to_string()));
     let page = api.get("/api/v1/traces", &params).await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&page)?);
+        crate::out::outln!("{}", serde_json::to_string_pretty(&page)?);
     } else {
-        print!("{}", render::search_table(&page));
+        crate::out::out!("{}", render::search_table(&page));
     }
     Ok(())
 }

@@ -1,7 +1,6 @@
 //! `threadline export prov` (the server's lineage as PROV-O, Turtle or JSON-LD) and
 //! `threadline validate-prov FILE` (shape and PROV-CONSTRAINTS ordering checks, local).
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -60,7 +59,7 @@ pub(crate) async fn export(what: ExportWhat) -> anyhow::Result<()> {
     match &args.output {
         Some(path) => std::fs::write(path, &body)
             .with_context(|| format!("cannot write {}", path.display()))?,
-        None => std::io::stdout().write_all(&body)?,
+        None => crate::out::write_bytes(&body),
     }
     Ok(())
 }
@@ -77,15 +76,18 @@ pub(crate) fn validate(args: ValidateProvArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot read {}", args.file.display()))?;
     match prov::validate(&bytes).with_context(|| format!("{}", args.file.display()))? {
         Ok(summary) => {
-            println!(
+            crate::out::outln!(
                 "valid: {} activities, {} entities, {} agents ({} triples)",
-                summary.activities, summary.entities, summary.agents, summary.triples
+                summary.activities,
+                summary.entities,
+                summary.agents,
+                summary.triples
             );
             Ok(())
         }
         Err(violations) => {
             for v in &violations {
-                println!("{}: {} [{}]", v.rule, v.message, v.iris.join(", "));
+                crate::out::outln!("{}: {} [{}]", v.rule, v.message, v.iris.join(", "));
             }
             anyhow::bail!(
                 "{} violates PROV: {} problem(s)",

@@ -122,3 +122,46 @@ fn bench_openlineage_applies_every_event_in_process() {
         "{report}"
     );
 }
+
+/// A reader that stops early (`threadline search --json | head -1`) ends the command
+/// quietly: exit 0, no panic.
+#[test]
+fn a_closed_pipe_ends_output_quietly() {
+    use std::io::{BufRead, BufReader};
+    let server = TestServer::start();
+    cli_json(&[
+        "loadgen",
+        "--endpoint",
+        &server.otlp_http,
+        "--duration",
+        "2",
+        "--concurrency",
+        "2",
+        "--json",
+    ]);
+    for args in [
+        vec!["search", "--limit", "1000", "--json"],
+        vec!["search", "--limit", "1000"],
+    ] {
+        let mut child = std::process::Command::new(BIN)
+            .args(&args)
+            .args(["--server", &server.api])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        // The reader is gone now.
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {stderr}");
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+            "{stderr}"
+        );
+        assert!(!first.is_empty());
+    }
+}

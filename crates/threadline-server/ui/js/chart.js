@@ -24,7 +24,10 @@ export function Chart({ title, unit, series, bands = [], marker, height = 180 })
     const opts = {
       width: Math.max(280, el.clientWidth - 4), height,
       legend: { show: series.length > 1 || true },
-      scales: { x: { time: true } },
+      // Shares start at 0 and never pass 100%; a flat zero series stays near 0.
+      scales: unit === 'ratio'
+        ? { x: { time: true }, y: { range: (u, min, max) => [0, Math.min(1, Math.max(max, 0.01) * 1.15)] } }
+        : { x: { time: true } },
       // UTC, as every time in the UI.
       tzDate: (t) => window.uPlot.tzDate(new Date(t * 1e3), 'Etc/UTC'),
       axes: [{ ...axis }, { ...axis, size: 74, values: (u, vals) => vals.map((v) => (v === null ? '' : fmtAxis(v, unit))) }],
