@@ -11,13 +11,28 @@ pub(crate) struct ApiClient {
     api_key: Option<String>,
 }
 
+/// The API base URL from `--server`: `http://` is assumed when no scheme is given
+/// (`127.0.0.1:8080`); another scheme than http or https is an error naming it.
+fn server_base(server: &str) -> anyhow::Result<String> {
+    let trimmed = server.trim().trim_end_matches('/');
+    let url = match trimmed.split_once("://") {
+        Some(("http" | "https", rest)) if !rest.is_empty() => trimmed.to_owned(),
+        Some((scheme, _)) => anyhow::bail!(
+            "--server {server:?}: scheme {scheme:?} is not http or https (e.g. http://127.0.0.1:8080)"
+        ),
+        None if !trimmed.is_empty() => format!("http://{trimmed}"),
+        None => anyhow::bail!("--server is empty: give the API address, e.g. http://127.0.0.1:8080"),
+    };
+    Ok(url)
+}
+
 impl ApiClient {
     pub(crate) fn new(args: &ClientArgs) -> anyhow::Result<Self> {
         Ok(Self {
             http: reqwest::Client::builder()
                 .build()
                 .context("cannot build HTTP client")?,
-            base: args.server.trim_end_matches('/').to_owned(),
+            base: server_base(&args.server)?,
             api_key: args.api_key.key.clone(),
         })
     }
@@ -96,5 +111,24 @@ impl ApiClient {
             bail!("{url} answered {status}: {msg}");
         }
         Ok(body.to_vec())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::server_base;
+
+    #[test]
+    fn server_addresses_without_a_scheme_are_http() {
+        assert_eq!(
+            server_base("127.0.0.1:8080").unwrap(),
+            "http://127.0.0.1:8080"
+        );
+        assert_eq!(
+            server_base("https://t.example/").unwrap(),
+            "https://t.example"
+        );
+        let err = server_base("ftp://x").unwrap_err().to_string();
+        assert!(err.contains("ftp"), "{err}");
     }
 }

@@ -245,10 +245,25 @@ fn main() -> std::process::ExitCode {
     match run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_text(&e));
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// An error and its causes on one line, leaving out a cause whose text the message
+/// before it already ends with (many errors quote their source: "cannot listen on
+/// 127.0.0.1:8080 (http): Address already in use" is not followed by it again).
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.ends_with(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -465,5 +480,23 @@ fn bench_data_dir(
             let dir = temp.path().to_owned();
             Ok((Some(temp), dir))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_cause_quoted_by_its_error_is_not_repeated() {
+        let e = anyhow::Error::new(threadline_server::ServeError::Bind {
+            what: "http",
+            addr: "127.0.0.1:8080".parse().unwrap(),
+            source: std::io::Error::new(std::io::ErrorKind::AddrInUse, "Address already in use"),
+        });
+        assert_eq!(
+            super::error_text(&e),
+            "cannot listen on 127.0.0.1:8080 (http): Address already in use"
+        );
+        let chained = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(super::error_text(&chained), "outer: inner");
     }
 }
