@@ -150,14 +150,14 @@ pub(crate) async fn rca(args: RcaArgs) -> anyhow::Result<()> {
     if report["incident"].is_object() {
         crate::out::outln!("incident {}", incident_line(&report["incident"]));
     }
+    let unit = text(&t["unit"]);
     crate::out::outln!(
-        "{} of {} from {}: {} before, {} during ({})",
+        "{} of {} from {}: {} before → {} during",
         text(&t["metric"]),
         t["series"],
         text(&t["onset"]),
-        report["metric_before"],
-        report["metric_during"],
-        text(&t["unit"]),
+        crate::render::metric_value(&report["metric_before"], unit),
+        crate::render::metric_value(&report["metric_during"], unit),
     );
     crate::out::outln!(
         "likely causes, best first (confidence = {}):",

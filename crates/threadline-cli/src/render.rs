@@ -158,3 +158,43 @@ pub(crate) fn search_table(page: &Value) -> String {
     }
     out
 }
+
+/// A metric value as a person reads it, in its unit: `1.47 s`, `250 ms`, `12.3%`,
+/// `290 tokens/s`, `$0.0012`; `–` when there is none.
+pub(crate) fn metric_value(value: &Value, unit: &str) -> String {
+    let Some(v) = value.as_f64() else {
+        return "–".to_owned();
+    };
+    match unit {
+        "ms" if v >= 1000.0 => format!("{:.2} s", v / 1000.0),
+        "ms" if v >= 10.0 => format!("{v:.0} ms"),
+        "ms" => format!("{v:.2} ms"),
+        "ratio" => format!("{:.1}%", v * 100.0),
+        "USD" => format!("${v:.4}"),
+        unit => {
+            let digits = if v.abs() >= 100.0 {
+                0
+            } else if v.abs() >= 1.0 {
+                1
+            } else {
+                3
+            };
+            format!("{v:.digits$} {unit}")
+        }
+    }
+}
+
+#[cfg(test)]
+mod metric_value_tests {
+    use super::metric_value;
+    use serde_json::json;
+
+    #[test]
+    fn values_read_in_their_units() {
+        assert_eq!(metric_value(&json!(1465.853597354569), "ms"), "1.47 s");
+        assert_eq!(metric_value(&json!(254.7), "ms"), "255 ms");
+        assert_eq!(metric_value(&json!(0.3696), "ratio"), "37.0%");
+        assert_eq!(metric_value(&json!(290.47), "tokens/s"), "290 tokens/s");
+        assert_eq!(metric_value(&json!(null), "ms"), "–");
+    }
+}

@@ -370,6 +370,13 @@ fn demo_serves_and_the_cli_lists_incidents_ranks_causes_and_scores_health() {
         .find(|l| l.trim_start().starts_with("1."))
         .unwrap();
     assert!(first.contains("adapter:fin-lora@7"), "{text}");
+    // The metric in its unit, as a person reads it ("1.47 s before → 3.75 s during").
+    let summary = text.lines().find(|l| l.contains(" before → ")).unwrap();
+    assert!(summary.ends_with(" s during"), "{summary}");
+    assert!(
+        !summary.contains(".00000") && summary.len() < 120,
+        "{summary}"
+    );
     // The same diagnosis by route, metric and time.
     let (ok, json_text, err) = cli(&[
         "rca",
