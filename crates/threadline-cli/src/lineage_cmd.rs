@@ -81,8 +81,10 @@ pub(crate) struct LineageArgs {
     /// Walk downstream (what depends on it).
     #[arg(long)]
     down: bool,
+    /// Hops to walk from the node.
     #[arg(long, default_value_t = 3)]
     depth: usize,
+    /// tree (for reading), json (the API's), or dot (Graphviz).
     #[arg(long, value_enum, default_value = "tree")]
     format: LineageFormat,
     #[command(flatten)]
@@ -223,6 +225,7 @@ pub(crate) struct EraseArgs {
     requested_by: String,
     #[command(flatten)]
     client: ClientArgs,
+    /// Print the API's JSON.
     #[arg(long)]
     json: bool,
 }

@@ -87,8 +87,10 @@ enum BenchWhat {
     /// Build a synthetic lineage graph in a fresh store and time a 6-hop downstream
     /// closure and the request → dataset chain.
     Lineage {
+        /// Nodes of the synthetic graph.
         #[arg(long, default_value_t = 1_000_000)]
         nodes: usize,
+        /// Edges of the synthetic graph.
         #[arg(long, default_value_t = 3_000_000)]
         edges: usize,
         /// Queries timed per measurement.
@@ -103,6 +105,7 @@ enum BenchWhat {
     /// event apart from HTTP. Deterministic enough to run under
     /// `valgrind --tool=callgrind`.
     Openlineage {
+        /// RunEvents applied.
         #[arg(long, default_value_t = 20_000)]
         events: usize,
         /// Events submitted before waiting for their acks.
@@ -115,16 +118,20 @@ enum BenchWhat {
     /// Simulated per-minute traffic through the anomaly detector: false incidents per
     /// series per 24 h on clean traffic, detection delay of a +50% P99 step.
     Detector {
+        /// Series watched.
         #[arg(long, default_value_t = 50)]
         series: usize,
+        /// Hours of simulated traffic.
         #[arg(long, default_value_t = 24)]
         hours: usize,
+        /// Requests per series and minute.
         #[arg(long, default_value_t = 200)]
         requests_per_minute: usize,
     },
     /// One hour of request spans with a latency incident through the real write path,
     /// then the time to detect it and to rank its causes.
     Rca {
+        /// Request spans written in the hour.
         #[arg(long, default_value_t = 1_000_000)]
         spans: usize,
         /// RCA queries timed.
@@ -144,8 +151,10 @@ enum BenchWhat {
         /// Page loads (and clicks) per trace.
         #[arg(long, default_value_t = 5)]
         samples: usize,
+        /// The WebDriver server to start (Debian's chromium-driver).
         #[arg(long, default_value = "/usr/bin/chromedriver")]
         chromedriver: String,
+        /// The browser it drives, headless.
         #[arg(long, default_value = "/usr/bin/chromium")]
         chromium: String,
     },
@@ -200,17 +209,22 @@ pub(crate) struct ApiKeyArg {
 struct SearchArgs {
     #[command(flatten)]
     client: ClientArgs,
+    /// A span of this service (its resource's service.name).
     #[arg(long)]
     service: Option<String>,
     /// Span name.
     #[arg(long)]
     name: Option<String>,
+    /// A model call to this model (the requested one, else the one that answered).
     #[arg(long)]
     model: Option<String>,
+    /// A span on this API route (api.route / http.route).
     #[arg(long)]
     route: Option<String>,
+    /// A model call through this LoRA adapter (llm.lora.adapter_id).
     #[arg(long)]
     adapter: Option<String>,
+    /// A span in this A/B experiment arm (ab.group).
     #[arg(long)]
     ab_group: Option<String>,
     /// Only traces with an error span.
@@ -219,6 +233,7 @@ struct SearchArgs {
     /// e.g. 250ms, 1.5s.
     #[arg(long)]
     min_duration: Option<String>,
+    /// A span no longer than this, e.g. 2s.
     #[arg(long)]
     max_duration: Option<String>,
     /// Start of the time range: RFC 3339 or unix seconds.
@@ -230,6 +245,7 @@ struct SearchArgs {
     /// Attribute filter KEY=VALUE (repeatable).
     #[arg(long = "attr", value_name = "KEY=VALUE")]
     attrs: Vec<String>,
+    /// Traces per page (1 to 1000).
     #[arg(long, default_value_t = 20)]
     limit: usize,
     /// Continue from a previous page's next_cursor.
@@ -485,6 +501,29 @@ fn bench_data_dir(
 
 #[cfg(test)]
 mod tests {
+    /// `--help` explains every flag and argument of every command.
+    #[test]
+    fn every_flag_has_a_help_line() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id != "help" && id != "version" && arg.get_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(
+            &<super::Cli as clap::CommandFactory>::command(),
+            "threadline",
+            &mut missing,
+        );
+        assert!(missing.is_empty(), "flags without help: {missing:#?}");
+    }
+
     #[test]
     fn a_cause_quoted_by_its_error_is_not_repeated() {
         let e = anyhow::Error::new(threadline_server::ServeError::Bind {

@@ -31,6 +31,7 @@ pub(crate) struct ExportProvArgs {
     /// Hops around --root.
     #[arg(long, default_value_t = 3)]
     depth: usize,
+    /// turtle or jsonld.
     #[arg(long, value_enum, default_value = "turtle")]
     format: ProvFormatArg,
     /// Write to this file instead of stdout.

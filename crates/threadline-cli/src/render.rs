@@ -116,6 +116,16 @@ fn node(out: &mut String, span: &Value, prefix: &str, last: bool) {
     }
 }
 
+/// `text` in at most `width` characters, ending with `…` when cut.
+fn fit(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_owned();
+    }
+    let mut cut: String = text.chars().take(width.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
 pub(crate) fn search_table(page: &Value) -> String {
     let mut out = String::new();
     let traces = page
@@ -148,7 +158,7 @@ pub(crate) fn search_table(page: &Value) -> String {
             } else {
                 ""
             },
-            root.chars().take(30).collect::<String>(),
+            fit(&root, 30),
             models.join(",")
         );
     }
@@ -188,6 +198,15 @@ pub(crate) fn metric_value(value: &Value, unit: &str) -> String {
 mod metric_value_tests {
     use super::metric_value;
     use serde_json::json;
+
+    #[test]
+    fn cut_cells_end_with_an_ellipsis() {
+        assert_eq!(
+            super::fit("gateway POST /v1/chat/completions", 12),
+            "gateway POS…"
+        );
+        assert_eq!(super::fit("short", 12), "short");
+    }
 
     #[test]
     fn values_read_in_their_units() {

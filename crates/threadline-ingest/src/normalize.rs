@@ -202,9 +202,10 @@ pub fn llm_view(span_name: &str, detail: &SpanDetail, origin: &SpanOrigin) -> Op
         tool_call_id: src.span_str(&["gen_ai.tool.call.id", "tool.id", "tool_call.id"]),
     };
     if view.total_tokens.is_none() {
+        // An embedding call reports input tokens only: they are its total.
         view.total_tokens = match (view.input_tokens, view.output_tokens) {
             (Some(i), Some(o)) => Some(i.saturating_add(o)),
-            _ => None,
+            (one, None) | (None, one) => one,
         };
     }
     view.kv_cache_hit_ratio = kv_cache_hit_ratio(&src, view.input_tokens);

@@ -21,6 +21,11 @@ pub(crate) struct OtlpHttpState {
 pub(crate) fn router(state: OtlpHttpState) -> Router {
     Router::new()
         .route("/v1/traces", post(export_traces))
+        .fallback(|| async {
+            crate::error::ApiError::NotFound(
+                "this is Threadline's OTLP/HTTP receiver (POST /v1/traces); the JSON API and the UI are on the API port (default :8080)".to_owned(),
+            )
+        })
         .with_state(state)
 }
 

@@ -165,3 +165,20 @@ fn a_closed_pipe_ends_output_quietly() {
         assert!(!first.is_empty());
     }
 }
+
+/// A client command sent to the OTLP port by mistake is told where the API is.
+#[test]
+fn the_otlp_port_says_it_is_not_the_api() {
+    let server = TestServer::start();
+    let (ok, _, err) = cli_at(&server.otlp_http, &["search"]);
+    assert!(!ok);
+    assert!(
+        err.contains("OTLP/HTTP receiver") && err.contains("API port"),
+        "{err}"
+    );
+    // `--server` without a scheme is http://.
+    let bare = server.api.trim_start_matches("http://");
+    let (ok, out, err) = cli_at(bare, &["search", "--limit", "1"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("trace(s)"), "{out}");
+}

@@ -156,3 +156,19 @@ fn spans_without_llm_signal_have_no_view() {
     let batch = convert_request(parse_otlp_json(doc.as_bytes()).unwrap());
     assert!(batch.spans[0].llm.is_none());
 }
+
+#[test]
+fn an_embedding_calls_input_tokens_are_its_total() {
+    let v = view_of(
+        r#"{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"0102030405060708090a0b0c0d0e0f10",
+        "spanId":"0102030405060708","name":"embeddings text-embedding-3-small","startTimeUnixNano":"1000",
+        "endTimeUnixNano":"2000","attributes":[
+        {"key":"gen_ai.operation.name","value":{"stringValue":"embeddings"}},
+        {"key":"gen_ai.request.model","value":{"stringValue":"text-embedding-3-small"}},
+        {"key":"gen_ai.usage.input_tokens","value":{"intValue":"812"}}]}]}]}]}"#,
+    );
+    assert_eq!(
+        (v.input_tokens, v.output_tokens, v.total_tokens),
+        (Some(812), None, Some(812))
+    );
+}
