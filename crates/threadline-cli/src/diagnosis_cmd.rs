@@ -151,10 +151,20 @@ pub(crate) async fn rca(args: RcaArgs) -> anyhow::Result<()> {
         crate::out::outln!("incident {}", incident_line(&report["incident"]));
     }
     let unit = text(&t["unit"]);
+    let series: Vec<String> = t["series"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={}", text(v)))
+        .collect();
+    if let Some(note) = report["note"].as_str() {
+        crate::out::outln!("{}: {note}", series.join(" "));
+        return Ok(());
+    }
     crate::out::outln!(
         "{} of {} from {}: {} before → {} during",
         text(&t["metric"]),
-        t["series"],
+        series.join(" "),
         text(&t["onset"]),
         crate::render::metric_value(&report["metric_before"], unit),
         crate::render::metric_value(&report["metric_during"], unit),

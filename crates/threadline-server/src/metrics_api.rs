@@ -174,7 +174,11 @@ pub(crate) fn run(
             json!({"labels": labels, "points": points})
         })
         .collect();
+    let note = series
+        .is_empty()
+        .then_some("no requests match these filters in this window");
     Ok(json!({
+        "note": note,
         "metric": q.metric.as_str(),
         "unit": q.metric.unit(),
         "from": q.from_minute * 60,

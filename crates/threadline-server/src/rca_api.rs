@@ -314,7 +314,16 @@ pub(crate) fn diagnose(
         .iter()
         .map(|(d, v)| (d.as_str().to_owned(), json!(v)))
         .collect();
+    // An empty window says so: nothing ranked because nothing was there.
+    let note = (base_all.requests == 0 && window_all.requests == 0).then(|| {
+        format!(
+            "no requests of this series between {} and {}: check the route, model and time",
+            minute_rfc3339(from),
+            minute_rfc3339(target.end_minute + 1)
+        )
+    });
     Ok(json!({
+        "note": note,
         "target": {
             "series": labels,
             "metric": target.metric.as_str(),

@@ -182,3 +182,29 @@ fn the_otlp_port_says_it_is_not_the_api() {
     assert!(ok, "{err}");
     assert!(out.contains("trace(s)"), "{out}");
 }
+
+/// Diagnosis over a window with no requests says so instead of an empty list.
+#[test]
+fn an_empty_window_says_so() {
+    let server = TestServer::start();
+    let (ok, out, err) = server.cli(&[
+        "rca",
+        "--route",
+        "/nowhere",
+        "--metric",
+        "p99_latency",
+        "--at",
+        "2026-12-01T09:00:00+01:00",
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("route=/nowhere: no requests") && out.contains("2026-12-01T08:10:00Z"),
+        "{out}"
+    );
+    let (status, metrics) = server.get("/api/v1/metrics?metric=p99_latency&from=0&to=100000", None);
+    assert_eq!(status, 200);
+    assert!(
+        metrics["note"].as_str().unwrap().contains("no requests"),
+        "{metrics}"
+    );
+}
