@@ -250,11 +250,15 @@ async fn worker_loop(
             }
             Ok(resp) => {
                 let status = resp.status();
-                let text = resp.text().await.unwrap_or_default();
+                let protobuf = resp
+                    .headers()
+                    .get("content-type")
+                    .is_some_and(|v| v.as_bytes().starts_with(b"application/x-protobuf"));
+                let body = resp.bytes().await.unwrap_or_default();
                 if tally.errors.fetch_add(1, Ordering::Relaxed) == 0 {
                     eprintln!(
                         "loadgen: {url} answered {status}: {}",
-                        text.chars().take(200).collect::<String>()
+                        error_text(&body, protobuf)
                     );
                 }
             }
@@ -267,6 +271,24 @@ async fn worker_loop(
         }
     }
     Ok(latencies)
+}
+
+/// `google.rpc.Status`, the error body of OTLP/HTTP.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RpcStatus {
+    #[prost(int32, tag = "1")]
+    code: i32,
+    #[prost(string, tag = "2")]
+    message: String,
+}
+
+/// An OTLP/HTTP error body as text: a protobuf `Status`'s message, or the text sent.
+fn error_text(body: &[u8], protobuf: bool) -> String {
+    let text = match protobuf.then(|| RpcStatus::decode(body)) {
+        Some(Ok(status)) => status.message,
+        _ => String::from_utf8_lossy(body).into_owned(),
+    };
+    text.chars().take(300).collect()
 }
 
 /// `threadline bench openlineage`: `events` of the loadgen's RunEvents parsed,
@@ -983,6 +1005,22 @@ fn build_request(
                 ..Default::default()
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod error_text_tests {
+    use super::*;
+
+    #[test]
+    fn protobuf_status_bodies_are_shown_as_their_message() {
+        let body = RpcStatus {
+            code: 3,
+            message: "span 1: end before start".into(),
+        }
+        .encode_to_vec();
+        assert_eq!(error_text(&body, true), "span 1: end before start");
+        assert_eq!(error_text(b"plain words", false), "plain words");
     }
 }
 
