@@ -122,16 +122,18 @@ pub(crate) async fn lineage(args: LineageArgs) -> anyhow::Result<()> {
 
 /// Graphviz: one node per lineage node (labelled with its kind), edges with their kind.
 fn render_dot(graph: &Value) -> String {
-    let quote = |s: &str| format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""));
+    let escape = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
+    let quote = |s: &str| format!("\"{}\"", escape(s));
     let mut out = String::from("digraph lineage {\n  rankdir=LR;\n  node [shape=box];\n");
     for node in graph["nodes"].as_array().into_iter().flatten() {
         let id = node["id"].as_str().unwrap_or_default();
+        // Kind over key: `\n` is Graphviz's line break, so it is not escaped itself.
         let label = format!(
-            "{}\\n{}",
-            node["kind"].as_str().unwrap_or(""),
-            node["key"].as_str().unwrap_or("")
+            "\"{}\\n{}\"",
+            escape(node["kind"].as_str().unwrap_or("")),
+            escape(node["key"].as_str().unwrap_or(""))
         );
-        let _ = writeln!(out, "  {} [label={}];", quote(id), quote(&label));
+        let _ = writeln!(out, "  {} [label={label}];", quote(id));
     }
     for edge in graph["edges"].as_array().into_iter().flatten() {
         let _ = writeln!(

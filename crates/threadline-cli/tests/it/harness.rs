@@ -352,6 +352,17 @@ pub(crate) fn strings_of<'a>(list: &'a Value, key: &str) -> Vec<&'a str> {
         .collect()
 }
 
+/// Graphviz's `dot`, or `None` (saying so) outside `scripts/test`.
+pub(crate) fn graphviz(skipped: &str) -> Option<String> {
+    match std::env::var("THREADLINE_DOT") {
+        Ok(dot) => Some(dot),
+        Err(_) => {
+            eprintln!("THREADLINE_DOT is not set: {skipped} skipped (scripts/test and CI set it)");
+            None
+        }
+    }
+}
+
 /// The Python with the e2e test clients, or `None` (saying so) outside `scripts/test`.
 pub(crate) fn test_python(skipped: &str) -> Option<String> {
     match std::env::var("THREADLINE_TEST_PYTHON") {
