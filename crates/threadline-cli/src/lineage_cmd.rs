@@ -45,6 +45,9 @@ pub(crate) async fn register(args: RegisterArgs) -> anyhow::Result<()> {
     let result = api
         .send_json(reqwest::Method::PUT, "/api/v1/assets", &manifest)
         .await?;
+    for warning in result["warnings"].as_array().into_iter().flatten() {
+        eprintln!("warning: {}", warning.as_str().unwrap_or_default());
+    }
     if args.json {
         crate::out::outln!("{}", serde_json::to_string_pretty(&result)?);
         return Ok(());

@@ -383,6 +383,75 @@ pub fn prompt_node(id: &str, version: &str) -> NodeId {
     )
 }
 
+/// A manifest entry's reference to a node the manifest does not define itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reference {
+    /// `collection[index] (id)`, as errors name entries.
+    pub entry: String,
+    pub field: &'static str,
+    pub node: NodeId,
+}
+
+/// The references of `manifest` to nodes it does not define: a model version's model,
+/// an adapter's base model, what a deployment's instance serves. The registry adds
+/// such a node bare; the caller warns when nothing else knows it either.
+pub fn references(manifest: &Manifest) -> Vec<Reference> {
+    let model_ids: Vec<&str> = manifest.models.iter().map(|m| m.id.trim()).collect();
+    let model_version_ids: Vec<&str> = manifest
+        .model_versions
+        .iter()
+        .map(|m| m.id.as_str())
+        .collect();
+    let adapter_ids: Vec<&str> = manifest.adapters.iter().map(|a| a.id.as_str()).collect();
+    let defined = |node: &NodeId| match node.kind {
+        NodeKind::Model => model_ids.contains(&node.key.as_str()),
+        NodeKind::ModelVersion => model_version_ids.iter().any(|v| v.trim() == node.key),
+        NodeKind::Adapter => adapter_ids.iter().any(|a| a.trim() == node.key),
+        _ => true,
+    };
+    let mut out = Vec::new();
+    let mut push = |entry: String, field: &'static str, node: NodeId| {
+        if !defined(&node) {
+            out.push(Reference { entry, field, node });
+        }
+    };
+    for (i, m) in manifest.model_versions.iter().enumerate() {
+        let node = NodeId::new(NodeKind::Model, m.model.trim());
+        push(
+            format!("model_versions[{i}] ({})", m.id.trim()),
+            "model",
+            node,
+        );
+    }
+    for (i, a) in manifest.adapters.iter().enumerate() {
+        let kind = if model_version_ids.contains(&a.base_model.trim()) {
+            NodeKind::ModelVersion
+        } else {
+            NodeKind::Model
+        };
+        let node = NodeId::new(kind, a.base_model.trim());
+        push(
+            format!("adapters[{i}] ({})", a.id.trim()),
+            "base_model",
+            node,
+        );
+    }
+    for (i, d) in manifest.deployments.iter().enumerate() {
+        for (j, inst) in d.instances.iter().enumerate() {
+            if let Some(serves) = inst.serves.as_deref().filter(|s| !s.trim().is_empty()) {
+                let node = served_node(serves, &adapter_ids, &model_version_ids, manifest);
+                let entry = format!(
+                    "deployments[{i}] ({}).instances[{j}] ({})",
+                    d.id.trim(),
+                    inst.id.trim()
+                );
+                push(entry, "serves", node);
+            }
+        }
+    }
+    out
+}
+
 fn served_node(
     serves: &str,
     adapters: &[&str],
@@ -442,6 +511,27 @@ mod tests {
                              "instances": [{"id": "inst-3", "serves": "fin-lora@7"}]}]
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn references_to_entries_the_manifest_does_not_define_are_listed() {
+        assert_eq!(references(&manifest()), []);
+        let m = parse_manifest(json!({
+            "adapters": [{"id": "a@1", "base_model": "org/base", "relation": "adapter"}],
+            "deployments": [{"id": "d", "instances": [{"id": "i-1", "serves": "b@2"}]}]
+        }))
+        .unwrap();
+        let refs: Vec<String> = references(&m)
+            .iter()
+            .map(|r| format!("{} {} {}", r.entry, r.field, r.node))
+            .collect();
+        assert_eq!(
+            refs,
+            [
+                "adapters[0] (a@1) base_model model:org/base",
+                "deployments[0] (d).instances[0] (i-1) serves adapter:b@2"
+            ]
+        );
     }
 
     #[test]

@@ -50,6 +50,24 @@ async fn register(
     let now = crate::query_api::now_ns();
     let update = registry::manifest_to_update(&manifest, now)
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    // References to nodes neither this manifest, the registry nor traffic knows: the
+    // registry adds them bare, and the caller is told (a typo, usually).
+    let references = registry::references(&manifest);
+    let store = state.store.clone();
+    let who = tenant.clone();
+    let warnings: Vec<String> = crate::error::blocking(move || {
+        let mut out = Vec::new();
+        for r in references {
+            if store.get_node(&who, &r.node)?.is_none() {
+                out.push(format!(
+                    "{}: {} {} is not registered and has not been seen; it was added without details",
+                    r.entry, r.field, r.node
+                ));
+            }
+        }
+        Ok(out)
+    })
+    .await?;
     let ack = state
         .store
         .submit_graph(tenant, update, now)
@@ -74,7 +92,7 @@ async fn register(
             v
         })
         .collect();
-    Ok(Json(json!({ "assets": assets })))
+    Ok(Json(json!({ "assets": assets, "warnings": warnings })))
 }
 
 /// `PUT /api/v1/assets`: a manifest (`models`, `model_versions`, `adapters`,

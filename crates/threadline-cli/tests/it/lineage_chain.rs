@@ -91,6 +91,23 @@ fn request_to_dataset_chain_registry_and_hot_swap() {
     let (ok, out, err) = server.cli(&["register", path]);
     assert!(ok, "{err}");
     assert!(out.contains("created    adapter:fin-lora@7"), "{out}");
+    assert!(
+        !err.contains("warning"),
+        "the manifest refers only to what it defines: {err}"
+    );
+    // A reference to an entry nothing knows is warned about, naming the entry.
+    let typo = dir.path().join("typo.yaml");
+    std::fs::write(
+        &typo,
+        "adapters: [{id: extra-lora@1, base_model: meta-llama/Meta-Llama-3-8X, relation: adapter}]\n",
+    )
+    .unwrap();
+    let (ok, _, err) = server.cli(&["register", typo.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("warning: adapters[0] (extra-lora@1): base_model model:meta-llama/Meta-Llama-3-8X is not registered"),
+        "{err}"
+    );
     let (ok, out, _) = server.cli(&["register", path]);
     assert!(ok);
     assert!(out.lines().all(|l| l.starts_with("unchanged")), "{out}");
