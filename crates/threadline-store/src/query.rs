@@ -556,81 +556,40 @@ fn summarize(
     trace_id: TraceId,
     ranges: &[RowRange],
 ) -> Result<TraceSummary, StoreError> {
-    struct Head {
-        span_id: Vec<u8>,
-        parent: Option<Vec<u8>>,
-        name: String,
-        service: String,
-        start: u64,
-        end: u64,
-        error: bool,
-        model: Option<String>,
-        tokens: Option<i64>,
-        input_tokens: Option<i64>,
-        output_tokens: Option<i64>,
-    }
-    let mut stmt = conn
-        .prepare_cached(
-            "SELECT span_id, parent_span_id, name, service, start_ns, end_ns, status_code, model, total_tokens,
-                    input_tokens, output_tokens
-             FROM spans NOT INDEXED
-             WHERE rowid BETWEEN ?1 AND ?2 AND tenant_id = ?3 AND trace_id = ?4
-             ORDER BY rowid",
-        )
-        .map_err(|e| sqlite_err(conn, e))?;
-    let mut heads: Vec<Head> = Vec::new();
-    for range in ranges {
-        let block_heads: Vec<Head> = stmt
-            .query_map(
-                params![range.first, range.last, tenant_id, &trace_id.0[..]],
-                |r| {
-                    Ok(Head {
-                        span_id: r.get(0)?,
-                        parent: r.get(1)?,
-                        name: r.get(2)?,
-                        service: r.get(3)?,
-                        start: r.get::<_, i64>(4)? as u64,
-                        end: r.get::<_, i64>(5)? as u64,
-                        error: r.get::<_, i64>(6)? == 2,
-                        model: r.get(7)?,
-                        tokens: r.get(8)?,
-                        input_tokens: r.get(9)?,
-                        output_tokens: r.get(10)?,
-                    })
-                },
-            )
-            .and_then(|rows| rows.collect())
-            .map_err(|e| sqlite_err(conn, e))?;
-        heads.extend(block_heads);
-    }
-    // Retried exports store a span twice; count the first copy only.
-    let mut distinct = HashSet::new();
-    heads.retain(|h| distinct.insert(h.span_id.clone()));
-    let ids: HashSet<&[u8]> = heads.iter().map(|h| h.span_id.as_slice()).collect();
+    let heads = crate::skeleton::skeleton_rows(conn, tenant_id, trace_id, ranges)?;
+    let ids: HashSet<SpanId> = heads.iter().map(|h| h.span_id).collect();
     // The root: a span without a parent in this trace, earliest first.
     let root = heads
         .iter()
-        .filter(|h| h.parent.as_deref().is_none_or(|p| !ids.contains(p)))
-        .min_by_key(|h| h.start)
-        .or_else(|| heads.iter().min_by_key(|h| h.start));
-    let start = heads.iter().map(|h| h.start).min().unwrap_or(0);
-    let end = heads.iter().map(|h| h.end).max().unwrap_or(0);
+        .filter(|h| h.parent_span_id.is_none_or(|p| !ids.contains(&p)))
+        .min_by_key(|h| h.start_time_unix_nano)
+        .or_else(|| heads.iter().min_by_key(|h| h.start_time_unix_nano));
+    let start = heads
+        .iter()
+        .map(|h| h.start_time_unix_nano)
+        .min()
+        .unwrap_or(0);
+    let end = heads
+        .iter()
+        .map(|h| h.end_time_unix_nano)
+        .max()
+        .unwrap_or(0);
     let mut models: Vec<String> = heads.iter().filter_map(|h| h.model.clone()).collect();
     models.sort();
     models.dedup();
     // Agent spans repeat the usage of the LLM calls below them: count only spans whose
     // children carry no token counts.
-    let parents_with_tokenized_children: HashSet<&[u8]> = heads
+    let parents_with_tokenized_children: HashSet<SpanId> = heads
         .iter()
-        .filter(|h| h.tokens.is_some())
-        .filter_map(|h| h.parent.as_deref())
+        .filter(|h| h.total_tokens.is_some())
+        .filter_map(|h| h.parent_span_id)
         .collect();
     let counted = || {
         heads
             .iter()
-            .filter(|h| !parents_with_tokenized_children.contains(h.span_id.as_slice()))
+            .filter(|h| !parents_with_tokenized_children.contains(&h.span_id))
     };
-    let total_tokens = counted().filter_map(|h| h.tokens).sum();
+    let total_tokens = counted().filter_map(|h| h.total_tokens).sum();
     let mut usage: Vec<ModelUsage> = Vec::new();
     for h in counted().filter(|h| h.input_tokens.is_some() || h.output_tokens.is_some()) {
         let model = h.model.clone().unwrap_or_default();

@@ -8,6 +8,7 @@ use rusqlite::{params, Connection};
 use threadline_model::{SpanId, SpanKind, SpanRecord, TenantId, TraceId};
 
 use crate::query::{span_from_row, trace_rows, BlockCache, OriginCache};
+use crate::trace_lookup::RowRange;
 use crate::{sqlite_err, StoreError};
 
 /// What a trace view needs of a span before it is opened.
@@ -38,6 +39,22 @@ pub(crate) fn trace_skeleton(
     let Some((tenant_id, ranges)) = trace_rows(conn, tenant, trace_id)? else {
         return Ok(Vec::new());
     };
+    let mut spans = skeleton_rows(conn, tenant_id, trace_id, &ranges)?;
+    spans.sort_by(|a, b| {
+        (a.start_time_unix_nano, a.span_id).cmp(&(b.start_time_unix_nano, b.span_id))
+    });
+    Ok(spans)
+}
+
+/// The skeletons of a trace's spans in `ranges`, in storage order, the first stored
+/// copy of each span id only (a retried export stores a span again). Search
+/// summaries are computed from these too.
+pub(crate) fn skeleton_rows(
+    conn: &Connection,
+    tenant_id: i64,
+    trace_id: TraceId,
+    ranges: &[RowRange],
+) -> Result<Vec<SkeletonSpan>, StoreError> {
     let mut stmt = conn
         .prepare_cached(
             "SELECT span_id, parent_span_id, name, service, kind, start_ns, end_ns, status_code,
@@ -81,9 +98,6 @@ pub(crate) fn trace_skeleton(
             });
         }
     }
-    spans.sort_by(|a, b| {
-        (a.start_time_unix_nano, a.span_id).cmp(&(b.start_time_unix_nano, b.span_id))
-    });
     Ok(spans)
 }
 
