@@ -70,6 +70,15 @@ pub(crate) fn epoch_to_nanos(key: &str, value: &str) -> Result<u64, ApiError> {
     })
 }
 
+/// How many traces a search returns: 1 to `MAX_LIMIT`.
+fn trace_limit(key: &str, value: &str) -> Result<usize, ApiError> {
+    value
+        .parse::<usize>()
+        .ok()
+        .filter(|n| (1..=MAX_LIMIT).contains(n))
+        .ok_or_else(|| ApiError::BadRequest(format!("{key} {value:?} is not in 1..={MAX_LIMIT}")))
+}
+
 /// `tags` of the v1 API: a JSON object, or logfmt (`k=v k2="v 2"`).
 fn parse_tags(value: &str) -> Result<Vec<(String, String)>, ApiError> {
     let t = value.trim();
@@ -141,13 +150,7 @@ pub(crate) fn parse_v1_search(params: &[(String, String)]) -> Result<TraceQuery,
             "maxDuration" => q.max_duration_nanos = Some(go_duration(k, v)?),
             "lookback" if v != "custom" => lookback = Some(go_duration(k, v)?),
             "lookback" => {}
-            "limit" => {
-                q.limit = v
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| (1..=MAX_LIMIT).contains(n))
-                    .ok_or_else(|| ApiError::BadRequest(format!("limit {v:?} is not in 1..={MAX_LIMIT}")))?
-            }
+            "limit" => q.limit = trace_limit(k, v)?,
             "traceID" | "spanKind" | "raw" | "prettyPrint" => {}
             other => {
                 return Err(ApiError::BadRequest(format!(
@@ -200,15 +203,7 @@ pub(crate) fn parse_v3_search(params: &[(String, String)]) -> Result<TraceQuery,
             "start_time_max" => q.start_to_unix_nano = Some(rfc3339(k, v)?),
             "duration_min" => q.min_duration_nanos = Some(go_duration(k, v)?),
             "duration_max" => q.max_duration_nanos = Some(go_duration(k, v)?),
-            "search_depth" | "num_traces" => {
-                q.limit = v
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| (1..=MAX_LIMIT).contains(n))
-                    .ok_or_else(|| {
-                        ApiError::BadRequest(format!("{k} {v:?} is not in 1..={MAX_LIMIT}"))
-                    })?
-            }
+            "search_depth" | "num_traces" => q.limit = trace_limit(k, v)?,
             "raw_traces" => {}
             other => match other.strip_prefix("attributes.") {
                 Some(key) => q.attributes.push((key.to_owned(), v.to_owned())),

@@ -267,21 +267,7 @@ fn prometheus_exposition_passes_promtool_and_counts_committed_llm_requests() {
         eprintln!("THREADLINE_PROMTOOL is not set: promtool check skipped (scripts/test sets it)");
         return;
     };
-    use std::io::Write;
-    let mut child = std::process::Command::new(promtool)
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = pipe_through(&promtool, &["check", "metrics"], &text);
     assert!(
         out.status.success(),
         "promtool check metrics failed:\n{}{}\n{text}",

@@ -472,3 +472,22 @@ pub(crate) fn runtime() -> tokio::runtime::Runtime {
         .build()
         .unwrap()
 }
+
+/// Runs `program` with `args`, `input` on its standard input.
+pub(crate) fn pipe_through(program: &str, args: &[&str], input: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}

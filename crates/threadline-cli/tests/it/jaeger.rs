@@ -161,6 +161,24 @@ fn v1_fixture_as_otlp(trace: &Value) -> (ExportTraceServiceRequest, Vec<String>)
     (request, ids)
 }
 
+/// Sends `spans` of one resource over OTLP/HTTP; they must be accepted.
+fn post_spans(server: &TestServer, resource: Resource, spans: Vec<Span>) {
+    let request = ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(resource),
+            scope_spans: vec![ScopeSpans {
+                spans,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    };
+    let status = server
+        .post_traces("application/x-protobuf", proto(&request), &[])
+        .status();
+    assert_eq!(status, 200);
+}
+
 fn keys(v: &Value) -> Vec<&str> {
     let mut k: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
     k.sort_unstable();
@@ -255,33 +273,22 @@ fn v3_answers_have_the_shapes_of_jaegers_snapshots() {
     // GetTrace / FindTraces: one span "foobar", kind server, status error, empty
     // resource and scope.
     let start = 1_000_000_000_000u64;
-    let foobar = ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            resource: Some(Resource::default()),
-            scope_spans: vec![ScopeSpans {
-                spans: vec![Span {
-                    trace_id: id_bytes::<16>("1"),
-                    span_id: id_bytes::<8>("2"),
-                    name: "foobar".into(),
-                    kind: 2,
-                    start_time_unix_nano: start,
-                    end_time_unix_nano: start + 1000,
-                    status: Some(Status {
-                        code: 2,
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }],
+    post_spans(
+        &server,
+        Resource::default(),
+        vec![Span {
+            trace_id: id_bytes::<16>("1"),
+            span_id: id_bytes::<8>("2"),
+            name: "foobar".into(),
+            kind: 2,
+            start_time_unix_nano: start,
+            end_time_unix_nano: start + 1000,
+            status: Some(Status {
+                code: 2,
                 ..Default::default()
-            }],
+            }),
             ..Default::default()
         }],
-    };
-    assert_eq!(
-        server
-            .post_traces("application/x-protobuf", proto(&foobar), &[])
-            .status(),
-        200
     );
     let want = fixture("v3-GetTrace.json");
     let (status, got) = server.get(
@@ -336,48 +343,37 @@ fn v3_answers_have_the_shapes_of_jaegers_snapshots() {
     );
 
     // FindTraceSummaries: two spans on "frontend", one of them an error.
-    let summary = ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            resource: Some(Resource {
-                attributes: vec![kv("service.name", "frontend")],
-                ..Default::default()
-            }),
-            scope_spans: vec![ScopeSpans {
-                spans: vec![
-                    Span {
-                        trace_id: id_bytes::<16>("a1"),
-                        span_id: id_bytes::<8>("1"),
-                        name: "HTTP GET /".into(),
-                        kind: 2,
-                        start_time_unix_nano: start,
-                        end_time_unix_nano: start + 1_000_000_000,
-                        ..Default::default()
-                    },
-                    Span {
-                        trace_id: id_bytes::<16>("a1"),
-                        span_id: id_bytes::<8>("2"),
-                        parent_span_id: id_bytes::<8>("1"),
-                        name: "db".into(),
-                        kind: 3,
-                        start_time_unix_nano: start + 10,
-                        end_time_unix_nano: start + 20,
-                        status: Some(Status {
-                            code: 2,
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    },
-                ],
-                ..Default::default()
-            }],
+    post_spans(
+        &server,
+        Resource {
+            attributes: vec![kv("service.name", "frontend")],
             ..Default::default()
-        }],
-    };
-    assert_eq!(
-        server
-            .post_traces("application/x-protobuf", proto(&summary), &[])
-            .status(),
-        200
+        },
+        vec![
+            Span {
+                trace_id: id_bytes::<16>("a1"),
+                span_id: id_bytes::<8>("1"),
+                name: "HTTP GET /".into(),
+                kind: 2,
+                start_time_unix_nano: start,
+                end_time_unix_nano: start + 1_000_000_000,
+                ..Default::default()
+            },
+            Span {
+                trace_id: id_bytes::<16>("a1"),
+                span_id: id_bytes::<8>("2"),
+                parent_span_id: id_bytes::<8>("1"),
+                name: "db".into(),
+                kind: 3,
+                start_time_unix_nano: start + 10,
+                end_time_unix_nano: start + 20,
+                status: Some(Status {
+                    code: 2,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        ],
     );
     let (status, got) = server.get(
         "/jaeger/api/v3/trace-summaries?query.service_name=frontend",

@@ -401,21 +401,7 @@ fn request_to_dataset_chain_registry_and_hot_swap() {
     assert!(dot.starts_with("digraph lineage {") && dot.contains("\"model:meta-llama/Meta-Llama-3-8B\" -> \"adapter:fin-lora@7\" [label=\"base_of\"]"), "{dot}");
     // Graphviz renders it, each node's kind above its key.
     if let Some(dot_bin) = graphviz("rendering the dot output") {
-        use std::io::Write;
-        let mut child = std::process::Command::new(dot_bin)
-            .arg("-Tsvg")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(dot.as_bytes())
-            .unwrap();
-        let rendered = child.wait_with_output().unwrap();
+        let rendered = pipe_through(&dot_bin, &["-Tsvg"], &dot);
         let svg = String::from_utf8_lossy(&rendered.stdout);
         assert!(
             rendered.status.success(),
