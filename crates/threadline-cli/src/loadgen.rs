@@ -33,9 +33,12 @@ pub(crate) struct LoadgenArgs {
     /// Target spans per second across all workers; 0 sends as fast as acks allow.
     #[arg(long, default_value_t = 0)]
     rate: u64,
-    /// How long to send, in seconds.
-    #[arg(long, default_value_t = 10.0)]
-    duration: f64,
+    /// How long to send, in seconds (10 unless --spans is given).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Stop once this many spans have been sent (and answered).
+    #[arg(long, value_name = "N")]
+    spans: Option<u64>,
     /// Requests in flight at once.
     #[arg(long, default_value_t = 4)]
     concurrency: usize,
@@ -71,7 +74,12 @@ struct Tally {
 pub(crate) async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.concurrency > 0, "--concurrency must be at least 1");
     anyhow::ensure!(args.batch_spans >= 4, "--batch-spans must be at least 4");
-    anyhow::ensure!(args.duration > 0.0, "--duration must be positive");
+    let seconds = match (args.duration, args.spans) {
+        (Some(d), _) => d,
+        (None, Some(_)) => f64::from(u32::MAX),
+        (None, None) => 10.0,
+    };
+    anyhow::ensure!(seconds > 0.0, "--duration must be positive");
     let path = if args.openlineage {
         "/api/v1/lineage"
     } else {
@@ -85,10 +93,17 @@ pub(crate) async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
     let corpus = Arc::new(TextCorpus::new(args.seed));
     let tally = Arc::new(Tally::default());
     let stop = Arc::new(AtomicBool::new(false));
-    let duration = Duration::from_secs_f64(args.duration);
-    let bar = ProgressBar::new(duration.as_secs().max(1));
+    let duration = Duration::from_secs_f64(seconds);
+    let bar = match args.spans {
+        Some(n) => ProgressBar::new(n),
+        None => ProgressBar::new(duration.as_secs().max(1)),
+    };
     bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len}s {msg}")
+        ProgressStyle::with_template(if args.spans.is_some() {
+            "{spinner} [{elapsed_precise}] {bar:30} {human_pos}/{human_len} spans {msg}"
+        } else {
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len}s {msg}"
+        })
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let started = Instant::now();
@@ -106,10 +121,13 @@ pub(crate) async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
             worker_loop(worker, client, url, corpus, tally, stop, args).await
         }));
     }
-    while started.elapsed() < duration {
+    while started.elapsed() < duration && !workers.iter().all(|w| w.is_finished()) {
         tokio::time::sleep(Duration::from_millis(250)).await;
         let secs = started.elapsed().as_secs_f64();
-        bar.set_position(secs as u64);
+        bar.set_position(match args.spans {
+            Some(_) => tally.spans_acked.load(Ordering::Relaxed),
+            None => secs as u64,
+        });
         bar.set_message(format!(
             "{:.0} spans/s acked",
             tally.spans_acked.load(Ordering::Relaxed) as f64 / secs.max(0.001)
@@ -229,9 +247,15 @@ async fn worker_loop(
         if let Some(key) = &args.api_key.key {
             req = req.bearer_auth(key);
         }
-        tally
+        let before = tally
             .spans_sent
             .fetch_add(spans_per_batch, Ordering::Relaxed);
+        if args.spans.is_some_and(|n| before >= n) {
+            tally
+                .spans_sent
+                .fetch_sub(spans_per_batch, Ordering::Relaxed);
+            break;
+        }
         let sent = Instant::now();
         match req.body(body).send().await {
             Ok(resp) if resp.status().is_success() => {

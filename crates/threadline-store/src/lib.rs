@@ -14,6 +14,8 @@ mod query;
 mod rollups;
 mod schema;
 mod skeleton;
+mod trace_compactor;
+mod trace_index;
 mod trace_lookup;
 mod writer;
 
@@ -32,6 +34,7 @@ pub use query::{
     TraceSummary,
 };
 pub use skeleton::SkeletonSpan;
+pub use trace_compactor::TraceIndexConfig;
 pub use writer::{Applied, PreparedBatch, WriteAck, WriterStats};
 
 /// The database file inside the data directory.
@@ -90,6 +93,8 @@ pub struct SqliteConfig {
     pub wal_restart_bytes: usize,
     /// What counts as drift between dataset versions.
     pub drift: threadline_analysis::DriftConfig,
+    /// Shape of the trace-id index.
+    pub trace_index: TraceIndexConfig,
 }
 
 impl Default for SqliteConfig {
@@ -100,6 +105,7 @@ impl Default for SqliteConfig {
             max_spans_per_commit: 20_000,
             wal_restart_bytes: 4 * 1024 * 1024,
             drift: threadline_analysis::DriftConfig::default(),
+            trace_index: TraceIndexConfig::default(),
         }
     }
 }
@@ -135,14 +141,19 @@ impl SqliteStore {
         }
         // The writer thread owns the checkpointer's handle: it stops after the writer.
         let checkpoints = checkpoint::spawn_checkpointer(&path)?;
+        let index_config = config.trace_index;
         let writer = writer::WriterHandle::spawn(conn, path.clone(), config, checkpoints)?;
-        Ok(Self {
-            inner: Arc::new(Inner {
-                path,
-                writer,
-                readers: Mutex::new(Vec::new()),
-            }),
-        })
+        let inner = Arc::new(Inner {
+            path,
+            writer,
+            readers: Mutex::new(Vec::new()),
+        });
+        trace_compactor::spawn(
+            schema::open_reader(&inner.path)?,
+            Arc::downgrade(&inner),
+            index_config,
+        )?;
+        Ok(Self { inner })
     }
 
     pub fn path(&self) -> &Path {
@@ -512,6 +523,12 @@ impl SqliteStore {
     }
 }
 
+impl trace_compactor::IndexSink for Inner {
+    fn write(&self, writes: Vec<trace_index::IndexWrite>) -> Result<(), StoreError> {
+        self.writer.write_index(writes)
+    }
+}
+
 pub(crate) fn sqlite_err(conn: &Connection, source: rusqlite::Error) -> StoreError {
     StoreError::Sqlite {
         path: conn.path().map(PathBuf::from).unwrap_or_default(),
@@ -521,3 +538,5 @@ pub(crate) fn sqlite_err(conn: &Connection, source: rusqlite::Error) -> StoreErr
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod trace_index_tests;

@@ -15,7 +15,7 @@ use threadline_model::{
 };
 
 use crate::newest_first::{spans_in_window, NewestFirst, RowAccess, SpanWindow, INDEXED_COLUMNS};
-use crate::trace_lookup::{self, LoadedBlocks, RowRange};
+use crate::trace_lookup::{self, RowRange};
 use crate::{codec, sqlite_err, StoreError};
 
 /// Filters of a trace search. Every set filter must hold on one span of the trace.
@@ -429,7 +429,6 @@ pub(crate) fn search(
         blocks: BlockCache::default(),
     };
     let mut emitted: Vec<(i64, Vec<u8>)> = Vec::new();
-    let mut after_cursor: Option<LoadedBlocks> = None;
     let mut seen: HashSet<Vec<u8>> = HashSet::new();
     // Candidates come newest first, ties by trace id descending: the page's order.
     // Attribute filters run as each block is read, while its details are open. (A
@@ -450,19 +449,10 @@ pub(crate) fn search(
         }
         seen.insert(cand.trace_id.clone());
         if let Some(c) = &q.cursor {
-            // Block lists of everything at or after the cursor, loaded once per request.
-            if after_cursor.is_none() {
-                after_cursor = Some(LoadedBlocks::load(
-                    conn,
-                    tenant_id,
-                    c.start_unix_nano as i64,
-                )?);
-            }
             let id = TraceId::from_bytes(&cand.trace_id)
                 .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            let ranges = after_cursor
-                .as_ref()
-                .map(|b| b.ranges(&id))
+            let ranges = trace_lookup::ranges_for(conn, tenant_id, &[id])?
+                .remove(&id)
                 .unwrap_or_default();
             if matched_before_cursor(
                 conn,

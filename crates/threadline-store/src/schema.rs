@@ -196,6 +196,25 @@ const MIGRATIONS: &[&str] = &[
     //    (the price table lives in the server's config; rows written before read NULL).
     "ALTER TABLE spans ADD COLUMN input_tokens INTEGER;
      ALTER TABLE spans ADD COLUMN output_tokens INTEGER;",
+    // 10: the trace-id index (`trace_index`): sorted runs of (trace id, block id)
+    //    entries built and merged in the background, cut into chunks keyed by their
+    //    first trace id. Both tables are appended to in key order (run ids grow).
+    //    Existing stores are indexed by the compactor after opening.
+    "CREATE TABLE trace_runs (
+        run_id INTEGER PRIMARY KEY,
+        tenant_id INTEGER NOT NULL,
+        level INTEGER NOT NULL,
+        first_block INTEGER NOT NULL,
+        last_block INTEGER NOT NULL,
+        entries INTEGER NOT NULL
+     );
+     CREATE INDEX trace_runs_by_tenant ON trace_runs (tenant_id, last_block);
+     CREATE TABLE trace_run_chunks (
+        run_id INTEGER NOT NULL,
+        first_id BLOB NOT NULL,
+        entries BLOB NOT NULL
+     );
+     CREATE INDEX trace_run_chunks_by_id ON trace_run_chunks (run_id, first_id);",
 ];
 
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -20,7 +20,13 @@ fn origin(service: &str) -> Arc<SpanOrigin> {
     })
 }
 
-fn span(trace: u8, span: u8, parent: Option<u8>, start: u64, model: Option<&str>) -> SpanRecord {
+pub(crate) fn span(
+    trace: u8,
+    span: u8,
+    parent: Option<u8>,
+    start: u64,
+    model: Option<&str>,
+) -> SpanRecord {
     SpanRecord {
         trace_id: TraceId([trace; 16]),
         span_id: SpanId([span; 8]),
@@ -81,7 +87,7 @@ fn open() -> (tempfile::TempDir, SqliteStore) {
     (dir, store)
 }
 
-fn acme() -> TenantId {
+pub(crate) fn acme() -> TenantId {
     TenantId::new("acme").unwrap()
 }
 

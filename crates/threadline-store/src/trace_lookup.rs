@@ -1,35 +1,22 @@
-//! Trace-by-id lookups. Trace ids are random, so a B-tree index on them costs one random
-//! page write per span — the dominant ingest cost measured on the embedded store.
-//! Instead each detail block records the sorted ids of the traces it holds (and the
-//! contiguous rowid range of its span rows); a lookup scans those compact lists (16
-//! bytes per trace per block, binary-searched) and then reads only the matching row
-//! ranges. Lookups cost O(blocks of the tenant), restricted by time where the query
-//! allows; ingest costs no random writes at all.
+//! Trace-by-id lookups: the blocks a trace's spans are in, from the trace-id index's
+//! runs (`trace_index`) and the trace lists of the few newest blocks no run covers
+//! yet; then only those blocks' contiguous rowid ranges are read. Trace ids are
+//! random, so a B-tree index on them would cost one random page write per span on
+//! ingest; the runs are built off the writer's path instead. A lookup costs one seek
+//! per run, whatever the id, known or not.
 
 use std::collections::HashMap;
 
-use rusqlite::{params, Connection};
+use rusqlite::{params, Connection, OptionalExtension};
 use threadline_model::TraceId;
 
-use crate::{sqlite_err, StoreError};
+use crate::{sqlite_err, trace_index, StoreError};
 
 /// Rows `first..=last` of the `spans` table, all from one block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct RowRange {
     pub(crate) first: i64,
     pub(crate) last: i64,
-}
-
-/// One block's trace list.
-pub(crate) struct BlockTraces {
-    range: RowRange,
-    trace_ids: Vec<u8>,
-}
-
-impl BlockTraces {
-    fn contains(&self, id: &TraceId) -> bool {
-        sorted_ids_contain(&self.trace_ids, id)
-    }
 }
 
 /// Binary search in a sorted concatenation of 16-byte ids.
@@ -47,81 +34,61 @@ fn sorted_ids_contain(list: &[u8], id: &TraceId) -> bool {
     false
 }
 
-/// Streams the tenant's block lists (only blocks holding a span that started at or
-/// after `newest_start_at_least`, when given) to `visit`.
-fn scan_blocks(
-    conn: &Connection,
-    tenant_id: i64,
-    newest_start_at_least: Option<i64>,
-    mut visit: impl FnMut(BlockTraces),
-) -> Result<(), StoreError> {
-    let mut stmt = conn
-        .prepare_cached(
-            "SELECT first_span_rowid, last_span_rowid, trace_ids FROM block_traces
-             WHERE tenant_id = ?1 AND max_start_ns >= ?2 ORDER BY block_id",
-        )
-        .map_err(|e| sqlite_err(conn, e))?;
-    let mut rows = stmt
-        .query(params![
-            tenant_id,
-            newest_start_at_least.unwrap_or(i64::MIN)
-        ])
-        .map_err(|e| sqlite_err(conn, e))?;
-    while let Some(row) = rows.next().map_err(|e| sqlite_err(conn, e))? {
-        visit(BlockTraces {
-            range: RowRange {
-                first: row.get(0).map_err(|e| sqlite_err(conn, e))?,
-                last: row.get(1).map_err(|e| sqlite_err(conn, e))?,
-            },
-            trace_ids: row.get(2).map_err(|e| sqlite_err(conn, e))?,
-        });
-    }
-    Ok(())
-}
-
 /// The row ranges that may hold spans of each of `trace_ids`, oldest block first.
 pub(crate) fn ranges_for(
     conn: &Connection,
     tenant_id: i64,
     trace_ids: &[TraceId],
 ) -> Result<HashMap<TraceId, Vec<RowRange>>, StoreError> {
-    let mut found: HashMap<TraceId, Vec<RowRange>> = HashMap::new();
-    scan_blocks(conn, tenant_id, None, |block| {
+    let err = |e| sqlite_err(conn, e);
+    // One read transaction: the compactor may swap runs between two statements.
+    let tx = conn.unchecked_transaction().map_err(err)?;
+    let (mut blocks, covered_through) = trace_index::indexed_blocks(&tx, tenant_id, trace_ids)?;
+    let mut tail = tx
+        .prepare_cached(
+            "SELECT block_id, trace_ids FROM block_traces
+             WHERE tenant_id = ?1 AND block_id > ?2 ORDER BY block_id",
+        )
+        .map_err(err)?;
+    let mut rows = tail
+        .query(params![tenant_id, covered_through])
+        .map_err(err)?;
+    while let Some(row) = rows.next().map_err(err)? {
+        let block_id: i64 = row.get(0).map_err(err)?;
+        let list: Vec<u8> = row.get(1).map_err(err)?;
         for id in trace_ids {
-            if block.contains(id) {
-                found.entry(*id).or_default().push(block.range);
+            if sorted_ids_contain(&list, id) {
+                blocks.entry(*id).or_default().push(block_id as u64);
             }
         }
-    })?;
+    }
+    drop(rows);
+    let mut range_of = tx
+        .prepare_cached(
+            "SELECT first_span_rowid, last_span_rowid FROM block_traces
+             WHERE tenant_id = ?1 AND block_id = ?2",
+        )
+        .map_err(err)?;
+    let mut found = HashMap::with_capacity(blocks.len());
+    for (id, mut ids) in blocks {
+        ids.sort_unstable();
+        ids.dedup();
+        let mut ranges = Vec::with_capacity(ids.len());
+        for block_id in ids {
+            let range = range_of
+                .query_row(params![tenant_id, block_id as i64], |r| {
+                    Ok(RowRange {
+                        first: r.get(0)?,
+                        last: r.get(1)?,
+                    })
+                })
+                .optional()
+                .map_err(err)?;
+            ranges.extend(range);
+        }
+        found.insert(id, ranges);
+    }
     Ok(found)
-}
-
-/// Block lists kept in memory for the span of one search request.
-pub(crate) struct LoadedBlocks {
-    blocks: Vec<BlockTraces>,
-}
-
-impl LoadedBlocks {
-    /// Blocks holding a span that started at or after `newest_start_at_least`.
-    pub(crate) fn load(
-        conn: &Connection,
-        tenant_id: i64,
-        newest_start_at_least: i64,
-    ) -> Result<Self, StoreError> {
-        let mut blocks = Vec::new();
-        scan_blocks(conn, tenant_id, Some(newest_start_at_least), |b| {
-            blocks.push(b)
-        })?;
-        Ok(Self { blocks })
-    }
-
-    pub(crate) fn ranges(&self, id: &TraceId) -> Vec<RowRange> {
-        self.blocks
-            .iter()
-            .filter(|b| b.contains(id))
-            .map(|b| b.range)
-            .collect()
-    }
 }
 
 #[cfg(test)]

@@ -231,6 +231,8 @@ enum Work {
     /// Merge the rollup cells held in memory into the store (a reader wants them).
     FlushRollups,
     Incidents(IncidentsJob),
+    /// The trace-id index compactor's writes (`trace_index`), committed together.
+    TraceIndex(Vec<crate::trace_index::IndexWrite>),
 }
 
 /// Incidents the detector opened or updated, and how far it has looked.
@@ -248,6 +250,7 @@ impl Work {
             Work::Graph(g) => g.graph.size(),
             Work::Erase(_) | Work::FlushRollups => 1,
             Work::Incidents(j) => 1 + j.incidents.len(),
+            Work::TraceIndex(w) => w.iter().map(|w| w.rows()).sum(),
         }
     }
 
@@ -257,6 +260,7 @@ impl Work {
             Work::Graph(g) => g.graph.bytes(),
             Work::Erase(_) | Work::FlushRollups => 256,
             Work::Incidents(j) => 256 + 1024 * j.incidents.len(),
+            Work::TraceIndex(w) => w.iter().map(|w| w.bytes()).sum(),
         }
     }
 }
@@ -359,7 +363,30 @@ impl WriterHandle {
         self.submit_work(Work::Incidents(job))
     }
 
+    /// Index writes, waiting while the queue is full (the compactor is in no hurry;
+    /// ingest is never refused on its account beyond one piece in the queue).
+    pub(crate) fn write_index(
+        &self,
+        mut writes: Vec<crate::trace_index::IndexWrite>,
+    ) -> Result<(), StoreError> {
+        loop {
+            match self.try_submit(Work::TraceIndex(writes)).map_err(|r| *r) {
+                Ok(ack) => return ack.wait_blocking().map(|_| ()),
+                Err((StoreError::QueueFull { .. }, Work::TraceIndex(back))) => {
+                    writes = back;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err((e, _)) => return Err(e),
+            }
+        }
+    }
+
     fn submit_work(&self, work: Work) -> Result<WriteAck, StoreError> {
+        self.try_submit(work).map_err(|refused| refused.0)
+    }
+
+    /// Queues `work`, or gives it back with the reason it was refused.
+    fn try_submit(&self, work: Work) -> Result<WriteAck, Box<(StoreError, Work)>> {
         let bytes = work.encoded_bytes();
         let queued_bytes = self.counters.queued_bytes.load(Ordering::Relaxed);
         let full = || StoreError::QueueFull {
@@ -367,7 +394,7 @@ impl WriterHandle {
             queued_bytes,
         };
         if queued_bytes > 0 && queued_bytes + bytes > self.max_queued_bytes {
-            return Err(full());
+            return Err(Box::new((full(), work)));
         }
         let (tx, rx) = oneshot::channel();
         self.counters.queued_batches.fetch_add(1, Ordering::Relaxed);
@@ -386,8 +413,10 @@ impl WriterHandle {
                     .queued_bytes
                     .fetch_sub(bytes, Ordering::Relaxed);
                 match e {
-                    TrySendError::Full(_) => Err(full()),
-                    TrySendError::Disconnected(_) => Err(StoreError::WriterStopped),
+                    TrySendError::Full(job) => Err(Box::new((full(), job.work))),
+                    TrySendError::Disconnected(job) => {
+                        Err(Box::new((StoreError::WriterStopped, job.work)))
+                    }
                 }
             }
         }
@@ -697,6 +726,12 @@ fn commit_jobs(
             Work::Incidents(job) => {
                 let tenant_id = tenant_id(&tx, &job.tenant, cache)?;
                 crate::incidents::save(&tx, tenant_id, &job.incidents, job.processed_minute)?;
+                Applied::changed()
+            }
+            Work::TraceIndex(writes) => {
+                for write in writes.iter() {
+                    crate::trace_index::apply(&tx, write)?;
+                }
                 Applied::changed()
             }
         };

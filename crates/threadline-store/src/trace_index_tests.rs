@@ -1,0 +1,161 @@
+//! The trace-id index against a real database: lookups stay exact while the
+//! compactor builds, merges, relabels and purges runs, across tenants and a reopen.
+
+use std::time::{Duration, Instant};
+
+use threadline_model::{TenantId, TraceId};
+
+use crate::tests::{acme, span};
+use crate::trace_compactor::TraceIndexConfig;
+use crate::{SqliteConfig, SqliteStore};
+
+fn trace_id(n: u32) -> TraceId {
+    let mut id = [0u8; 16];
+    id[..4].copy_from_slice(&n.wrapping_add(1).wrapping_mul(2_654_435_761).to_be_bytes());
+    id[12..].copy_from_slice(&n.wrapping_add(1).to_be_bytes());
+    TraceId(id)
+}
+
+/// Blocks of 3 traces of 2 spans each; a long trace adds a span to every 7th block.
+fn fill(store: &SqliteStore, tenant: &TenantId, blocks: u32) {
+    for b in 0..blocks {
+        let mut spans = Vec::new();
+        for t in 0..3 {
+            let id = trace_id(b * 3 + t);
+            for s in 0..2u8 {
+                let mut sp = span(0, s + 1, (s == 1).then_some(1), 1_000 + b as u64, None);
+                sp.trace_id = id;
+                spans.push(sp);
+            }
+        }
+        if b % 7 == 0 {
+            let mut sp = span(0, (b / 7) as u8 + 1, None, 1_000 + b as u64, None);
+            sp.trace_id = trace_id(1_000_000);
+            spans.push(sp);
+        }
+        store.write_blocking(tenant, &spans).unwrap();
+    }
+}
+
+/// Waits until the compactor has nothing left to do: no level with two runs below the
+/// final level, fewer than 4 blocks outside runs, no unlisted chunks.
+fn settled(store: &SqliteStore, tenant_id: i64) -> Vec<crate::trace_index::Run> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (runs, tail, orphans) = store
+            .with_reader(|conn| {
+                let runs = crate::trace_index::runs(conn, tenant_id)?;
+                let covered = runs.iter().map(|r| r.last_block).max().unwrap_or(0);
+                let tail: i64 = conn
+                    .query_row(
+                        "SELECT COUNT(*) FROM block_traces WHERE tenant_id = ?1 AND block_id > ?2",
+                        [tenant_id, covered],
+                        |r| r.get(0),
+                    )
+                    .unwrap();
+                let orphans: i64 = conn
+                    .query_row(
+                        "SELECT COUNT(*) FROM trace_run_chunks c WHERE NOT EXISTS
+                         (SELECT 1 FROM trace_runs r WHERE r.run_id = c.run_id)",
+                        [],
+                        |r| r.get(0),
+                    )
+                    .unwrap();
+                Ok((runs, tail, orphans))
+            })
+            .unwrap();
+        let mut levels: Vec<i64> = runs
+            .iter()
+            .map(|r| r.level)
+            .filter(|l| *l < 1_000)
+            .collect();
+        levels.sort_unstable();
+        let mergeable = levels.windows(2).any(|w| w[0] == w[1]);
+        if !mergeable && tail < 4 && orphans == 0 {
+            return runs;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "index never settled: {runs:?}, tail {tail}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn lookups_stay_exact_while_runs_are_built_merged_and_purged() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = SqliteConfig {
+        trace_index: TraceIndexConfig {
+            level0_blocks: 4,
+            fanout: 2,
+            max_run_entries: 60,
+        },
+        ..SqliteConfig::default()
+    };
+    let store = SqliteStore::open(dir.path(), config.clone()).unwrap();
+    let other = TenantId::new("other").unwrap();
+    fill(&store, &acme(), 90);
+    // Another tenant reuses acme's first trace id: each sees only its own spans.
+    let mut theirs = span(0, 9, None, 5, None);
+    theirs.trace_id = trace_id(0);
+    store.write_blocking(&other, &[theirs.clone()]).unwrap();
+
+    let check = |store: &SqliteStore| {
+        for n in (0..270).step_by(7) {
+            let spans = store.get_trace(&acme(), trace_id(n)).unwrap();
+            assert_eq!(spans.len(), 2, "trace {n}");
+            assert!(spans.iter().all(|s| s.trace_id == trace_id(n)));
+        }
+        // The long trace is in 13 blocks, spread over many runs.
+        assert_eq!(
+            store.get_trace(&acme(), trace_id(1_000_000)).unwrap().len(),
+            13
+        );
+        assert!(store
+            .get_trace(&acme(), trace_id(5_000))
+            .unwrap()
+            .is_empty());
+        assert_eq!(
+            store.get_trace(&other, trace_id(0)).unwrap(),
+            vec![theirs.clone()]
+        );
+    };
+    check(&store);
+    let tenant_id = store
+        .with_reader(|conn| crate::query::tenant_key(conn, &acme()))
+        .unwrap()
+        .unwrap();
+    let runs = settled(&store, tenant_id);
+    assert!(
+        runs.iter().any(|r| r.level == 1_000),
+        "runs too big to merge are final: {runs:?}"
+    );
+    assert!(
+        runs.iter().any(|r| (1..1_000).contains(&r.level)),
+        "{runs:?}"
+    );
+    let indexed: i64 = runs.iter().map(|r| r.entries).sum();
+    assert!(indexed >= 260, "{indexed} entries in {runs:?}");
+    check(&store);
+
+    // Search pages read the same index for each trace they show.
+    let page = store
+        .search(
+            &acme(),
+            &crate::TraceQuery {
+                limit: 5,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(page.traces.len(), 5);
+
+    // More blocks after a reopen go on from the same runs.
+    drop(store);
+    let store = SqliteStore::open(dir.path(), config).unwrap();
+    check(&store);
+    fill(&store, &acme(), 10);
+    settled(&store, tenant_id);
+    check(&store);
+}
