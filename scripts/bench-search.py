@@ -45,8 +45,9 @@ def index_state():
 waited = time.perf_counter()
 while True:
     tail, levels, orphans = index_state()
-    open_levels = [l for l in levels if l < 1000]
-    if tail < 64 and len(open_levels) == len(set(open_levels)) or time.perf_counter() - waited > 600:
+    # Settled: no level below the final one holds a merge's worth (4) of runs.
+    full = any(levels.count(l) >= 4 for l in levels if l < 1000)
+    if tail < 64 and not full and orphans == 0 or time.perf_counter() - waited > 600:
         break
     time.sleep(0.5)
 entries, chunk_bytes = db.execute(

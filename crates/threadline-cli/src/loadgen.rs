@@ -104,7 +104,7 @@ pub(crate) async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
         } else {
             "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len}s {msg}"
         })
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let started = Instant::now();
     let mut workers = Vec::new();

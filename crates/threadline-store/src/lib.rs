@@ -4,6 +4,7 @@
 //! `TraceSummary` out) so the ClickHouse backend can implement the same operations;
 //! the trait will be extracted when that second implementation lands, not before.
 
+mod attr_filter;
 mod checkpoint;
 mod codec;
 mod erase;

@@ -108,6 +108,14 @@ pub(crate) struct NewestFirst<'c, T> {
     ready: BinaryHeap<(i64, T)>,
 }
 
+/// What a read keeps: whole blocks first (a block refused is not read at all), then
+/// rows one after another as they are read, so a test that opens the block's details
+/// opens each block once.
+pub(crate) trait Keep<T> {
+    fn block(&mut self, block_id: i64) -> Result<bool, StoreError>;
+    fn row(&mut self, item: &T) -> Result<bool, StoreError>;
+}
+
 /// Turns a selected row into its span's start time and the caller's item.
 type DecodeRow<T> = fn(&Connection, &Row<'_>) -> Result<(i64, T), StoreError>;
 
@@ -160,12 +168,8 @@ impl<'c, T: Ord> NewestFirst<'c, T> {
     }
 
     /// The next matching span that `keep` accepts, or `None` when every block of the
-    /// window has been read. `keep` sees a block's rows one after another, as they are
-    /// read: a test that opens the block's details opens each block once.
-    pub(crate) fn next(
-        &mut self,
-        keep: &mut dyn FnMut(&T) -> Result<bool, StoreError>,
-    ) -> Result<Option<T>, StoreError> {
+    /// window has been read.
+    pub(crate) fn next(&mut self, keep: &mut dyn Keep<T>) -> Result<Option<T>, StoreError> {
         loop {
             if self.zones.is_empty() && !self.zones_done {
                 self.read_zones()?;
@@ -223,11 +227,10 @@ impl<'c, T: Ord> NewestFirst<'c, T> {
         Ok(())
     }
 
-    fn read_rows(
-        &mut self,
-        zone: Zone,
-        keep: &mut dyn FnMut(&T) -> Result<bool, StoreError>,
-    ) -> Result<(), StoreError> {
+    fn read_rows(&mut self, zone: Zone, keep: &mut dyn Keep<T>) -> Result<(), StoreError> {
+        if !keep.block(zone.block_id)? {
+            return Ok(());
+        }
         let conn = self.conn;
         let err = |e| sqlite_err(conn, e);
         let mut stmt = conn.prepare_cached(&self.rows_sql).map_err(err)?;
@@ -242,7 +245,7 @@ impl<'c, T: Ord> NewestFirst<'c, T> {
             .map_err(err)?;
         while let Some(row) = rows.next().map_err(err)? {
             let (start, item) = (self.decode)(conn, row)?;
-            if (self.window.from..=self.window.to).contains(&start) && keep(&item)? {
+            if (self.window.from..=self.window.to).contains(&start) && keep.row(&item)? {
                 self.ready.push((start, item));
             }
         }

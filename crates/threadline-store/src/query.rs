@@ -14,7 +14,9 @@ use threadline_model::{
     LlmView, SpanDetail, SpanId, SpanKind, SpanOrigin, SpanRecord, TenantId, TraceId,
 };
 
-use crate::newest_first::{spans_in_window, NewestFirst, RowAccess, SpanWindow, INDEXED_COLUMNS};
+use crate::newest_first::{
+    spans_in_window, Keep, NewestFirst, RowAccess, SpanWindow, INDEXED_COLUMNS,
+};
 use crate::trace_lookup::{self, RowRange};
 use crate::{codec, sqlite_err, StoreError};
 
@@ -326,11 +328,58 @@ fn sql_filters(tenant_id: i64, q: &TraceQuery) -> (String, Vec<Value>, RowAccess
 /// Matches `attr.KEY=VALUE` filters against a span's detail and origin.
 struct AttrMatcher<'q> {
     wanted: &'q [(String, String)],
+    /// The wanted pairs as the blocks' attribute filters hash them; `None` when some
+    /// value is too long to be in a filter (every block is then read).
+    wanted_hashes: Option<Vec<u64>>,
+    tenant_id: i64,
     origins: OriginCache,
     blocks: BlockCache,
 }
 
-impl AttrMatcher<'_> {
+impl<'q> AttrMatcher<'q> {
+    fn new(tenant_id: i64, wanted: &'q [(String, String)]) -> Self {
+        let wanted_hashes = (!wanted.is_empty()
+            && wanted
+                .iter()
+                .all(|(_, v)| v.len() <= crate::attr_filter::MAX_INDEXED_VALUE))
+        .then(|| {
+            wanted
+                .iter()
+                .map(|(k, v)| crate::attr_filter::pair_hash(k, v))
+                .collect()
+        });
+        Self {
+            wanted,
+            wanted_hashes,
+            tenant_id,
+            origins: OriginCache::new(tenant_id),
+            blocks: BlockCache::default(),
+        }
+    }
+
+    /// Whether the block may hold a span with every wanted pair, per its filter
+    /// (blocks stored before filters existed have none and may).
+    fn block_may_match(&self, conn: &Connection, block_id: i64) -> Result<bool, StoreError> {
+        let Some(hashes) = &self.wanted_hashes else {
+            return Ok(true);
+        };
+        let filter: Option<Vec<u8>> = conn
+            .prepare_cached(
+                "SELECT filter FROM block_attr_filters WHERE tenant_id = ?1 AND block_id = ?2",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![self.tenant_id, block_id], |r| r.get(0))
+                    .optional()
+            })
+            .map_err(|e| sqlite_err(conn, e))?;
+        Ok(match filter {
+            None => true,
+            Some(f) => hashes
+                .iter()
+                .all(|h| crate::attr_filter::may_contain(&f, *h)),
+        })
+    }
+
     fn matches(
         &mut self,
         conn: &Connection,
@@ -346,6 +395,22 @@ impl AttrMatcher<'_> {
             let found = detail.attr(key).or_else(|| origin.resource_attr(key));
             found.is_some_and(|v| v.to_display_string() == *value)
         }))
+    }
+}
+
+/// A search's attribute filters as `NewestFirst` applies them.
+struct SearchKeep<'a, 'q> {
+    conn: &'a Connection,
+    matcher: &'a mut AttrMatcher<'q>,
+}
+
+impl Keep<Candidate> for SearchKeep<'_, '_> {
+    fn block(&mut self, block_id: i64) -> Result<bool, StoreError> {
+        self.matcher.block_may_match(self.conn, block_id)
+    }
+
+    fn row(&mut self, c: &Candidate) -> Result<bool, StoreError> {
+        self.matcher.matches(self.conn, c.slot, c.origin_hash)
     }
 }
 
@@ -423,11 +488,7 @@ pub(crate) fn search(
         |conn, row| Candidate::from_row(conn, row).map(|c| (c.start_ns, c)),
     );
 
-    let mut matcher = AttrMatcher {
-        wanted: &q.attributes,
-        origins: OriginCache::new(tenant_id),
-        blocks: BlockCache::default(),
-    };
+    let mut matcher = AttrMatcher::new(tenant_id, &q.attributes);
     let mut emitted: Vec<(i64, Vec<u8>)> = Vec::new();
     let mut seen: HashSet<Vec<u8>> = HashSet::new();
     // Candidates come newest first, ties by trace id descending: the page's order.
@@ -435,7 +496,10 @@ pub(crate) fn search(
     // `loop`, not `while let`: the filter's borrow of `matcher` must end before the
     // body hands `matcher` to `matched_before_cursor`.)
     loop {
-        let next = candidates.next(&mut |c| matcher.matches(conn, c.slot, c.origin_hash))?;
+        let next = candidates.next(&mut SearchKeep {
+            conn,
+            matcher: &mut matcher,
+        })?;
         let Some(cand) = next else { break };
         if seen.contains(&cand.trace_id) {
             continue;

@@ -215,6 +215,14 @@ const MIGRATIONS: &[&str] = &[
         entries BLOB NOT NULL
      );
      CREATE INDEX trace_run_chunks_by_id ON trace_run_chunks (run_id, first_id);",
+    // 11: per-block attribute filters (`attr_filter`), appended with each block.
+    //    Blocks stored before have none and are read whole by attribute searches.
+    "CREATE TABLE block_attr_filters (
+        tenant_id INTEGER NOT NULL,
+        block_id INTEGER NOT NULL,
+        filter BLOB NOT NULL,
+        PRIMARY KEY (tenant_id, block_id)
+     ) WITHOUT ROWID;",
 ];
 
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -64,6 +64,8 @@ pub struct PreparedBatch {
     block: Vec<u8>,
     /// The distinct trace ids of the rows, sorted, 16 bytes each.
     trace_ids: Vec<u8>,
+    /// The block's attribute filter (`attr_filter`).
+    attr_filter: Vec<u8>,
     min_start_ns: i64,
     max_start_ns: i64,
     encoded_bytes: usize,
@@ -84,6 +86,7 @@ impl PreparedBatch {
         let mut origin_by_ptr: foldhash::HashMap<*const threadline_model::SpanOrigin, i64> =
             foldhash::HashMap::default();
         let mut rows = Vec::with_capacity(spans.len());
+        let mut filter = crate::attr_filter::FilterBuilder::default();
         let block = codec::encode_block(spans.iter().map(|s| (&s.detail, &s.llm)))?;
         let mut encoded_bytes = block.blob.len();
         for (span, (block_offset, block_len)) in spans.iter().zip(block.slots) {
@@ -91,6 +94,7 @@ impl PreparedBatch {
             let origin_hash = match origin_by_ptr.get(&ptr) {
                 Some(h) => *h,
                 None => {
+                    filter.add_attributes(&span.origin.resource_attributes);
                     let (hash, blob) = codec::encode_origin(&span.origin)?;
                     encoded_bytes += blob.len();
                     origins.push((hash, blob));
@@ -98,6 +102,7 @@ impl PreparedBatch {
                     hash
                 }
             };
+            filter.add_attributes(&span.detail.attributes);
             let llm = span.llm.as_ref();
             let field =
                 |f: fn(&threadline_model::LlmView) -> Option<&String>| llm.and_then(f).cloned();
@@ -139,6 +144,7 @@ impl PreparedBatch {
             min_start_ns: rows.iter().map(|r| r.start_ns).min().unwrap_or(0),
             max_start_ns: rows.iter().map(|r| r.start_ns).max().unwrap_or(0),
             trace_ids: ids.concat(),
+            attr_filter: filter.encode(),
             rows,
             origins,
             block: block.blob,
@@ -848,6 +854,12 @@ fn insert_batch(
         batch.max_start_ns,
         batch.trace_ids,
     ])?;
+    if !batch.attr_filter.is_empty() {
+        tx.prepare_cached(
+            "INSERT INTO block_attr_filters (tenant_id, block_id, filter) VALUES (?1, ?2, ?3)",
+        )?
+        .execute(params![tenant_id, block_id, batch.attr_filter])?;
+    }
     Ok(Some(block_id))
 }
 

@@ -1,0 +1,176 @@
+//! Per-block attribute filters: a Bloom filter over every (key, value) pair the spans
+//! of one detail block carry (span attributes and their resources' attributes, values
+//! as the search compares them: their display string). A search with `attr.KEY=VALUE`
+//! filters opens a block's details only when its filter says the pair may be there, so
+//! a filter that matches nothing costs one small read per block instead of
+//! decompressing and decoding every span.
+//!
+//! Values longer than `MAX_INDEXED_VALUE` bytes (prompts, documents) are left out —
+//! they are what full-text search is for; a search for such a value reads every block
+//! as before. Sizing: 10 bits per distinct pair and 7 probes, ≈ 1% false positives.
+//! The hash is FNV-1a (64 bit) — fixed forever, since filters are stored — with the
+//! probes derived by double hashing.
+
+use threadline_model::{AttrValue, Attribute};
+
+/// Longest value (bytes of its display string) a filter records.
+pub(crate) const MAX_INDEXED_VALUE: usize = 256;
+
+const BITS_PER_ITEM: usize = 10;
+const PROBES: u8 = 7;
+
+/// FNV-1a over the key, a separator no UTF-8 text holds, and the value.
+pub(crate) fn pair_hash(key: &str, value: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.bytes().chain([0xff]).chain(value.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// The bit positions probed for `hash` in a filter of `bits` bits.
+fn probes(hash: u64, bits: u64, count: u8) -> impl Iterator<Item = u64> {
+    // splitmix64 of the hash as the second hash; odd, so probes differ.
+    let mut z = hash.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    let step = (z ^ (z >> 31)) | 1;
+    (0..u64::from(count)).map(move |i| hash.wrapping_add(i.wrapping_mul(step)) % bits)
+}
+
+/// Collects the pairs of one block.
+#[derive(Default)]
+pub(crate) struct FilterBuilder {
+    hashes: Vec<u64>,
+}
+
+impl FilterBuilder {
+    pub(crate) fn add_attributes(&mut self, attributes: &[Attribute]) {
+        for a in attributes {
+            match &a.value {
+                AttrValue::String(s) if s.len() > MAX_INDEXED_VALUE => {}
+                AttrValue::String(s) => self.hashes.push(pair_hash(&a.key, s)),
+                other => {
+                    let shown = other.to_display_string();
+                    if shown.len() <= MAX_INDEXED_VALUE {
+                        self.hashes.push(pair_hash(&a.key, &shown));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The filter: one byte of probe count, then the bits. Empty when no pair.
+    pub(crate) fn encode(mut self) -> Vec<u8> {
+        self.hashes.sort_unstable();
+        self.hashes.dedup();
+        if self.hashes.is_empty() {
+            return Vec::new();
+        }
+        let bytes = (self.hashes.len() * BITS_PER_ITEM).div_ceil(8).max(8);
+        let bits = (bytes * 8) as u64;
+        let mut out = vec![0u8; 1 + bytes];
+        out[0] = PROBES;
+        for h in &self.hashes {
+            for bit in probes(*h, bits, PROBES) {
+                out[1 + (bit / 8) as usize] |= 1 << (bit % 8);
+            }
+        }
+        out
+    }
+}
+
+/// Whether a block whose filter is `filter` may hold the pair hashed to `hash`.
+pub(crate) fn may_contain(filter: &[u8], hash: u64) -> bool {
+    let Some((&count, bitmap)) = filter.split_first() else {
+        return false;
+    };
+    let bits = (bitmap.len() * 8) as u64;
+    if bits == 0 {
+        return false;
+    }
+    probes(hash, bits, count).all(|bit| bitmap[(bit / 8) as usize] & (1 << (bit % 8)) != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_recorded_pair_is_found_and_few_others_are() {
+        let mut b = FilterBuilder::default();
+        let attrs: Vec<Attribute> = (0..500)
+            .map(|i| Attribute::new(format!("k{}", i % 20), AttrValue::String(format!("v{i}"))))
+            .chain([
+                Attribute::new("n", AttrValue::Int(42)),
+                Attribute::new("long", AttrValue::String("x".repeat(MAX_INDEXED_VALUE + 1))),
+            ])
+            .collect();
+        b.add_attributes(&attrs);
+        let filter = b.encode();
+        for i in 0..500 {
+            assert!(may_contain(
+                &filter,
+                pair_hash(&format!("k{}", i % 20), &format!("v{i}"))
+            ));
+        }
+        assert!(may_contain(&filter, pair_hash("n", "42")));
+        assert!(!may_contain(
+            &filter,
+            pair_hash("long", &"x".repeat(MAX_INDEXED_VALUE + 1))
+        ));
+        let false_positives = (0..10_000)
+            .filter(|i| may_contain(&filter, pair_hash("k1", &format!("w{i}"))))
+            .count();
+        assert!(false_positives < 300, "{false_positives} of 10000");
+        // Key and value are kept apart: ("ab", "c") is not ("a", "bc").
+        assert_ne!(pair_hash("ab", "c"), pair_hash("a", "bc"));
+        assert!(!may_contain(&[], pair_hash("n", "42")));
+        // The hash is stored on disk: it must never change.
+        assert_eq!(pair_hash("gray.tag", "canary"), 0x866c_a44f_68cf_1add);
+    }
+
+    /// Attribute searches skip the blocks whose filter rules the pair out: with every
+    /// block but one made unreadable, a search for a pair only that block holds still
+    /// answers (it never opened the others), and one that must open a broken block fails.
+    #[test]
+    fn attribute_searches_open_only_blocks_whose_filter_may_match() {
+        use crate::tests::{acme, span};
+        use threadline_model::TraceId;
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::SqliteStore::open(dir.path(), crate::SqliteConfig::default()).unwrap();
+        for t in 1..=40u8 {
+            let mut sp = span(t, 1, None, 1_000 + u64::from(t), None);
+            sp.detail
+                .attributes
+                .push(Attribute::new("customer", AttrValue::String(format!("c-{t}"))));
+            store.write_blocking(&acme(), &[sp]).unwrap();
+        }
+        let raw = rusqlite::Connection::open(dir.path().join(crate::DB_FILE_NAME)).unwrap();
+        raw.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
+        raw.execute(
+            "UPDATE span_blocks SET block = x'00ffffffff' WHERE id NOT IN
+               (SELECT block_id FROM spans WHERE trace_id = ?1)",
+            [&[7u8; 16][..]],
+        )
+        .unwrap();
+        let search = |key: &str, value: &str| {
+            store.search(
+                &acme(),
+                &crate::TraceQuery {
+                    attributes: vec![(key.into(), value.into())],
+                    limit: 10,
+                    ..Default::default()
+                },
+            )
+        };
+        let found = search("customer", "c-7").unwrap();
+        assert_eq!(found.traces.len(), 1);
+        assert_eq!(found.traces[0].trace_id, TraceId([7; 16]));
+        assert!(search("customer", "nobody").unwrap().traces.is_empty());
+        assert!(search("tier", "platinum").unwrap().traces.is_empty());
+        assert!(search("tier", "gold").is_err(), "even traces are gold: their blocks are read");
+        assert!(search("customer", "c-8").is_err(), "c-8's block is broken and must be opened");
+    }
+}
