@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 use threadline_model::TraceId;
-use threadline_store::TraceQuery;
+use threadline_store::{NameMatch, TraceQuery};
 
 use crate::error::ApiError;
 
@@ -132,6 +132,8 @@ fn apply_tags(q: &mut TraceQuery, tags: Vec<(String, String)>) {
 pub(crate) fn parse_v1_search(params: &[(String, String)]) -> Result<TraceQuery, ApiError> {
     let mut q = TraceQuery {
         limit: DEFAULT_LIMIT,
+        // Jaeger's clients send a service picked from the services list.
+        names: NameMatch::Exact,
         ..Default::default()
     };
     let mut lookback = None;
@@ -168,6 +170,8 @@ pub(crate) fn parse_v1_search(params: &[(String, String)]) -> Result<TraceQuery,
 pub(crate) fn parse_v3_search(params: &[(String, String)]) -> Result<TraceQuery, ApiError> {
     let mut q = TraceQuery {
         limit: DEFAULT_LIMIT,
+        // Jaeger's clients send a service picked from the services list.
+        names: NameMatch::Exact,
         ..Default::default()
     };
     let rfc3339 = |k: &str, v: &str| -> Result<u64, ApiError> {

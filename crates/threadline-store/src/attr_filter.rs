@@ -142,9 +142,10 @@ mod tests {
         let store = crate::SqliteStore::open(dir.path(), crate::SqliteConfig::default()).unwrap();
         for t in 1..=40u8 {
             let mut sp = span(t, 1, None, 1_000 + u64::from(t), None);
-            sp.detail
-                .attributes
-                .push(Attribute::new("customer", AttrValue::String(format!("c-{t}"))));
+            sp.detail.attributes.push(Attribute::new(
+                "customer",
+                AttrValue::String(format!("c-{t}")),
+            ));
             store.write_blocking(&acme(), &[sp]).unwrap();
         }
         let raw = rusqlite::Connection::open(dir.path().join(crate::DB_FILE_NAME)).unwrap();
@@ -170,7 +171,13 @@ mod tests {
         assert_eq!(found.traces[0].trace_id, TraceId([7; 16]));
         assert!(search("customer", "nobody").unwrap().traces.is_empty());
         assert!(search("tier", "platinum").unwrap().traces.is_empty());
-        assert!(search("tier", "gold").is_err(), "even traces are gold: their blocks are read");
-        assert!(search("customer", "c-8").is_err(), "c-8's block is broken and must be opened");
+        assert!(
+            search("tier", "gold").is_err(),
+            "even traces are gold: their blocks are read"
+        );
+        assert!(
+            search("customer", "c-8").is_err(),
+            "c-8's block is broken and must be opened"
+        );
     }
 }

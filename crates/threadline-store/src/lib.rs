@@ -31,8 +31,8 @@ use threadline_model::{
 pub use erase::{ErasureRecord, ErasureReport, ErasureSubject};
 pub use graph::{PreparedGraph, WalkLimits};
 pub use query::{
-    ExemplarQuery, ModelUsage, RequestsServed, ServiceSummary, TraceCursor, TracePage, TraceQuery,
-    TraceSummary,
+    ExemplarQuery, ModelUsage, NameMatch, RequestsServed, ServiceSummary, TraceCursor, TracePage,
+    TraceQuery, TraceSummary,
 };
 pub use skeleton::SkeletonSpan;
 pub use trace_compactor::TraceIndexConfig;
@@ -537,6 +537,8 @@ pub(crate) fn sqlite_err(conn: &Connection, source: rusqlite::Error) -> StoreErr
     }
 }
 
+#[cfg(test)]
+mod filter_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -23,9 +23,11 @@ use crate::{codec, sqlite_err, StoreError};
 /// Filters of a trace search. Every set filter must hold on one span of the trace.
 #[derive(Clone, Debug, Default)]
 pub struct TraceQuery {
+    /// A service name or its beginning, in any case.
     pub service: Option<String>,
     pub span_name: Option<String>,
-    /// Requested model (or the responding one when no request model was recorded).
+    /// A model name or its beginning, in any case: the requested model or the one
+    /// that responded.
     pub model: Option<String>,
     pub route: Option<String>,
     pub adapter: Option<String>,
@@ -40,8 +42,20 @@ pub struct TraceQuery {
     pub start_to_unix_nano: Option<u64>,
     /// `attr.KEY=VALUE` filters, matched against span then resource attributes.
     pub attributes: Vec<(String, String)>,
+    /// How `service` and `model` match stored names.
+    pub names: NameMatch,
     pub limit: usize,
     pub cursor: Option<TraceCursor>,
+}
+
+/// How a service or model filter matches stored names.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum NameMatch {
+    /// Equal or starting with the filter, ignoring case (what people type).
+    #[default]
+    Prefix,
+    /// Exactly equal (what a picker of stored names sends, as Jaeger's UI does).
+    Exact,
 }
 
 /// Where the next page starts.
@@ -281,10 +295,123 @@ fn sql_nanos(n: u64) -> i64 {
 
 /// The SQL half of the filters (everything but attributes): the condition on `spans`,
 /// its arguments, and how a block's matching rows are best found.
-fn sql_filters(tenant_id: i64, q: &TraceQuery) -> (String, Vec<Value>, RowAccess) {
+/// Whether `stored` is what a user meant by `wanted`.
+fn names_match(how: NameMatch, stored: &str, wanted: &str) -> bool {
+    match how {
+        NameMatch::Prefix => stored.to_lowercase().starts_with(&wanted.to_lowercase()),
+        NameMatch::Exact => stored == wanted,
+    }
+}
+
+/// The tenant's stored service names that `wanted` matches.
+fn matching_services(
+    conn: &Connection,
+    tenant_id: i64,
+    how: NameMatch,
+    wanted: &str,
+) -> Result<Vec<String>, StoreError> {
+    let mut stmt = conn
+        .prepare_cached("SELECT service FROM tenant_services WHERE tenant_id = ?1")
+        .map_err(|e| sqlite_err(conn, e))?;
+    let rows = stmt
+        .query_map([tenant_id], |r| r.get::<_, String>(0))
+        .map_err(|e| sqlite_err(conn, e))?;
+    let mut names = Vec::new();
+    for name in rows {
+        let name = name.map_err(|e| sqlite_err(conn, e))?;
+        if names_match(how, &name, wanted) {
+            names.push(name);
+        }
+    }
+    Ok(names)
+}
+
+/// The SQL condition for a model filter: the span's model (the requested one) or its
+/// responding model matches. The first `IN` lets the model index find the rows.
+fn model_condition(
+    conn: &Connection,
+    tenant_id: i64,
+    how: NameMatch,
+    wanted: &str,
+) -> Result<(String, Vec<Value>), StoreError> {
+    let mut stmt = conn
+        .prepare_cached("SELECT model, response_model FROM tenant_models WHERE tenant_id = ?1")
+        .map_err(|e| sqlite_err(conn, e))?;
+    let rows = stmt
+        .query_map([tenant_id], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+        })
+        .map_err(|e| sqlite_err(conn, e))?;
+    let (mut direct, mut behind, mut responses) = (Vec::new(), Vec::new(), Vec::new());
+    for row in rows {
+        let (model, response) = row.map_err(|e| sqlite_err(conn, e))?;
+        if names_match(how, &model, wanted) {
+            direct.push(model);
+        } else if !response.is_empty() && names_match(how, &response, wanted) {
+            behind.push(model);
+            responses.push(response);
+        }
+    }
+    for v in [&mut direct, &mut behind, &mut responses] {
+        v.sort_unstable();
+        v.dedup();
+    }
+    let list = |n: usize| vec!["?"; n].join(", ");
+    let text = |v: &[String]| v.iter().cloned().map(Value::Text).collect::<Vec<_>>();
+    if responses.is_empty() {
+        if direct.is_empty() {
+            return Ok(("0".to_owned(), Vec::new()));
+        }
+        return Ok((format!("model IN ({})", list(direct.len())), text(&direct)));
+    }
+    let mut all: Vec<String> = direct.iter().chain(&behind).cloned().collect();
+    all.sort_unstable();
+    all.dedup();
+    let mut args = text(&all);
+    let mut either = Vec::new();
+    if !direct.is_empty() {
+        either.push(format!("model IN ({})", list(direct.len())));
+        args.extend(text(&direct));
+    }
+    either.push(format!("response_model IN ({})", list(responses.len())));
+    args.extend(text(&responses));
+    Ok((
+        format!(
+            "model IN ({}) AND ({})",
+            list(all.len()),
+            either.join(" OR ")
+        ),
+        args,
+    ))
+}
+
+fn sql_filters(
+    conn: &Connection,
+    tenant_id: i64,
+    q: &TraceQuery,
+) -> Result<(String, Vec<Value>, RowAccess), StoreError> {
     let mut sql = String::from("tenant_id = ?");
     let mut args = vec![Value::Integer(tenant_id)];
     let mut indexed_equality = q.errors_only;
+    if let Some(wanted) = &q.service {
+        let names = matching_services(conn, tenant_id, q.names, wanted)?;
+        if names.is_empty() {
+            sql.push_str(" AND 0");
+        } else {
+            sql.push_str(&format!(
+                " AND service IN ({})",
+                vec!["?"; names.len()].join(", ")
+            ));
+            args.extend(names.into_iter().map(Value::Text));
+        }
+        indexed_equality = true;
+    }
+    if let Some(wanted) = &q.model {
+        let (condition, values) = model_condition(conn, tenant_id, q.names, wanted)?;
+        sql.push_str(&format!(" AND ({condition})"));
+        args.extend(values);
+        indexed_equality = true;
+    }
     let mut eq = |column: &str, value: &Option<String>| {
         if let Some(v) = value {
             sql.push_str(&format!(" AND {column} = ?"));
@@ -292,9 +419,7 @@ fn sql_filters(tenant_id: i64, q: &TraceQuery) -> (String, Vec<Value>, RowAccess
             indexed_equality |= INDEXED_COLUMNS.contains(&column);
         }
     };
-    eq("service", &q.service);
     eq("name", &q.span_name);
-    eq("model", &q.model);
     eq("route", &q.route);
     eq("adapter", &q.adapter);
     eq("ab_group", &q.ab_group);
@@ -322,7 +447,7 @@ fn sql_filters(tenant_id: i64, q: &TraceQuery) -> (String, Vec<Value>, RowAccess
         sql.push_str(" AND start_ns <= ?");
         args.push(Value::Integer(sql_nanos(n)));
     }
-    (sql, args, RowAccess::given(indexed_equality))
+    Ok((sql, args, RowAccess::given(indexed_equality)))
 }
 
 /// Matches `attr.KEY=VALUE` filters against a span's detail and origin.
@@ -467,7 +592,7 @@ pub(crate) fn search(
             next_cursor: None,
         });
     };
-    let (filters, filter_args, access) = sql_filters(tenant_id, q);
+    let (filters, filter_args, access) = sql_filters(conn, tenant_id, q)?;
     let window = SpanWindow {
         tenant_id,
         from: q.start_from_unix_nano.map_or(i64::MIN, sql_nanos),
@@ -682,7 +807,7 @@ pub(crate) fn services(
         return Ok(Vec::new());
     };
     let mut stmt = conn
-        .prepare_cached("SELECT DISTINCT service FROM spans WHERE tenant_id = ?1 ORDER BY service")
+        .prepare_cached("SELECT service FROM tenant_services WHERE tenant_id = ?1 ORDER BY service")
         .map_err(|e| sqlite_err(conn, e))?;
     let names = stmt
         .query_map([tenant_id], |r| r.get::<_, String>(0))

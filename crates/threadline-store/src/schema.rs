@@ -223,6 +223,25 @@ const MIGRATIONS: &[&str] = &[
         filter BLOB NOT NULL,
         PRIMARY KEY (tenant_id, block_id)
      ) WITHOUT ROWID;",
+    // 12: the distinct services and models of each tenant, so that service and model
+    //    filters (case-insensitive, by prefix) resolve to the exact stored values the
+    //    span indexes are keyed by, and the responding model when it is not the
+    //    requested one (`response_model`; '' in `tenant_models` when the same).
+    "ALTER TABLE spans ADD COLUMN response_model TEXT;
+     CREATE TABLE tenant_services (
+        tenant_id INTEGER NOT NULL,
+        service TEXT NOT NULL,
+        PRIMARY KEY (tenant_id, service)
+     ) WITHOUT ROWID;
+     CREATE TABLE tenant_models (
+        tenant_id INTEGER NOT NULL,
+        model TEXT NOT NULL,
+        response_model TEXT NOT NULL,
+        PRIMARY KEY (tenant_id, model, response_model)
+     ) WITHOUT ROWID;
+     INSERT OR IGNORE INTO tenant_services SELECT DISTINCT tenant_id, service FROM spans;
+     INSERT OR IGNORE INTO tenant_models
+        SELECT DISTINCT tenant_id, model, '' FROM spans WHERE model IS NOT NULL;",
 ];
 
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -50,6 +50,8 @@ struct SpanRow {
     session_id: Option<String>,
     total_tokens: Option<i64>,
     input_tokens: Option<i64>,
+    /// The responding model, when it is not the one in `model`.
+    response_model: Option<String>,
     output_tokens: Option<i64>,
     block_offset: u32,
     block_len: u32,
@@ -66,6 +68,9 @@ pub struct PreparedBatch {
     trace_ids: Vec<u8>,
     /// The block's attribute filter (`attr_filter`).
     attr_filter: Vec<u8>,
+    /// Distinct services, and (model, response model or "") pairs, of the rows.
+    services: Vec<String>,
+    models: Vec<(String, String)>,
     min_start_ns: i64,
     max_start_ns: i64,
     encoded_bytes: usize,
@@ -131,6 +136,10 @@ impl PreparedBatch {
                 session_id: field(|l| l.session_id.as_ref()),
                 total_tokens: llm.and_then(|l| l.total_tokens),
                 input_tokens: llm.and_then(|l| l.input_tokens),
+                response_model: llm
+                    .and_then(|l| l.response_model.as_ref())
+                    .filter(|r| Some(r.as_str()) != llm.and_then(|l| l.model()))
+                    .cloned(),
                 output_tokens: llm.and_then(|l| l.output_tokens),
                 block_offset,
                 block_len,
@@ -145,6 +154,24 @@ impl PreparedBatch {
             max_start_ns: rows.iter().map(|r| r.start_ns).max().unwrap_or(0),
             trace_ids: ids.concat(),
             attr_filter: filter.encode(),
+            services: {
+                let mut v: Vec<String> = rows.iter().map(|r| r.service.clone()).collect();
+                v.sort_unstable();
+                v.dedup();
+                v
+            },
+            models: {
+                let mut v: Vec<(String, String)> = rows
+                    .iter()
+                    .filter_map(|r| {
+                        let model = r.model.clone()?;
+                        Some((model, r.response_model.clone().unwrap_or_default()))
+                    })
+                    .collect();
+                v.sort_unstable();
+                v.dedup();
+                v
+            },
             rows,
             origins,
             block: block.blob,
@@ -230,6 +257,8 @@ pub(crate) struct EraseJob {
     pub(crate) requested_ns: i64,
 }
 
+// Jobs are moved once, into the bounded queue and out: their size does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Work {
     Spans(PreparedBatch),
     Graph(GraphJob),
@@ -445,6 +474,8 @@ impl WriterHandle {
 struct WriterCache {
     tenant_ids: HashMap<TenantId, i64>,
     origins: HashSet<(i64, i64)>,
+    services: HashSet<(i64, String)>,
+    models: HashSet<(i64, String, String)>,
     graph: crate::graph::GraphCache,
 }
 
@@ -793,6 +824,26 @@ fn insert_batch(
     if batch.rows.is_empty() {
         return Ok(None);
     }
+    for service in &batch.services {
+        if cache.services.insert((tenant_id, service.clone())) {
+            tx.prepare_cached(
+                "INSERT OR IGNORE INTO tenant_services (tenant_id, service) VALUES (?1, ?2)",
+            )?
+            .execute(params![tenant_id, service])?;
+        }
+    }
+    for (model, response) in &batch.models {
+        if cache
+            .models
+            .insert((tenant_id, model.clone(), response.clone()))
+        {
+            tx.prepare_cached(
+                "INSERT OR IGNORE INTO tenant_models (tenant_id, model, response_model)
+                 VALUES (?1, ?2, ?3)",
+            )?
+            .execute(params![tenant_id, model, response])?;
+        }
+    }
     tx.prepare_cached("INSERT INTO span_blocks (tenant_id, block) VALUES (?1, ?2)")?
         .execute(params![tenant_id, batch.block])?;
     let block_id = tx.last_insert_rowid();
@@ -801,9 +852,9 @@ fn insert_batch(
         "INSERT INTO spans (tenant_id, trace_id, span_id, parent_span_id, name, service,
             kind, start_ns, end_ns, duration_ns, status_code, origin_hash, model, route, adapter,
             ab_group, instance, image, prompt_version, user_id, session_id, total_tokens, block_id,
-            block_offset, block_len, input_tokens, output_tokens)
+            block_offset, block_len, input_tokens, output_tokens, response_model)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-            ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27)",
+            ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)",
     )?;
     let mut first_rowid = None;
     for row in &batch.rows {
@@ -835,6 +886,7 @@ fn insert_batch(
             row.block_len,
             row.input_tokens,
             row.output_tokens,
+            row.response_model,
         ])?;
         first_rowid.get_or_insert_with(|| tx.last_insert_rowid());
     }
