@@ -33,6 +33,9 @@ pub(crate) enum RowAccess {
     BlockRange,
 }
 
+/// The row filter of a read that filters on nothing but the tenant.
+pub(crate) const TENANT_ONLY: &str = "tenant_id = ?";
+
 /// Span columns with an index keyed (tenant, column, block).
 pub(crate) const INDEXED_COLUMNS: [&str; 4] = ["service", "model", "route", "adapter"];
 
@@ -95,6 +98,8 @@ pub(crate) struct NewestFirst<'c, T> {
     window: SpanWindow,
     /// The next page of zones holding a matching row, newest start first.
     zones_sql: String,
+    /// Whether `zones_sql` tests the filter (and binds its arguments).
+    zones_filtered: bool,
     /// `SELECT … FROM spans WHERE rowid BETWEEN ? AND ? AND block_id = ? AND (filter)`.
     rows_sql: String,
     filter_args: Vec<Value>,
@@ -136,6 +141,19 @@ impl<'c, T: Ord> NewestFirst<'c, T> {
         decode: DecodeRow<T>,
     ) -> Self {
         let spans = access.spans_table("");
+        // Every zone holds rows of its tenant (but for a block erased whole, which
+        // reads as empty): without a filter, the per-zone probe would only cost a row
+        // read per block.
+        let zones_filtered = filter != TENANT_ONLY;
+        let holds_match = if !zones_filtered {
+            String::new()
+        } else {
+            format!(
+                "AND EXISTS (SELECT 1 FROM {spans}
+                             WHERE rowid BETWEEN z.first_span_rowid AND z.last_span_rowid
+                               AND block_id = z.block_id AND ({filter}))"
+            )
+        };
         Self {
             conn,
             window,
@@ -148,9 +166,7 @@ impl<'c, T: Ord> NewestFirst<'c, T> {
                  FROM block_traces AS z INDEXED BY blocks_by_newest_start
                  WHERE z.tenant_id = ? AND z.max_start_ns >= ? AND z.min_start_ns <= ?
                    AND (z.max_start_ns, z.min_start_ns, z.block_id) < (?, ?, ?)
-                   AND EXISTS (SELECT 1 FROM {spans}
-                               WHERE rowid BETWEEN z.first_span_rowid AND z.last_span_rowid
-                                 AND block_id = z.block_id AND ({filter}))
+                   {holds_match}
                  ORDER BY z.max_start_ns DESC, z.min_start_ns DESC, z.block_id DESC
                  LIMIT ?"
             ),
@@ -158,6 +174,7 @@ impl<'c, T: Ord> NewestFirst<'c, T> {
                 "SELECT {columns} FROM {spans}
                  WHERE rowid BETWEEN ? AND ? AND block_id = ? AND ({filter})"
             ),
+            zones_filtered,
             filter_args,
             decode,
             zones: VecDeque::new(),
@@ -204,7 +221,9 @@ impl<'c, T: Ord> NewestFirst<'c, T> {
             Value::Integer(after_min),
             Value::Integer(after_block),
         ];
-        args.extend_from_slice(&self.filter_args);
+        if self.zones_filtered {
+            args.extend_from_slice(&self.filter_args);
+        }
         args.push(Value::Integer(ZONE_PAGE));
         let mut stmt = conn.prepare_cached(&self.zones_sql).map_err(err)?;
         let mut rows = stmt

@@ -15,7 +15,7 @@ use threadline_model::{
 };
 
 use crate::newest_first::{
-    spans_in_window, Keep, NewestFirst, RowAccess, SpanWindow, INDEXED_COLUMNS,
+    spans_in_window, Keep, NewestFirst, RowAccess, SpanWindow, INDEXED_COLUMNS, TENANT_ONLY,
 };
 use crate::trace_lookup::{self, RowRange};
 use crate::{codec, sqlite_err, StoreError};
@@ -390,7 +390,7 @@ fn sql_filters(
     tenant_id: i64,
     q: &TraceQuery,
 ) -> Result<(String, Vec<Value>, RowAccess), StoreError> {
-    let mut sql = String::from("tenant_id = ?");
+    let mut sql = String::from(TENANT_ONLY);
     let mut args = vec![Value::Integer(tenant_id)];
     let mut indexed_equality = q.errors_only;
     if let Some(wanted) = &q.service {
