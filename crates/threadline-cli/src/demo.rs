@@ -107,6 +107,9 @@ fn injected() -> Vec<Injected> {
 }
 
 const BASE_MODEL: &str = "meta-llama/Meta-Llama-3-8B-Instruct";
+
+/// The API port the demo listens on unless told otherwise.
+const DEFAULT_HTTP_PORT: u16 = 8080;
 const EMBED_MODEL: &str = "BAAI/bge-small-en-v1.5";
 
 /// What one request looked like: decided per minute and instance by the scenario.
@@ -665,7 +668,9 @@ async fn report(
         r.pointer("/candidates/0/evidence/exemplar_trace_ids/0")
             .cloned()
     });
+    let commands = example_commands(base, &incidents, exemplar.as_ref(), first_minute);
     Ok(json!({
+        "commands": commands,
         "incidents": incidents.iter().map(|(i, r)| {
             let mut i = i.clone();
             i["causes"] = json!(r["candidates"].as_array().map(|c| c.iter().take(3).cloned().collect::<Vec<_>>()));
@@ -695,7 +700,55 @@ async fn report(
     }))
 }
 
-fn print_report(r: &Value, requests: usize, spans: usize, hours: u32) {
+/// The README's command-line examples with this demo's own ids and times (its data is
+/// relative to now), each one runnable as printed.
+fn example_commands(
+    base: &str,
+    incidents: &[(Value, Value)],
+    exemplar: Option<&Value>,
+    first_minute: i64,
+) -> Vec<String> {
+    let server = if base == format!("http://127.0.0.1:{}", DEFAULT_HTTP_PORT) {
+        String::new()
+    } else {
+        format!(" --server {base}")
+    };
+    let from = rfc3339(first_minute);
+    let mut commands = vec![
+        format!("threadline search{server} --model meta-llama/meta-llama-3 --min-duration 1s"),
+        format!("threadline search{server} --route /v1/support --errors --from {from}"),
+        format!("threadline search{server} --attr gen_ai.tool.name=lookup_account"),
+    ];
+    if let Some(trace) = exemplar.and_then(Value::as_str) {
+        commands.push(format!("threadline trace{server} {trace}"));
+    }
+    commands.push(format!("threadline incidents{server}"));
+    if let Some((incident, _)) = incidents.first() {
+        let id = incident["id"].as_str().unwrap_or_default();
+        commands.push(format!("threadline rca{server} --incident {id}"));
+        let at = incident["onset_unix"].as_i64().unwrap_or(0) / 60 + 2;
+        commands.push(format!(
+            "threadline rca{server} --route {} --metric {} --at {}",
+            incident["route"].as_str().unwrap_or_default(),
+            incident["metric"].as_str().unwrap_or("p99_latency"),
+            rfc3339(at)
+        ));
+    }
+    commands.extend([
+        format!("threadline health{server} adapter:sum-lora@4"),
+        format!("threadline lineage{server} dataset:warehouse:fin-docs --down --depth 6"),
+        format!("threadline lineage{server} fin-lora@7 --up"),
+        format!("threadline impact{server} dataset:warehouse:fin-docs --since {from}"),
+    ]);
+    if let Some(trace) = exemplar.and_then(Value::as_str) {
+        commands.push(format!(
+            "threadline export prov{server} --root request:{trace} --format turtle"
+        ));
+    }
+    commands
+}
+
+fn print_report(r: &Value, requests: usize, spans: usize, hours: u32, serving: bool) {
     crate::out::outln!(
         "Threadline demo: {hours} h of synthetic LLM traffic, {requests} requests ({spans} spans) on 4 routes and 10 instances,\nplus a registry manifest, 10 OpenLineage events (5 fine-tune runs over 3 datasets), {} assistant sessions\nwith their conversations and a {}-span document-indexing trace.\n",
         crate::demo_showcase::SESSIONS,
@@ -736,6 +789,12 @@ fn print_report(r: &Value, requests: usize, spans: usize, hours: u32) {
             crate::out::outln!("  {name:<11} {url}");
         }
     }
+    if serving {
+        crate::out::outln!("\nTry on the command line (while the demo serves):");
+        for command in r["commands"].as_array().into_iter().flatten() {
+            crate::out::outln!("  {}", command.as_str().unwrap_or_default());
+        }
+    }
     crate::out::outln!("\nJSON API:");
     for (name, url) in r["urls"].as_object().into_iter().flatten() {
         if let Some(url) = url.as_str() {
@@ -767,7 +826,7 @@ pub(crate) async fn run(
     let overrides = threadline_server::ConfigOverrides {
         otlp_http: addr(&args.otlp_http, 4318),
         otlp_grpc: addr(&args.otlp_grpc, 4317),
-        http: addr(&args.http, 8080),
+        http: addr(&args.http, DEFAULT_HTTP_PORT),
         data_dir: Some(
             args.data_dir
                 .clone()
@@ -799,7 +858,7 @@ pub(crate) async fn run(
         out["spans"] = json!(spans);
         crate::out::outln!("{}", serde_json::to_string_pretty(&out)?);
     } else {
-        print_report(&report, requests, spans, args.hours);
+        print_report(&report, requests, spans, args.hours, !args.no_serve);
     }
     if !args.no_serve {
         crate::out::outln!(

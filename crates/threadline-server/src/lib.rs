@@ -230,6 +230,7 @@ pub async fn serve_reporting(
     .merge(ui::router());
     let grpc = tonic::transport::Server::builder()
         .add_service(otlp_grpc::service(ctx, config.max_body_bytes))
+        .add_service(otlp_grpc::MetricsRefusal)
         .serve_with_incoming_shutdown(
             tokio_stream::wrappers::TcpListenerStream::new(otlp_grpc),
             stopped(),

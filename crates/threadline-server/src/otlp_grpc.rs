@@ -39,6 +39,31 @@ pub(crate) fn service(ctx: IngestContext, max_message_bytes: usize) -> OtlpGrpcS
     }
 }
 
+/// OTLP metrics, refused with a reason (UNIMPLEMENTED, not retried by SDKs) rather
+/// than the bare "unknown service" an unmounted service gets.
+#[derive(Clone)]
+pub(crate) struct MetricsRefusal;
+
+impl NamedService for MetricsRefusal {
+    const NAME: &'static str = "opentelemetry.proto.collector.metrics.v1.MetricsService";
+}
+
+impl<B: Send + 'static> Service<http::Request<B>> for MetricsRefusal {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _req: http::Request<B>) -> Self::Future {
+        Box::pin(async {
+            Ok(Status::unimplemented(crate::otlp_http::METRICS_NOT_SUPPORTED).into_http())
+        })
+    }
+}
+
 impl NamedService for OtlpGrpcService {
     const NAME: &'static str = "opentelemetry.proto.collector.trace.v1.TraceService";
 }

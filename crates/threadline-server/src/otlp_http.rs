@@ -21,6 +21,7 @@ pub(crate) struct OtlpHttpState {
 pub(crate) fn router(state: OtlpHttpState) -> Router {
     Router::new()
         .route("/v1/traces", post(export_traces))
+        .route("/v1/metrics", post(export_metrics))
         .fallback(|| async {
             crate::error::ApiError::NotFound(
                 "this is Threadline's OTLP/HTTP receiver (POST /v1/traces); the JSON API and the UI are on the API port (default :8080)".to_owned(),
@@ -41,6 +42,7 @@ struct RpcStatus {
 /// gRPC code numbers used in `google.rpc.Status.code`.
 mod rpc_code {
     pub(super) const INVALID_ARGUMENT: i32 = 3;
+    pub(super) const UNIMPLEMENTED: i32 = 12;
     pub(super) const RESOURCE_EXHAUSTED: i32 = 8;
     pub(super) const UNAVAILABLE: i32 = 14;
     pub(super) const UNAUTHENTICATED: i32 = 16;
@@ -63,6 +65,27 @@ fn failure(kind: ContentKind, status: StatusCode, code: i32, message: String) ->
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     }
     response
+}
+
+/// What an exporter of OTLP metrics is told (HTTP 501, gRPC UNIMPLEMENTED): neither
+/// retryable nor a missing route, so an SDK set up with one endpoint for every signal
+/// drops its metrics once and says why.
+pub(crate) const METRICS_NOT_SUPPORTED: &str = "Threadline does not accept OTLP metrics: \
+    it stores traces (/v1/traces, TraceService) and derives its own metrics from them; \
+    send metrics to a metrics backend (Prometheus can scrape Threadline's /metrics)";
+
+async fn export_metrics(headers: HeaderMap) -> Response {
+    let kind = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| ContentKind::from_content_type(Some(v)).ok())
+        .unwrap_or(ContentKind::Json);
+    failure(
+        kind,
+        StatusCode::NOT_IMPLEMENTED,
+        rpc_code::UNIMPLEMENTED,
+        METRICS_NOT_SUPPORTED.to_owned(),
+    )
 }
 
 async fn export_traces(

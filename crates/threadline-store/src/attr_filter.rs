@@ -29,11 +29,15 @@ pub(crate) fn pair_hash(key: &str, value: &str) -> u64 {
         for w in &mut words {
             let mut word = [0u8; 8];
             word.copy_from_slice(w);
-            h = (h ^ u64::from_le_bytes(word)).wrapping_mul(K).rotate_left(29);
+            h = (h ^ u64::from_le_bytes(word))
+                .wrapping_mul(K)
+                .rotate_left(29);
         }
         let mut tail = [0u8; 8];
         tail[..words.remainder().len()].copy_from_slice(words.remainder());
-        h = (h ^ u64::from_le_bytes(tail)).wrapping_mul(K).rotate_left(29);
+        h = (h ^ u64::from_le_bytes(tail))
+            .wrapping_mul(K)
+            .rotate_left(29);
         h = (h ^ part.len() as u64).wrapping_mul(K);
     }
     splitmix(h)

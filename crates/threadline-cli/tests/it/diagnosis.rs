@@ -337,6 +337,26 @@ fn demo_serves_and_the_cli_lists_incidents_ranks_causes_and_scores_health() {
     let demo = crate::harness::Demo::start();
     let (report, base) = (demo.report.clone(), demo.api.clone());
     assert!(report.contains("Incidents found: 4"), "{report}");
+    // Every command the demo suggests runs as printed and finds something.
+    assert!(demo.commands.len() >= 10, "{report}");
+    for command in &demo.commands {
+        let words: Vec<&str> = command.split_whitespace().collect();
+        assert_eq!(words[0], "threadline", "{command}");
+        let out = std::process::Command::new(BIN)
+            .args(&words[1..])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.lines().count() >= 2,
+            "{command}: {}{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            !stdout.contains("no traces") && !stdout.contains("No "),
+            "{command}: {stdout}"
+        );
+    }
     assert_eq!(report.matches("  ok   ").count(), 4, "{report}");
     let cli = |args: &[&str]| cli_at(&base, args);
     let (ok, listed, err) = cli(&["incidents", "--json"]);

@@ -189,3 +189,57 @@ impl tonic::codec::Decoder for RawCodec {
         Ok(Some(RawBytes(src.copy_to_bytes(n).to_vec())))
     }
 }
+
+/// An SDK set up with one endpoint for every signal also exports metrics there: they
+/// are refused with a reason, as "not implemented" (not retried), over both transports.
+#[test]
+fn otlp_metrics_are_refused_with_a_reason_not_a_404() {
+    use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
+    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+    use prost::Message;
+
+    let server = TestServer::start();
+    let body = ExportMetricsServiceRequest::default().encode_to_vec();
+    let response = client()
+        .post(format!("{}/v1/metrics", server.otlp_http))
+        .header("content-type", "application/x-protobuf")
+        .body(body)
+        .send()
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 501);
+    assert_eq!(
+        response.headers()["content-type"].to_str().unwrap(),
+        "application/x-protobuf"
+    );
+    let bytes = response.bytes().unwrap();
+    let message = String::from_utf8_lossy(&bytes);
+    assert!(
+        message.contains("does not accept OTLP metrics"),
+        "{message}"
+    );
+    let json = client()
+        .post(format!("{}/v1/metrics", server.otlp_http))
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .unwrap();
+    assert_eq!(json.status().as_u16(), 501);
+    let status: serde_json::Value = json.json().unwrap();
+    assert_eq!(status["code"], 12, "{status}");
+
+    runtime().block_on(async {
+        let mut client = MetricsServiceClient::connect(server.otlp_grpc.clone())
+            .await
+            .unwrap();
+        let err = client
+            .export(ExportMetricsServiceRequest::default())
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::Unimplemented);
+        assert!(
+            err.message().contains("does not accept OTLP metrics"),
+            "{}",
+            err.message()
+        );
+    });
+}

@@ -385,6 +385,8 @@ pub(crate) struct Demo {
     pub(crate) api: String,
     /// The "Open in a browser" pages: (name, URL).
     pub(crate) pages: Vec<(String, String)>,
+    /// The "Try on the command line" commands, as printed.
+    pub(crate) commands: Vec<String>,
 }
 
 impl Demo {
@@ -410,6 +412,7 @@ impl Demo {
         let stdout = child.stdout.take().unwrap();
         let mut report = String::new();
         let (mut api, mut pages, mut in_pages) = (None, Vec::new(), false);
+        let (mut commands, mut in_commands) = (Vec::new(), false);
         let mut lines = BufReader::new(stdout).lines();
         for line in lines.by_ref() {
             let line = line.unwrap();
@@ -417,8 +420,13 @@ impl Demo {
             report.push('\n');
             if line.starts_with("Open in a browser:") {
                 in_pages = true;
+            } else if line.starts_with("Try on the command line") {
+                in_commands = true;
             } else if line.is_empty() {
                 in_pages = false;
+                in_commands = false;
+            } else if in_commands {
+                commands.push(line.trim().to_owned());
             } else if in_pages {
                 if let Some(at) = line.find("http://") {
                     pages.push((line[..at].trim().to_owned(), line[at..].trim().to_owned()));
@@ -445,6 +453,7 @@ impl Demo {
             report,
             api,
             pages,
+            commands,
         }
     }
 
