@@ -29,6 +29,7 @@ mod prov_api;
 mod query_api;
 mod rca_api;
 mod trace_lineage;
+mod trace_stream;
 mod trace_tree;
 mod trace_view;
 mod ui;

@@ -18,7 +18,7 @@ use threadline_store::{SqliteStore, TraceCursor, TraceQuery};
 use crate::auth::Authenticator;
 use crate::error::{blocking, ApiError};
 use crate::ingest::IngestStats;
-use crate::{dto, trace_tree, trace_view};
+use crate::{dto, trace_view};
 
 #[derive(Clone)]
 pub(crate) struct QueryState {
@@ -45,12 +45,16 @@ async fn get_trace(
     State(state): State<QueryState>,
     headers: HeaderMap,
     Path(raw_id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<axum::response::Response, ApiError> {
     let tenant = state.auth.tenant_of(&headers)?;
     let trace_id = crate::error::parse_trace_id(&raw_id)?;
-    let store = state.store.clone();
-    let spans = blocking(move || existing_trace(&store, &tenant, trace_id)).await?;
-    Ok(Json(trace_tree::trace_tree(&spans, &state.prices)))
+    crate::trace_stream::trace_response(
+        state.store.clone(),
+        tenant,
+        trace_id,
+        Arc::clone(&state.prices),
+    )
+    .await
 }
 
 /// Every span of a trace in compact columns (see `trace_view`), or 404.

@@ -28,57 +28,92 @@ impl<'a> Interner<'a> {
     }
 }
 
+/// Each span's parent and children, by index into a trace's spans (a parent outside
+/// the trace, or one closing a cycle, makes the span a root).
+pub(crate) struct Tree {
+    pub(crate) parent: Vec<Option<usize>>,
+    pub(crate) children: Vec<Vec<usize>>,
+}
+
+impl Tree {
+    pub(crate) fn of(spans: &[SkeletonSpan]) -> Self {
+        let position: HashMap<SpanId, usize> = spans
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.span_id, i))
+            .collect();
+        let parent: Vec<Option<usize>> = spans
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                s.parent_span_id
+                    .and_then(|p| position.get(&p).copied())
+                    .filter(|&p| p != i)
+            })
+            .collect();
+        let parent = break_cycles(parent);
+        let mut children: Vec<Vec<usize>> = vec![Vec::new(); spans.len()];
+        for (i, p) in parent.iter().enumerate() {
+            if let Some(p) = *p {
+                children[p].push(i);
+            }
+        }
+        Self { parent, children }
+    }
+
+    /// Self time of span `i` (ns): its duration not covered by its children.
+    pub(crate) fn self_time(&self, spans: &[SkeletonSpan], i: usize) -> u64 {
+        let s = &spans[i];
+        let kids = self.children[i]
+            .iter()
+            .map(|&c| (spans[c].start_time_unix_nano, spans[c].end_time_unix_nano))
+            .collect();
+        trace_tree::self_time(s.start_time_unix_nano, s.end_time_unix_nano, kids)
+    }
+
+    /// Whether span `i`'s usage counts: it reports tokens and none of its children
+    /// reports them again (an agent span repeats the calls below it).
+    pub(crate) fn counts_usage(&self, spans: &[SkeletonSpan], i: usize) -> bool {
+        let reports = |s: &SkeletonSpan| s.input_tokens.is_some() || s.output_tokens.is_some();
+        reports(&spans[i]) && !self.children[i].iter().any(|&c| reports(&spans[c]))
+    }
+
+    /// The trace's cost (USD) and tokens, each usage counted once.
+    pub(crate) fn usage(&self, spans: &[SkeletonSpan], prices: &PriceTable) -> (f64, i64) {
+        let (mut cost, mut tokens) = (0.0, 0i64);
+        for (i, s) in spans.iter().enumerate() {
+            if self.counts_usage(spans, i) {
+                cost += prices.cost_usd(
+                    s.model.as_deref().unwrap_or_default(),
+                    s.input_tokens.unwrap_or(0),
+                    s.output_tokens.unwrap_or(0),
+                );
+                tokens += s
+                    .total_tokens
+                    .unwrap_or_else(|| s.input_tokens.unwrap_or(0) + s.output_tokens.unwrap_or(0));
+            }
+        }
+        (cost, tokens)
+    }
+}
+
 /// The skeleton of a non-empty trace (spans in start order, as the store gives them).
 pub(crate) fn skeleton(trace_id: &str, spans: &[SkeletonSpan], prices: &PriceTable) -> Value {
     let n = spans.len();
-    let position: HashMap<SpanId, usize> = spans
-        .iter()
-        .enumerate()
-        .map(|(i, s)| (s.span_id, i))
-        .collect();
-    let parent: Vec<Option<usize>> = spans
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            s.parent_span_id
-                .and_then(|p| position.get(&p).copied())
-                .filter(|&p| p != i)
-        })
-        .collect();
-    let parent = break_cycles(parent);
-    let mut children: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for (i, p) in parent.iter().enumerate() {
-        if let Some(p) = *p {
-            children[p].push(i);
-        }
-    }
+    let tree = Tree::of(spans);
+    let (parent, children) = (&tree.parent, &tree.children);
     let (start, end) = trace_tree::time_bounds(
         spans
             .iter()
             .map(|s| (s.start_time_unix_nano, s.end_time_unix_nano)),
     );
     let micros = |ns: u64| ns as f64 / 1e3;
-    let self_us: Vec<f64> = (0..n)
-        .map(|i| {
-            let s = &spans[i];
-            let kids = children[i]
-                .iter()
-                .map(|&c| (spans[c].start_time_unix_nano, spans[c].end_time_unix_nano))
-                .collect();
-            micros(trace_tree::self_time(
-                s.start_time_unix_nano,
-                s.end_time_unix_nano,
-                kids,
-            ))
-        })
-        .collect();
-    let critical = critical_path(spans, &parent, &children);
-    let reports = |s: &SkeletonSpan| s.input_tokens.is_some() || s.output_tokens.is_some();
+    let self_us: Vec<f64> = (0..n).map(|i| micros(tree.self_time(spans, i))).collect();
+    let critical = critical_path(spans, parent, children);
+    let (cost, tokens_total) = tree.usage(spans, prices);
     let mut names = Interner::default();
     let mut services = Interner::default();
     let mut models = Interner::default();
-    let mut cost = 0.0;
-    let mut tokens_total = 0i64;
     let mut cols = (
         Vec::with_capacity(n),
         Vec::with_capacity(n),
@@ -107,18 +142,6 @@ pub(crate) fn skeleton(trace_id: &str, spans: &[SkeletonSpan], prices: &PriceTab
             .1
             .push(s.model.as_deref().map_or(-1, |m| models.id(m) as i64));
         flags.2.push(s.total_tokens);
-        // Count usage once: not on spans whose children report it again.
-        let repeated = children[i].iter().any(|&c| reports(&spans[c]));
-        if reports(s) && !repeated {
-            cost += prices.cost_usd(
-                s.model.as_deref().unwrap_or_default(),
-                s.input_tokens.unwrap_or(0),
-                s.output_tokens.unwrap_or(0),
-            );
-            tokens_total += s
-                .total_tokens
-                .unwrap_or_else(|| s.input_tokens.unwrap_or(0) + s.output_tokens.unwrap_or(0));
-        }
     }
     json!({
         "trace_id": trace_id,
@@ -245,6 +268,7 @@ mod tests {
             total_tokens: None,
             input_tokens: None,
             output_tokens: None,
+            location: Default::default(),
         }
     }
 

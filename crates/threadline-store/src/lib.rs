@@ -34,7 +34,7 @@ pub use query::{
     ExemplarQuery, ModelUsage, NameMatch, RequestsServed, ServiceSummary, TraceCursor, TracePage,
     TraceQuery, TraceSummary,
 };
-pub use skeleton::SkeletonSpan;
+pub use skeleton::{SkeletonSpan, SpanLocation, SpanReader};
 pub use trace_compactor::TraceIndexConfig;
 pub use writer::{Applied, PreparedBatch, WriteAck, WriterStats};
 
@@ -464,6 +464,29 @@ impl SqliteStore {
         self.with_reader(|conn| skeleton::trace_skeleton(conn, tenant, trace_id))
     }
 
+    /// A reader that opens the skeleton spans of `trace_id` whole, one at a time;
+    /// `None` for a tenant that has stored nothing.
+    pub fn span_reader(
+        &self,
+        tenant: &TenantId,
+        trace_id: TraceId,
+    ) -> Result<Option<SpanReader>, StoreError> {
+        let conn = self.take_reader()?;
+        let tenant_id = match query::tenant_key(&conn, tenant) {
+            Ok(Some(id)) => id,
+            other => {
+                self.inner.return_reader(conn);
+                return other.map(|_| None);
+            }
+        };
+        Ok(Some(SpanReader::new(
+            conn,
+            Arc::downgrade(&self.inner),
+            tenant_id,
+            trace_id,
+        )))
+    }
+
     /// One span of a trace, whole, or `None`.
     pub fn get_span(
         &self,
@@ -504,23 +527,34 @@ impl SqliteStore {
         &self,
         f: impl FnOnce(&Connection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
+        let conn = self.take_reader()?;
+        let result = f(&conn);
+        self.inner.return_reader(conn);
+        result
+    }
+
+    fn take_reader(&self) -> Result<Connection, StoreError> {
         let pooled = self
             .inner
             .readers
             .lock()
             .ok()
             .and_then(|mut pool| pool.pop());
-        let conn = match pooled {
-            Some(c) => c,
-            None => schema::open_reader(&self.inner.path)?,
-        };
-        let result = f(&conn);
-        if let Ok(mut pool) = self.inner.readers.lock() {
+        match pooled {
+            Some(c) => Ok(c),
+            None => schema::open_reader(&self.inner.path),
+        }
+    }
+}
+
+impl Inner {
+    /// Puts a reader connection back in the pool (which keeps at most 8).
+    fn return_reader(&self, conn: Connection) {
+        if let Ok(mut pool) = self.readers.lock() {
             if pool.len() < 8 {
                 pool.push(conn);
             }
         }
-        result
     }
 }
 

@@ -210,7 +210,11 @@ impl OriginCache {
         }
     }
 
-    fn get(&mut self, conn: &Connection, hash: i64) -> Result<Arc<SpanOrigin>, StoreError> {
+    pub(crate) fn get(
+        &mut self,
+        conn: &Connection,
+        hash: i64,
+    ) -> Result<Arc<SpanOrigin>, StoreError> {
         if let Some(o) = self.decoded.get(&hash) {
             return Ok(Arc::clone(o));
         }
@@ -236,8 +240,8 @@ impl OriginCache {
 }
 
 /// Where a span's detail lives.
-#[derive(Clone, Copy)]
-struct DetailSlot {
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct DetailSlot {
     block_id: i64,
     offset: u32,
     len: u32,
@@ -245,7 +249,11 @@ struct DetailSlot {
 
 impl DetailSlot {
     /// Reads `block_id, block_offset, block_len` starting at column `first`.
-    fn from_row(conn: &Connection, row: &Row<'_>, first: usize) -> Result<Self, StoreError> {
+    pub(crate) fn from_row(
+        conn: &Connection,
+        row: &Row<'_>,
+        first: usize,
+    ) -> Result<Self, StoreError> {
         let get_err = |e| sqlite_err(conn, e);
         Ok(Self {
             block_id: row.get(first).map_err(get_err)?,
@@ -255,16 +263,19 @@ impl DetailSlot {
     }
 }
 
-/// Detail blocks decompressed once per query (bounded: a scan may touch many).
+/// Detail blocks decompressed once per query (bounded in blocks and bytes: a scan may
+/// touch many, and one export request's block may hold thousands of spans).
 #[derive(Default)]
 pub(crate) struct BlockCache {
     opened: HashMap<i64, Arc<Vec<u8>>>,
+    bytes: usize,
 }
 
 impl BlockCache {
     const MAX_BLOCKS: usize = 64;
+    const MAX_BYTES: usize = 32 * 1024 * 1024;
 
-    fn detail(
+    pub(crate) fn detail(
         &mut self,
         conn: &Connection,
         slot: DetailSlot,
@@ -277,9 +288,13 @@ impl BlockCache {
                     .and_then(|mut stmt| stmt.query_row([slot.block_id], |r| r.get(0)))
                     .map_err(|e| sqlite_err(conn, e))?;
                 let opened = Arc::new(codec::open_block(&blob)?);
-                if self.opened.len() >= Self::MAX_BLOCKS {
+                if self.opened.len() >= Self::MAX_BLOCKS
+                    || self.bytes + opened.len() > Self::MAX_BYTES
+                {
                     self.opened.clear();
+                    self.bytes = 0;
                 }
+                self.bytes += opened.len();
                 self.opened.insert(slot.block_id, Arc::clone(&opened));
                 opened
             }

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use rusqlite::{params, Connection};
 use threadline_model::{SpanId, SpanKind, SpanRecord, TenantId, TraceId};
 
-use crate::query::{span_from_row, trace_rows, BlockCache, OriginCache};
+use crate::query::{span_from_row, trace_rows, BlockCache, DetailSlot, OriginCache};
 use crate::trace_lookup::RowRange;
 use crate::{sqlite_err, StoreError};
 
@@ -27,6 +27,70 @@ pub struct SkeletonSpan {
     pub total_tokens: Option<i64>,
     pub input_tokens: Option<i64>,
     pub output_tokens: Option<i64>,
+    /// Where the rest of the span is, for `SpanReader::span`.
+    pub location: SpanLocation,
+}
+
+/// Where a span's full record is stored (opaque outside the store).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SpanLocation {
+    slot: DetailSlot,
+    origin_hash: i64,
+}
+
+/// Opens skeleton spans whole, one at a time, over one connection and bounded caches
+/// of decompressed blocks and decoded origins: a caller walking a trace of any size
+/// holds the skeleton and these caches, never every record at once.
+pub struct SpanReader {
+    conn: Option<Connection>,
+    pool: std::sync::Weak<crate::Inner>,
+    trace_id: TraceId,
+    origins: OriginCache,
+    blocks: BlockCache,
+}
+
+impl SpanReader {
+    pub(crate) fn new(
+        conn: Connection,
+        pool: std::sync::Weak<crate::Inner>,
+        tenant_id: i64,
+        trace_id: TraceId,
+    ) -> Self {
+        Self {
+            conn: Some(conn),
+            pool,
+            trace_id,
+            origins: OriginCache::new(tenant_id),
+            blocks: BlockCache::default(),
+        }
+    }
+
+    /// The full record of a span of this reader's trace.
+    pub fn span(&mut self, skeleton: &SkeletonSpan) -> Result<SpanRecord, StoreError> {
+        let conn = self.conn.as_ref().ok_or(StoreError::WriterStopped)?;
+        let (detail, llm) = self.blocks.detail(conn, skeleton.location.slot)?;
+        Ok(SpanRecord {
+            trace_id: self.trace_id,
+            span_id: skeleton.span_id,
+            parent_span_id: skeleton.parent_span_id,
+            name: skeleton.name.clone(),
+            service: skeleton.service.clone(),
+            kind: skeleton.kind,
+            start_time_unix_nano: skeleton.start_time_unix_nano,
+            end_time_unix_nano: skeleton.end_time_unix_nano,
+            detail,
+            origin: self.origins.get(conn, skeleton.location.origin_hash)?,
+            llm,
+        })
+    }
+}
+
+impl Drop for SpanReader {
+    fn drop(&mut self) {
+        if let (Some(conn), Some(inner)) = (self.conn.take(), self.pool.upgrade()) {
+            inner.return_reader(conn);
+        }
+    }
 }
 
 /// Every span of a trace as a skeleton, in start order (first stored copy of each
@@ -58,7 +122,8 @@ pub(crate) fn skeleton_rows(
     let mut stmt = conn
         .prepare_cached(
             "SELECT span_id, parent_span_id, name, service, kind, start_ns, end_ns, status_code,
-                    model, total_tokens, input_tokens, output_tokens
+                    model, total_tokens, input_tokens, output_tokens, origin_hash,
+                    block_id, block_offset, block_len
              FROM spans NOT INDEXED
              WHERE rowid BETWEEN ?1 AND ?2 AND tenant_id = ?3 AND trace_id = ?4
              ORDER BY rowid",
@@ -95,6 +160,10 @@ pub(crate) fn skeleton_rows(
                 total_tokens: row.get(9).map_err(get_err)?,
                 input_tokens: row.get(10).map_err(get_err)?,
                 output_tokens: row.get(11).map_err(get_err)?,
+                location: SpanLocation {
+                    origin_hash: row.get(12).map_err(get_err)?,
+                    slot: DetailSlot::from_row(conn, row, 13)?,
+                },
             });
         }
     }

@@ -120,6 +120,11 @@ impl TestServer {
         self.launch();
     }
 
+    /// The server's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.as_ref().expect("server running").id()
+    }
+
     pub(crate) fn db_path(&self) -> PathBuf {
         self.data_dir.join("threadline.db")
     }

@@ -2,6 +2,7 @@
 //! data directory and talks to it as users do (HTTP, gRPC, the CLI, the OpenTelemetry
 //! Python SDK).
 
+mod big_trace;
 mod browser;
 mod cli;
 mod conformance;

@@ -1,0 +1,177 @@
+//! `GET /api/v1/traces/{id}` as a stream: the trace's tree of whole spans, written
+//! span by span while a reader opens each one, so that one read of a trace of any
+//! size holds its skeleton (≈ 200 bytes a span), a bounded cache of decompressed
+//! blocks and a few chunks of output, never every record and its JSON at once.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::http::{header, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use threadline_analysis::PriceTable;
+use threadline_model::{TenantId, TraceId};
+use threadline_store::{SkeletonSpan, SpanReader, SqliteStore};
+
+use crate::dto;
+use crate::error::ApiError;
+use crate::trace_tree;
+use crate::trace_view::Tree;
+
+/// Output buffered before it is handed to the connection.
+const CHUNK_BYTES: usize = 64 * 1024;
+
+/// Chunks in flight between the reading thread and the connection.
+const CHUNKS_IN_FLIGHT: usize = 4;
+
+/// Answers with the trace, or 404 before anything is sent.
+pub(crate) async fn trace_response(
+    store: SqliteStore,
+    tenant: TenantId,
+    trace_id: TraceId,
+    prices: Arc<PriceTable>,
+) -> Result<Response, ApiError> {
+    let opened = crate::error::blocking(move || {
+        let spans = store.trace_skeleton(&tenant, trace_id)?;
+        let reader = store.span_reader(&tenant, trace_id)?;
+        match reader {
+            Some(reader) if !spans.is_empty() => Ok((spans, reader)),
+            _ => Err(ApiError::NotFound(format!("trace {trace_id} not found"))),
+        }
+    })
+    .await?;
+    let (sender, receiver) = tokio::sync::mpsc::channel(CHUNKS_IN_FLIGHT);
+    tokio::task::spawn_blocking(move || {
+        let (spans, reader) = opened;
+        let mut out = ChunkWriter {
+            buf: Vec::with_capacity(CHUNK_BYTES),
+            sender,
+        };
+        if let Err(e) = write_trace(&mut out, trace_id, &spans, reader, &prices) {
+            // The status line is gone: the client sees a cut-off body.
+            tracing::warn!(%trace_id, error = %e, "trace response cut short");
+            return;
+        }
+        out.flush();
+    });
+    let stream = tokio_stream::wrappers::ReceiverStream::new(receiver);
+    let mut response = Body::from_stream(stream).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Ok(response)
+}
+
+/// Why writing stopped.
+#[derive(Debug, thiserror::Error)]
+enum WriteStop {
+    #[error("the client went away")]
+    Gone,
+    #[error(transparent)]
+    Store(#[from] threadline_store::StoreError),
+}
+
+struct ChunkWriter {
+    buf: Vec<u8>,
+    sender: tokio::sync::mpsc::Sender<Result<Bytes, Infallible>>,
+}
+
+impl ChunkWriter {
+    fn write(&mut self, bytes: &[u8]) -> Result<(), WriteStop> {
+        self.buf.extend_from_slice(bytes);
+        if self.buf.len() >= CHUNK_BYTES {
+            let chunk = std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK_BYTES));
+            self.sender
+                .blocking_send(Ok(Bytes::from(chunk)))
+                .map_err(|_| WriteStop::Gone)?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) {
+        if !self.buf.is_empty() {
+            let _ = self
+                .sender
+                .blocking_send(Ok(Bytes::from(std::mem::take(&mut self.buf))));
+        }
+    }
+}
+
+/// The trace object: its summary fields, then `roots`, each span with its
+/// `children`, depth first in start order.
+fn write_trace(
+    out: &mut ChunkWriter,
+    trace_id: TraceId,
+    spans: &[SkeletonSpan],
+    mut reader: SpanReader,
+    prices: &PriceTable,
+) -> Result<(), WriteStop> {
+    let tree = Tree::of(spans);
+    let (start, end) = trace_tree::time_bounds(
+        spans
+            .iter()
+            .map(|s| (s.start_time_unix_nano, s.end_time_unix_nano)),
+    );
+    let mut services: Vec<&str> = spans.iter().map(|s| s.service.as_str()).collect();
+    services.sort_unstable();
+    services.dedup();
+    let (cost, _) = tree.usage(spans, prices);
+    let head = json!({
+        "trace_id": trace_id.to_hex(),
+        "span_count": spans.len(),
+        "start_time_unix_nano": start.to_string(),
+        "end_time_unix_nano": end.to_string(),
+        "duration_ms": end.saturating_sub(start) as f64 / 1e6,
+        "services": services,
+        "cost_usd": cost,
+    })
+    .to_string();
+    out.write(&head.as_bytes()[..head.len() - 1])?;
+    out.write(br#","roots":["#)?;
+    let roots = (0..spans.len()).filter(|&i| tree.parent[i].is_none());
+    // Depth first without recursion (a trace may be a chain of any depth): each frame
+    // is a span whose children are being written, and the next child to write.
+    let mut stack: Vec<(usize, usize)> = Vec::new();
+    for (n, root) in roots.enumerate() {
+        if n > 0 {
+            out.write(b",")?;
+        }
+        open_span(out, &mut reader, spans, &tree, root, prices)?;
+        stack.push((root, 0));
+        while let Some((span, next)) = stack.last_mut() {
+            match tree.children[*span].get(*next) {
+                Some(&child) => {
+                    if *next > 0 {
+                        out.write(b",")?;
+                    }
+                    *next += 1;
+                    open_span(out, &mut reader, spans, &tree, child, prices)?;
+                    stack.push((child, 0));
+                }
+                None => {
+                    out.write(b"]}")?;
+                    stack.pop();
+                }
+            }
+        }
+    }
+    out.write(b"]}")
+}
+
+/// Writes span `i` up to the opening of its `children` array.
+fn open_span(
+    out: &mut ChunkWriter,
+    reader: &mut SpanReader,
+    spans: &[SkeletonSpan],
+    tree: &Tree,
+    i: usize,
+    prices: &PriceTable,
+) -> Result<(), WriteStop> {
+    let record = reader.span(&spans[i])?;
+    let text = dto::span(&record, tree.self_time(spans, i), prices).to_string();
+    // `dto::span` is an object with fields: drop its `}` and go on with `children`.
+    out.write(&text.as_bytes()[..text.len() - 1])?;
+    out.write(br#","children":["#)
+}
