@@ -234,7 +234,7 @@ async fn v1_get_trace(
     headers: HeaderMap,
     Path(raw): Path<String>,
     Query(params): Query<Vec<(String, String)>>,
-) -> V1 {
+) -> Result<Response, JaegerError> {
     let tenant = v1(st.auth.tenant_of(&headers))?;
     // `start` / `end` (µs or ms) narrow Jaeger's own lookup; the trace is found by id.
     for (k, v) in &params {
@@ -242,11 +242,44 @@ async fn v1_get_trace(
             v1(epoch_to_nanos(k, v))?;
         }
     }
-    let spans = v1(one_trace(&st, tenant, &raw).await)?;
-    Ok(Json(model::v1_envelope(
-        json!([model::v1_trace(&spans, &st.prices)]),
-        1,
-    )))
+    let trace_id = v1(parse_jaeger_trace_id(&raw))?;
+    let (spans, mut reader) =
+        v1(crate::trace_stream::open_trace(st.store.clone(), tenant, trace_id).await)?;
+    let prices = Arc::clone(&st.prices);
+    // The envelope of `model::v1_envelope` around one `model::v1_trace`, written span
+    // by span: a trace of any size is never held whole.
+    Ok(crate::trace_stream::streamed(
+        "Jaeger trace response",
+        move |out| {
+            out.write(
+                format!(
+                    r#"{{"data":[{{"traceID":"{}","spans":["#,
+                    model::trace_id(&trace_id)
+                )
+                .as_bytes(),
+            )?;
+            let mut processes = model::Processes::default();
+            for (i, skeleton) in spans.iter().enumerate() {
+                if i > 0 {
+                    out.write(b",")?;
+                }
+                let span = reader.span(skeleton)?;
+                out.write(
+                    model::v1_span(&span, &mut processes, &prices)
+                        .to_string()
+                        .as_bytes(),
+                )?;
+            }
+            out.write(
+            format!(
+                r#"],"processes":{},"warnings":null}}],"total":1,"limit":0,"offset":0,"errors":null}}"#,
+                processes.to_json()
+            )
+            .as_bytes(),
+        )
+        },
+    )
+    .await)
 }
 
 async fn v1_dependencies(

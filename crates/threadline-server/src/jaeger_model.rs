@@ -125,7 +125,7 @@ fn span_tags(s: &SpanRecord, prices: &PriceTable) -> Vec<Value> {
 
 /// Process keys (`p1`, `p2` …) per distinct resource.
 #[derive(Default)]
-struct Processes {
+pub(crate) struct Processes {
     ids: Vec<(String, Vec<Attribute>)>,
 }
 
@@ -152,7 +152,7 @@ impl Processes {
         format!("p{}", at + 1)
     }
 
-    fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         let map: Map<String, Value> = self
             .ids
             .iter()
@@ -173,51 +173,55 @@ pub(crate) fn v1_trace(spans: &[SpanRecord], prices: &PriceTable) -> Value {
     let mut processes = Processes::default();
     let spans_json: Vec<Value> = spans
         .iter()
-        .map(|s| {
-            let mut references = Vec::new();
-            if let Some(parent) = s.parent_span_id {
-                references.push(json!({"refType": "CHILD_OF", "traceID": trace_id(&s.trace_id), "spanID": parent.to_hex()}));
-            }
-            // A link is FOLLOWS_FROM unless it says otherwise the way Jaeger's OTLP
-            // translator writes it (`opentracing.ref_type = child_of`).
-            for link in &s.detail.links {
-                let child_of = link.attributes.iter().any(|a| {
-                    a.key == "opentracing.ref_type" && a.value.as_str() == Some("child_of")
-                });
-                let ref_type = if child_of { "CHILD_OF" } else { "FOLLOWS_FROM" };
-                references.push(json!({"refType": ref_type, "traceID": trace_id(&link.trace_id), "spanID": link.span_id.to_hex()}));
-            }
-            let logs: Vec<Value> = s
-                .detail
-                .events
-                .iter()
-                .map(|e| {
-                    let mut fields = Vec::new();
-                    if !e.name.is_empty() {
-                        fields.push(str_tag("event", &e.name));
-                    }
-                    fields.extend(tags(&e.attributes));
-                    json!({"timestamp": micros(e.time_unix_nano), "fields": fields})
-                })
-                .collect();
-            json!({
-                "traceID": trace_id(&s.trace_id),
-                "spanID": s.span_id.to_hex(),
-                "operationName": s.name,
-                "references": references,
-                "startTime": micros(s.start_time_unix_nano),
-                "duration": micros(s.duration_nanos()),
-                "tags": span_tags(s, prices),
-                "logs": logs,
-                "processID": processes.id(s),
-                "warnings": null,
-            })
-        })
+        .map(|s| v1_span(s, &mut processes, prices))
         .collect();
     json!({
         "traceID": spans.first().map(|s| trace_id(&s.trace_id)),
         "spans": spans_json,
         "processes": processes.to_json(),
+        "warnings": null,
+    })
+}
+
+/// One span in Jaeger's v1 UI model; its process is added to `processes`.
+pub(crate) fn v1_span(s: &SpanRecord, processes: &mut Processes, prices: &PriceTable) -> Value {
+    let mut references = Vec::new();
+    if let Some(parent) = s.parent_span_id {
+        references.push(json!({"refType": "CHILD_OF", "traceID": trace_id(&s.trace_id), "spanID": parent.to_hex()}));
+    }
+    // A link is FOLLOWS_FROM unless it says otherwise the way Jaeger's OTLP translator
+    // writes it (`opentracing.ref_type = child_of`).
+    for link in &s.detail.links {
+        let child_of = link
+            .attributes
+            .iter()
+            .any(|a| a.key == "opentracing.ref_type" && a.value.as_str() == Some("child_of"));
+        let ref_type = if child_of { "CHILD_OF" } else { "FOLLOWS_FROM" };
+        references.push(json!({"refType": ref_type, "traceID": trace_id(&link.trace_id), "spanID": link.span_id.to_hex()}));
+    }
+    let logs: Vec<Value> = s
+        .detail
+        .events
+        .iter()
+        .map(|e| {
+            let mut fields = Vec::new();
+            if !e.name.is_empty() {
+                fields.push(str_tag("event", &e.name));
+            }
+            fields.extend(tags(&e.attributes));
+            json!({"timestamp": micros(e.time_unix_nano), "fields": fields})
+        })
+        .collect();
+    json!({
+        "traceID": trace_id(&s.trace_id),
+        "spanID": s.span_id.to_hex(),
+        "operationName": s.name,
+        "references": references,
+        "startTime": micros(s.start_time_unix_nano),
+        "duration": micros(s.duration_nanos()),
+        "tags": span_tags(s, prices),
+        "logs": logs,
+        "processID": processes.id(s),
         "warnings": null,
     })
 }

@@ -241,9 +241,16 @@ pub async fn serve_reporting(
         axum::serve(otlp_http, otlp_http_app)
             .with_graceful_shutdown(stopped())
             .into_future(),
-        axum::serve(http, query_app)
-            .with_graceful_shutdown(stopped())
-            .into_future(),
+        // No Nagle delay: a streamed answer's small last chunk would otherwise wait
+        // for the client's delayed ACK (40 ms).
+        axum::serve(
+            axum::serve::ListenerExt::tap_io(http, |tcp| {
+                let _ = tcp.set_nodelay(true);
+            }),
+            query_app
+        )
+        .with_graceful_shutdown(stopped())
+        .into_future(),
         grpc,
     );
     a.map_err(|e| ServeError::Listener {

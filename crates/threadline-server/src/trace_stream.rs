@@ -25,14 +25,14 @@ const CHUNK_BYTES: usize = 64 * 1024;
 /// Chunks in flight between the reading thread and the connection.
 const CHUNKS_IN_FLIGHT: usize = 4;
 
-/// Answers with the trace, or 404 before anything is sent.
-pub(crate) async fn trace_response(
+/// A trace opened for streaming: its skeleton (start order) and a reader of whole
+/// spans; 404 (before anything is sent) when the tenant has no such trace.
+pub(crate) async fn open_trace(
     store: SqliteStore,
     tenant: TenantId,
     trace_id: TraceId,
-    prices: Arc<PriceTable>,
-) -> Result<Response, ApiError> {
-    let opened = crate::error::blocking(move || {
+) -> Result<(Vec<SkeletonSpan>, SpanReader), ApiError> {
+    crate::error::blocking(move || {
         let spans = store.trace_skeleton(&tenant, trace_id)?;
         let reader = store.span_reader(&tenant, trace_id)?;
         match reader {
@@ -40,48 +40,93 @@ pub(crate) async fn trace_response(
             _ => Err(ApiError::NotFound(format!("trace {trace_id} not found"))),
         }
     })
-    .await?;
+    .await
+}
+
+/// A 200 JSON response whose body `write` produces on a blocking thread: sent whole
+/// (with its length) when it fits in one chunk, else in chunks while the connection
+/// sends them.
+pub(crate) async fn streamed(
+    what: &'static str,
+    write: impl FnOnce(&mut ChunkWriter) -> Result<(), WriteStop> + Send + 'static,
+) -> Response {
     let (sender, receiver) = tokio::sync::mpsc::channel(CHUNKS_IN_FLIGHT);
+    let (first, first_out) = tokio::sync::oneshot::channel();
     tokio::task::spawn_blocking(move || {
-        let (spans, reader) = opened;
         let mut out = ChunkWriter {
             buf: Vec::with_capacity(CHUNK_BYTES),
+            first: Some(first),
             sender,
         };
-        if let Err(e) = write_trace(&mut out, trace_id, &spans, reader, &prices) {
-            // The status line is gone: the client sees a cut-off body.
-            tracing::warn!(%trace_id, error = %e, "trace response cut short");
-            return;
+        match write(&mut out) {
+            Ok(()) => out.finish(),
+            // Past the first chunk the status line is gone: the body is cut off.
+            Err(e) => tracing::warn!(error = %e, "{what} cut short"),
         }
-        out.flush();
     });
-    let stream = tokio_stream::wrappers::ReceiverStream::new(receiver);
-    let mut response = Body::from_stream(stream).into_response();
+    let mut response = match first_out.await {
+        Ok(First::Whole(body)) => Body::from(body).into_response(),
+        Ok(First::Streaming) => {
+            Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(receiver)).into_response()
+        }
+        Err(_) => {
+            return ApiError::Internal(format!("{what} failed before its first byte"))
+                .into_response()
+        }
+    };
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    Ok(response)
+    response
+}
+
+/// How a streamed body starts.
+enum First {
+    /// It was complete within one chunk.
+    Whole(Bytes),
+    /// Its chunks follow on the channel.
+    Streaming,
+}
+
+/// Answers with the trace, or 404 before anything is sent.
+pub(crate) async fn trace_response(
+    store: SqliteStore,
+    tenant: TenantId,
+    trace_id: TraceId,
+    prices: Arc<PriceTable>,
+) -> Result<Response, ApiError> {
+    let (spans, reader) = open_trace(store, tenant, trace_id).await?;
+    Ok(streamed("trace response", move |out| {
+        write_trace(out, trace_id, &spans, reader, &prices)
+    })
+    .await)
 }
 
 /// Why writing stopped.
 #[derive(Debug, thiserror::Error)]
-enum WriteStop {
+pub(crate) enum WriteStop {
     #[error("the client went away")]
     Gone,
     #[error(transparent)]
     Store(#[from] threadline_store::StoreError),
 }
 
-struct ChunkWriter {
+/// Output of a streamed response.
+pub(crate) struct ChunkWriter {
     buf: Vec<u8>,
+    /// Until the first chunk is full: where to say how the body starts.
+    first: Option<tokio::sync::oneshot::Sender<First>>,
     sender: tokio::sync::mpsc::Sender<Result<Bytes, Infallible>>,
 }
 
 impl ChunkWriter {
-    fn write(&mut self, bytes: &[u8]) -> Result<(), WriteStop> {
+    pub(crate) fn write(&mut self, bytes: &[u8]) -> Result<(), WriteStop> {
         self.buf.extend_from_slice(bytes);
         if self.buf.len() >= CHUNK_BYTES {
+            if let Some(first) = self.first.take() {
+                first.send(First::Streaming).map_err(|_| WriteStop::Gone)?;
+            }
             let chunk = std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK_BYTES));
             self.sender
                 .blocking_send(Ok(Bytes::from(chunk)))
@@ -90,11 +135,16 @@ impl ChunkWriter {
         Ok(())
     }
 
-    fn flush(&mut self) {
-        if !self.buf.is_empty() {
-            let _ = self
-                .sender
-                .blocking_send(Ok(Bytes::from(std::mem::take(&mut self.buf))));
+    fn finish(mut self) {
+        let rest = Bytes::from(std::mem::take(&mut self.buf));
+        match self.first.take() {
+            Some(first) => {
+                let _ = first.send(First::Whole(rest));
+            }
+            None if !rest.is_empty() => {
+                let _ = self.sender.blocking_send(Ok(rest));
+            }
+            None => {}
         }
     }
 }

@@ -110,4 +110,20 @@ fn a_40000_span_trace_streams_within_a_memory_bound() {
         after / 1024
     );
     assert!(grown_mb < 128, "peak RSS grew by {grown_mb} MB");
+
+    // Jaeger's trace by id, the same way.
+    let response = client()
+        .get(format!("{}/jaeger/api/traces/{}", server.api, hex(&trace_id)))
+        .send()
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let body = response.bytes().unwrap();
+    let jaeger_after = peak_rss_kb(server.pid());
+    let jaeger: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let data = &jaeger["data"][0];
+    assert_eq!(data["spans"].as_array().unwrap().len(), total);
+    assert_eq!(data["processes"]["p1"]["serviceName"], "indexer");
+    assert_eq!(jaeger["total"], 1);
+    let grown_mb = jaeger_after.saturating_sub(before) / 1024;
+    assert!(grown_mb < 128, "peak RSS grew by {grown_mb} MB with Jaeger's API");
 }
