@@ -335,7 +335,8 @@ pub fn lineage(data_dir: &Path, size: LineageBenchSize) -> Result<Value, StoreEr
         let trace_id = request_spans(t, 0, &layout)[0].trace_id;
         let began = Instant::now();
         let spans = store.get_trace(&tenant, trace_id)?;
-        let (graph, _) = crate::trace_lineage::chain(&store, &tenant, &spans)?;
+        let mut served = crate::trace_lineage::ServedBy::of(&spans);
+        let graph = crate::trace_lineage::chain(&store, &tenant, trace_id, &mut served)?;
         chain_times.push(began.elapsed());
         chain_datasets += graph
             .nodes

@@ -288,9 +288,9 @@ async fn trace_chain(
     let trace_id = crate::error::parse_trace_id(&raw_id)?;
     let store = state.store.clone();
     blocking(move || {
-        let spans = crate::query_api::existing_trace(&store, &tenant, trace_id)?;
+        let facts = crate::trace_lineage::TraceFacts::of_trace(&store, &tenant, trace_id)?;
         Ok(Json(crate::trace_lineage::trace_lineage(
-            &store, &tenant, &spans,
+            &store, &tenant, facts,
         )?))
     })
     .await

@@ -102,29 +102,20 @@ fn request_export(
     trace: &str,
 ) -> Result<(threadline_model::LineageGraph, Vec<ProvRequest>), ApiError> {
     let trace_id = crate::error::parse_trace_id(trace)?;
-    let spans = crate::query_api::existing_trace(store, tenant, trace_id)?;
-    let root = crate::trace_lineage::request_span(&spans)
-        .ok_or_else(|| ApiError::NotFound(format!("trace {trace_id} not found")))?;
-    let (graph, served) = crate::trace_lineage::chain(store, tenant, &spans)?;
+    let mut facts = crate::trace_lineage::TraceFacts::of_trace(store, tenant, trace_id)?;
+    let graph = crate::trace_lineage::chain(store, tenant, trace_id, &mut facts.served)?;
+    let served = &facts.served;
     let present: std::collections::HashSet<&NodeId> = graph.nodes.iter().map(|n| &n.id).collect();
-    let user = spans
-        .iter()
-        .find_map(|s| s.llm.as_ref().and_then(|l| l.user_id.clone()));
     let request = ProvRequest {
         trace_id: trace_id.to_string(),
-        name: root.name.clone(),
-        start_ns: spans
-            .iter()
-            .map(|s| s.start_time_unix_nano)
-            .min()
-            .unwrap_or(0) as i64,
-        end_ns: spans
-            .iter()
-            .map(|s| s.end_time_unix_nano)
-            .max()
-            .unwrap_or(0) as i64,
-        service: root.service.clone(),
-        user_digest: user.map(|u| hex::encode(sha2::Sha256::digest(u.as_bytes()))),
+        name: facts.root.name.clone(),
+        start_ns: facts.start_ns as i64,
+        end_ns: facts.end_ns as i64,
+        service: facts.root.service.clone(),
+        user_digest: facts
+            .user_id
+            .as_ref()
+            .map(|u| hex::encode(sha2::Sha256::digest(u.as_bytes()))),
         used: served
             .sources
             .iter()

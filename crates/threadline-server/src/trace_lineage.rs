@@ -10,9 +10,9 @@ use std::collections::{HashMap, HashSet};
 use serde_json::{json, Value};
 use threadline_model::{
     Direction, EdgeKind, LineageEdge, LineageGraph, LineageNode, NodeId, NodeKind, SpanRecord,
-    TenantId,
+    TenantId, TraceId,
 };
-use threadline_store::{SqliteStore, StoreError, WalkLimits};
+use threadline_store::{SkeletonSpan, SpanReader, SqliteStore, StoreError, WalkLimits};
 
 use crate::dto;
 
@@ -37,42 +37,125 @@ pub(crate) struct ServedBy {
     pub(crate) traced_runs: Vec<NodeId>,
 }
 
-fn served_by(spans: &[SpanRecord]) -> ServedBy {
-    let mut s = ServedBy {
-        routes: Vec::new(),
-        instances: Vec::new(),
-        sources: Vec::new(),
-        traced_runs: Vec::new(),
-    };
-    let push = |v: &mut Vec<NodeId>, id: NodeId| {
-        if !v.contains(&id) {
-            v.push(id);
+impl ServedBy {
+    fn new() -> Self {
+        Self {
+            routes: Vec::new(),
+            instances: Vec::new(),
+            sources: Vec::new(),
+            traced_runs: Vec::new(),
         }
-    };
-    for llm in spans.iter().filter_map(|s| s.llm.as_ref()) {
+    }
+
+    /// Every span of `spans`.
+    pub(crate) fn of(spans: &[SpanRecord]) -> Self {
+        let mut s = Self::new();
+        for span in spans {
+            s.add(span);
+        }
+        s
+    }
+
+    /// What one span says served the request.
+    fn add(&mut self, span: &SpanRecord) {
+        let Some(llm) = span.llm.as_ref() else {
+            return;
+        };
+        let push = |v: &mut Vec<NodeId>, id: NodeId| {
+            if !v.contains(&id) {
+                v.push(id);
+            }
+        };
         if let Some(r) = &llm.route {
-            push(&mut s.routes, NodeId::new(NodeKind::Route, r));
+            push(&mut self.routes, NodeId::new(NodeKind::Route, r));
         }
         if let Some(i) = &llm.instance_id {
-            push(&mut s.instances, NodeId::new(NodeKind::Instance, i));
+            push(&mut self.instances, NodeId::new(NodeKind::Instance, i));
         }
         if let Some(a) = &llm.adapter_id {
-            push(&mut s.sources, NodeId::new(NodeKind::Adapter, a));
+            push(&mut self.sources, NodeId::new(NodeKind::Adapter, a));
         }
         if let Some(m) = llm.model() {
-            push(&mut s.sources, NodeId::new(NodeKind::Model, m));
+            push(&mut self.sources, NodeId::new(NodeKind::Model, m));
         }
         if let Some(img) = &llm.image {
-            push(&mut s.sources, NodeId::new(NodeKind::Image, img));
+            push(&mut self.sources, NodeId::new(NodeKind::Image, img));
         }
         if let (Some(id), Some(v)) = (&llm.prompt_template_id, &llm.prompt_template_version) {
             push(
-                &mut s.sources,
+                &mut self.sources,
                 threadline_lineage::registry::prompt_node(id, v),
             );
         }
     }
-    s
+}
+
+/// What a request's lineage needs of its trace, gathered one span at a time (a trace
+/// of any size is never held whole).
+pub(crate) struct TraceFacts {
+    pub(crate) trace_id: TraceId,
+    /// The span that stands for the request: the root, else the earliest.
+    pub(crate) root: SkeletonSpan,
+    pub(crate) start_ns: u64,
+    pub(crate) end_ns: u64,
+    pub(crate) served: ServedBy,
+    /// The first user id a span names.
+    pub(crate) user_id: Option<String>,
+}
+
+impl TraceFacts {
+    /// The facts of a non-empty trace: its skeleton and each span opened in turn.
+    pub(crate) fn gather(
+        trace_id: TraceId,
+        spans: &[SkeletonSpan],
+        reader: &mut SpanReader,
+    ) -> Result<Self, StoreError> {
+        let root = spans
+            .iter()
+            .find(|s| s.parent_span_id.is_none())
+            .or(spans.first())
+            .cloned()
+            .ok_or_else(|| StoreError::Corrupt(format!("trace {trace_id} has no span")))?;
+        let (start_ns, end_ns) = crate::trace_tree::time_bounds(
+            spans
+                .iter()
+                .map(|s| (s.start_time_unix_nano, s.end_time_unix_nano)),
+        );
+        let mut served = ServedBy::new();
+        let mut user_id = None;
+        for skeleton in spans {
+            let span = reader.span(skeleton)?;
+            served.add(&span);
+            if user_id.is_none() {
+                user_id = span.llm.as_ref().and_then(|l| l.user_id.clone());
+            }
+        }
+        Ok(Self {
+            trace_id,
+            root,
+            start_ns,
+            end_ns,
+            served,
+            user_id,
+        })
+    }
+
+    /// The facts of the tenant's trace `trace_id`, or 404.
+    pub(crate) fn of_trace(
+        store: &SqliteStore,
+        tenant: &TenantId,
+        trace_id: TraceId,
+    ) -> Result<Self, crate::error::ApiError> {
+        let spans = store.trace_skeleton(tenant, trace_id)?;
+        match store.span_reader(tenant, trace_id)? {
+            Some(mut reader) if !spans.is_empty() => {
+                Ok(Self::gather(trace_id, &spans, &mut reader)?)
+            }
+            _ => Err(crate::error::ApiError::NotFound(format!(
+                "trace {trace_id} not found"
+            ))),
+        }
+    }
 }
 
 struct Merged {
@@ -100,24 +183,15 @@ impl Merged {
     }
 }
 
-/// The span that stands for the request: the root, else the earliest stored.
-pub(crate) fn request_span(spans: &[SpanRecord]) -> Option<&SpanRecord> {
-    spans
-        .iter()
-        .find(|s| s.parent_span_id.is_none())
-        .or(spans.first())
-}
-
-/// The graph behind a trace's spans and what served it.
+/// The graph behind what served trace `trace_id`, and the OpenLineage runs that named
+/// the trace (set on `served`).
 pub(crate) fn chain(
     store: &SqliteStore,
     tenant: &TenantId,
-    spans: &[SpanRecord],
-) -> Result<(LineageGraph, ServedBy), StoreError> {
-    let mut served = served_by(spans);
-    if let Some(first) = spans.first() {
-        served.traced_runs = store.runs_for_trace(tenant, first.trace_id)?;
-    }
+    trace_id: TraceId,
+    served: &mut ServedBy,
+) -> Result<LineageGraph, StoreError> {
+    served.traced_runs = store.runs_for_trace(tenant, trace_id)?;
     let mut merged = Merged {
         nodes: Vec::new(),
         node_ids: HashSet::new(),
@@ -195,29 +269,24 @@ pub(crate) fn chain(
             merged.add(g);
         }
     }
-    Ok((
-        LineageGraph {
-            nodes: merged.nodes,
-            edges: merged.edges,
-        },
-        served,
-    ))
+    Ok(LineageGraph {
+        nodes: merged.nodes,
+        edges: merged.edges,
+    })
 }
 
 /// The lineage chain of a trace as the API shows it.
 pub(crate) fn trace_lineage(
     store: &SqliteStore,
     tenant: &TenantId,
-    spans: &[SpanRecord],
+    mut facts: TraceFacts,
 ) -> Result<Value, StoreError> {
-    let (graph, served) = chain(store, tenant, spans)?;
+    let graph = chain(store, tenant, facts.trace_id, &mut facts.served)?;
+    let served = &facts.served;
     let node_ids: HashSet<NodeId> = graph.nodes.iter().map(|n| n.id.clone()).collect();
     // The request's own bindings, as this trace saw them.
-    let root = request_span(spans);
-    let request_id = spans
-        .first()
-        .map(|s| format!("request:{}", s.trace_id))
-        .unwrap_or_default();
+    let root = &facts.root;
+    let request_id = format!("request:{}", facts.trace_id);
     let mut chain_edges: Vec<Value> = Vec::new();
     let present = |id: &NodeId| node_ids.contains(id);
     for route in served.routes.iter().filter(|r| present(r)) {
@@ -277,14 +346,14 @@ pub(crate) fn trace_lineage(
     .into_iter()
     .collect();
     Ok(json!({
-        "trace_id": spans.first().map(|s| s.trace_id.to_string()),
-        "request": root.map(|r| json!({
+        "trace_id": facts.trace_id.to_string(),
+        "request": {
             "id": request_id,
-            "name": r.name,
-            "service": r.service,
-            "start_time_unix_nano": r.start_time_unix_nano.to_string(),
-            "duration_ms": r.duration_nanos() as f64 / 1e6,
-        })),
+            "name": root.name,
+            "service": root.service,
+            "start_time_unix_nano": root.start_time_unix_nano.to_string(),
+            "duration_ms": root.end_time_unix_nano.saturating_sub(root.start_time_unix_nano) as f64 / 1e6,
+        },
         "chain": summary,
         "nodes": graph.nodes.iter().map(dto::lineage_node).collect::<Vec<_>>(),
         "edges": graph.edges.iter().map(dto::lineage_edge).chain(chain_edges).collect::<Vec<_>>(),

@@ -150,7 +150,7 @@ impl SqliteStore {
             readers: Mutex::new(Vec::new()),
         });
         trace_compactor::spawn(
-            schema::open_reader(&inner.path)?,
+            schema::open_background_reader(&inner.path)?,
             Arc::downgrade(&inner),
             index_config,
         )?;

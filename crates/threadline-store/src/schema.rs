@@ -296,6 +296,22 @@ pub(crate) fn open_reader(path: &Path) -> Result<Connection, StoreError> {
     Ok(conn)
 }
 
+/// A reader for a background thread that streams through data once (the trace-index
+/// compactor): a small page cache and no memory map, so what it reads is not held in
+/// the server's resident memory.
+pub(crate) fn open_background_reader(path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open_with_flags(
+        path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(sqlite(path))?;
+    conn.execute_batch(
+        "PRAGMA busy_timeout = 5000; PRAGMA cache_size = -2048; PRAGMA mmap_size = 0;",
+    )
+    .map_err(sqlite(path))?;
+    Ok(conn)
+}
+
 pub(crate) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
     let current: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))

@@ -113,7 +113,11 @@ fn a_40000_span_trace_streams_within_a_memory_bound() {
 
     // Jaeger's trace by id, the same way.
     let response = client()
-        .get(format!("{}/jaeger/api/traces/{}", server.api, hex(&trace_id)))
+        .get(format!(
+            "{}/jaeger/api/traces/{}",
+            server.api,
+            hex(&trace_id)
+        ))
         .send()
         .unwrap();
     assert_eq!(response.status().as_u16(), 200);
@@ -125,5 +129,8 @@ fn a_40000_span_trace_streams_within_a_memory_bound() {
     assert_eq!(data["processes"]["p1"]["serviceName"], "indexer");
     assert_eq!(jaeger["total"], 1);
     let grown_mb = jaeger_after.saturating_sub(before) / 1024;
-    assert!(grown_mb < 128, "peak RSS grew by {grown_mb} MB with Jaeger's API");
+    assert!(
+        grown_mb < 128,
+        "peak RSS grew by {grown_mb} MB with Jaeger's API"
+    );
 }
