@@ -282,33 +282,29 @@ pub(crate) fn open_connection(path: &Path) -> Result<Connection, StoreError> {
 }
 
 pub(crate) fn open_reader(path: &Path) -> Result<Connection, StoreError> {
-    let conn = Connection::open_with_flags(
-        path,
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .map_err(sqlite(path))?;
     // Memory-mapped reads: random page reads (graph walks, trace lookups) skip a
     // read() and a copy each; the OS page cache holds the pages either way.
-    conn.execute_batch(
-        "PRAGMA busy_timeout = 5000; PRAGMA cache_size = -32768; PRAGMA mmap_size = 4294967296;",
+    read_only(
+        path,
+        "PRAGMA cache_size = -32768; PRAGMA mmap_size = 4294967296;",
     )
-    .map_err(sqlite(path))?;
-    Ok(conn)
 }
 
 /// A reader for a background thread that streams through data once (the trace-index
 /// compactor): a small page cache and no memory map, so what it reads is not held in
 /// the server's resident memory.
 pub(crate) fn open_background_reader(path: &Path) -> Result<Connection, StoreError> {
+    read_only(path, "PRAGMA cache_size = -2048; PRAGMA mmap_size = 0;")
+}
+
+fn read_only(path: &Path, pragmas: &str) -> Result<Connection, StoreError> {
     let conn = Connection::open_with_flags(
         path,
         rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .map_err(sqlite(path))?;
-    conn.execute_batch(
-        "PRAGMA busy_timeout = 5000; PRAGMA cache_size = -2048; PRAGMA mmap_size = 0;",
-    )
-    .map_err(sqlite(path))?;
+    conn.execute_batch(&format!("PRAGMA busy_timeout = 5000; {pragmas}"))
+        .map_err(sqlite(path))?;
     Ok(conn)
 }
 
