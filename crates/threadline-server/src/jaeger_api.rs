@@ -217,16 +217,62 @@ async fn v1_find_traces(
     State(st): State<JaegerState>,
     headers: HeaderMap,
     Query(params): Query<Vec<(String, String)>>,
-) -> V1 {
+) -> Result<Response, JaegerError> {
     let tenant = v1(st.auth.tenant_of(&headers))?;
     let query = v1(parse_v1_search(&params))?;
-    let traces = v1(find_traces(&st, tenant, query).await)?;
-    let data: Vec<Value> = traces
-        .iter()
-        .map(|t| model::v1_trace(t, &st.prices))
-        .collect();
-    let n = data.len();
-    Ok(Json(model::v1_envelope(json!(data), n)))
+    let store = st.store.clone();
+    let search_tenant = tenant.clone();
+    let page = v1(blocking(move || Ok(store.search(&search_tenant, &query)?)).await)?;
+    let (store, prices) = (st.store.clone(), Arc::clone(&st.prices));
+    // Each trace is written span by span, opened when its turn comes.
+    Ok(
+        crate::trace_stream::streamed("Jaeger search response", move |out| {
+            out.write(br#"{"data":["#)?;
+            let mut written = 0usize;
+            for summary in &page.traces {
+                let spans = store.trace_skeleton(&tenant, summary.trace_id)?;
+                let Some(reader) = store.span_reader(&tenant, summary.trace_id)? else {
+                    continue;
+                };
+                if spans.is_empty() {
+                    continue;
+                }
+                if written > 0 {
+                    out.write(b",")?;
+                }
+                write_v1_trace(out, summary.trace_id, &spans, reader, &prices)?;
+                written += 1;
+            }
+            out.write(
+                format!(r#"],"total":{written},"limit":0,"offset":0,"errors":null}}"#).as_bytes(),
+            )
+        })
+        .await,
+    )
+}
+
+/// One trace in Jaeger's v1 UI model (its spans, then `processes`), written span by span.
+fn write_v1_trace(
+    out: &mut crate::trace_stream::ChunkWriter,
+    trace_id: threadline_model::TraceId,
+    spans: &[threadline_store::SkeletonSpan],
+    mut reader: threadline_store::SpanReader,
+    prices: &PriceTable,
+) -> Result<(), crate::trace_stream::WriteStop> {
+    out.write(format!(r#"{{"traceID":"{}","spans":["#, model::trace_id(&trace_id)).as_bytes())?;
+    let mut processes = model::Processes::default();
+    for (i, skeleton) in spans.iter().enumerate() {
+        if i > 0 {
+            out.write(b",")?;
+        }
+        let span = reader.span(skeleton)?;
+        out.write(
+            model::v1_span(&span, &mut processes, prices)
+                .to_string()
+                .as_bytes(),
+        )?;
+    }
+    out.write(format!(r#"],"processes":{},"warnings":null}}"#, processes.to_json()).as_bytes())
 }
 
 async fn v1_get_trace(
@@ -243,43 +289,18 @@ async fn v1_get_trace(
         }
     }
     let trace_id = v1(parse_jaeger_trace_id(&raw))?;
-    let (spans, mut reader) =
+    let (spans, reader) =
         v1(crate::trace_stream::open_trace(st.store.clone(), tenant, trace_id).await)?;
     let prices = Arc::clone(&st.prices);
-    // The envelope of `model::v1_envelope` around one `model::v1_trace`, written span
-    // by span: a trace of any size is never held whole.
-    Ok(crate::trace_stream::streamed(
-        "Jaeger trace response",
-        move |out| {
-            out.write(
-                format!(
-                    r#"{{"data":[{{"traceID":"{}","spans":["#,
-                    model::trace_id(&trace_id)
-                )
-                .as_bytes(),
-            )?;
-            let mut processes = model::Processes::default();
-            for (i, skeleton) in spans.iter().enumerate() {
-                if i > 0 {
-                    out.write(b",")?;
-                }
-                let span = reader.span(skeleton)?;
-                out.write(
-                    model::v1_span(&span, &mut processes, &prices)
-                        .to_string()
-                        .as_bytes(),
-                )?;
-            }
-            out.write(
-            format!(
-                r#"],"processes":{},"warnings":null}}],"total":1,"limit":0,"offset":0,"errors":null}}"#,
-                processes.to_json()
-            )
-            .as_bytes(),
-        )
-        },
+    // `model::v1_envelope` around one trace, written span by span.
+    Ok(
+        crate::trace_stream::streamed("Jaeger trace response", move |out| {
+            out.write(br#"{"data":["#)?;
+            write_v1_trace(out, trace_id, &spans, reader, &prices)?;
+            out.write(br#"],"total":1,"limit":0,"offset":0,"errors":null}"#)
+        })
+        .await,
     )
-    .await)
 }
 
 async fn v1_dependencies(

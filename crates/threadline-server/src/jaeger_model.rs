@@ -168,21 +168,6 @@ impl Processes {
     }
 }
 
-/// One trace (non-empty) in Jaeger's v1 UI model.
-pub(crate) fn v1_trace(spans: &[SpanRecord], prices: &PriceTable) -> Value {
-    let mut processes = Processes::default();
-    let spans_json: Vec<Value> = spans
-        .iter()
-        .map(|s| v1_span(s, &mut processes, prices))
-        .collect();
-    json!({
-        "traceID": spans.first().map(|s| trace_id(&s.trace_id)),
-        "spans": spans_json,
-        "processes": processes.to_json(),
-        "warnings": null,
-    })
-}
-
 /// One span in Jaeger's v1 UI model; its process is added to `processes`.
 pub(crate) fn v1_span(s: &SpanRecord, processes: &mut Processes, prices: &PriceTable) -> Value {
     let mut references = Vec::new();
