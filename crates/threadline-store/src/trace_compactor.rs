@@ -200,7 +200,12 @@ impl Compactor {
                     relabel,
                 }])?;
             } else {
-                self.merge(conn, sink, tenant_id, &inputs)?;
+                let run_id = self.allocate();
+                if let Err(e) = self.merge(conn, sink, tenant_id, &inputs, run_id) {
+                    // Pieces already written belong to no listed run: purge them.
+                    self.purge.push(run_id);
+                    return Err(e);
+                }
             }
             return Ok(true);
         }
@@ -272,15 +277,15 @@ impl Compactor {
         Ok(true)
     }
 
-    /// Merges `inputs` into one run of the next level, then purges them.
+    /// Merges `inputs` into run `run_id` of the next level, then purges them.
     fn merge<S: IndexSink>(
         &mut self,
         conn: &Connection,
         sink: &Arc<S>,
         tenant_id: i64,
         inputs: &[Run],
+        run_id: i64,
     ) -> Result<(), StoreError> {
-        let run_id = self.allocate();
         let mut cursors = inputs
             .iter()
             .map(|r| RunCursor::new(r.run_id))
