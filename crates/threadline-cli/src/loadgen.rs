@@ -22,6 +22,7 @@ use opentelemetry_proto::tonic::trace::v1::{
 use prost::Message;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use threadline_ingest::RpcStatus;
 
 #[derive(Args, Clone)]
 pub(crate) struct LoadgenArgs {
@@ -295,15 +296,6 @@ async fn worker_loop(
         }
     }
     Ok(latencies)
-}
-
-/// `google.rpc.Status`, the error body of OTLP/HTTP.
-#[derive(Clone, PartialEq, prost::Message)]
-struct RpcStatus {
-    #[prost(int32, tag = "1")]
-    code: i32,
-    #[prost(string, tag = "2")]
-    message: String,
 }
 
 /// An OTLP/HTTP error body as text: a protobuf `Status`'s message, or the text sent.

@@ -131,6 +131,16 @@ fn gunzip_bounded(body: &[u8], limit: usize) -> Result<Vec<u8>, DecodeError> {
     Ok(out)
 }
 
+/// `google.rpc.Status`, the error body OTLP/HTTP prescribes (protobuf requests get it
+/// encoded; JSON requests the same fields as JSON).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RpcStatus {
+    #[prost(int32, tag = "1")]
+    pub code: i32,
+    #[prost(string, tag = "2")]
+    pub message: String,
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::Write;

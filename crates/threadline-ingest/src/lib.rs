@@ -11,7 +11,9 @@ mod fuzz_tests;
 mod normalize;
 mod otlp_json;
 
-pub use body::{decode_body, decode_export_request, BodyLimits, ContentKind, DecodeError};
+pub use body::{
+    decode_body, decode_export_request, BodyLimits, ContentKind, DecodeError, RpcStatus,
+};
 pub use conversation::{conversation, Conversation, Message, ToolCall};
 pub use convert::{convert_request, ConvertedBatch};
 pub use export::{any_value, key_values, to_resource_spans};

@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 use prost::Message;
-use threadline_ingest::{decode_export_request, BodyLimits, ContentKind, DecodeError};
+use threadline_ingest::{decode_export_request, BodyLimits, ContentKind, DecodeError, RpcStatus};
 
 use crate::ingest::{self, IngestContext, IngestFailure};
 
@@ -28,15 +28,6 @@ pub(crate) fn router(state: OtlpHttpState) -> Router {
             )
         })
         .with_state(state)
-}
-
-/// `google.rpc.Status`, the error body OTLP/HTTP prescribes.
-#[derive(Clone, PartialEq, prost::Message)]
-struct RpcStatus {
-    #[prost(int32, tag = "1")]
-    code: i32,
-    #[prost(string, tag = "2")]
-    message: String,
 }
 
 /// gRPC code numbers used in `google.rpc.Status.code`.
