@@ -230,13 +230,9 @@ async fn v1_find_traces(
             out.write(br#"{"data":["#)?;
             let mut written = 0usize;
             for summary in &page.traces {
-                let spans = store.trace_skeleton(&tenant, summary.trace_id)?;
-                let Some(reader) = store.span_reader(&tenant, summary.trace_id)? else {
+                let Some((spans, reader)) = store.open_trace(&tenant, summary.trace_id)? else {
                     continue;
                 };
-                if spans.is_empty() {
-                    continue;
-                }
                 if written > 0 {
                     out.write(b",")?;
                 }

@@ -146,15 +146,8 @@ impl TraceFacts {
         tenant: &TenantId,
         trace_id: TraceId,
     ) -> Result<Self, crate::error::ApiError> {
-        let spans = store.trace_skeleton(tenant, trace_id)?;
-        match store.span_reader(tenant, trace_id)? {
-            Some(mut reader) if !spans.is_empty() => {
-                Ok(Self::gather(trace_id, &spans, &mut reader)?)
-            }
-            _ => Err(crate::error::ApiError::NotFound(format!(
-                "trace {trace_id} not found"
-            ))),
-        }
+        let (spans, mut reader) = crate::trace_stream::opened_trace(store, tenant, trace_id)?;
+        Ok(Self::gather(trace_id, &spans, &mut reader)?)
     }
 }
 

@@ -32,15 +32,18 @@ pub(crate) async fn open_trace(
     tenant: TenantId,
     trace_id: TraceId,
 ) -> Result<(Vec<SkeletonSpan>, SpanReader), ApiError> {
-    crate::error::blocking(move || {
-        let spans = store.trace_skeleton(&tenant, trace_id)?;
-        let reader = store.span_reader(&tenant, trace_id)?;
-        match reader {
-            Some(reader) if !spans.is_empty() => Ok((spans, reader)),
-            _ => Err(ApiError::NotFound(format!("trace {trace_id} not found"))),
-        }
-    })
-    .await
+    crate::error::blocking(move || opened_trace(&store, &tenant, trace_id)).await
+}
+
+/// `SqliteStore::open_trace`, with 404 for a trace the tenant does not have.
+pub(crate) fn opened_trace(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    trace_id: TraceId,
+) -> Result<(Vec<SkeletonSpan>, SpanReader), ApiError> {
+    store
+        .open_trace(tenant, trace_id)?
+        .ok_or_else(|| ApiError::NotFound(format!("trace {trace_id} not found")))
 }
 
 /// A 200 JSON response whose body `write` produces on a blocking thread: sent whole

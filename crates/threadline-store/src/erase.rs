@@ -92,7 +92,7 @@ pub(crate) fn erase(
     for chunk in rows.chunks(500) {
         let sql = format!(
             "DELETE FROM spans WHERE rowid IN ({})",
-            vec!["?"; chunk.len()].join(",")
+            crate::placeholders(chunk.len())
         );
         tx.execute(&sql, params_from_iter(chunk.iter().map(|r| r.0)))?;
     }

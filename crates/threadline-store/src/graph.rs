@@ -1248,10 +1248,6 @@ pub(crate) fn walk(
     Ok(Some(LineageGraph { nodes, edges }))
 }
 
-fn placeholders(n: usize) -> String {
-    vec!["?"; n].join(",")
-}
-
 /// Edges leaving (downstream) or entering (upstream) the given nodes; the returned
 /// `LineageEdge`s carry placeholder ids, resolved by the caller from the row ids.
 fn edges_touching(
@@ -1263,7 +1259,7 @@ fn edges_touching(
     let sql = format!(
         "SELECT src, dst, kind, first_seen_ns, last_seen_ns, evidence FROM graph_edges
          WHERE {column} IN ({})",
-        placeholders(rows.len())
+        crate::placeholders(rows.len())
     );
     let mut stmt = conn.prepare(&sql).map_err(|e| sqlite_err(conn, e))?;
     let placeholder = NodeId::new(NodeKind::Dataset, "");
@@ -1290,7 +1286,7 @@ fn edges_touching(
 fn nodes_by_row(conn: &Connection, rows: &[i64]) -> Result<Vec<(i64, LineageNode)>, StoreError> {
     let sql = format!(
         "SELECT {NODE_COLUMNS} FROM graph_nodes WHERE id IN ({})",
-        placeholders(rows.len())
+        crate::placeholders(rows.len())
     );
     let mut stmt = conn.prepare(&sql).map_err(|e| sqlite_err(conn, e))?;
     stmt.query_map(params_from_iter(rows), parse_node_row)

@@ -464,27 +464,31 @@ impl SqliteStore {
         self.with_reader(|conn| skeleton::trace_skeleton(conn, tenant, trace_id))
     }
 
-    /// A reader that opens the skeleton spans of `trace_id` whole, one at a time;
-    /// `None` for a tenant that has stored nothing.
-    pub fn span_reader(
+    /// A trace opened for a walk of any size: its skeleton (spans in start order, as
+    /// `trace_skeleton` gives them) and a reader that opens those spans whole, one at a
+    /// time. `None` when the tenant has no such trace.
+    pub fn open_trace(
         &self,
         tenant: &TenantId,
         trace_id: TraceId,
-    ) -> Result<Option<SpanReader>, StoreError> {
+    ) -> Result<Option<(Vec<SkeletonSpan>, SpanReader)>, StoreError> {
         let conn = self.take_reader()?;
-        let tenant_id = match query::tenant_key(&conn, tenant) {
-            Ok(Some(id)) => id,
+        let opened = query::tenant_key(&conn, tenant).and_then(|key| match key {
+            Some(tenant_id) => {
+                skeleton::trace_skeleton(&conn, tenant, trace_id).map(|s| Some((tenant_id, s)))
+            }
+            None => Ok(None),
+        });
+        match opened {
+            Ok(Some((tenant_id, spans))) if !spans.is_empty() => Ok(Some((
+                spans,
+                SpanReader::new(conn, Arc::downgrade(&self.inner), tenant_id, trace_id),
+            ))),
             other => {
                 self.inner.return_reader(conn);
-                return other.map(|_| None);
+                other.map(|_| None)
             }
-        };
-        Ok(Some(SpanReader::new(
-            conn,
-            Arc::downgrade(&self.inner),
-            tenant_id,
-            trace_id,
-        )))
+        }
     }
 
     /// One span of a trace, whole, or `None`.
@@ -562,6 +566,11 @@ impl trace_compactor::IndexSink for Inner {
     fn write(&self, writes: Vec<trace_index::IndexWrite>) -> Result<(), StoreError> {
         self.writer.write_index(writes)
     }
+}
+
+/// `n` SQL parameter placeholders for an `IN (…)` list: `?,?,?`.
+pub(crate) fn placeholders(n: usize) -> String {
+    vec!["?"; n].join(",")
 }
 
 pub(crate) fn sqlite_err(conn: &Connection, source: rusqlite::Error) -> StoreError {

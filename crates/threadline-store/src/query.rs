@@ -308,8 +308,6 @@ fn sql_nanos(n: u64) -> i64 {
     n.min(i64::MAX as u64) as i64
 }
 
-/// The SQL half of the filters (everything but attributes): the condition on `spans`,
-/// its arguments, and how a block's matching rows are best found.
 /// Whether `stored` is what a user meant by `wanted`.
 fn names_match(how: NameMatch, stored: &str, wanted: &str) -> bool {
     match how {
@@ -318,26 +316,15 @@ fn names_match(how: NameMatch, stored: &str, wanted: &str) -> bool {
     }
 }
 
-/// The tenant's stored service names that `wanted` matches.
-fn matching_services(
-    conn: &Connection,
-    tenant_id: i64,
-    how: NameMatch,
-    wanted: &str,
-) -> Result<Vec<String>, StoreError> {
+/// The tenant's stored service names, sorted.
+fn tenant_services(conn: &Connection, tenant_id: i64) -> Result<Vec<String>, StoreError> {
     let mut stmt = conn
-        .prepare_cached("SELECT service FROM tenant_services WHERE tenant_id = ?1")
+        .prepare_cached("SELECT service FROM tenant_services WHERE tenant_id = ?1 ORDER BY service")
         .map_err(|e| sqlite_err(conn, e))?;
-    let rows = stmt
+    let names = stmt
         .query_map([tenant_id], |r| r.get::<_, String>(0))
+        .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
         .map_err(|e| sqlite_err(conn, e))?;
-    let mut names = Vec::new();
-    for name in rows {
-        let name = name.map_err(|e| sqlite_err(conn, e))?;
-        if names_match(how, &name, wanted) {
-            names.push(name);
-        }
-    }
     Ok(names)
 }
 
@@ -371,13 +358,15 @@ fn model_condition(
         v.sort_unstable();
         v.dedup();
     }
-    let list = |n: usize| vec!["?"; n].join(", ");
     let text = |v: &[String]| v.iter().cloned().map(Value::Text).collect::<Vec<_>>();
     if responses.is_empty() {
         if direct.is_empty() {
             return Ok(("0".to_owned(), Vec::new()));
         }
-        return Ok((format!("model IN ({})", list(direct.len())), text(&direct)));
+        return Ok((
+            format!("model IN ({})", crate::placeholders(direct.len())),
+            text(&direct),
+        ));
     }
     let mut all: Vec<String> = direct.iter().chain(&behind).cloned().collect();
     all.sort_unstable();
@@ -385,21 +374,26 @@ fn model_condition(
     let mut args = text(&all);
     let mut either = Vec::new();
     if !direct.is_empty() {
-        either.push(format!("model IN ({})", list(direct.len())));
+        either.push(format!("model IN ({})", crate::placeholders(direct.len())));
         args.extend(text(&direct));
     }
-    either.push(format!("response_model IN ({})", list(responses.len())));
+    either.push(format!(
+        "response_model IN ({})",
+        crate::placeholders(responses.len())
+    ));
     args.extend(text(&responses));
     Ok((
         format!(
             "model IN ({}) AND ({})",
-            list(all.len()),
+            crate::placeholders(all.len()),
             either.join(" OR ")
         ),
         args,
     ))
 }
 
+/// The SQL half of the filters (everything but attributes): the condition on `spans`,
+/// its arguments, and how a block's matching rows are best found.
 fn sql_filters(
     conn: &Connection,
     tenant_id: i64,
@@ -409,13 +403,14 @@ fn sql_filters(
     let mut args = vec![Value::Integer(tenant_id)];
     let mut indexed_equality = q.errors_only;
     if let Some(wanted) = &q.service {
-        let names = matching_services(conn, tenant_id, q.names, wanted)?;
+        let mut names = tenant_services(conn, tenant_id)?;
+        names.retain(|name| names_match(q.names, name, wanted));
         if names.is_empty() {
             sql.push_str(" AND 0");
         } else {
             sql.push_str(&format!(
                 " AND service IN ({})",
-                vec!["?"; names.len()].join(", ")
+                crate::placeholders(names.len())
             ));
             args.extend(names.into_iter().map(Value::Text));
         }
@@ -821,14 +816,7 @@ pub(crate) fn services(
     let Some(tenant_id) = tenant_key(conn, tenant)? else {
         return Ok(Vec::new());
     };
-    let mut stmt = conn
-        .prepare_cached("SELECT service FROM tenant_services WHERE tenant_id = ?1 ORDER BY service")
-        .map_err(|e| sqlite_err(conn, e))?;
-    let names = stmt
-        .query_map([tenant_id], |r| r.get::<_, String>(0))
-        .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| sqlite_err(conn, e))?;
-    Ok(names
+    Ok(tenant_services(conn, tenant_id)?
         .into_iter()
         .map(|name| ServiceSummary { name })
         .collect())
@@ -881,7 +869,7 @@ pub(crate) fn requests_served(
     if adapters.is_empty() && instances.is_empty() {
         return Ok(RequestsServed::default());
     }
-    let marks = |n: usize| vec!["?"; n.max(1)].join(",");
+    let marks = |n: usize| crate::placeholders(n.max(1));
     let window = SpanWindow {
         tenant_id,
         from: since_ns,

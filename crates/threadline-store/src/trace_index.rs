@@ -232,9 +232,8 @@ impl IndexWrite {
     }
 }
 
-/// Applies one index write inside the writer's transaction; a purge returns how many
-/// chunks it deleted.
-pub(crate) fn apply(tx: &Connection, write: &IndexWrite) -> rusqlite::Result<usize> {
+/// Applies one index write inside the writer's transaction.
+pub(crate) fn apply(tx: &Connection, write: &IndexWrite) -> rusqlite::Result<()> {
     match write {
         IndexWrite::Chunks { run_id, chunks } => {
             let mut stmt = tx.prepare_cached(
@@ -243,7 +242,7 @@ pub(crate) fn apply(tx: &Connection, write: &IndexWrite) -> rusqlite::Result<usi
             for chunk in chunks {
                 stmt.execute(params![run_id, &chunk.first_id[..], chunk.entries])?;
             }
-            Ok(chunks.len())
+            Ok(())
         }
         IndexWrite::Publish {
             tenant_id,
@@ -274,18 +273,17 @@ pub(crate) fn apply(tx: &Connection, write: &IndexWrite) -> rusqlite::Result<usi
                     run.entries
                 ])?;
             }
-            Ok(0)
+            Ok(())
         }
         IndexWrite::Purge { run_ids, limit } => {
             let mut stmt = tx.prepare_cached(
                 "DELETE FROM trace_run_chunks WHERE rowid IN
                     (SELECT rowid FROM trace_run_chunks WHERE run_id = ?1 LIMIT ?2)",
             )?;
-            let mut deleted = 0;
             for id in run_ids {
-                deleted += stmt.execute(params![id, *limit as i64])?;
+                stmt.execute(params![id, *limit as i64])?;
             }
-            Ok(deleted)
+            Ok(())
         }
     }
 }

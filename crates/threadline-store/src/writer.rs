@@ -145,33 +145,29 @@ impl PreparedBatch {
                 block_len,
             });
         }
-        let mut ids: Vec<[u8; 16]> = rows.iter().map(|r| r.trace_id).collect();
-        ids.sort_unstable();
-        ids.dedup();
+        let ids = sorted_distinct(rows.iter().map(|r| r.trace_id));
+        // Borrowed while deduplicated: a batch's rows share a few names.
+        let services = sorted_distinct(rows.iter().map(|r| r.service.as_str()))
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        let models = sorted_distinct(rows.iter().filter_map(|r| {
+            Some((
+                r.model.as_deref()?,
+                r.response_model.as_deref().unwrap_or_default(),
+            ))
+        }))
+        .into_iter()
+        .map(|(m, r)| (m.to_owned(), r.to_owned()))
+        .collect();
         Ok(Self {
             tenant: tenant.clone(),
             min_start_ns: rows.iter().map(|r| r.start_ns).min().unwrap_or(0),
             max_start_ns: rows.iter().map(|r| r.start_ns).max().unwrap_or(0),
             trace_ids: ids.concat(),
             attr_filter: filter.encode(),
-            services: {
-                let mut v: Vec<String> = rows.iter().map(|r| r.service.clone()).collect();
-                v.sort_unstable();
-                v.dedup();
-                v
-            },
-            models: {
-                let mut v: Vec<(String, String)> = rows
-                    .iter()
-                    .filter_map(|r| {
-                        let model = r.model.clone()?;
-                        Some((model, r.response_model.clone().unwrap_or_default()))
-                    })
-                    .collect();
-                v.sort_unstable();
-                v.dedup();
-                v
-            },
+            services,
+            models,
             rows,
             origins,
             block: block.blob,
@@ -193,6 +189,14 @@ impl PreparedBatch {
     pub fn span_count(&self) -> usize {
         self.rows.len()
     }
+}
+
+/// The distinct items, sorted.
+fn sorted_distinct<T: Ord>(items: impl Iterator<Item = T>) -> Vec<T> {
+    let mut v: Vec<T> = items.collect();
+    v.sort_unstable();
+    v.dedup();
+    v
 }
 
 /// What the writer reports for one job once its transaction is over.
