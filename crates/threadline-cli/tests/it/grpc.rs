@@ -191,7 +191,7 @@ impl tonic::codec::Decoder for RawCodec {
 }
 
 /// An SDK set up with one endpoint for every signal also exports metrics there: they
-/// are refused with a reason, as "not implemented" (not retried), over both transports.
+/// are refused with a reason (HTTP 501, gRPC UNIMPLEMENTED: not retried), over both transports.
 #[test]
 fn otlp_metrics_are_refused_with_a_reason_not_a_404() {
     use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
