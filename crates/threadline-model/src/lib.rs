@@ -9,6 +9,7 @@ mod ids;
 mod lineage;
 mod llm;
 mod span;
+mod text;
 
 pub use ids::{IdError, SpanId, TenantId, TraceId};
 pub use lineage::{
@@ -21,3 +22,4 @@ pub use span::{
     AttrValue, Attribute, InstrumentationScope, SpanDetail, SpanEvent, SpanKind, SpanLink,
     SpanOrigin, SpanRecord, SpanStatus, StatusCode,
 };
+pub use text::{for_each_string, is_text_key};

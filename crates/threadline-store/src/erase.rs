@@ -1,7 +1,8 @@
 //! Erasure (GDPR): every trace in which a user or session id appears is deleted from
 //! the tenant — span rows, and their details inside the shared compressed blocks
 //! (blanked and recompressed in place) — and an audit row records who, when, what
-//! matched and how much went, with the subject only as a SHA-256 digest. The writer
+//! matched and how much went, with the subject only as a SHA-256 digest. The blocks'
+//! full-text documents are rebuilt from what is left (`text_index::replace`). The writer
 //! runs it with `secure_delete` on and truncates the WAL afterwards, so no byte of the
 //! subject stays in the database files.
 
@@ -10,7 +11,12 @@ use std::collections::BTreeMap;
 use rusqlite::{params, params_from_iter, Connection};
 use sha2::Digest;
 
-use crate::codec;
+use crate::{codec, text_index, StoreError};
+
+/// A store error inside the erasure's SQLite transaction.
+fn store_error(e: StoreError) -> rusqlite::Error {
+    rusqlite::Error::ToSqlConversionFailure(Box::new(std::io::Error::other(e.to_string())))
+}
 
 /// Whose data to erase.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,13 +85,15 @@ pub(crate) fn erase(
     for (_, _, block, offset, len) in &rows {
         by_block.entry(*block).or_default().push((*offset, *len));
     }
+    let mut documents = Vec::with_capacity(by_block.len());
+    for block_id in by_block.keys() {
+        documents.push(text_index::stored_document(tx, *block_id).map_err(store_error)?);
+    }
     for (block_id, slots) in &by_block {
         let blob: Vec<u8> = tx
             .prepare_cached("SELECT block FROM span_blocks WHERE id = ?1")?
             .query_row([block_id], |r| r.get(0))?;
-        let blanked = codec::blank_slots(&blob, slots).map_err(|e| {
-            rusqlite::Error::ToSqlConversionFailure(Box::new(std::io::Error::other(e.to_string())))
-        })?;
+        let blanked = codec::blank_slots(&blob, slots).map_err(store_error)?;
         tx.prepare_cached("UPDATE span_blocks SET block = ?2 WHERE id = ?1")?
             .execute(params![block_id, blanked])?;
     }
@@ -95,6 +103,9 @@ pub(crate) fn erase(
             crate::placeholders(chunk.len())
         );
         tx.execute(&sql, params_from_iter(chunk.iter().map(|r| r.0)))?;
+    }
+    for (block_id, before) in by_block.keys().zip(&documents) {
+        text_index::replace(tx, *block_id, before).map_err(store_error)?;
     }
     let report = ErasureReport {
         erasure_id: 0,

@@ -14,7 +14,9 @@ mod newest_first;
 mod query;
 mod rollups;
 mod schema;
+mod search;
 mod skeleton;
+mod text_index;
 mod trace_compactor;
 mod trace_index;
 mod trace_lookup;
@@ -30,10 +32,8 @@ use threadline_model::{
 
 pub use erase::{ErasureRecord, ErasureReport, ErasureSubject};
 pub use graph::{PreparedGraph, WalkLimits};
-pub use query::{
-    ExemplarQuery, ModelUsage, NameMatch, RequestsServed, ServiceSummary, TraceCursor, TracePage,
-    TraceQuery, TraceSummary,
-};
+pub use query::{ExemplarQuery, RequestsServed, ServiceSummary};
+pub use search::{ModelUsage, NameMatch, TraceCursor, TracePage, TraceQuery, TraceSummary};
 pub use skeleton::{SkeletonSpan, SpanLocation, SpanReader};
 pub use trace_compactor::TraceIndexConfig;
 pub use writer::{Applied, PreparedBatch, WriteAck, WriterStats};
@@ -503,7 +503,7 @@ impl SqliteStore {
 
     /// Trace summaries matching `query`, newest first, one page at a time.
     pub fn search(&self, tenant: &TenantId, query: &TraceQuery) -> Result<TracePage, StoreError> {
-        self.with_reader(|conn| query::search(conn, tenant, query))
+        self.with_reader(|conn| search::search(conn, tenant, query))
     }
 
     pub fn services(&self, tenant: &TenantId) -> Result<Vec<ServiceSummary>, StoreError> {
@@ -586,3 +586,5 @@ mod filter_tests;
 mod tests;
 #[cfg(test)]
 mod trace_index_tests;
+#[cfg(test)]
+mod text_tests;

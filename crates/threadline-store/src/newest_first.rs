@@ -122,7 +122,7 @@ pub(crate) trait Keep<T> {
 }
 
 /// Turns a selected row into its span's start time and the caller's item.
-type DecodeRow<T> = fn(&Connection, &Row<'_>) -> Result<(i64, T), StoreError>;
+pub(crate) type DecodeRow<T> = fn(&Connection, &Row<'_>) -> Result<(i64, T), StoreError>;
 
 /// Zones read ahead per query of the zone index (few in tests, so they page).
 const ZONE_PAGE: i64 = if cfg!(test) { 4 } else { 256 };

@@ -242,6 +242,15 @@ const MIGRATIONS: &[&str] = &[
      INSERT OR IGNORE INTO tenant_services SELECT DISTINCT tenant_id, service FROM spans;
      INSERT OR IGNORE INTO tenant_models
         SELECT DISTINCT tenant_id, model, '' FROM spans WHERE model IS NOT NULL;",
+    // 13: the full-text index (`text_index`): one document of distinct words per detail
+    //    block, no content, no positions; deletes remove the words from its pages
+    //    (`secure-delete`). Blocks stored before it are read span by span.
+    "CREATE VIRTUAL TABLE block_text USING fts5(
+        terms, content = '', columnsize = 0, detail = none, tokenize = 'ascii'
+     );
+     INSERT INTO block_text (block_text, rank) VALUES ('secure-delete', 1);
+     CREATE TABLE block_text_start (first_block_id INTEGER NOT NULL);
+     INSERT INTO block_text_start SELECT coalesce(max(id), 0) + 1 FROM span_blocks;",
 ];
 
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -332,7 +341,7 @@ pub(crate) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreErr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::query::{search, TraceQuery};
+    use crate::search::{search, TraceQuery};
     use threadline_model::{TenantId, TraceId};
 
     /// A database written before migration 8 (span indexes keyed by start time) is

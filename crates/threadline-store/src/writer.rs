@@ -68,6 +68,8 @@ pub struct PreparedBatch {
     trace_ids: Vec<u8>,
     /// The block's attribute filter (`attr_filter`).
     attr_filter: Vec<u8>,
+    /// The block's full-text document (`text_index`).
+    text: String,
     /// Distinct services, and (model, response model or "") pairs, of the rows.
     services: Vec<String>,
     models: Vec<(String, String)>,
@@ -92,6 +94,7 @@ impl PreparedBatch {
             foldhash::HashMap::default();
         let mut rows = Vec::with_capacity(spans.len());
         let mut filter = crate::attr_filter::FilterBuilder::default();
+        let mut words = crate::text_index::BlockWords::default();
         let block = codec::encode_block(spans.iter().map(|s| (&s.detail, &s.llm)))?;
         let mut encoded_bytes = block.blob.len();
         for (span, (block_offset, block_len)) in spans.iter().zip(block.slots) {
@@ -108,6 +111,7 @@ impl PreparedBatch {
                 }
             };
             filter.add_attributes(&span.detail.attributes);
+            words.add_span(&span.name, &span.detail);
             let llm = span.llm.as_ref();
             let field =
                 |f: fn(&threadline_model::LlmView) -> Option<&String>| llm.and_then(f).cloned();
@@ -160,12 +164,15 @@ impl PreparedBatch {
         .into_iter()
         .map(|(m, r)| (m.to_owned(), r.to_owned()))
         .collect();
+        let text = words.document();
+        encoded_bytes += text.len();
         Ok(Self {
             tenant: tenant.clone(),
             min_start_ns: rows.iter().map(|r| r.start_ns).min().unwrap_or(0),
             max_start_ns: rows.iter().map(|r| r.start_ns).max().unwrap_or(0),
             trace_ids: ids.concat(),
             attr_filter: filter.encode(),
+            text,
             services,
             models,
             rows,
@@ -916,6 +923,7 @@ fn insert_batch(
         )?
         .execute(params![tenant_id, block_id, batch.attr_filter])?;
     }
+    crate::text_index::insert(tx, block_id, &batch.text)?;
     Ok(Some(block_id))
 }
 

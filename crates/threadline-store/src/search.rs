@@ -1,0 +1,652 @@
+//! Trace search: filters, a stable cursor, and the summaries of a page.
+//!
+//! Semantics: a trace matches when at least one of its spans matches every filter.
+//! Traces are ordered newest first by the start time of their newest matching span,
+//! ties broken by trace id (descending); the cursor is that (time, trace id) pair, so
+//! pages never repeat or skip a trace while data is appended.
+//!
+//! How the filters find spans: column filters are SQL on `spans` (through a column's
+//! index when one applies); `attr.` filters skip blocks by their attribute filter
+//! (`attr_filter`) and free text skips blocks by the full-text index (`text_index`);
+//! both then check each remaining span's detail as its block is read.
+
+use std::collections::HashSet;
+
+use rusqlite::types::Value;
+use rusqlite::{params, Connection, OptionalExtension, Row};
+use threadline_model::{SpanId, TenantId, TraceId};
+
+use crate::newest_first::{Keep, NewestFirst, RowAccess, SpanWindow, INDEXED_COLUMNS, TENANT_ONLY};
+use crate::query::{tenant_key, tenant_services, BlockCache, DetailSlot, OriginCache};
+use crate::text_index::{BlockSet, TextQuery};
+use crate::trace_lookup::{self, RowRange};
+use crate::{sqlite_err, StoreError};
+
+/// Filters of a trace search. Every set filter must hold on one span of the trace.
+#[derive(Clone, Debug, Default)]
+pub struct TraceQuery {
+    /// A service name or its beginning, in any case.
+    pub service: Option<String>,
+    pub span_name: Option<String>,
+    /// A model name or its beginning, in any case: the requested model or the one
+    /// that responded.
+    pub model: Option<String>,
+    pub route: Option<String>,
+    pub adapter: Option<String>,
+    pub ab_group: Option<String>,
+    pub session_id: Option<String>,
+    /// Free text: every word in a span's name or texts (prompts, completions,
+    /// messages, exceptions; `SpanDetail::for_each_text`), in any case, the last word
+    /// by prefix. Text without a word filters nothing.
+    pub text: Option<String>,
+    pub errors_only: bool,
+    pub min_duration_nanos: Option<u64>,
+    pub max_duration_nanos: Option<u64>,
+    pub start_from_unix_nano: Option<u64>,
+    pub start_to_unix_nano: Option<u64>,
+    /// `attr.KEY=VALUE` filters, matched against span then resource attributes.
+    pub attributes: Vec<(String, String)>,
+    /// How `service` and `model` match stored names.
+    pub names: NameMatch,
+    pub limit: usize,
+    pub cursor: Option<TraceCursor>,
+}
+
+/// How a service or model filter matches stored names.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum NameMatch {
+    /// Equal or starting with the filter, ignoring case (what people type).
+    #[default]
+    Prefix,
+    /// Exactly equal (what a picker of stored names sends, as Jaeger's UI does).
+    Exact,
+}
+
+/// Where the next page starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceCursor {
+    pub start_unix_nano: u64,
+    pub trace_id: TraceId,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct TraceSummary {
+    pub trace_id: TraceId,
+    pub root_service: String,
+    pub root_name: String,
+    pub start_time_unix_nano: u64,
+    pub duration_nanos: u64,
+    pub span_count: usize,
+    pub error: bool,
+    pub models: Vec<String>,
+    pub total_tokens: i64,
+    /// Tokens by model, of the spans that count toward `total_tokens`: what a price
+    /// table turns into the trace's cost.
+    pub usage: Vec<ModelUsage>,
+}
+
+/// Tokens one model consumed and produced.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ModelUsage {
+    pub model: String,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct TracePage {
+    pub traces: Vec<TraceSummary>,
+    pub next_cursor: Option<TraceCursor>,
+}
+
+/// Unsigned nanoseconds as SQLite stores them (saturating at `i64::MAX`).
+fn sql_nanos(n: u64) -> i64 {
+    n.min(i64::MAX as u64) as i64
+}
+
+/// Whether `stored` is what a user meant by `wanted`.
+fn names_match(how: NameMatch, stored: &str, wanted: &str) -> bool {
+    match how {
+        NameMatch::Prefix => stored.to_lowercase().starts_with(&wanted.to_lowercase()),
+        NameMatch::Exact => stored == wanted,
+    }
+}
+
+/// The SQL condition for a model filter: the span's model (the requested one) or its
+/// responding model matches. The first `IN` lets the model index find the rows.
+fn model_condition(
+    conn: &Connection,
+    tenant_id: i64,
+    how: NameMatch,
+    wanted: &str,
+) -> Result<(String, Vec<Value>), StoreError> {
+    let mut stmt = conn
+        .prepare_cached("SELECT model, response_model FROM tenant_models WHERE tenant_id = ?1")
+        .map_err(|e| sqlite_err(conn, e))?;
+    let rows = stmt
+        .query_map([tenant_id], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+        })
+        .map_err(|e| sqlite_err(conn, e))?;
+    let (mut direct, mut behind, mut responses) = (Vec::new(), Vec::new(), Vec::new());
+    for row in rows {
+        let (model, response) = row.map_err(|e| sqlite_err(conn, e))?;
+        if names_match(how, &model, wanted) {
+            direct.push(model);
+        } else if !response.is_empty() && names_match(how, &response, wanted) {
+            behind.push(model);
+            responses.push(response);
+        }
+    }
+    for v in [&mut direct, &mut behind, &mut responses] {
+        v.sort_unstable();
+        v.dedup();
+    }
+    let text = |v: &[String]| v.iter().cloned().map(Value::Text).collect::<Vec<_>>();
+    if responses.is_empty() {
+        if direct.is_empty() {
+            return Ok(("0".to_owned(), Vec::new()));
+        }
+        return Ok((
+            format!("model IN ({})", crate::placeholders(direct.len())),
+            text(&direct),
+        ));
+    }
+    let mut all: Vec<String> = direct.iter().chain(&behind).cloned().collect();
+    all.sort_unstable();
+    all.dedup();
+    let mut args = text(&all);
+    let mut either = Vec::new();
+    if !direct.is_empty() {
+        either.push(format!("model IN ({})", crate::placeholders(direct.len())));
+        args.extend(text(&direct));
+    }
+    either.push(format!(
+        "response_model IN ({})",
+        crate::placeholders(responses.len())
+    ));
+    args.extend(text(&responses));
+    Ok((
+        format!(
+            "model IN ({}) AND ({})",
+            crate::placeholders(all.len()),
+            either.join(" OR ")
+        ),
+        args,
+    ))
+}
+
+/// The SQL half of the filters (everything but attributes): the condition on `spans`,
+/// its arguments, and how a block's matching rows are best found.
+fn sql_filters(
+    conn: &Connection,
+    tenant_id: i64,
+    q: &TraceQuery,
+) -> Result<(String, Vec<Value>, RowAccess), StoreError> {
+    let mut sql = String::from(TENANT_ONLY);
+    let mut args = vec![Value::Integer(tenant_id)];
+    let mut indexed_equality = q.errors_only;
+    if let Some(wanted) = &q.service {
+        let mut names = tenant_services(conn, tenant_id)?;
+        names.retain(|name| names_match(q.names, name, wanted));
+        if names.is_empty() {
+            sql.push_str(" AND 0");
+        } else {
+            sql.push_str(&format!(
+                " AND service IN ({})",
+                crate::placeholders(names.len())
+            ));
+            args.extend(names.into_iter().map(Value::Text));
+        }
+        indexed_equality = true;
+    }
+    if let Some(wanted) = &q.model {
+        let (condition, values) = model_condition(conn, tenant_id, q.names, wanted)?;
+        sql.push_str(&format!(" AND ({condition})"));
+        args.extend(values);
+        indexed_equality = true;
+    }
+    let mut eq = |column: &str, value: &Option<String>| {
+        if let Some(v) = value {
+            sql.push_str(&format!(" AND {column} = ?"));
+            args.push(Value::Text(v.clone()));
+            indexed_equality |= INDEXED_COLUMNS.contains(&column);
+        }
+    };
+    eq("name", &q.span_name);
+    eq("route", &q.route);
+    eq("adapter", &q.adapter);
+    eq("ab_group", &q.ab_group);
+    eq("session_id", &q.session_id);
+    if q.errors_only {
+        sql.push_str(" AND status_code = 2");
+    }
+    if let Some(n) = q.min_duration_nanos {
+        sql.push_str(" AND duration_ns >= ?");
+        args.push(Value::Integer(sql_nanos(n)));
+    }
+    if let Some(n) = q.max_duration_nanos {
+        sql.push_str(" AND duration_ns <= ?");
+        args.push(Value::Integer(sql_nanos(n)));
+    }
+    if let Some(n) = q.start_from_unix_nano {
+        sql.push_str(" AND start_ns >= ?");
+        args.push(Value::Integer(sql_nanos(n)));
+    }
+    if let Some(n) = q.start_to_unix_nano {
+        sql.push_str(" AND start_ns <= ?");
+        args.push(Value::Integer(sql_nanos(n)));
+    }
+    Ok((sql, args, RowAccess::given(indexed_equality)))
+}
+
+/// Checks what SQL cannot, on a span's detail: `attr.KEY=VALUE` filters (against span
+/// then resource attributes) and free text (against its name and texts).
+struct SpanMatcher<'q> {
+    wanted: &'q [(String, String)],
+    /// The wanted pairs as the blocks' attribute filters hash them; `None` when some
+    /// value is too long to be in a filter (every block is then read).
+    wanted_hashes: Option<Vec<u64>>,
+    /// The free text and the blocks the full-text index says may hold it.
+    text: Option<(TextQuery, BlockSet)>,
+    tenant_id: i64,
+    origins: OriginCache,
+    blocks: BlockCache,
+}
+
+impl<'q> SpanMatcher<'q> {
+    fn new(
+        conn: &Connection,
+        tenant_id: i64,
+        wanted: &'q [(String, String)],
+        text: Option<TextQuery>,
+    ) -> Result<Self, StoreError> {
+        let wanted_hashes = (!wanted.is_empty()
+            && wanted
+                .iter()
+                .all(|(_, v)| v.len() <= crate::attr_filter::MAX_INDEXED_VALUE))
+        .then(|| {
+            wanted
+                .iter()
+                .map(|(k, v)| crate::attr_filter::pair_hash(k, v))
+                .collect()
+        });
+        let text = match text {
+            Some(query) => {
+                let blocks = query.candidate_blocks(conn)?;
+                Some((query, blocks))
+            }
+            None => None,
+        };
+        Ok(Self {
+            wanted,
+            wanted_hashes,
+            text,
+            tenant_id,
+            origins: OriginCache::new(tenant_id),
+            blocks: BlockCache::default(),
+        })
+    }
+
+    /// Whether the block may hold a matching span, per the full-text index and its
+    /// attribute filter (blocks stored before either existed may).
+    fn block_may_match(&self, conn: &Connection, block_id: i64) -> Result<bool, StoreError> {
+        if let Some((_, blocks)) = &self.text {
+            if !blocks.may_match(block_id) {
+                return Ok(false);
+            }
+        }
+        let Some(hashes) = &self.wanted_hashes else {
+            return Ok(true);
+        };
+        let filter: Option<Vec<u8>> = conn
+            .prepare_cached(
+                "SELECT filter FROM block_attr_filters WHERE tenant_id = ?1 AND block_id = ?2",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![self.tenant_id, block_id], |r| r.get(0))
+                    .optional()
+            })
+            .map_err(|e| sqlite_err(conn, e))?;
+        Ok(match filter {
+            None => true,
+            Some(f) => hashes
+                .iter()
+                .all(|h| crate::attr_filter::may_contain(&f, *h)),
+        })
+    }
+
+    /// Whether the span of this name, detail and origin passes (`name` is read only
+    /// for free text).
+    fn matches(
+        &mut self,
+        conn: &Connection,
+        slot: DetailSlot,
+        origin_hash: i64,
+        name: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        if self.wanted.is_empty() && self.text.is_none() {
+            return Ok(true);
+        }
+        let (detail, _) = self.blocks.detail(conn, slot)?;
+        if let Some((query, _)) = &self.text {
+            if !query.matches(name.unwrap_or_default(), &detail) {
+                return Ok(false);
+            }
+        }
+        if self.wanted.is_empty() {
+            return Ok(true);
+        }
+        let origin = self.origins.get(conn, origin_hash)?;
+        Ok(self.wanted.iter().all(|(key, value)| {
+            let found = detail.attr(key).or_else(|| origin.resource_attr(key));
+            found.is_some_and(|v| v.to_display_string() == *value)
+        }))
+    }
+}
+
+/// A search's detail filters as `NewestFirst` applies them.
+struct SearchKeep<'a, 'q> {
+    conn: &'a Connection,
+    matcher: &'a mut SpanMatcher<'q>,
+}
+
+impl Keep<Candidate> for SearchKeep<'_, '_> {
+    fn block(&mut self, block_id: i64) -> Result<bool, StoreError> {
+        self.matcher.block_may_match(self.conn, block_id)
+    }
+
+    fn row(&mut self, c: &Candidate) -> Result<bool, StoreError> {
+        self.matcher
+            .matches(self.conn, c.slot, c.origin_hash, c.name.as_deref())
+    }
+}
+
+/// A span that passed the SQL filters of a search.
+struct Candidate {
+    start_ns: i64,
+    trace_id: Vec<u8>,
+    slot: DetailSlot,
+    origin_hash: i64,
+    /// Read only for free text.
+    name: Option<String>,
+}
+
+/// What a candidate reads; `name` is added for free text.
+const CANDIDATE_COLUMNS: &str =
+    "start_ns, trace_id, origin_hash, block_id, block_offset, block_len";
+
+impl Candidate {
+    /// Reads `CANDIDATE_COLUMNS`.
+    fn from_row(conn: &Connection, row: &Row<'_>) -> Result<Self, StoreError> {
+        Ok(Self {
+            start_ns: row.get(0).map_err(|e| sqlite_err(conn, e))?,
+            trace_id: row.get(1).map_err(|e| sqlite_err(conn, e))?,
+            origin_hash: row.get(2).map_err(|e| sqlite_err(conn, e))?,
+            slot: DetailSlot::from_row(conn, row, 3)?,
+            name: None,
+        })
+    }
+
+    /// Reads `CANDIDATE_COLUMNS, name`.
+    fn from_row_named(conn: &Connection, row: &Row<'_>) -> Result<Self, StoreError> {
+        Ok(Self {
+            name: Some(row.get(6).map_err(|e| sqlite_err(conn, e))?),
+            ..Self::from_row(conn, row)?
+        })
+    }
+}
+
+/// By start time, then trace id: search results come greatest first.
+impl Ord for Candidate {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.start_ns, &self.trace_id).cmp(&(other.start_ns, &other.trace_id))
+    }
+}
+
+impl PartialOrd for Candidate {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Candidate {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+
+impl Eq for Candidate {}
+
+pub(crate) fn search(
+    conn: &Connection,
+    tenant: &TenantId,
+    q: &TraceQuery,
+) -> Result<TracePage, StoreError> {
+    let limit = q.limit.clamp(1, 1000);
+    let Some(tenant_id) = tenant_key(conn, tenant)? else {
+        return Ok(TracePage {
+            traces: Vec::new(),
+            next_cursor: None,
+        });
+    };
+    let (filters, filter_args, access) = sql_filters(conn, tenant_id, q)?;
+    let window = SpanWindow {
+        tenant_id,
+        from: q.start_from_unix_nano.map_or(i64::MIN, sql_nanos),
+        to: [q.start_to_unix_nano, q.cursor.map(|c| c.start_unix_nano)]
+            .into_iter()
+            .flatten()
+            .map(sql_nanos)
+            .min()
+            .unwrap_or(i64::MAX),
+    };
+    let text = q.text.as_deref().and_then(TextQuery::parse);
+    let (columns, decode): (String, crate::newest_first::DecodeRow<Candidate>) =
+        if text.is_some() {
+            (format!("{CANDIDATE_COLUMNS}, name"), |conn, row| {
+                Candidate::from_row_named(conn, row).map(|c| (c.start_ns, c))
+            })
+        } else {
+            (CANDIDATE_COLUMNS.to_owned(), |conn, row| {
+                Candidate::from_row(conn, row).map(|c| (c.start_ns, c))
+            })
+        };
+    let mut matcher = SpanMatcher::new(conn, tenant_id, &q.attributes, text)?;
+    let mut candidates = NewestFirst::new(
+        conn,
+        window,
+        access,
+        &columns,
+        &filters,
+        filter_args.clone(),
+        decode,
+    );
+
+    let mut emitted: Vec<(i64, Vec<u8>)> = Vec::new();
+    let mut seen: HashSet<Vec<u8>> = HashSet::new();
+    // Candidates come newest first, ties by trace id descending: the page's order.
+    // Attribute filters run as each block is read, while its details are open. (A
+    // `loop`, not `while let`: the filter's borrow of `matcher` must end before the
+    // body hands `matcher` to `matched_before_cursor`.)
+    loop {
+        let next = candidates.next(&mut SearchKeep {
+            conn,
+            matcher: &mut matcher,
+        })?;
+        let Some(cand) = next else { break };
+        if seen.contains(&cand.trace_id) {
+            continue;
+        }
+        if let Some(c) = &q.cursor {
+            if cand.start_ns == c.start_unix_nano as i64
+                && cand.trace_id.as_slice() >= &c.trace_id.0[..]
+            {
+                continue;
+            }
+        }
+        seen.insert(cand.trace_id.clone());
+        if let Some(c) = &q.cursor {
+            let id = TraceId::from_bytes(&cand.trace_id)
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            let ranges = trace_lookup::ranges_for(conn, tenant_id, &[id])?
+                .remove(&id)
+                .unwrap_or_default();
+            if matched_before_cursor(
+                conn,
+                &filters,
+                &filter_args,
+                &cand.trace_id,
+                &ranges,
+                c,
+                &mut matcher,
+            )? {
+                continue;
+            }
+        }
+        emitted.push((cand.start_ns, cand.trace_id));
+        if emitted.len() > limit {
+            break;
+        }
+    }
+
+    let has_more = emitted.len() > limit;
+    emitted.truncate(limit);
+    let next_cursor = if has_more {
+        emitted.last().and_then(|(start, tid)| {
+            Some(TraceCursor {
+                start_unix_nano: *start as u64,
+                trace_id: TraceId::from_bytes(tid).ok()?,
+            })
+        })
+    } else {
+        None
+    };
+    let ids = emitted
+        .iter()
+        .map(|(_, tid)| TraceId::from_bytes(tid).map_err(|e| StoreError::Corrupt(e.to_string())))
+        .collect::<Result<Vec<TraceId>, StoreError>>()?;
+    let ranges = trace_lookup::ranges_for(conn, tenant_id, &ids)?;
+    let mut traces = Vec::with_capacity(ids.len());
+    for trace_id in ids {
+        let trace_ranges = ranges.get(&trace_id).map(Vec::as_slice).unwrap_or_default();
+        traces.push(summarize(conn, tenant_id, trace_id, trace_ranges)?);
+    }
+    Ok(TracePage {
+        traces,
+        next_cursor,
+    })
+}
+
+/// Whether the trace has a matching span at or after the cursor, i.e. it was on an
+/// earlier page.
+fn matched_before_cursor(
+    conn: &Connection,
+    filters: &str,
+    filter_args: &[Value],
+    trace_id: &[u8],
+    ranges: &[RowRange],
+    cursor: &TraceCursor,
+    matcher: &mut SpanMatcher<'_>,
+) -> Result<bool, StoreError> {
+    let sql = format!(
+        "SELECT start_ns, origin_hash, block_id, block_offset, block_len, name
+         FROM spans NOT INDEXED
+         WHERE rowid BETWEEN ? AND ? AND {filters} AND trace_id = ? AND start_ns >= ?"
+    );
+    let mut stmt = conn.prepare_cached(&sql).map_err(|e| sqlite_err(conn, e))?;
+    for range in ranges {
+        let mut args = vec![Value::Integer(range.first), Value::Integer(range.last)];
+        args.extend_from_slice(filter_args);
+        args.push(Value::Blob(trace_id.to_vec()));
+        args.push(Value::Integer(cursor.start_unix_nano as i64));
+        let mut rows = stmt
+            .query(rusqlite::params_from_iter(args.iter()))
+            .map_err(|e| sqlite_err(conn, e))?;
+        while let Some(row) = rows.next().map_err(|e| sqlite_err(conn, e))? {
+            let start: i64 = row.get(0).map_err(|e| sqlite_err(conn, e))?;
+            let later = start > cursor.start_unix_nano as i64 || trace_id >= &cursor.trace_id.0[..];
+            if !later {
+                continue;
+            }
+            let origin_hash: i64 = row.get(1).map_err(|e| sqlite_err(conn, e))?;
+            let slot = DetailSlot::from_row(conn, row, 2)?;
+            let name: String = row.get(5).map_err(|e| sqlite_err(conn, e))?;
+            if matcher.matches(conn, slot, origin_hash, Some(&name))? {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
+fn summarize(
+    conn: &Connection,
+    tenant_id: i64,
+    trace_id: TraceId,
+    ranges: &[RowRange],
+) -> Result<TraceSummary, StoreError> {
+    let heads = crate::skeleton::skeleton_rows(conn, tenant_id, trace_id, ranges)?;
+    let ids: HashSet<SpanId> = heads.iter().map(|h| h.span_id).collect();
+    // The root: a span without a parent in this trace, earliest first.
+    let root = heads
+        .iter()
+        .filter(|h| h.parent_span_id.is_none_or(|p| !ids.contains(&p)))
+        .min_by_key(|h| h.start_time_unix_nano)
+        .or_else(|| heads.iter().min_by_key(|h| h.start_time_unix_nano));
+    let start = heads
+        .iter()
+        .map(|h| h.start_time_unix_nano)
+        .min()
+        .unwrap_or(0);
+    let end = heads
+        .iter()
+        .map(|h| h.end_time_unix_nano)
+        .max()
+        .unwrap_or(0);
+    let mut models: Vec<String> = heads.iter().filter_map(|h| h.model.clone()).collect();
+    models.sort();
+    models.dedup();
+    // Agent spans repeat the usage of the LLM calls below them: count only spans whose
+    // children carry no token counts.
+    let parents_with_tokenized_children: HashSet<SpanId> = heads
+        .iter()
+        .filter(|h| h.total_tokens.is_some())
+        .filter_map(|h| h.parent_span_id)
+        .collect();
+    let counted = || {
+        heads
+            .iter()
+            .filter(|h| !parents_with_tokenized_children.contains(&h.span_id))
+    };
+    let total_tokens = counted().filter_map(|h| h.total_tokens).sum();
+    let mut usage: Vec<ModelUsage> = Vec::new();
+    for h in counted().filter(|h| h.input_tokens.is_some() || h.output_tokens.is_some()) {
+        let model = h.model.clone().unwrap_or_default();
+        let at = match usage.iter().position(|u| u.model == model) {
+            Some(at) => at,
+            None => {
+                usage.push(ModelUsage {
+                    model,
+                    ..ModelUsage::default()
+                });
+                usage.len() - 1
+            }
+        };
+        usage[at].input_tokens += h.input_tokens.unwrap_or(0).max(0);
+        usage[at].output_tokens += h.output_tokens.unwrap_or(0).max(0);
+    }
+    Ok(TraceSummary {
+        trace_id,
+        root_service: root.map(|r| r.service.clone()).unwrap_or_default(),
+        root_name: root.map(|r| r.name.clone()).unwrap_or_default(),
+        start_time_unix_nano: start,
+        duration_nanos: end.saturating_sub(start),
+        span_count: heads.len(),
+        error: heads.iter().any(|h| h.error),
+        models,
+        total_tokens,
+        usage,
+    })
+}
+

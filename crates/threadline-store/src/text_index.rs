@@ -1,0 +1,294 @@
+//! The full-text index of span text (free-text search, `q=`).
+//!
+//! One FTS5 document per detail block (`block_text`, rowid = block id): the distinct
+//! words of its spans' names and texts (`SpanDetail::for_each_text`), lowercased, each
+//! cut to `MAX_INDEXED_CHARS`, sorted and joined by spaces. The words are found here,
+//! on the ingest threads, so the writer's FTS5 insert only splits a short line of
+//! distinct words at spaces (the table's tokenizer is `ascii`, and our words hold no
+//! ASCII separator). The table keeps no content, no positions and no sizes
+//! (`content=''`, `detail=none`, `columnsize=0`): it answers only which blocks hold a
+//! word, and a search then checks each span of those blocks itself.
+//!
+//! Matching: every word of the query is a word of the span's text, the last one by
+//! prefix (what is being typed). A block's words are a pure function of its stored
+//! rows, so an erasure rebuilds the old line, deletes it with FTS5's `delete` command
+//! (with `secure-delete` on, the words leave the index's pages) and inserts the line of
+//! what is left. Blocks stored before the index existed (below `block_text_start`) have
+//! no document and are always checked span by span.
+
+use std::borrow::Cow;
+use rusqlite::{params, Connection, OptionalExtension};
+use threadline_model::SpanDetail;
+
+use crate::{codec, sqlite_err, StoreError};
+
+/// Indexed words are cut to this many characters (a query word too, so a prefix
+/// still finds its block).
+const MAX_INDEXED_CHARS: usize = 32;
+
+/// The words of a text, lowercased (character by character).
+fn words(text: &str) -> impl Iterator<Item = Cow<'_, str>> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(|w| {
+            if w.is_ascii() {
+                if w.bytes().any(|b| b.is_ascii_uppercase()) {
+                    Cow::Owned(w.to_ascii_lowercase())
+                } else {
+                    Cow::Borrowed(w)
+                }
+            } else {
+                Cow::Owned(w.chars().flat_map(char::to_lowercase).collect())
+            }
+        })
+}
+
+/// A word as the index holds it.
+fn indexed(word: &str) -> &str {
+    match word.char_indices().nth(MAX_INDEXED_CHARS) {
+        Some((at, _)) => &word[..at],
+        None => word,
+    }
+}
+
+/// Calls `f` with each word of a span's name and texts.
+fn for_each_span_word<'a>(name: &'a str, detail: &'a SpanDetail, mut f: impl FnMut(Cow<'a, str>)) {
+    words(name).for_each(&mut f);
+    detail.for_each_text(|text| words(text).for_each(&mut f));
+}
+
+/// The distinct words of one block's spans, gathered while the block is encoded.
+#[derive(Default)]
+pub(crate) struct BlockWords<'a> {
+    words: foldhash::HashSet<Cow<'a, str>>,
+}
+
+impl<'a> BlockWords<'a> {
+    pub(crate) fn add_span(&mut self, name: &'a str, detail: &'a SpanDetail) {
+        for_each_span_word(name, detail, |w| {
+            let w = match w {
+                Cow::Borrowed(b) => Cow::Borrowed(indexed(b)),
+                Cow::Owned(o) => Cow::Owned(indexed(&o).to_owned()),
+            };
+            self.words.insert(w);
+        });
+    }
+
+    /// The block's FTS document: its words sorted, joined by spaces ("" when none).
+    pub(crate) fn document(self) -> String {
+        let mut words: Vec<Cow<'_, str>> = self.words.into_iter().collect();
+        words.sort_unstable();
+        words.join(" ")
+    }
+}
+
+/// A free-text query: its words, the last matched by prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TextQuery {
+    words: Vec<String>,
+}
+
+impl TextQuery {
+    /// `None` when the text holds no word (only punctuation or spaces).
+    pub(crate) fn parse(text: &str) -> Option<Self> {
+        let words: Vec<String> = words(text).map(Cow::into_owned).collect();
+        (!words.is_empty()).then_some(Self { words })
+    }
+
+    /// The FTS5 expression finding the blocks that may hold a match.
+    fn fts_expression(&self) -> String {
+        let last = self.words.len() - 1;
+        let mut terms: Vec<String> = Vec::new();
+        for (i, word) in self.words.iter().enumerate() {
+            let cut = indexed(word);
+            // A word longer than the index keeps is matched by its indexed beginning.
+            let prefix = i == last || cut.len() < word.len();
+            let term = format!("\"{cut}\"{}", if prefix { "*" } else { "" });
+            if !terms.contains(&term) {
+                terms.push(term);
+            }
+        }
+        terms.join(" AND ")
+    }
+
+    /// Whether a span's name and texts hold every word.
+    pub(crate) fn matches(&self, name: &str, detail: &SpanDetail) -> bool {
+        let last = self.words.len() - 1;
+        let mut found = vec![false; self.words.len()];
+        let mut left = self.words.len();
+        for_each_span_word(name, detail, |w| {
+            for (i, word) in self.words.iter().enumerate() {
+                if !found[i] && (*word == w || (i == last && w.starts_with(word.as_str()))) {
+                    found[i] = true;
+                    left -= 1;
+                }
+            }
+        });
+        left == 0
+    }
+
+    /// The indexed blocks (any tenant's) that may hold a match, ascending, and the
+    /// first block the index covers (older blocks may hold a match).
+    pub(crate) fn candidate_blocks(&self, conn: &Connection) -> Result<BlockSet, StoreError> {
+        let err = |e| sqlite_err(conn, e);
+        let first_indexed: i64 = conn
+            .query_row("SELECT first_block_id FROM block_text_start", [], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(err)?
+            .unwrap_or(0);
+        let ids = conn
+            .prepare_cached("SELECT rowid FROM block_text WHERE block_text MATCH ?1 ORDER BY rowid")
+            .map_err(err)?
+            .query_map([self.fts_expression()], |r| r.get(0))
+            .and_then(|rows| rows.collect::<Result<Vec<i64>, _>>())
+            .map_err(err)?;
+        Ok(BlockSet { first_indexed, ids })
+    }
+}
+
+/// Which blocks a text search has to read.
+pub(crate) struct BlockSet {
+    first_indexed: i64,
+    ids: Vec<i64>,
+}
+
+impl BlockSet {
+    pub(crate) fn may_match(&self, block_id: i64) -> bool {
+        block_id < self.first_indexed || self.ids.binary_search(&block_id).is_ok()
+    }
+}
+
+/// Adds a block's document (nothing for an empty one).
+pub(crate) fn insert(conn: &Connection, block_id: i64, document: &str) -> rusqlite::Result<()> {
+    if !document.is_empty() {
+        conn.prepare_cached("INSERT INTO block_text (rowid, terms) VALUES (?1, ?2)")?
+            .execute(params![block_id, document])?;
+    }
+    Ok(())
+}
+
+/// Removes a block's document: `document` must be the one inserted.
+fn delete(conn: &Connection, block_id: i64, document: &str) -> rusqlite::Result<()> {
+    if !document.is_empty() {
+        conn.prepare_cached(
+            "INSERT INTO block_text (block_text, rowid, terms) VALUES ('delete', ?1, ?2)",
+        )?
+        .execute(params![block_id, document])?;
+    }
+    Ok(())
+}
+
+/// The document of a block as its stored rows give it now.
+pub(crate) fn stored_document(conn: &Connection, block_id: i64) -> Result<String, StoreError> {
+    let err = |e| sqlite_err(conn, e);
+    let Some((first, last)): Option<(i64, i64)> = conn
+        .prepare_cached(
+            "SELECT first_span_rowid, last_span_rowid FROM block_traces WHERE block_id = ?1",
+        )
+        .and_then(|mut s| s.query_row([block_id], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+        .map_err(err)?
+    else {
+        return Ok(String::new());
+    };
+    let rows: Vec<(String, u32, u32)> = conn
+        .prepare_cached(
+            "SELECT name, block_offset, block_len FROM spans NOT INDEXED
+             WHERE rowid BETWEEN ?1 AND ?2 AND block_id = ?3",
+        )
+        .and_then(|mut s| {
+            s.query_map(params![first, last, block_id], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?
+            .collect::<Result<_, _>>()
+        })
+        .map_err(err)?;
+    if rows.is_empty() {
+        return Ok(String::new());
+    }
+    let blob: Vec<u8> = conn
+        .prepare_cached("SELECT block FROM span_blocks WHERE id = ?1")
+        .and_then(|mut s| s.query_row([block_id], |r| r.get(0)))
+        .map_err(err)?;
+    let block = codec::open_block(&blob)?;
+    let details = rows
+        .iter()
+        .map(|(_, offset, len)| codec::decode_detail(&block, *offset, *len).map(|(d, _)| d))
+        .collect::<Result<Vec<SpanDetail>, StoreError>>()?;
+    let mut words = BlockWords::default();
+    for ((name, _, _), detail) in rows.iter().zip(&details) {
+        words.add_span(name, detail);
+    }
+    Ok(words.document())
+}
+
+/// Replaces a block's document after its rows changed (`before` was read before).
+pub(crate) fn replace(
+    conn: &Connection,
+    block_id: i64,
+    before: &str,
+) -> Result<(), StoreError> {
+    let first_indexed: i64 = conn
+        .query_row("SELECT first_block_id FROM block_text_start", [], |r| r.get(0))
+        .optional()
+        .map_err(|e| sqlite_err(conn, e))?
+        .unwrap_or(0);
+    if block_id < first_indexed {
+        return Ok(());
+    }
+    let after = stored_document(conn, block_id)?;
+    if after != before {
+        delete(conn, block_id, before).map_err(|e| sqlite_err(conn, e))?;
+        insert(conn, block_id, &after).map_err(|e| sqlite_err(conn, e))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use threadline_model::{AttrValue, Attribute};
+
+    fn detail(prompt: &str) -> SpanDetail {
+        SpanDetail {
+            attributes: vec![Attribute::new(
+                "gen_ai.prompt.0.content",
+                AttrValue::String(prompt.into()),
+            )],
+            ..SpanDetail::default()
+        }
+    }
+
+    #[test]
+    fn a_block_document_is_its_distinct_lowercased_words_sorted() {
+        let a = detail("Why is the Sky blue? The sky… ÉTÉ");
+        let b = detail("x".repeat(40).as_str());
+        let mut words = BlockWords::default();
+        words.add_span("chat gpt-4o", &a);
+        words.add_span("chat", &b);
+        let expected = format!("4o blue chat gpt is sky the why {} été", "x".repeat(32));
+        assert_eq!(words.document(), expected);
+    }
+
+    #[test]
+    fn every_word_must_match_the_last_by_prefix() {
+        let d = detail("The retriever timed out after 30 s");
+        let q = |t: &str| TextQuery::parse(t).unwrap().matches("search_docs", &d);
+        assert!(q("retriever"));
+        assert!(q("TIMED retr"));
+        assert!(q("search_docs time"));
+        assert!(!q("retr timed"), "only the last word is a prefix");
+        assert!(!q("retriever missing"));
+        assert!(TextQuery::parse(" ?! ").is_none());
+        assert_eq!(
+            TextQuery::parse("timed retr").unwrap().fts_expression(),
+            "\"timed\" AND \"retr\"*"
+        );
+        let long = "y".repeat(40);
+        assert_eq!(
+            TextQuery::parse(&format!("{long} z")).unwrap().fts_expression(),
+            format!("\"{}\"* AND \"z\"*", "y".repeat(32))
+        );
+    }
+}

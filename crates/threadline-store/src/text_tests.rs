@@ -1,0 +1,162 @@
+//! Free-text search through the full-text index: words of names, prompts and
+//! completions, newest first, per tenant; erasure takes the words out of the index's
+//! pages; blocks stored before the index are still found.
+
+use threadline_model::{AttrValue, Attribute, SpanEvent, TenantId};
+
+use crate::tests::{acme, span};
+use crate::{ErasureSubject, SqliteConfig, SqliteStore, TraceQuery, DB_FILE_NAME};
+
+/// A span of trace `trace` whose prompt is `prompt` and whose completion (a GenAI
+/// choice event) is `answer`.
+fn said(trace: u8, start: u64, user: &str, prompt: &str, answer: &str) -> threadline_model::SpanRecord {
+    let mut s = span(trace, 1, None, start, Some("gpt-4o"));
+    s.detail.attributes = vec![Attribute::new(
+        "gen_ai.prompt.0.content",
+        AttrValue::String(prompt.into()),
+    )];
+    s.detail.events = vec![SpanEvent {
+        time_unix_nano: start,
+        name: "gen_ai.choice".into(),
+        attributes: vec![Attribute::new("message", AttrValue::String(answer.into()))],
+        dropped_attributes_count: 0,
+    }];
+    s.llm.as_mut().unwrap().user_id = Some(user.into());
+    s
+}
+
+fn found(store: &SqliteStore, tenant: &TenantId, text: &str) -> Vec<u8> {
+    let page = store
+        .search(
+            tenant,
+            &TraceQuery {
+                text: Some(text.into()),
+                limit: 50,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    page.traces.iter().map(|t| t.trace_id.0[0]).collect()
+}
+
+fn matching_documents(store: &SqliteStore, word: &str) -> i64 {
+    let conn = rusqlite::Connection::open(store.path()).unwrap();
+    conn.query_row(
+        "SELECT count(*) FROM block_text WHERE block_text MATCH ?1",
+        [format!("\"{word}\"")],
+        |r| r.get(0),
+    )
+    .unwrap()
+}
+
+#[test]
+fn words_of_names_prompts_and_completions_are_found_newest_first_per_tenant() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path(), SqliteConfig::default()).unwrap();
+    let other = TenantId::new("other").unwrap();
+    // One block per write: the index is consulted block by block.
+    let spans = [
+        said(1, 100, "u1", "Why is the sky blue?", "Rayleigh scattering."),
+        said(2, 200, "u2", "Summarise the Q3 report", "Revenue grew 12%."),
+        said(3, 300, "u1", "is the sky falling", "No."),
+    ];
+    for s in &spans {
+        store.write_blocking(&acme(), std::slice::from_ref(s)).unwrap();
+    }
+    store
+        .write_blocking(&other, &[said(9, 400, "u9", "the sky at night", "Stars.")])
+        .unwrap();
+    assert_eq!(found(&store, &acme(), "sky"), [3, 1], "newest first");
+    assert_eq!(found(&store, &acme(), "SKY BLUE"), [1], "every word, any case");
+    assert_eq!(found(&store, &acme(), "rayleigh"), [1], "completion text");
+    assert_eq!(found(&store, &acme(), "revenue gr"), [2], "the last word by prefix");
+    assert_eq!(found(&store, &acme(), "span-1"), [3, 2, 1], "span names");
+    assert!(found(&store, &acme(), "gr revenue").is_empty());
+    assert!(found(&store, &acme(), "stars").is_empty(), "another tenant's text");
+    assert_eq!(found(&store, &other, "sky"), [9]);
+    assert!(found(&store, &acme(), "nonexistent").is_empty());
+    // Pages of one trace each cover every match once.
+    let mut cursor = None;
+    let mut pages = Vec::new();
+    loop {
+        let page = store
+            .search(
+                &acme(),
+                &TraceQuery {
+                    text: Some("the".into()),
+                    limit: 1,
+                    cursor,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        pages.extend(page.traces.iter().map(|t| t.trace_id.0[0]));
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    assert_eq!(pages, [3, 2, 1]);
+}
+
+#[test]
+fn erasure_takes_the_words_out_of_the_index_and_keeps_the_rest_of_the_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path(), SqliteConfig::default()).unwrap();
+    // Both traces share one block.
+    store
+        .write_blocking(
+            &acme(),
+            &[
+                said(1, 100, "alice", "my name is Zyxwvutsrq", "Hello Zyxwvutsrq"),
+                said(2, 200, "bob", "weather in Paris", "Sunny in Paris"),
+            ],
+        )
+        .unwrap();
+    assert_eq!(found(&store, &acme(), "zyxwvutsrq"), [1]);
+    assert_eq!(matching_documents(&store, "zyxwvutsrq"), 1);
+    let report = store
+        .submit_erasure(
+            &acme(),
+            ErasureSubject::UserId("alice".into()),
+            "test",
+            0,
+        )
+        .unwrap()
+        .wait_blocking()
+        .unwrap();
+    assert!(report.erasure.is_some_and(|r| r.spans_deleted == 1));
+    assert!(found(&store, &acme(), "zyxwvutsrq").is_empty());
+    assert_eq!(matching_documents(&store, "zyxwvutsrq"), 0);
+    assert_eq!(found(&store, &acme(), "paris"), [2], "the block's other trace");
+    let conn = rusqlite::Connection::open(store.path()).unwrap();
+    conn.execute_batch("INSERT INTO block_text (block_text) VALUES ('integrity-check')")
+        .unwrap();
+    drop(conn);
+    drop(store);
+    let bytes = std::fs::read(dir.path().join(DB_FILE_NAME)).unwrap();
+    let needle = b"yxwvutsrq";
+    assert!(
+        !bytes.windows(needle.len()).any(|w| w == needle),
+        "the erased word is still in the database file"
+    );
+}
+
+#[test]
+fn blocks_stored_before_the_index_are_read_span_by_span() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path(), SqliteConfig::default()).unwrap();
+    store
+        .write_blocking(&acme(), &[said(1, 100, "u1", "old question", "old answer")])
+        .unwrap();
+    // As a store from before the index: no documents, the index starting later.
+    let conn = rusqlite::Connection::open(store.path()).unwrap();
+    conn.execute_batch(
+        "INSERT INTO block_text (block_text) VALUES ('delete-all');
+         UPDATE block_text_start SET first_block_id = first_block_id + 1000;",
+    )
+    .unwrap();
+    drop(conn);
+    assert_eq!(found(&store, &acme(), "question"), [1]);
+    assert!(found(&store, &acme(), "missing").is_empty());
+}
