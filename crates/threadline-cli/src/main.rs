@@ -209,13 +209,18 @@ pub(crate) struct ApiKeyArg {
 struct SearchArgs {
     #[command(flatten)]
     client: ClientArgs,
-    /// A span of this service (its resource's service.name).
+    /// Words in a span's name, prompt, reply or error message (any case; the last
+    /// word may be the start of one), e.g. "charged twice".
+    #[arg(long)]
+    text: Option<String>,
+    /// A span of this service (its resource's service.name), or the start of its name.
     #[arg(long)]
     service: Option<String>,
     /// Span name.
     #[arg(long)]
     name: Option<String>,
-    /// A model call to this model (the requested one, else the one that answered).
+    /// A model call to this model, or a model whose name starts so (the requested
+    /// one or the one that answered).
     #[arg(long)]
     model: Option<String>,
     /// A span on this API route (api.route / http.route).
@@ -454,6 +459,7 @@ async fn search(args: SearchArgs) -> anyhow::Result<()> {
             params.push((k.to_owned(), v.clone()));
         }
     };
+    push("q", &args.text);
     push("service", &args.service);
     push("name", &args.name);
     push("model", &args.model);

@@ -585,6 +585,6 @@ mod filter_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
-mod trace_index_tests;
-#[cfg(test)]
 mod text_tests;
+#[cfg(test)]
+mod trace_index_tests;

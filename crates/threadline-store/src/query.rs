@@ -10,9 +10,7 @@ use threadline_model::{
     LlmView, SpanDetail, SpanId, SpanKind, SpanOrigin, SpanRecord, TenantId, TraceId,
 };
 
-use crate::newest_first::{
-    spans_in_window, RowAccess, SpanWindow, INDEXED_COLUMNS,
-};
+use crate::newest_first::{spans_in_window, RowAccess, SpanWindow, INDEXED_COLUMNS};
 use crate::trace_lookup::{self, RowRange};
 use crate::{codec, sqlite_err, StoreError};
 
@@ -225,7 +223,10 @@ impl BlockCache {
 }
 
 /// The tenant's stored service names, sorted.
-pub(crate) fn tenant_services(conn: &Connection, tenant_id: i64) -> Result<Vec<String>, StoreError> {
+pub(crate) fn tenant_services(
+    conn: &Connection,
+    tenant_id: i64,
+) -> Result<Vec<String>, StoreError> {
     let mut stmt = conn
         .prepare_cached("SELECT service FROM tenant_services WHERE tenant_id = ?1 ORDER BY service")
         .map_err(|e| sqlite_err(conn, e))?;

@@ -442,16 +442,15 @@ pub(crate) fn search(
             .unwrap_or(i64::MAX),
     };
     let text = q.text.as_deref().and_then(TextQuery::parse);
-    let (columns, decode): (String, crate::newest_first::DecodeRow<Candidate>) =
-        if text.is_some() {
-            (format!("{CANDIDATE_COLUMNS}, name"), |conn, row| {
-                Candidate::from_row_named(conn, row).map(|c| (c.start_ns, c))
-            })
-        } else {
-            (CANDIDATE_COLUMNS.to_owned(), |conn, row| {
-                Candidate::from_row(conn, row).map(|c| (c.start_ns, c))
-            })
-        };
+    let (columns, decode): (String, crate::newest_first::DecodeRow<Candidate>) = if text.is_some() {
+        (format!("{CANDIDATE_COLUMNS}, name"), |conn, row| {
+            Candidate::from_row_named(conn, row).map(|c| (c.start_ns, c))
+        })
+    } else {
+        (CANDIDATE_COLUMNS.to_owned(), |conn, row| {
+            Candidate::from_row(conn, row).map(|c| (c.start_ns, c))
+        })
+    };
     let mut matcher = SpanMatcher::new(conn, tenant_id, &q.attributes, text)?;
     let mut candidates = NewestFirst::new(
         conn,
@@ -649,4 +648,3 @@ fn summarize(
         usage,
     })
 }
-

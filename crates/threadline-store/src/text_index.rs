@@ -16,8 +16,8 @@
 //! what is left. Blocks stored before the index existed (below `block_text_start`) have
 //! no document and are always checked span by span.
 
-use std::borrow::Cow;
 use rusqlite::{params, Connection, OptionalExtension};
+use std::borrow::Cow;
 use threadline_model::SpanDetail;
 
 use crate::{codec, sqlite_err, StoreError};
@@ -187,7 +187,10 @@ pub(crate) fn stored_document(conn: &Connection, block_id: i64) -> Result<String
         .prepare_cached(
             "SELECT first_span_rowid, last_span_rowid FROM block_traces WHERE block_id = ?1",
         )
-        .and_then(|mut s| s.query_row([block_id], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+        .and_then(|mut s| {
+            s.query_row([block_id], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
+        })
         .map_err(err)?
     else {
         return Ok(String::new());
@@ -224,13 +227,11 @@ pub(crate) fn stored_document(conn: &Connection, block_id: i64) -> Result<String
 }
 
 /// Replaces a block's document after its rows changed (`before` was read before).
-pub(crate) fn replace(
-    conn: &Connection,
-    block_id: i64,
-    before: &str,
-) -> Result<(), StoreError> {
+pub(crate) fn replace(conn: &Connection, block_id: i64, before: &str) -> Result<(), StoreError> {
     let first_indexed: i64 = conn
-        .query_row("SELECT first_block_id FROM block_text_start", [], |r| r.get(0))
+        .query_row("SELECT first_block_id FROM block_text_start", [], |r| {
+            r.get(0)
+        })
         .optional()
         .map_err(|e| sqlite_err(conn, e))?
         .unwrap_or(0);
@@ -287,7 +288,9 @@ mod tests {
         );
         let long = "y".repeat(40);
         assert_eq!(
-            TextQuery::parse(&format!("{long} z")).unwrap().fts_expression(),
+            TextQuery::parse(&format!("{long} z"))
+                .unwrap()
+                .fts_expression(),
             format!("\"{}\"* AND \"z\"*", "y".repeat(32))
         );
     }

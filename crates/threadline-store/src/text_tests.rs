@@ -9,7 +9,13 @@ use crate::{ErasureSubject, SqliteConfig, SqliteStore, TraceQuery, DB_FILE_NAME}
 
 /// A span of trace `trace` whose prompt is `prompt` and whose completion (a GenAI
 /// choice event) is `answer`.
-fn said(trace: u8, start: u64, user: &str, prompt: &str, answer: &str) -> threadline_model::SpanRecord {
+fn said(
+    trace: u8,
+    start: u64,
+    user: &str,
+    prompt: &str,
+    answer: &str,
+) -> threadline_model::SpanRecord {
     let mut s = span(trace, 1, None, start, Some("gpt-4o"));
     s.detail.attributes = vec![Attribute::new(
         "gen_ai.prompt.0.content",
@@ -61,18 +67,31 @@ fn words_of_names_prompts_and_completions_are_found_newest_first_per_tenant() {
         said(3, 300, "u1", "is the sky falling", "No."),
     ];
     for s in &spans {
-        store.write_blocking(&acme(), std::slice::from_ref(s)).unwrap();
+        store
+            .write_blocking(&acme(), std::slice::from_ref(s))
+            .unwrap();
     }
     store
         .write_blocking(&other, &[said(9, 400, "u9", "the sky at night", "Stars.")])
         .unwrap();
     assert_eq!(found(&store, &acme(), "sky"), [3, 1], "newest first");
-    assert_eq!(found(&store, &acme(), "SKY BLUE"), [1], "every word, any case");
+    assert_eq!(
+        found(&store, &acme(), "SKY BLUE"),
+        [1],
+        "every word, any case"
+    );
     assert_eq!(found(&store, &acme(), "rayleigh"), [1], "completion text");
-    assert_eq!(found(&store, &acme(), "revenue gr"), [2], "the last word by prefix");
+    assert_eq!(
+        found(&store, &acme(), "revenue gr"),
+        [2],
+        "the last word by prefix"
+    );
     assert_eq!(found(&store, &acme(), "span-1"), [3, 2, 1], "span names");
     assert!(found(&store, &acme(), "gr revenue").is_empty());
-    assert!(found(&store, &acme(), "stars").is_empty(), "another tenant's text");
+    assert!(
+        found(&store, &acme(), "stars").is_empty(),
+        "another tenant's text"
+    );
     assert_eq!(found(&store, &other, "sky"), [9]);
     assert!(found(&store, &acme(), "nonexistent").is_empty());
     // Pages of one trace each cover every match once.
@@ -116,19 +135,18 @@ fn erasure_takes_the_words_out_of_the_index_and_keeps_the_rest_of_the_block() {
     assert_eq!(found(&store, &acme(), "zyxwvutsrq"), [1]);
     assert_eq!(matching_documents(&store, "zyxwvutsrq"), 1);
     let report = store
-        .submit_erasure(
-            &acme(),
-            ErasureSubject::UserId("alice".into()),
-            "test",
-            0,
-        )
+        .submit_erasure(&acme(), ErasureSubject::UserId("alice".into()), "test", 0)
         .unwrap()
         .wait_blocking()
         .unwrap();
     assert!(report.erasure.is_some_and(|r| r.spans_deleted == 1));
     assert!(found(&store, &acme(), "zyxwvutsrq").is_empty());
     assert_eq!(matching_documents(&store, "zyxwvutsrq"), 0);
-    assert_eq!(found(&store, &acme(), "paris"), [2], "the block's other trace");
+    assert_eq!(
+        found(&store, &acme(), "paris"),
+        [2],
+        "the block's other trace"
+    );
     let conn = rusqlite::Connection::open(store.path()).unwrap();
     conn.execute_batch("INSERT INTO block_text (block_text) VALUES ('integrity-check')")
         .unwrap();

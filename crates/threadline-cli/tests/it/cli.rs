@@ -41,6 +41,22 @@ fn search_trace_and_loadgen_commands() {
     assert_eq!(page["traces"][0]["span_count"], 4);
     assert!(page["next_cursor"].is_string());
 
+    // Free text over loadgen's prompts and replies; the tool span's name too.
+    let (ok, json, err) = server.cli(&[
+        "search",
+        "--text",
+        "Quarterly EARN",
+        "--json",
+        "--limit",
+        "3",
+    ]);
+    assert!(ok, "{err}");
+    let page: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(page["traces"].as_array().map(Vec::len), Some(3), "{page}");
+    let (ok, table, err) = server.cli(&["search", "--text", "zebra crossing"]);
+    assert!(ok, "{err}");
+    assert!(table.contains("0 trace(s)"), "{table}");
+
     let (ok, tree, err) = server.cli(&["trace", &first]);
     assert!(ok, "{err}");
     assert!(tree.contains(&format!("trace {first}")), "{tree}");

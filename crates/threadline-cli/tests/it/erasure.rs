@@ -1,6 +1,6 @@
 //! GDPR erasure: every trace of a user disappears, other users' traces stay, the audit
 //! log records it (without the id), and no byte of the id remains in the database
-//! files — the WAL included.
+//! files — the WAL and the full-text index included.
 
 use serde_json::Value;
 
@@ -72,6 +72,15 @@ fn erasing_a_user_removes_every_byte_of_them() {
         "the id is on disk before"
     );
 
+    // Free text finds the id's words in the prompts (the full-text index holds them).
+    let text_search = "/api/v1/traces?q=5f3c9e&limit=100";
+    let (_, found) = server.get(text_search, None);
+    assert_eq!(
+        found["traces"].as_array().map(Vec::len),
+        Some(20),
+        "{found}"
+    );
+
     let (ok, out, err) = server.cli(&["erase", "--user-id", SUBJECT, "--requested-by", "dpo@acme"]);
     assert!(ok, "{err}");
     assert!(out.contains("20 traces, 42 spans deleted"), "{out}");
@@ -95,6 +104,13 @@ fn erasing_a_user_removes_every_byte_of_them() {
     }
     let (_, found) = server.get(&format!("/api/v1/traces?attr.user.id={SUBJECT}"), None);
     assert_eq!(found["traces"], Value::Array(vec![]));
+    let (_, found) = server.get(text_search, None);
+    assert_eq!(found["traces"], Value::Array(vec![]));
+    let leftovers = files_containing(&server.data_dir, "5f3c9e");
+    assert!(
+        leftovers.is_empty(),
+        "a word of the id is still in {leftovers:?}"
+    );
 
     // The audit log: who, when, what matched, how many — and only a digest of the id.
     let (status, log) = server.get("/api/v1/erasures", None);

@@ -85,5 +85,23 @@ fn opentelemetry_python_sdk_over_http_and_grpc() {
         );
         assert_eq!(page["traces"][0]["trace_id"], id);
         assert_eq!(page["traces"][0]["error"], true);
+        // Free text: the prompt's words (the last by prefix) and the status message.
+        for text in ["INVOICE%20charged%20tw", "service%20unavailable"] {
+            let (_, page) = server.get(
+                &format!("/api/v1/traces?q={text}&service=py-chat-{transport}"),
+                Some("acme-secret-key-0001"),
+            );
+            assert_eq!(
+                page["traces"].as_array().unwrap().len(),
+                1,
+                "{text}: {page}"
+            );
+            assert_eq!(page["traces"][0]["trace_id"], id);
+        }
+        let (_, page) = server.get(
+            "/api/v1/traces?q=invoice%20refunded",
+            Some("acme-secret-key-0001"),
+        );
+        assert_eq!(page["traces"].as_array().unwrap().len(), 0);
     }
 }

@@ -51,7 +51,30 @@ fn every_page_renders_from_its_url_and_clicks_lead_where_they_say() {
             "more than a page of errors on /v1/support"
         );
 
+        // Free text: words of the conversations, the last one as typed so far.
+        b.open(&format!("{base}/traces"), "a.trace-link").await;
+        b.client
+            .find(Locator::Css("#q"))
+            .await
+            .unwrap()
+            .send_keys("Charged TWI")
+            .await
+            .unwrap();
+        b.click("form.filters button[type=submit]").await;
+        let path = b.wait_path("/traces?").await;
+        assert!(path.contains("q=Charged"), "{path}");
+        b.open(&format!("{base}{path}"), "a.trace-link").await;
+        let roots = b.text("table.grid tbody").await;
+        assert!(
+            roots.contains("POST /v1/assistant") && !roots.contains("/v1/chat"),
+            "{path}: {roots}"
+        );
+        b.screenshot("search-text").await;
+        b.open(&format!("{base}/traces?q=charged%20thrice"), "p.empty")
+            .await;
+
         // From a result to its trace.
+        b.open(&format!("{base}{path}"), "a.trace-link").await;
         b.click("a.trace-link").await;
         b.wait_path("/traces/").await;
         b.wait_for(".wf-row").await;

@@ -40,6 +40,8 @@ def send(exporter, transport):
             llm.set_attribute("model.instance.id", "inst-3")
             llm.set_attribute("llm.prompt.version", "v2.1.4")
             llm.set_attribute("llm.kvcache.hit_ratio", 0.75)
+            llm.set_attribute("gen_ai.prompt.0.role", "user")
+            llm.set_attribute("gen_ai.prompt.0.content", "Why was my invoice charged twice?")
             llm.add_event("gen_ai.content.first_token", {"token.index": 0})
         with tracer.start_as_current_span("execute_tool lookup_account") as tool:
             tool.set_attribute("gen_ai.operation.name", "execute_tool")

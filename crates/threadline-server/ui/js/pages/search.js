@@ -77,7 +77,7 @@ export function SearchPage() {
   return html`
     <h1>Traces</h1>
     <form class="filters" role="search" aria-label="Trace search" onSubmit=${submit}>
-      <${Field} id="q" label="Text (span name)" value=${form.q} onInput=${set('q')} placeholder="e.g. chat" wide />
+      <${Field} id="q" label="Text (span names, prompts, replies, errors)" value=${form.q} onInput=${set('q')} placeholder="e.g. charged twice" wide />
       <label for="service">Service
         <select id="service" name="service" value=${form.service} onChange=${(e) => set('service')(e.target.value)}>
           <option value="">Any service</option>
@@ -86,7 +86,7 @@ export function SearchPage() {
             ? html`<option value=${form.service}>${form.service}</option>` : null}
         </select></label>
       <${Field} id="name" label="Span name" value=${form.name} onInput=${set('name')} />
-      <${Field} id="model" label="Model" value=${form.model} onInput=${set('model')} />
+      <${Field} id="model" label="Model (or its start)" value=${form.model} onInput=${set('model')} />
       <${Field} id="route" label="Route" value=${form.route} onInput=${set('route')} placeholder="/v1/chat" />
       <${Field} id="adapter" label="Adapter" value=${form.adapter} onInput=${set('adapter')} />
       <${Field} id="ab_group" label="A/B group" value=${form.ab_group} onInput=${set('ab_group')} />
