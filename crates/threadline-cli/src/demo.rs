@@ -718,6 +718,7 @@ fn example_commands(
         format!("threadline search{server} --model meta-llama/meta-llama-3 --min-duration 1s"),
         format!("threadline search{server} --route /v1/support --errors --from {from}"),
         format!("threadline search{server} --attr gen_ai.tool.name=lookup_account"),
+        format!("threadline search{server} --text refund"),
     ];
     if let Some(trace) = exemplar.and_then(Value::as_str) {
         commands.push(format!("threadline trace{server} {trace}"));

@@ -7,7 +7,7 @@
 use crate::{AttrValue, Attribute, SpanDetail};
 
 /// Key prefixes (or whole keys) whose string values are searchable text.
-const TEXT_KEYS: [&str; 20] = [
+const TEXT_KEYS: [&str; 21] = [
     // OpenTelemetry GenAI (current and deprecated), OpenLLMetry.
     "gen_ai.prompt",
     "gen_ai.completion",
@@ -18,6 +18,7 @@ const TEXT_KEYS: [&str; 20] = [
     "gen_ai.tool.call.result",
     "gen_ai.content.",
     "gen_ai.event.content",
+    "gen_ai.retrieval.query.text",
     // OpenInference.
     "llm.input_messages.",
     "llm.output_messages.",

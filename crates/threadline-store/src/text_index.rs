@@ -26,29 +26,97 @@ use crate::{codec, sqlite_err, StoreError};
 /// still finds its block).
 const MAX_INDEXED_CHARS: usize = 32;
 
-/// The words of a text, lowercased (character by character).
-fn words(text: &str) -> impl Iterator<Item = Cow<'_, str>> {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(|w| {
-            if w.is_ascii() {
-                if w.bytes().any(|b| b.is_ascii_uppercase()) {
-                    Cow::Owned(w.to_ascii_lowercase())
-                } else {
-                    Cow::Borrowed(w)
-                }
-            } else {
-                Cow::Owned(w.chars().flat_map(char::to_lowercase).collect())
+/// For each byte: its lowercase form if it is an ASCII letter or digit, else 0.
+static LOWER_WORD: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut b = 0;
+    while b < 128 {
+        let c = b as u8;
+        if c.is_ascii_alphanumeric() {
+            t[b] = c.to_ascii_lowercase();
+        }
+        b += 1;
+    }
+    t
+};
+
+/// The words of a text — runs of alphanumeric characters — lowercased (character by
+/// character). ASCII is scanned byte by byte; a word already in lowercase ASCII is
+/// borrowed.
+fn words(text: &str) -> Words<'_> {
+    Words { text, at: 0 }
+}
+
+struct Words<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+impl Words<'_> {
+    /// The character at `self.at` (a char boundary, before the end), whether it is
+    /// part of a word, and its length.
+    fn class(&self) -> (bool, bool, usize) {
+        let b = self.text.as_bytes()[self.at];
+        if b.is_ascii() {
+            return (b.is_ascii_alphanumeric(), b.is_ascii_uppercase(), 1);
+        }
+        match self.text[self.at..].chars().next() {
+            Some(c) => (c.is_alphanumeric(), true, c.len_utf8()),
+            None => (false, false, 1),
+        }
+    }
+}
+
+impl<'a> Iterator for Words<'a> {
+    type Item = Cow<'a, str>;
+
+    fn next(&mut self) -> Option<Cow<'a, str>> {
+        let len = self.text.len();
+        while self.at < len {
+            let (in_word, _, n) = self.class();
+            if in_word {
+                break;
             }
+            self.at += n;
+        }
+        if self.at >= len {
+            return None;
+        }
+        let start = self.at;
+        // `fold`: an upper-case ASCII letter or any non-ASCII character was seen.
+        let mut fold = false;
+        while self.at < len {
+            let (in_word, needs_fold, n) = self.class();
+            if !in_word {
+                break;
+            }
+            fold |= needs_fold;
+            self.at += n;
+        }
+        let word = &self.text[start..self.at];
+        Some(if !fold {
+            Cow::Borrowed(word)
+        } else if word.is_ascii() {
+            Cow::Owned(word.to_ascii_lowercase())
+        } else {
+            Cow::Owned(word.chars().flat_map(char::to_lowercase).collect())
         })
+    }
+}
+
+/// Where a word as the index holds it ends: after `MAX_INDEXED_CHARS` characters.
+fn indexed_len(word: &str) -> usize {
+    if word.len() <= MAX_INDEXED_CHARS {
+        return word.len();
+    }
+    word.char_indices()
+        .nth(MAX_INDEXED_CHARS)
+        .map_or(word.len(), |(at, _)| at)
 }
 
 /// A word as the index holds it.
 fn indexed(word: &str) -> &str {
-    match word.char_indices().nth(MAX_INDEXED_CHARS) {
-        Some((at, _)) => &word[..at],
-        None => word,
-    }
+    &word[..indexed_len(word)]
 }
 
 /// Calls `f` with each word of a span's name and texts.
@@ -58,25 +126,112 @@ fn for_each_span_word<'a>(name: &'a str, detail: &'a SpanDetail, mut f: impl FnM
 }
 
 /// The distinct words of one block's spans, gathered while the block is encoded.
+/// This runs for every span ingested, over every prompt and reply, so it is built for
+/// speed: a lowercase ASCII word of up to 8 bytes (most words) is packed into a `u64`
+/// as it is scanned, and only longer or non-ASCII words become strings. A text seen
+/// before in the block (a system prompt, a repeated question) is not scanned again.
 #[derive(Default)]
 pub(crate) struct BlockWords<'a> {
-    words: foldhash::HashSet<Cow<'a, str>>,
+    short: foldhash::HashSet<u64>,
+    long: foldhash::HashSet<Cow<'a, str>>,
+    texts: foldhash::HashSet<&'a str>,
 }
 
 impl<'a> BlockWords<'a> {
     pub(crate) fn add_span(&mut self, name: &'a str, detail: &'a SpanDetail) {
-        for_each_span_word(name, detail, |w| {
-            let w = match w {
-                Cow::Borrowed(b) => Cow::Borrowed(indexed(b)),
-                Cow::Owned(o) => Cow::Owned(indexed(&o).to_owned()),
-            };
-            self.words.insert(w);
-        });
+        self.add_text(name);
+        detail.for_each_text(|text| self.add_text(text));
+    }
+
+    /// Adds the words of `text`, with the boundaries and case folding of `words`.
+    fn add_text(&mut self, text: &'a str) {
+        if !self.texts.insert(text) {
+            return;
+        }
+        let bytes = text.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            let b = bytes[i];
+            if b.is_ascii() {
+                if !b.is_ascii_alphanumeric() {
+                    i += 1;
+                    continue;
+                }
+                // An ASCII run: packed while short, borrowed when long and lowercase.
+                let start = i;
+                let mut packed = 0u64;
+                let mut upper = false;
+                while let Some(&b) = bytes.get(i) {
+                    let lower = LOWER_WORD[usize::from(b)];
+                    if lower == 0 {
+                        break;
+                    }
+                    upper |= lower != b;
+                    if i - start < 8 {
+                        packed |= u64::from(lower) << (8 * (i - start));
+                    }
+                    i += 1;
+                }
+                if bytes.get(i).is_some_and(|b| !b.is_ascii()) {
+                    // The word goes on with non-ASCII characters, or ends at one.
+                    i = self.add_general(text, start);
+                } else if i - start <= 8 {
+                    self.short.insert(packed);
+                } else {
+                    let word = &text[start..start + (i - start).min(MAX_INDEXED_CHARS)];
+                    self.long.insert(if upper {
+                        Cow::Owned(word.to_ascii_lowercase())
+                    } else {
+                        Cow::Borrowed(word)
+                    });
+                }
+            } else {
+                i = self.add_general(text, i);
+            }
+        }
+    }
+
+    /// Adds the word starting at `start` (if a word starts there) the general way;
+    /// returns where scanning goes on.
+    fn add_general(&mut self, text: &'a str, start: usize) -> usize {
+        let Some(c) = text[start..].chars().next() else {
+            return text.len();
+        };
+        if !c.is_alphanumeric() {
+            return start + c.len_utf8();
+        }
+        let mut scan = words(&text[start..]);
+        let Some(word) = scan.next() else {
+            return text.len();
+        };
+        let end = start + scan.at;
+        let word = match word {
+            Cow::Borrowed(b) => Cow::Borrowed(indexed(b)),
+            Cow::Owned(mut o) => {
+                o.truncate(indexed_len(&o));
+                Cow::Owned(o)
+            }
+        };
+        if word.len() <= 8 && word.is_ascii() {
+            let mut packed = 0u64;
+            for (k, b) in word.bytes().enumerate() {
+                packed |= u64::from(b) << (8 * k);
+            }
+            self.short.insert(packed);
+        } else {
+            self.long.insert(word);
+        }
+        end
     }
 
     /// The block's FTS document: its words sorted, joined by spaces ("" when none).
     pub(crate) fn document(self) -> String {
-        let mut words: Vec<Cow<'_, str>> = self.words.into_iter().collect();
+        let mut words: Vec<Cow<'_, str>> = self.long.into_iter().collect();
+        words.extend(self.short.into_iter().map(|packed| {
+            let bytes = packed.to_le_bytes();
+            let len = bytes.iter().position(|b| *b == 0).unwrap_or(8);
+            Cow::Owned(String::from_utf8_lossy(&bytes[..len]).into_owned())
+        }));
         words.sort_unstable();
         words.join(" ")
     }
@@ -270,6 +425,51 @@ mod tests {
         words.add_span("chat", &b);
         let expected = format!("4o blue chat gpt is sky the why {} été", "x".repeat(32));
         assert_eq!(words.document(), expected);
+    }
+
+    #[test]
+    fn words_are_runs_of_alphanumerics_lowercased() {
+        let reference = |t: &str| -> Vec<String> {
+            t.split(|c: char| !c.is_alphanumeric())
+                .filter(|w| !w.is_empty())
+                .map(|w| w.chars().flat_map(char::to_lowercase).collect())
+                .collect()
+        };
+        for text in [
+            "",
+            "  ",
+            "Hello, World! gpt-4o_mini 3.14",
+            "Ünïcödé ΣΟΦΙΑ straße 東京タワー 123abc",
+            "{\"role\":\"user\",\"content\":\"Why?\"}",
+            "tab\tnew\nline—dash…end",
+        ] {
+            let got: Vec<String> = words(text).map(Cow::into_owned).collect();
+            assert_eq!(got, reference(text), "{text:?}");
+        }
+        assert!(matches!(
+            words("already lower").next(),
+            Some(Cow::Borrowed(_))
+        ));
+    }
+
+    #[test]
+    fn a_block_document_holds_the_words_the_query_side_finds() {
+        let texts = [
+            "Hello, World! gpt-4o_mini 3.14 abcdefgh abcdefghi",
+            "Ünïcödé ΣΟΦΙΑ straße 東京タワー 123abc MiXeD…end",
+            "{\"role\":\"user\",\"content\":\"Why?\"}",
+            &"long".repeat(20),
+        ];
+        let details: Vec<SpanDetail> = texts.iter().map(|t| detail(t)).collect();
+        let mut block = BlockWords::default();
+        let mut expected: Vec<String> = Vec::new();
+        for d in &details {
+            block.add_span("", d);
+            d.for_each_text(|t| expected.extend(words(t).map(|w| indexed(&w).to_owned())));
+        }
+        expected.sort_unstable();
+        expected.dedup();
+        assert_eq!(block.document(), expected.join(" "));
     }
 
     #[test]

@@ -353,7 +353,9 @@ fn demo_serves_and_the_cli_lists_incidents_ranks_causes_and_scores_health() {
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(
-            !stdout.contains("no traces") && !stdout.contains("No "),
+            !stdout.contains("no traces")
+                && !stdout.contains("No ")
+                && !stdout.lines().any(|l| l == "0 trace(s)"),
             "{command}: {stdout}"
         );
     }
