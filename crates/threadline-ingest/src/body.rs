@@ -3,9 +3,9 @@
 
 use std::io::Read;
 
-use prost::Message;
 
-use crate::{parse_otlp_json, ExportTraceServiceRequest};
+use crate::otlp_json::parse_otlp_json_as;
+use crate::ExportRequest;
 
 /// The two OTLP/HTTP encodings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,22 +97,20 @@ pub fn decode_body<'a>(
     Ok(bytes)
 }
 
-/// Decompresses (if asked) and decodes one OTLP/HTTP trace export body.
-pub fn decode_export_request(
+/// Decompresses (if asked) and decodes one OTLP/HTTP export body (traces or logs).
+pub fn decode_export_request<R: ExportRequest>(
     kind: ContentKind,
     content_encoding: Option<&str>,
     body: &[u8],
     limits: BodyLimits,
-) -> Result<ExportTraceServiceRequest, DecodeError> {
+) -> Result<R, DecodeError> {
     let bytes = decode_body(content_encoding, body, limits)?;
     let bytes: &[u8] = &bytes;
     match kind {
-        ContentKind::Protobuf => ExportTraceServiceRequest::decode(bytes).map_err(|e| {
-            DecodeError::Malformed(format!(
-                "protobuf body is not a valid ExportTraceServiceRequest: {e}"
-            ))
+        ContentKind::Protobuf => R::decode(bytes).map_err(|e| {
+            DecodeError::Malformed(format!("protobuf body is not a valid {}: {e}", R::NAME))
         }),
-        ContentKind::Json => parse_otlp_json(bytes).map_err(DecodeError::Malformed),
+        ContentKind::Json => parse_otlp_json_as::<R>(bytes).map_err(DecodeError::Malformed),
     }
 }
 
@@ -160,7 +158,7 @@ mod tests {
             max_body_bytes: 1024 * 1024,
         };
         let err =
-            decode_export_request(ContentKind::Protobuf, Some("gzip"), &bomb, limits).unwrap_err();
+            decode_export_request::<crate::ExportTraceServiceRequest>(ContentKind::Protobuf, Some("gzip"), &bomb, limits).unwrap_err();
         assert!(matches!(err, DecodeError::TooLarge { limit } if limit == 1024 * 1024));
     }
 
@@ -177,10 +175,10 @@ mod tests {
     #[test]
     fn corrupt_gzip_and_garbage_protobuf_are_malformed() {
         let limits = BodyLimits::default();
-        let err = decode_export_request(ContentKind::Protobuf, Some("gzip"), b"nope", limits)
+        let err = decode_export_request::<crate::ExportTraceServiceRequest>(ContentKind::Protobuf, Some("gzip"), b"nope", limits)
             .unwrap_err();
         assert!(err.to_string().contains("gzip"), "{err}");
-        let err = decode_export_request(ContentKind::Protobuf, None, &[0xff, 0xff, 0xff], limits)
+        let err = decode_export_request::<crate::ExportTraceServiceRequest>(ContentKind::Protobuf, None, &[0xff, 0xff, 0xff], limits)
             .unwrap_err();
         assert!(err.to_string().contains("protobuf"), "{err}");
     }

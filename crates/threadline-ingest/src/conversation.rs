@@ -5,7 +5,7 @@
 //! 1. OpenTelemetry GenAI: `gen_ai.system_instructions`, `gen_ai.input.messages`,
 //!    `gen_ai.output.messages` (parts: `text`, `tool_call`, `tool_call_response`);
 //! 2. GenAI events on the span: `gen_ai.{system,user,assistant,tool}.message`,
-//!    `gen_ai.choice`;
+//!    `gen_ai.choice` (also when sent as OTLP logs: `with_log_events`);
 //! 3. OpenInference: `llm.input_messages.N.message.*`, `llm.output_messages.N.message.*`
 //!    (with `tool_calls.M.tool_call.function.{name,arguments}`);
 //! 4. deprecated GenAI / OpenLLMetry: `gen_ai.prompt.N.{role,content}`,
@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use serde_json::Value as Json;
-use threadline_model::{AttrValue, SpanDetail};
+use threadline_model::{AttrValue, Attribute, LogRecord, SpanDetail, SpanEvent};
 
 use crate::normalize::{json_text, to_json};
 
@@ -65,6 +65,45 @@ pub fn conversation(detail: &SpanDetail) -> Conversation {
             out.sources.push(source);
             out.messages.extend(messages);
         }
+    }
+    out
+}
+
+/// The span's detail with the GenAI events it sent as OTLP logs folded in, for
+/// `conversation`: a log named `gen_ai.*` becomes a span event (a map body's entries as
+/// its attributes, any other body as `content`), in time order after the span's own;
+/// message-list attributes a log carries (`gen_ai.input.messages`, …, as the
+/// `gen_ai.client.inference.operation.details` event sends them) fill the ones the
+/// span lacks.
+pub fn with_log_events(detail: &SpanDetail, logs: &[LogRecord]) -> SpanDetail {
+    let mut out = detail.clone();
+    let mut genai: Vec<&LogRecord> = logs
+        .iter()
+        .filter(|l| l.detail.event_name.starts_with("gen_ai."))
+        .collect();
+    genai.sort_by_key(|l| l.time_unix_nano);
+    for log in genai {
+        let mut attributes = log.detail.attributes.clone();
+        match &log.detail.body {
+            AttrValue::KvList(entries) => attributes.extend(entries.iter().cloned()),
+            AttrValue::Empty => {}
+            other => attributes.push(Attribute::new("content", other.clone())),
+        }
+        for a in &log.detail.attributes {
+            let whole_list = matches!(
+                a.key.as_str(),
+                "gen_ai.input.messages" | "gen_ai.output.messages" | "gen_ai.system_instructions"
+            );
+            if whole_list && detail.attr(&a.key).is_none() && out.attr(&a.key).is_none() {
+                out.attributes.push(a.clone());
+            }
+        }
+        out.events.push(SpanEvent {
+            time_unix_nano: log.time_unix_nano,
+            name: log.detail.event_name.clone(),
+            attributes,
+            dropped_attributes_count: 0,
+        });
     }
     out
 }
@@ -302,7 +341,51 @@ fn indexed_messages(detail: &SpanDetail, prefix: &str, output: bool) -> Vec<Mess
 #[cfg(test)]
 mod tests {
     use super::*;
-    use threadline_model::{Attribute, SpanEvent};
+    use threadline_model::LogDetail;
+
+    fn log(at: u64, event: &str, body: AttrValue) -> LogRecord {
+        LogRecord {
+            time_unix_nano: at,
+            trace_id: None,
+            span_id: None,
+            service: "chat".into(),
+            detail: LogDetail {
+                event_name: event.into(),
+                body,
+                ..LogDetail::default()
+            },
+            origin: Default::default(),
+        }
+    }
+
+    #[test]
+    fn genai_events_sent_as_logs_join_the_conversation_in_time_order() {
+        let kv = |k: &str, v: &str| Attribute::new(k, AttrValue::String(v.into()));
+        let logs = [
+            log(
+                3,
+                "gen_ai.choice",
+                AttrValue::KvList(vec![Attribute::new(
+                    "message",
+                    AttrValue::KvList(vec![kv("role", "assistant"), kv("content", "Twice, sorry.")]),
+                )]),
+            ),
+            log(1, "gen_ai.system.message", AttrValue::KvList(vec![kv("content", "Be brief.")])),
+            log(2, "gen_ai.user.message", AttrValue::String("Why was I charged twice?".into())),
+            log(2, "app.audit", AttrValue::String("not a message".into())),
+        ];
+        let folded = with_log_events(&SpanDetail::default(), &logs);
+        let c = conversation(&folded);
+        assert_eq!(
+            roles(&c),
+            [
+                ("system", "Be brief.", false),
+                ("user", "Why was I charged twice?", false),
+                ("assistant", "Twice, sorry.", true)
+            ]
+        );
+        assert_eq!(c.sources, ["gen_ai_events", "gen_ai_events"]);
+    }
 
     fn detail(attrs: &[(&str, &str)]) -> SpanDetail {
         SpanDetail {

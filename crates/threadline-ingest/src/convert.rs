@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use threadline_model::{
     AttrValue, Attribute, SpanDetail, SpanEvent, SpanId, SpanKind, SpanLink, SpanOrigin,
@@ -46,18 +47,9 @@ impl ConvertedBatch {
 pub fn convert_request(request: ExportTraceServiceRequest) -> ConvertedBatch {
     let mut batch = ConvertedBatch::default();
     for resource_spans in request.resource_spans {
-        let (resource_attributes, resource_dropped) = match resource_spans.resource {
-            Some(r) => (convert_attributes(r.attributes), r.dropped_attributes_count),
-            None => (Vec::new(), 0),
-        };
+        let resource = ResourceParts::new(resource_spans.resource, resource_spans.schema_url);
         for scope_spans in resource_spans.scope_spans {
-            let origin = Arc::new(SpanOrigin {
-                resource_attributes: resource_attributes.clone(),
-                resource_dropped_attributes_count: resource_dropped,
-                resource_schema_url: resource_spans.schema_url.clone(),
-                scope: convert_scope(scope_spans.scope),
-                scope_schema_url: scope_spans.schema_url,
-            });
+            let origin = resource.origin(scope_spans.scope, scope_spans.schema_url);
             let service = origin.service_name();
             for span in scope_spans.spans {
                 match convert_span(span, &origin, &service) {
@@ -73,6 +65,42 @@ pub fn convert_request(request: ExportTraceServiceRequest) -> ConvertedBatch {
         }
     }
     batch
+}
+
+/// A resource, converted once for the origins of its scopes.
+pub(crate) struct ResourceParts {
+    attributes: Vec<Attribute>,
+    dropped: u32,
+    schema_url: String,
+}
+
+impl ResourceParts {
+    pub(crate) fn new(resource: Option<Resource>, schema_url: String) -> Self {
+        let (attributes, dropped) = match resource {
+            Some(r) => (convert_attributes(r.attributes), r.dropped_attributes_count),
+            None => (Vec::new(), 0),
+        };
+        Self {
+            attributes,
+            dropped,
+            schema_url,
+        }
+    }
+
+    /// The origin of one scope's records.
+    pub(crate) fn origin(
+        &self,
+        scope: Option<InstrumentationScope>,
+        scope_schema_url: String,
+    ) -> Arc<SpanOrigin> {
+        Arc::new(SpanOrigin {
+            resource_attributes: self.attributes.clone(),
+            resource_dropped_attributes_count: self.dropped,
+            resource_schema_url: self.schema_url.clone(),
+            scope: convert_scope(scope),
+            scope_schema_url,
+        })
+    }
 }
 
 fn convert_scope(scope: Option<InstrumentationScope>) -> threadline_model::InstrumentationScope {
@@ -177,7 +205,7 @@ fn convert_span(span: Span, origin: &Arc<SpanOrigin>, service: &str) -> Result<S
     })
 }
 
-fn convert_attributes(kvs: Vec<KeyValue>) -> Vec<Attribute> {
+pub(crate) fn convert_attributes(kvs: Vec<KeyValue>) -> Vec<Attribute> {
     kvs.into_iter()
         .map(|kv| Attribute {
             key: kv.key,
@@ -186,7 +214,7 @@ fn convert_attributes(kvs: Vec<KeyValue>) -> Vec<Attribute> {
         .collect()
 }
 
-fn convert_value(value: Option<AnyValue>) -> AttrValue {
+pub(crate) fn convert_value(value: Option<AnyValue>) -> AttrValue {
     match value.and_then(|v| v.value) {
         None => AttrValue::Empty,
         Some(any_value::Value::StringValue(s)) => AttrValue::String(s),

@@ -1,11 +1,12 @@
-//! OTLP trace ingest: request bodies (protobuf, JSON, gzip) → OTLP messages → validated
-//! `SpanRecord`s with their normalized LLM view. Transport-agnostic: the server crate
+//! OTLP ingest: request bodies (protobuf, JSON, gzip) → OTLP messages → validated
+//! `SpanRecord`s with their normalized LLM view, and `LogRecord`s. Transport-agnostic: the server crate
 //! owns sockets and status codes, this crate owns what the bytes mean.
 
 mod body;
 mod conversation;
 mod convert;
 mod export;
+mod logs;
 #[cfg(test)]
 mod fuzz_tests;
 mod normalize;
@@ -14,13 +15,35 @@ mod otlp_json;
 pub use body::{
     decode_body, decode_export_request, BodyLimits, ContentKind, DecodeError, RpcStatus,
 };
-pub use conversation::{conversation, Conversation, Message, ToolCall};
+pub use conversation::{conversation, with_log_events, Conversation, Message, ToolCall};
 pub use convert::{convert_request, ConvertedBatch};
 pub use export::{any_value, key_values, to_resource_spans};
+pub use logs::{convert_logs_request, ConvertedLogs};
 pub use normalize::llm_view;
 pub use otlp_json::parse_otlp_json;
 
 /// Re-exported so callers name the exact OTLP message types this crate decodes.
+pub use opentelemetry_proto::tonic::collector::logs::v1::{
+    ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse,
+};
 pub use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
+
+/// An OTLP export request this crate decodes.
+pub trait ExportRequest: prost::Message + Default + serde::de::DeserializeOwned {
+    /// The message's name, for errors.
+    const NAME: &'static str;
+    /// Its top-level field in OTLP/JSON.
+    const ROOT: &'static str;
+}
+
+impl ExportRequest for ExportTraceServiceRequest {
+    const NAME: &'static str = "ExportTraceServiceRequest";
+    const ROOT: &'static str = "resourceSpans";
+}
+
+impl ExportRequest for ExportLogsServiceRequest {
+    const NAME: &'static str = "ExportLogsServiceRequest";
+    const ROOT: &'static str = "resourceLogs";
+}

@@ -1,27 +1,34 @@
-//! OTLP/JSON → `ExportTraceServiceRequest`, tolerant of what real senders emit.
+//! OTLP/JSON → export requests (traces, logs), tolerant of what real senders emit.
 //!
 //! The `opentelemetry-proto` serde mapping does the heavy lifting (hex ids, int64 as
 //! strings or numbers, base64 bytes, camelCase). Before handing it the document we
 //! smooth over shapes the OTLP spec allows or real senders produce but that mapping
 //! refuses: `null` anywhere means "absent"; an `arrayValue` or `kvlistValue` without
-//! `values`; a request without `resourceSpans`. (An empty `AnyValue` `{}` is accepted
+//! `values`; a request without `resourceSpans` (or `resourceLogs`). (An empty `AnyValue` `{}` is accepted
 //! by the mapping itself since 0.33; a test keeps it that way.)
 
 use serde_json::{Map, Value};
 
-use crate::ExportTraceServiceRequest;
+use crate::{ExportRequest, ExportTraceServiceRequest};
 
 /// Parses an OTLP/JSON trace export body; the error names what was wrong.
 pub fn parse_otlp_json(bytes: &[u8]) -> Result<ExportTraceServiceRequest, String> {
+    parse_otlp_json_as(bytes)
+}
+
+/// Parses an OTLP/JSON export body of any signal this crate takes.
+pub(crate) fn parse_otlp_json_as<R: ExportRequest>(bytes: &[u8]) -> Result<R, String> {
     let mut doc: Value =
         serde_json::from_slice(bytes).map_err(|e| format!("body is not valid JSON: {e}"))?;
     if !doc.is_object() {
-        return Err("OTLP/JSON body must be a JSON object with \"resourceSpans\"".to_owned());
+        return Err(format!(
+            "OTLP/JSON body must be a JSON object with \"{}\"",
+            R::ROOT
+        ));
     }
     sanitize(&mut doc, Slot::Other);
     if let Value::Object(obj) = &mut doc {
-        obj.entry("resourceSpans")
-            .or_insert_with(|| Value::Array(Vec::new()));
+        obj.entry(R::ROOT).or_insert_with(|| Value::Array(Vec::new()));
     }
     serde_path_to_error::deserialize(doc)
         .map_err(|e| format!("invalid OTLP/JSON at {}: {}", e.path(), e.inner()))

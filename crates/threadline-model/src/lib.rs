@@ -7,6 +7,7 @@
 
 mod ids;
 mod lineage;
+mod log;
 mod llm;
 mod span;
 mod text;
@@ -18,6 +19,7 @@ pub use lineage::{
     NodeUpsert, RunState, RunTransition, UnknownNodeKind,
 };
 pub use llm::{LlmView, RejectionReason};
+pub use log::{severity_from_name, severity_name, LogDetail, LogRecord};
 pub use span::{
     AttrValue, Attribute, InstrumentationScope, SpanDetail, SpanEvent, SpanKind, SpanLink,
     SpanOrigin, SpanRecord, SpanStatus, StatusCode,

@@ -6,9 +6,10 @@ use serde::{Deserialize, Serialize};
 use crate::{LlmView, SpanId, TraceId};
 
 /// An OTLP `AnyValue`, converted once at the edge.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub enum AttrValue {
     /// An `AnyValue` with no field set: valid OTLP, kept as such.
+    #[default]
     Empty,
     String(String),
     Bool(bool),
