@@ -3,7 +3,6 @@
 
 use std::io::Read;
 
-
 use crate::otlp_json::parse_otlp_json_as;
 use crate::ExportRequest;
 
@@ -157,8 +156,13 @@ mod tests {
         let limits = BodyLimits {
             max_body_bytes: 1024 * 1024,
         };
-        let err =
-            decode_export_request::<crate::ExportTraceServiceRequest>(ContentKind::Protobuf, Some("gzip"), &bomb, limits).unwrap_err();
+        let err = decode_export_request::<crate::ExportTraceServiceRequest>(
+            ContentKind::Protobuf,
+            Some("gzip"),
+            &bomb,
+            limits,
+        )
+        .unwrap_err();
         assert!(matches!(err, DecodeError::TooLarge { limit } if limit == 1024 * 1024));
     }
 
@@ -175,11 +179,21 @@ mod tests {
     #[test]
     fn corrupt_gzip_and_garbage_protobuf_are_malformed() {
         let limits = BodyLimits::default();
-        let err = decode_export_request::<crate::ExportTraceServiceRequest>(ContentKind::Protobuf, Some("gzip"), b"nope", limits)
-            .unwrap_err();
+        let err = decode_export_request::<crate::ExportTraceServiceRequest>(
+            ContentKind::Protobuf,
+            Some("gzip"),
+            b"nope",
+            limits,
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("gzip"), "{err}");
-        let err = decode_export_request::<crate::ExportTraceServiceRequest>(ContentKind::Protobuf, None, &[0xff, 0xff, 0xff], limits)
-            .unwrap_err();
+        let err = decode_export_request::<crate::ExportTraceServiceRequest>(
+            ContentKind::Protobuf,
+            None,
+            &[0xff, 0xff, 0xff],
+            limits,
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("protobuf"), "{err}");
     }
 }

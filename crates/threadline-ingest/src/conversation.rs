@@ -367,11 +367,22 @@ mod tests {
                 "gen_ai.choice",
                 AttrValue::KvList(vec![Attribute::new(
                     "message",
-                    AttrValue::KvList(vec![kv("role", "assistant"), kv("content", "Twice, sorry.")]),
+                    AttrValue::KvList(vec![
+                        kv("role", "assistant"),
+                        kv("content", "Twice, sorry."),
+                    ]),
                 )]),
             ),
-            log(1, "gen_ai.system.message", AttrValue::KvList(vec![kv("content", "Be brief.")])),
-            log(2, "gen_ai.user.message", AttrValue::String("Why was I charged twice?".into())),
+            log(
+                1,
+                "gen_ai.system.message",
+                AttrValue::KvList(vec![kv("content", "Be brief.")]),
+            ),
+            log(
+                2,
+                "gen_ai.user.message",
+                AttrValue::String("Why was I charged twice?".into()),
+            ),
             log(2, "app.audit", AttrValue::String("not a message".into())),
         ];
         let folded = with_log_events(&SpanDetail::default(), &logs);

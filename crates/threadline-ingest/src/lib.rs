@@ -6,9 +6,9 @@ mod body;
 mod conversation;
 mod convert;
 mod export;
-mod logs;
 #[cfg(test)]
 mod fuzz_tests;
+mod logs;
 mod normalize;
 mod otlp_json;
 

@@ -59,7 +59,8 @@ pub fn convert_logs_request(request: ExportLogsServiceRequest) -> ConvertedLogs 
                     Err(reason) => {
                         out.rejected += 1;
                         if out.errors.len() < MAX_REPORTED_ERRORS {
-                            out.errors.push(format!("log record {i} of {service}: {reason}"));
+                            out.errors
+                                .push(format!("log record {i} of {service}: {reason}"));
                         }
                     }
                 }
@@ -129,10 +130,9 @@ mod tests {
             {"timeUnixNano":"1","traceId":"00000000000000000000000000000000","spanId":"eee19b7ec3c1b174"},
             {"timeUnixNano":"1","spanId":"eee19b7ec3"}
           ]}]}]}"#;
-        let request = crate::otlp_json::parse_otlp_json_as::<ExportLogsServiceRequest>(
-            doc.as_bytes(),
-        )
-        .unwrap();
+        let request =
+            crate::otlp_json::parse_otlp_json_as::<ExportLogsServiceRequest>(doc.as_bytes())
+                .unwrap();
         let out = convert_logs_request(request);
         assert_eq!(out.records.len(), 2);
         assert_eq!(out.rejected, 2);
@@ -144,6 +144,9 @@ mod tests {
         assert_eq!(out.records[1].detail.severity_number, 17);
         let message = out.error_message();
         assert!(message.contains("span_id without a trace_id"), "{message}");
-        assert!(message.contains("log record 3 of chat: span_id"), "{message}");
+        assert!(
+            message.contains("log record 3 of chat: span_id"),
+            "{message}"
+        );
     }
 }

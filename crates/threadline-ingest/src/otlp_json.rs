@@ -28,7 +28,8 @@ pub(crate) fn parse_otlp_json_as<R: ExportRequest>(bytes: &[u8]) -> Result<R, St
     }
     sanitize(&mut doc, Slot::Other);
     if let Value::Object(obj) = &mut doc {
-        obj.entry(R::ROOT).or_insert_with(|| Value::Array(Vec::new()));
+        obj.entry(R::ROOT)
+            .or_insert_with(|| Value::Array(Vec::new()));
     }
     serde_path_to_error::deserialize(doc)
         .map_err(|e| format!("invalid OTLP/JSON at {}: {}", e.path(), e.inner()))

@@ -7,8 +7,8 @@
 
 mod ids;
 mod lineage;
-mod log;
 mod llm;
+mod log;
 mod span;
 mod text;
 

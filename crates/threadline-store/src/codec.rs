@@ -1,5 +1,5 @@
 //! Byte encodings of what the store keeps in blobs: span details (attributes, events,
-//! links, status, LLM view) and span origins (resource + scope). postcard for compact
+//! links, status, LLM view), log record details and origins (resource + scope). postcard for compact
 //! structure, zstd for the large text LLM spans carry (prompts, responses).
 //!
 //! Details are stored in blocks: the details of all spans of one export request are
@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use threadline_model::{LlmView, SpanDetail, SpanOrigin};
+use threadline_model::{LlmView, LogDetail, SpanDetail, SpanOrigin};
 
 use crate::StoreError;
 
@@ -50,17 +50,34 @@ struct DetailOwned {
 pub(crate) fn encode_block<'a>(
     details: impl ExactSizeIterator<Item = (&'a SpanDetail, &'a Option<LlmView>)>,
 ) -> Result<EncodedBlock, StoreError> {
+    encode_items(
+        details.map(|(detail, llm)| DetailRef { detail, llm }),
+        "span detail",
+    )
+}
+
+/// The compressed details of a batch of log records.
+pub(crate) fn encode_log_block<'a>(
+    details: impl ExactSizeIterator<Item = &'a LogDetail>,
+) -> Result<EncodedBlock, StoreError> {
+    encode_items(details, "log record")
+}
+
+fn encode_items<T: Serialize>(
+    items: impl ExactSizeIterator<Item = T>,
+    what: &str,
+) -> Result<EncodedBlock, StoreError> {
     // About what an LLM-shaped span encodes to: avoids most regrowth copies.
-    let mut raw = Vec::with_capacity(details.len() * 1024);
+    let mut raw = Vec::with_capacity(items.len() * 1024);
     let mut slots = Vec::new();
-    for (detail, llm) in details {
+    for item in items {
         let start = raw.len();
-        raw = postcard::to_extend(&DetailRef { detail, llm }, raw)
-            .map_err(|e| StoreError::Corrupt(format!("cannot encode span detail: {e}")))?;
+        raw = postcard::to_extend(&item, raw)
+            .map_err(|e| StoreError::Corrupt(format!("cannot encode {what}: {e}")))?;
         let len = raw.len() - start;
         let as_u32 = |n: usize| {
             u32::try_from(n)
-                .map_err(|_| StoreError::Corrupt(format!("detail block of {n} bytes is too large")))
+                .map_err(|_| StoreError::Corrupt(format!("block of {n} bytes is too large")))
         };
         slots.push((as_u32(start)?, as_u32(len)?));
     }
@@ -81,17 +98,31 @@ pub(crate) fn decode_detail(
     offset: u32,
     len: u32,
 ) -> Result<(SpanDetail, Option<LlmView>), StoreError> {
+    let owned: DetailOwned = decode_slot(block, offset, len, "span detail")?;
+    Ok((owned.detail, owned.llm))
+}
+
+/// One log record's detail from an opened block.
+pub(crate) fn decode_log(block: &[u8], offset: u32, len: u32) -> Result<LogDetail, StoreError> {
+    decode_slot(block, offset, len, "log record")
+}
+
+fn decode_slot<T: serde::de::DeserializeOwned>(
+    block: &[u8],
+    offset: u32,
+    len: u32,
+    what: &str,
+) -> Result<T, StoreError> {
     let slice = block
         .get(offset as usize..offset as usize + len as usize)
         .ok_or_else(|| {
             StoreError::Corrupt(format!(
-                "detail slot {offset}+{len} is outside its block of {} bytes",
+                "{what} slot {offset}+{len} is outside its block of {} bytes",
                 block.len()
             ))
         })?;
-    let owned: DetailOwned = postcard::from_bytes(slice)
-        .map_err(|e| StoreError::Corrupt(format!("span detail does not decode: {e}")))?;
-    Ok((owned.detail, owned.llm))
+    postcard::from_bytes(slice)
+        .map_err(|e| StoreError::Corrupt(format!("{what} does not decode: {e}")))
 }
 
 /// The block with the given detail slots overwritten by zeros, recompressed (erasure:

@@ -2,7 +2,8 @@
 //! the tenant — span rows, and their details inside the shared compressed blocks
 //! (blanked and recompressed in place) — and an audit row records who, when, what
 //! matched and how much went, with the subject only as a SHA-256 digest. The blocks'
-//! full-text documents are rebuilt from what is left (`text_index::replace`). The writer
+//! full-text documents are rebuilt from what is left (`text_index::replace`). Log
+//! records go with their traces, and wherever they name the subject (`logs::erase`). The writer
 //! runs it with `secure_delete` on and truncates the WAL afterwards, so no byte of the
 //! subject stays in the database files.
 
@@ -51,6 +52,8 @@ pub struct ErasureReport {
     pub erasure_id: i64,
     pub traces_matched: u64,
     pub spans_deleted: u64,
+    /// Log records of the erased traces, and those naming the subject themselves.
+    pub logs_deleted: u64,
     pub blocks_rewritten: u64,
     /// Whether the WAL could be truncated right away (false when a long read held it;
     /// the background checkpointer truncates it later).
@@ -107,10 +110,13 @@ pub(crate) fn erase(
     for (block_id, before) in by_block.keys().zip(&documents) {
         text_index::replace(tx, *block_id, before).map_err(store_error)?;
     }
+    let logs_deleted =
+        crate::logs::erase(tx, tenant_id, &traces, column, subject.value()).map_err(store_error)?;
     let report = ErasureReport {
         erasure_id: 0,
         traces_matched: traces.len() as u64,
         spans_deleted: rows.len() as u64,
+        logs_deleted,
         blocks_rewritten: by_block.len() as u64,
         wal_truncated: false,
     };

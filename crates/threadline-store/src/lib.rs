@@ -10,6 +10,7 @@ mod codec;
 mod erase;
 mod graph;
 mod incidents;
+mod logs;
 mod newest_first;
 mod query;
 mod rollups;
@@ -32,6 +33,7 @@ use threadline_model::{
 
 pub use erase::{ErasureRecord, ErasureReport, ErasureSubject};
 pub use graph::{PreparedGraph, WalkLimits};
+pub use logs::{LogCursor, LogPage, LogQuery, PreparedLogs, StoredLog};
 pub use query::{ExemplarQuery, RequestsServed, ServiceSummary};
 pub use search::{ModelUsage, NameMatch, TraceCursor, TracePage, TraceQuery, TraceSummary};
 pub use skeleton::{SkeletonSpan, SpanLocation, SpanReader};
@@ -178,6 +180,35 @@ impl SqliteStore {
     /// Refuses with `QueueFull` instead of buffering without bound.
     pub fn submit(&self, batch: PreparedBatch) -> Result<WriteAck, StoreError> {
         self.inner.writer.submit(batch)
+    }
+
+    /// Encodes log records for the writer (CPU-bound: call it off the async runtime).
+    pub fn prepare_logs(
+        &self,
+        tenant: &TenantId,
+        records: &[threadline_model::LogRecord],
+    ) -> Result<PreparedLogs, StoreError> {
+        PreparedLogs::encode(tenant, records)
+    }
+
+    /// Queues log records; the ack resolves once they are committed (durable).
+    pub fn submit_logs(&self, logs: PreparedLogs) -> Result<WriteAck, StoreError> {
+        self.inner.writer.submit_logs(logs)
+    }
+
+    /// The logs of a trace, or of one of its spans, oldest first.
+    pub fn logs_of(
+        &self,
+        tenant: &TenantId,
+        trace_id: TraceId,
+        span_id: Option<threadline_model::SpanId>,
+    ) -> Result<Vec<threadline_model::LogRecord>, StoreError> {
+        self.with_reader(|conn| logs::logs_of(conn, tenant, trace_id, span_id))
+    }
+
+    /// Log records newest first, filtered, a page at a time.
+    pub fn search_logs(&self, tenant: &TenantId, query: &LogQuery) -> Result<LogPage, StoreError> {
+        self.with_reader(|conn| logs::search(conn, tenant, query))
     }
 
     /// Prepare + submit + wait, for callers outside an async runtime (tests, tools).
@@ -582,6 +613,8 @@ pub(crate) fn sqlite_err(conn: &Connection, source: rusqlite::Error) -> StoreErr
 
 #[cfg(test)]
 mod filter_tests;
+#[cfg(test)]
+mod log_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -183,42 +183,75 @@ impl DetailSlot {
 }
 
 /// Detail blocks decompressed once per query (bounded in blocks and bytes: a scan may
-/// touch many, and one export request's block may hold thousands of spans).
-#[derive(Default)]
+/// touch many, and one export request's block may hold thousands of spans). Span
+/// blocks by default; `logs()` for log record blocks.
 pub(crate) struct BlockCache {
+    table: &'static str,
     opened: HashMap<i64, Arc<Vec<u8>>>,
     bytes: usize,
+}
+
+impl Default for BlockCache {
+    fn default() -> Self {
+        Self {
+            table: "span_blocks",
+            opened: HashMap::new(),
+            bytes: 0,
+        }
+    }
 }
 
 impl BlockCache {
     const MAX_BLOCKS: usize = 64;
     const MAX_BYTES: usize = 32 * 1024 * 1024;
 
+    /// A cache of log record blocks.
+    pub(crate) fn logs() -> Self {
+        Self {
+            table: "log_blocks",
+            ..Self::default()
+        }
+    }
+
+    /// The decompressed block.
+    pub(crate) fn open(
+        &mut self,
+        conn: &Connection,
+        block_id: i64,
+    ) -> Result<Arc<Vec<u8>>, StoreError> {
+        if let Some(b) = self.opened.get(&block_id) {
+            return Ok(Arc::clone(b));
+        }
+        let blob: Vec<u8> = conn
+            .prepare_cached(&format!("SELECT block FROM {} WHERE id = ?1", self.table))
+            .and_then(|mut stmt| stmt.query_row([block_id], |r| r.get(0)))
+            .map_err(|e| sqlite_err(conn, e))?;
+        let opened = Arc::new(codec::open_block(&blob)?);
+        if self.opened.len() >= Self::MAX_BLOCKS || self.bytes + opened.len() > Self::MAX_BYTES {
+            self.opened.clear();
+            self.bytes = 0;
+        }
+        self.bytes += opened.len();
+        self.opened.insert(block_id, Arc::clone(&opened));
+        Ok(opened)
+    }
+
     pub(crate) fn detail(
         &mut self,
         conn: &Connection,
         slot: DetailSlot,
     ) -> Result<(SpanDetail, Option<LlmView>), StoreError> {
-        let block = match self.opened.get(&slot.block_id) {
-            Some(b) => Arc::clone(b),
-            None => {
-                let blob: Vec<u8> = conn
-                    .prepare_cached("SELECT block FROM span_blocks WHERE id = ?1")
-                    .and_then(|mut stmt| stmt.query_row([slot.block_id], |r| r.get(0)))
-                    .map_err(|e| sqlite_err(conn, e))?;
-                let opened = Arc::new(codec::open_block(&blob)?);
-                if self.opened.len() >= Self::MAX_BLOCKS
-                    || self.bytes + opened.len() > Self::MAX_BYTES
-                {
-                    self.opened.clear();
-                    self.bytes = 0;
-                }
-                self.bytes += opened.len();
-                self.opened.insert(slot.block_id, Arc::clone(&opened));
-                opened
-            }
-        };
+        let block = self.open(conn, slot.block_id)?;
         codec::decode_detail(&block, slot.offset, slot.len)
+    }
+
+    pub(crate) fn log(
+        &mut self,
+        conn: &Connection,
+        slot: DetailSlot,
+    ) -> Result<threadline_model::LogDetail, StoreError> {
+        let block = self.open(conn, slot.block_id)?;
+        codec::decode_log(&block, slot.offset, slot.len)
     }
 }
 

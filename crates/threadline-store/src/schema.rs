@@ -251,6 +251,37 @@ const MIGRATIONS: &[&str] = &[
      INSERT INTO block_text (block_text, rank) VALUES ('secure-delete', 1);
      CREATE TABLE block_text_start (first_block_id INTEGER NOT NULL);
      INSERT INTO block_text_start SELECT coalesce(max(id), 0) + 1 FROM span_blocks;",
+    // 14: log records (`logs`): rows by trace, time, block and subject; details in
+    //    compressed blocks; origins shared with spans; a full-text index like spans'.
+    "CREATE TABLE log_blocks (
+        id INTEGER PRIMARY KEY,
+        tenant_id INTEGER NOT NULL,
+        block BLOB NOT NULL
+     );
+     CREATE TABLE logs (
+        tenant_id INTEGER NOT NULL,
+        trace_id BLOB,
+        span_id BLOB,
+        time_ns INTEGER NOT NULL,
+        severity INTEGER NOT NULL,
+        event_name TEXT NOT NULL,
+        service TEXT NOT NULL,
+        origin_hash INTEGER NOT NULL,
+        user_id TEXT,
+        session_id TEXT,
+        block_id INTEGER NOT NULL,
+        block_offset INTEGER NOT NULL,
+        block_len INTEGER NOT NULL
+     );
+     CREATE INDEX logs_by_trace ON logs (tenant_id, trace_id) WHERE trace_id IS NOT NULL;
+     CREATE INDEX logs_by_time ON logs (tenant_id, time_ns);
+     CREATE INDEX logs_by_block ON logs (block_id);
+     CREATE INDEX logs_by_user ON logs (tenant_id, user_id) WHERE user_id IS NOT NULL;
+     CREATE INDEX logs_by_session ON logs (tenant_id, session_id) WHERE session_id IS NOT NULL;
+     CREATE VIRTUAL TABLE log_text USING fts5(
+        terms, content = '', columnsize = 0, detail = none, tokenize = 'ascii'
+     );
+     INSERT INTO log_text (log_text, rank) VALUES ('secure-delete', 1);",
 ];
 
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -119,12 +119,6 @@ fn indexed(word: &str) -> &str {
     &word[..indexed_len(word)]
 }
 
-/// Calls `f` with each word of a span's name and texts.
-fn for_each_span_word<'a>(name: &'a str, detail: &'a SpanDetail, mut f: impl FnMut(Cow<'a, str>)) {
-    words(name).for_each(&mut f);
-    detail.for_each_text(|text| words(text).for_each(&mut f));
-}
-
 /// The distinct words of one block's spans, gathered while the block is encoded.
 /// This runs for every span ingested, over every prompt and reply, so it is built for
 /// speed: a lowercase ASCII word of up to 8 bytes (most words) is packed into a `u64`
@@ -144,7 +138,7 @@ impl<'a> BlockWords<'a> {
     }
 
     /// Adds the words of `text`, with the boundaries and case folding of `words`.
-    fn add_text(&mut self, text: &'a str) {
+    pub(crate) fn add_text(&mut self, text: &'a str) {
         if !self.texts.insert(text) {
             return;
         }
@@ -251,7 +245,7 @@ impl TextQuery {
     }
 
     /// The FTS5 expression finding the blocks that may hold a match.
-    fn fts_expression(&self) -> String {
+    pub(crate) fn fts_expression(&self) -> String {
         let last = self.words.len() - 1;
         let mut terms: Vec<String> = Vec::new();
         for (i, word) in self.words.iter().enumerate() {
@@ -268,14 +262,27 @@ impl TextQuery {
 
     /// Whether a span's name and texts hold every word.
     pub(crate) fn matches(&self, name: &str, detail: &SpanDetail) -> bool {
+        self.matches_texts(|f| {
+            f(name);
+            detail.for_each_text(f);
+        })
+    }
+
+    /// Whether the texts `feed` hands over hold every word.
+    pub(crate) fn matches_texts<'t>(&self, feed: impl FnOnce(&mut dyn FnMut(&'t str))) -> bool {
         let last = self.words.len() - 1;
         let mut found = vec![false; self.words.len()];
         let mut left = self.words.len();
-        for_each_span_word(name, detail, |w| {
-            for (i, word) in self.words.iter().enumerate() {
-                if !found[i] && (*word == w || (i == last && w.starts_with(word.as_str()))) {
-                    found[i] = true;
-                    left -= 1;
+        feed(&mut |text| {
+            if left == 0 {
+                return;
+            }
+            for w in words(text) {
+                for (i, word) in self.words.iter().enumerate() {
+                    if !found[i] && (*word == w || (i == last && w.starts_with(word.as_str()))) {
+                        found[i] = true;
+                        left -= 1;
+                    }
                 }
             }
         });
@@ -315,24 +322,45 @@ impl BlockSet {
     }
 }
 
-/// Adds a block's document (nothing for an empty one).
+/// Adds a span block's document (nothing for an empty one).
 pub(crate) fn insert(conn: &Connection, block_id: i64, document: &str) -> rusqlite::Result<()> {
+    insert_into(conn, "block_text", block_id, document)
+}
+
+/// Adds a block's document to the full-text table `table` (`block_text`, `log_text`).
+pub(crate) fn insert_into(
+    conn: &Connection,
+    table: &str,
+    block_id: i64,
+    document: &str,
+) -> rusqlite::Result<()> {
     if !document.is_empty() {
-        conn.prepare_cached("INSERT INTO block_text (rowid, terms) VALUES (?1, ?2)")?
-            .execute(params![block_id, document])?;
+        conn.prepare_cached(&format!(
+            "INSERT INTO {table} (rowid, terms) VALUES (?1, ?2)"
+        ))?
+        .execute(params![block_id, document])?;
     }
     Ok(())
 }
 
-/// Removes a block's document: `document` must be the one inserted.
-fn delete(conn: &Connection, block_id: i64, document: &str) -> rusqlite::Result<()> {
-    if !document.is_empty() {
-        conn.prepare_cached(
-            "INSERT INTO block_text (block_text, rowid, terms) VALUES ('delete', ?1, ?2)",
-        )?
-        .execute(params![block_id, document])?;
+/// Swaps a block's document `before` (the one inserted) for `after`.
+pub(crate) fn replace_document(
+    conn: &Connection,
+    table: &str,
+    block_id: i64,
+    before: &str,
+    after: &str,
+) -> rusqlite::Result<()> {
+    if before == after {
+        return Ok(());
     }
-    Ok(())
+    if !before.is_empty() {
+        conn.prepare_cached(&format!(
+            "INSERT INTO {table} ({table}, rowid, terms) VALUES ('delete', ?1, ?2)"
+        ))?
+        .execute(params![block_id, before])?;
+    }
+    insert_into(conn, table, block_id, after)
 }
 
 /// The document of a block as its stored rows give it now.
@@ -394,11 +422,7 @@ pub(crate) fn replace(conn: &Connection, block_id: i64, before: &str) -> Result<
         return Ok(());
     }
     let after = stored_document(conn, block_id)?;
-    if after != before {
-        delete(conn, block_id, before).map_err(|e| sqlite_err(conn, e))?;
-        insert(conn, block_id, &after).map_err(|e| sqlite_err(conn, e))?;
-    }
-    Ok(())
+    replace_document(conn, "block_text", block_id, before, &after).map_err(|e| sqlite_err(conn, e))
 }
 
 #[cfg(test)]

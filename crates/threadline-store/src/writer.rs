@@ -272,6 +272,7 @@ pub(crate) struct EraseJob {
 #[allow(clippy::large_enum_variant)]
 enum Work {
     Spans(PreparedBatch),
+    Logs(crate::logs::PreparedLogs),
     Graph(GraphJob),
     Erase(EraseJob),
     /// Merge the rollup cells held in memory into the store (a reader wants them).
@@ -293,6 +294,7 @@ impl Work {
     fn rows(&self) -> usize {
         match self {
             Work::Spans(b) => b.rows.len(),
+            Work::Logs(l) => l.record_count(),
             Work::Graph(g) => g.graph.size(),
             Work::Erase(_) | Work::FlushRollups => 1,
             Work::Incidents(j) => 1 + j.incidents.len(),
@@ -303,6 +305,7 @@ impl Work {
     fn encoded_bytes(&self) -> usize {
         match self {
             Work::Spans(b) => b.encoded_bytes,
+            Work::Logs(l) => l.encoded_bytes,
             Work::Graph(g) => g.graph.bytes(),
             Work::Erase(_) | Work::FlushRollups => 256,
             Work::Incidents(j) => 256 + 1024 * j.incidents.len(),
@@ -391,6 +394,13 @@ impl WriterHandle {
 
     pub(crate) fn submit(&self, batch: PreparedBatch) -> Result<WriteAck, StoreError> {
         self.submit_work(Work::Spans(batch))
+    }
+
+    pub(crate) fn submit_logs(
+        &self,
+        logs: crate::logs::PreparedLogs,
+    ) -> Result<WriteAck, StoreError> {
+        self.submit_work(Work::Logs(logs))
     }
 
     pub(crate) fn submit_graph(&self, job: GraphJob) -> Result<WriteAck, StoreError> {
@@ -571,6 +581,7 @@ fn run_writer(
             .iter()
             .map(|j| match &j.work {
                 Work::Spans(b) => b.rows.len(),
+                Work::Logs(l) => l.record_count(),
                 _ => 0,
             })
             .sum();
@@ -742,6 +753,12 @@ fn commit_jobs(
                 }
                 Applied::changed()
             }
+            Work::Logs(logs) => {
+                let tenant_id = tenant_id(&tx, &logs.tenant, cache)?;
+                insert_origins(&tx, tenant_id, logs.origins(), cache)?;
+                crate::logs::insert(&tx, tenant_id, logs)?;
+                Applied::changed()
+            }
             Work::Graph(g) => {
                 let tenant_id = tenant_id(&tx, &g.tenant, cache)?;
                 let result =
@@ -818,20 +835,31 @@ fn tenant_id(
 }
 
 /// Returns the id of the detail block it stored, if any.
+/// Stores the origins (resource + scope) this writer has not stored yet.
+fn insert_origins(
+    tx: &Transaction<'_>,
+    tenant_id: i64,
+    origins: &[(i64, Vec<u8>)],
+    cache: &mut WriterCache,
+) -> rusqlite::Result<()> {
+    let mut origin_stmt = tx.prepare_cached(
+        "INSERT OR IGNORE INTO span_origins (tenant_id, origin_hash, origin) VALUES (?1, ?2, ?3)",
+    )?;
+    for (hash, blob) in origins {
+        if cache.origins.insert((tenant_id, *hash)) {
+            origin_stmt.execute(params![tenant_id, hash, blob])?;
+        }
+    }
+    Ok(())
+}
+
 fn insert_batch(
     tx: &Transaction<'_>,
     tenant_id: i64,
     batch: &PreparedBatch,
     cache: &mut WriterCache,
 ) -> Result<Option<i64>, rusqlite::Error> {
-    let mut origin_stmt = tx.prepare_cached(
-        "INSERT OR IGNORE INTO span_origins (tenant_id, origin_hash, origin) VALUES (?1, ?2, ?3)",
-    )?;
-    for (hash, blob) in &batch.origins {
-        if cache.origins.insert((tenant_id, *hash)) {
-            origin_stmt.execute(params![tenant_id, hash, blob])?;
-        }
-    }
+    insert_origins(tx, tenant_id, &batch.origins, cache)?;
     if batch.rows.is_empty() {
         return Ok(None);
     }
