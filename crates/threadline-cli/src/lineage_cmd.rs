@@ -251,9 +251,10 @@ pub(crate) async fn erase(args: EraseArgs) -> anyhow::Result<()> {
         crate::out::outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         crate::out::outln!(
-            "erasure {}: {} traces, {} spans deleted ({} blocks rewritten); audit subject sha256 {}",
+            "erasure {}: {} traces, {} spans, {} log records deleted ({} blocks rewritten); audit subject sha256 {}",
             report["erasure_id"], report["traces_matched"], report["spans_deleted"],
-            report["blocks_rewritten"], report["subject_sha256"].as_str().unwrap_or("?")
+            report["logs_deleted"], report["blocks_rewritten"],
+            report["subject_sha256"].as_str().unwrap_or("?")
         );
     }
     Ok(())

@@ -91,6 +91,7 @@ async fn erase(
             "requested_by": requested_by,
             "traces_matched": report.traces_matched,
             "spans_deleted": report.spans_deleted,
+            "logs_deleted": report.logs_deleted,
             "blocks_rewritten": report.blocks_rewritten,
             "wal_truncated": report.wal_truncated,
         })),

@@ -1,11 +1,13 @@
-//! The ingest path shared by OTLP/HTTP and OTLP/gRPC: convert and encode off the async
-//! runtime, queue for the writer (refusing when full), answer only after the commit.
+//! The ingest path shared by OTLP/HTTP and OTLP/gRPC, for traces and logs (`Signal`):
+//! convert and encode off the async runtime, queue for the writer (refusing when full),
+//! answer only after the commit.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use threadline_ingest::{
-    convert_request, ExportTracePartialSuccess, ExportTraceServiceRequest,
+    convert_logs_request, convert_request, ExportLogsPartialSuccess, ExportLogsServiceRequest,
+    ExportLogsServiceResponse, ExportRequest, ExportTracePartialSuccess, ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 };
 use threadline_model::TenantId;
@@ -16,6 +18,8 @@ use threadline_store::{PreparedBatch, SqliteStore, StoreError};
 pub(crate) struct IngestStats {
     pub(crate) spans_accepted: AtomicU64,
     pub(crate) spans_rejected: AtomicU64,
+    pub(crate) logs_accepted: AtomicU64,
+    pub(crate) logs_rejected: AtomicU64,
     pub(crate) requests_throttled: AtomicU64,
 }
 
@@ -77,7 +81,7 @@ pub(crate) async fn commit(
     ctx: &IngestContext,
     batch: ReadyBatch,
 ) -> Result<ExportTraceServiceResponse, IngestFailure> {
-    let (store, stats) = (&ctx.store, &ctx.stats);
+    let stats = &ctx.stats;
     stats
         .spans_rejected
         .fetch_add(batch.rejected, Ordering::Relaxed);
@@ -85,20 +89,154 @@ pub(crate) async fn commit(
         return Ok(batch.response);
     };
     let count = prepared.span_count() as u64;
-    let ack = match store.submit(prepared) {
+    wait_durable(ctx, ctx.store.submit(prepared)).await?;
+    stats.spans_accepted.fetch_add(count, Ordering::Relaxed);
+    ctx.llm_metrics.record(&batch.tenant, &batch.observations);
+    Ok(batch.response)
+}
+
+/// Waits for a submitted write to be durable; a full queue is `Busy` (429 /
+/// RESOURCE_EXHAUSTED), anything else `Unavailable`.
+async fn wait_durable(
+    ctx: &IngestContext,
+    submitted: Result<threadline_store::WriteAck, StoreError>,
+) -> Result<(), IngestFailure> {
+    let ack = match submitted {
         Ok(ack) => ack,
         Err(e @ StoreError::QueueFull { .. }) => {
-            stats.requests_throttled.fetch_add(1, Ordering::Relaxed);
+            ctx.stats.requests_throttled.fetch_add(1, Ordering::Relaxed);
             return Err(IngestFailure::Busy(e.to_string()));
         }
         Err(e) => return Err(IngestFailure::Unavailable(e.to_string())),
     };
     ack.wait()
         .await
-        .map_err(|e| IngestFailure::Unavailable(e.to_string()))?;
-    stats.spans_accepted.fetch_add(count, Ordering::Relaxed);
-    ctx.llm_metrics.record(&batch.tenant, &batch.observations);
-    Ok(batch.response)
+        .map(|_| ())
+        .map_err(|e| IngestFailure::Unavailable(e.to_string()))
+}
+
+/// Converted log records, ready to queue.
+pub(crate) struct ReadyLogs {
+    prepared: Option<threadline_store::PreparedLogs>,
+    response: ExportLogsServiceResponse,
+    rejected: u64,
+}
+
+/// CPU-bound half for logs: OTLP → records → encoded rows.
+pub(crate) fn prepare_logs(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    request: ExportLogsServiceRequest,
+) -> Result<ReadyLogs, IngestFailure> {
+    let converted = convert_logs_request(request);
+    let partial_success = (converted.rejected > 0).then(|| ExportLogsPartialSuccess {
+        rejected_log_records: converted.rejected as i64,
+        error_message: converted.error_message(),
+    });
+    let prepared = if converted.records.is_empty() {
+        None
+    } else {
+        Some(
+            store
+                .prepare_logs(tenant, &converted.records)
+                .map_err(|e| IngestFailure::Unavailable(e.to_string()))?,
+        )
+    };
+    Ok(ReadyLogs {
+        prepared,
+        response: ExportLogsServiceResponse { partial_success },
+        rejected: converted.rejected,
+    })
+}
+
+/// Queues the log records and waits for their commit.
+pub(crate) async fn commit_logs(
+    ctx: &IngestContext,
+    ready: ReadyLogs,
+) -> Result<ExportLogsServiceResponse, IngestFailure> {
+    ctx.stats
+        .logs_rejected
+        .fetch_add(ready.rejected, Ordering::Relaxed);
+    let Some(prepared) = ready.prepared else {
+        return Ok(ready.response);
+    };
+    let count = prepared.record_count() as u64;
+    wait_durable(ctx, ctx.store.submit_logs(prepared)).await?;
+    ctx.stats.logs_accepted.fetch_add(count, Ordering::Relaxed);
+    Ok(ready.response)
+}
+
+/// One OTLP signal the receivers take: its messages and its two ingest halves.
+pub(crate) trait Signal: Send + Sync + 'static {
+    type Request: ExportRequest + Send + 'static;
+    type Response: prost::Message + serde::Serialize + Send + 'static;
+    type Ready: Send + 'static;
+    /// The HTTP path and the gRPC method path.
+    const HTTP_PATH: &'static str;
+    const GRPC_PATH: &'static str;
+
+    fn prepare(
+        store: &SqliteStore,
+        tenant: &TenantId,
+        request: Self::Request,
+    ) -> Result<Self::Ready, IngestFailure>;
+
+    fn commit(
+        ctx: &IngestContext,
+        ready: Self::Ready,
+    ) -> impl std::future::Future<Output = Result<Self::Response, IngestFailure>> + Send;
+}
+
+/// OTLP traces.
+pub(crate) struct Traces;
+
+impl Signal for Traces {
+    type Request = ExportTraceServiceRequest;
+    type Response = ExportTraceServiceResponse;
+    type Ready = ReadyBatch;
+    const HTTP_PATH: &'static str = "/v1/traces";
+    const GRPC_PATH: &'static str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+
+    fn prepare(
+        store: &SqliteStore,
+        tenant: &TenantId,
+        request: Self::Request,
+    ) -> Result<Self::Ready, IngestFailure> {
+        prepare(store, tenant, request)
+    }
+
+    async fn commit(
+        ctx: &IngestContext,
+        ready: Self::Ready,
+    ) -> Result<Self::Response, IngestFailure> {
+        commit(ctx, ready).await
+    }
+}
+
+/// OTLP logs.
+pub(crate) struct Logs;
+
+impl Signal for Logs {
+    type Request = ExportLogsServiceRequest;
+    type Response = ExportLogsServiceResponse;
+    type Ready = ReadyLogs;
+    const HTTP_PATH: &'static str = "/v1/logs";
+    const GRPC_PATH: &'static str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
+
+    fn prepare(
+        store: &SqliteStore,
+        tenant: &TenantId,
+        request: Self::Request,
+    ) -> Result<Self::Ready, IngestFailure> {
+        prepare_logs(store, tenant, request)
+    }
+
+    async fn commit(
+        ctx: &IngestContext,
+        ready: Self::Ready,
+    ) -> Result<Self::Response, IngestFailure> {
+        commit_logs(ctx, ready).await
+    }
 }
 
 /// Shared by both transports.

@@ -20,6 +20,7 @@ mod jaeger_api;
 mod jaeger_model;
 mod jaeger_params;
 mod lineage_api;
+mod logs_api;
 mod marquez;
 mod metrics_api;
 mod otlp_grpc;
@@ -168,6 +169,12 @@ pub async fn serve_reporting(
             max_body_bytes: config.max_body_bytes,
         },
     });
+    let query_state = query_api::QueryState {
+        store: store.clone(),
+        auth: Arc::clone(&auth),
+        stats: Arc::clone(&stats),
+        prices: Arc::new(config.prices.clone()),
+    };
     let query_app = lineage_api::router(lineage_api::LineageState {
         store: store.clone(),
         auth: Arc::clone(&auth),
@@ -217,12 +224,8 @@ pub async fn serve_reporting(
         stats: Arc::clone(&stats),
         llm: Arc::clone(&ctx.llm_metrics),
     }))
-    .merge(query_api::router(query_api::QueryState {
-        store: store.clone(),
-        auth: Arc::clone(&auth),
-        stats,
-        prices: Arc::new(config.prices.clone()),
-    }))
+    .merge(logs_api::router(query_state.clone()))
+    .merge(query_api::router(query_state))
     .merge(jaeger_api::router(jaeger_api::JaegerState {
         store: store.clone(),
         auth,
@@ -230,7 +233,14 @@ pub async fn serve_reporting(
     }))
     .merge(ui::router());
     let grpc = tonic::transport::Server::builder()
-        .add_service(otlp_grpc::service(ctx, config.max_body_bytes))
+        .add_service(otlp_grpc::service::<ingest::Traces>(
+            ctx.clone(),
+            config.max_body_bytes,
+        ))
+        .add_service(otlp_grpc::service::<ingest::Logs>(
+            ctx,
+            config.max_body_bytes,
+        ))
         .add_service(otlp_grpc::MetricsRefusal)
         .serve_with_incoming_shutdown(
             tokio_stream::wrappers::TcpListenerStream::new(otlp_grpc),

@@ -1,4 +1,6 @@
-//! OTLP/gRPC receiver: `opentelemetry.proto.collector.trace.v1.TraceService/Export`.
+//! OTLP/gRPC receiver: `opentelemetry.proto.collector.trace.v1.TraceService/Export` and
+//! `opentelemetry.proto.collector.logs.v1.LogsService/Export`, one service per signal
+//! (`OtlpGrpcService<S: Signal>`).
 //!
 //! Served by hand instead of through the generated `TraceServiceServer` for two
 //! reasons: the generated codec decodes the request on the async runtime and answers a
@@ -12,7 +14,9 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 use prost::Message;
-use threadline_ingest::{ExportTraceServiceRequest, ExportTraceServiceResponse};
+use std::marker::PhantomData;
+
+use threadline_ingest::ExportRequest;
 use tonic::codec::{
     Codec, CompressionEncoding, DecodeBuf, Decoder, EnabledCompressionEncodings, EncodeBuf, Encoder,
 };
@@ -21,21 +25,33 @@ use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Request, Response, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
-use crate::ingest::{self, IngestContext, IngestFailure};
+use crate::ingest::{IngestContext, IngestFailure, Logs, Signal, Traces};
 
-const EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
-
-/// The trace service, mounted on the gRPC listener.
-#[derive(Clone)]
-pub(crate) struct OtlpGrpcService {
+/// One signal's export service, mounted on the gRPC listener.
+pub(crate) struct OtlpGrpcService<S> {
     ctx: IngestContext,
     max_message_bytes: usize,
+    signal: PhantomData<fn() -> S>,
 }
 
-pub(crate) fn service(ctx: IngestContext, max_message_bytes: usize) -> OtlpGrpcService {
+impl<S> Clone for OtlpGrpcService<S> {
+    fn clone(&self) -> Self {
+        Self {
+            ctx: self.ctx.clone(),
+            max_message_bytes: self.max_message_bytes,
+            signal: PhantomData,
+        }
+    }
+}
+
+pub(crate) fn service<S: Signal>(
+    ctx: IngestContext,
+    max_message_bytes: usize,
+) -> OtlpGrpcService<S> {
     OtlpGrpcService {
         ctx,
         max_message_bytes,
+        signal: PhantomData,
     }
 }
 
@@ -64,11 +80,15 @@ impl<B: Send + 'static> Service<http::Request<B>> for MetricsRefusal {
     }
 }
 
-impl NamedService for OtlpGrpcService {
+impl NamedService for OtlpGrpcService<Traces> {
     const NAME: &'static str = "opentelemetry.proto.collector.trace.v1.TraceService";
 }
 
-impl<B> Service<http::Request<B>> for OtlpGrpcService
+impl NamedService for OtlpGrpcService<Logs> {
+    const NAME: &'static str = "opentelemetry.proto.collector.logs.v1.LogsService";
+}
+
+impl<S: Signal, B> Service<http::Request<B>> for OtlpGrpcService<S>
 where
     B: tonic::codegen::Body + Send + 'static,
     B::Error: Into<StdError> + Send + 'static,
@@ -82,7 +102,7 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        if req.uri().path() != EXPORT_PATH {
+        if req.uri().path() != S::GRPC_PATH {
             return Box::pin(async move {
                 Ok(
                     Status::unimplemented(format!("no gRPC method {}", req.uri().path()))
@@ -92,19 +112,19 @@ where
         }
         let mut gzip = EnabledCompressionEncodings::default();
         gzip.enable(CompressionEncoding::Gzip);
-        let mut grpc = Grpc::new(RawRequestCodec)
+        let mut grpc = Grpc::new(RawRequestCodec::<S::Response>(PhantomData))
             .apply_compression_config(gzip, gzip)
             .apply_max_message_size_config(Some(self.max_message_bytes), None);
-        let method = ExportMethod(self.ctx.clone());
+        let method = ExportMethod::<S>(self.ctx.clone(), PhantomData);
         Box::pin(async move { Ok(grpc.unary(method, req).await) })
     }
 }
 
 /// `Export`: the request arrives as raw protobuf bytes.
-struct ExportMethod(IngestContext);
+struct ExportMethod<S>(IngestContext, PhantomData<fn() -> S>);
 
-impl UnaryService<Bytes> for ExportMethod {
-    type Response = ExportTraceServiceResponse;
+impl<S: Signal> UnaryService<Bytes> for ExportMethod<S> {
+    type Response = S::Response;
     type Future = BoxFuture<Response<Self::Response>, Status>;
 
     fn call(&mut self, request: Request<Bytes>) -> Self::Future {
@@ -123,42 +143,49 @@ impl UnaryService<Bytes> for ExportMethod {
             let store = ctx.store.clone();
             let ready = ctx
                 .run_cpu(move || {
-                    let request = ExportTraceServiceRequest::decode(body).map_err(|e| {
+                    let request = S::Request::decode(body).map_err(|e| {
                         Status::invalid_argument(format!(
-                            "message is not a valid ExportTraceServiceRequest: {e}"
+                            "message is not a valid {}: {e}",
+                            <S::Request as ExportRequest>::NAME
                         ))
                     })?;
-                    ingest::prepare(&store, &tenant, request).map_err(to_status)
+                    S::prepare(&store, &tenant, request).map_err(to_status)
                 })
                 .await
                 .map_err(to_status)??;
-            let response = ingest::commit(&ctx, ready).await.map_err(to_status)?;
+            let response = S::commit(&ctx, ready).await.map_err(to_status)?;
             Ok(Response::new(response))
         })
     }
 }
 
-/// Decodes nothing (the bytes go to the blocking pool), encodes responses with prost.
-#[derive(Clone, Copy, Default)]
-struct RawRequestCodec;
+/// Decodes nothing (the bytes go to the blocking pool), encodes responses (`R`) with
+/// prost.
+struct RawRequestCodec<R>(PhantomData<fn() -> R>);
 
-impl Codec for RawRequestCodec {
-    type Encode = ExportTraceServiceResponse;
-    type Decode = Bytes;
-    type Encoder = RawRequestCodec;
-    type Decoder = RawRequestCodec;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        RawRequestCodec
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        RawRequestCodec
+impl<R> Default for RawRequestCodec<R> {
+    fn default() -> Self {
+        Self(PhantomData)
     }
 }
 
-impl Encoder for RawRequestCodec {
-    type Item = ExportTraceServiceResponse;
+impl<R: Message + Send + 'static> Codec for RawRequestCodec<R> {
+    type Encode = R;
+    type Decode = Bytes;
+    type Encoder = RawRequestCodec<R>;
+    type Decoder = RawRequestCodec<R>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        RawRequestCodec::default()
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        RawRequestCodec::default()
+    }
+}
+
+impl<R: Message> Encoder for RawRequestCodec<R> {
+    type Item = R;
     type Error = Status;
 
     fn encode(&mut self, item: Self::Item, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
@@ -167,7 +194,7 @@ impl Encoder for RawRequestCodec {
     }
 }
 
-impl Decoder for RawRequestCodec {
+impl<R> Decoder for RawRequestCodec<R> {
     type Item = Bytes;
     type Error = Status;
 

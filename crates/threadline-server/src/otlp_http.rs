@@ -1,5 +1,6 @@
-//! OTLP/HTTP receiver: `POST /v1/traces` with protobuf or JSON bodies, gzip allowed.
-//! Failures are answered the OTLP way: a `google.rpc.Status` in the request's encoding.
+//! OTLP/HTTP receiver: `POST /v1/traces` and `POST /v1/logs` with protobuf or JSON
+//! bodies, gzip allowed, both through one handler (`export::<S: Signal>`). Failures are
+//! answered the OTLP way: a `google.rpc.Status` in the request's encoding.
 
 use axum::body::{to_bytes, Body};
 use axum::extract::State;
@@ -10,7 +11,7 @@ use axum::Router;
 use prost::Message;
 use threadline_ingest::{decode_export_request, BodyLimits, ContentKind, DecodeError, RpcStatus};
 
-use crate::ingest::{self, IngestContext, IngestFailure};
+use crate::ingest::{IngestContext, IngestFailure, Logs, Signal, Traces};
 
 #[derive(Clone)]
 pub(crate) struct OtlpHttpState {
@@ -20,11 +21,12 @@ pub(crate) struct OtlpHttpState {
 
 pub(crate) fn router(state: OtlpHttpState) -> Router {
     Router::new()
-        .route("/v1/traces", post(export_traces))
+        .route(Traces::HTTP_PATH, post(export::<Traces>))
+        .route(Logs::HTTP_PATH, post(export::<Logs>))
         .route("/v1/metrics", post(export_metrics))
         .fallback(|| async {
             crate::error::ApiError::NotFound(
-                "this is Threadline's OTLP/HTTP receiver (POST /v1/traces); the JSON API and the UI are on the API port (default :8080)".to_owned(),
+                "this is Threadline's OTLP/HTTP receiver (POST /v1/traces, /v1/logs); the JSON API and the UI are on the API port (default :8080)".to_owned(),
             )
         })
         .with_state(state)
@@ -62,7 +64,8 @@ fn failure(kind: ContentKind, status: StatusCode, code: i32, message: String) ->
 /// retryable nor a missing route, so an SDK set up with one endpoint for every signal
 /// drops its metrics once and says why.
 pub(crate) const METRICS_NOT_SUPPORTED: &str = "Threadline does not accept OTLP metrics: \
-    it stores traces (/v1/traces, TraceService) and derives its own metrics from them; \
+    it stores traces and logs (/v1/traces, /v1/logs; TraceService, LogsService) and derives \
+    its own metrics from them; \
     send metrics to a metrics backend (Prometheus can scrape Threadline's /metrics)";
 
 async fn export_metrics(headers: HeaderMap) -> Response {
@@ -79,7 +82,7 @@ async fn export_metrics(headers: HeaderMap) -> Response {
     )
 }
 
-async fn export_traces(
+async fn export<S: Signal>(
     State(state): State<OtlpHttpState>,
     headers: HeaderMap,
     body: Body,
@@ -137,8 +140,9 @@ async fn export_traces(
     let store = ctx.store.clone();
     let prepared = ctx
         .run_cpu(move || {
-            let request = decode_export_request(kind, encoding.as_deref(), &bytes, limits)?;
-            Ok::<_, DecodeError>(ingest::prepare(&store, &tenant, request))
+            let request: S::Request =
+                decode_export_request(kind, encoding.as_deref(), &bytes, limits)?;
+            Ok::<_, DecodeError>(S::prepare(&store, &tenant, request))
         })
         .await;
     let ready = match prepared {
@@ -155,7 +159,7 @@ async fn export_traces(
             return failure(kind, status, rpc_code::INVALID_ARGUMENT, e.to_string());
         }
     };
-    match ingest::commit(&state.ctx, ready).await {
+    match S::commit(&state.ctx, ready).await {
         Ok(response) => {
             let body = match kind {
                 ContentKind::Protobuf => response.encode_to_vec(),

@@ -78,7 +78,7 @@ async fn get_skeleton(
     Ok(Json(body))
 }
 
-/// One span whole, with its conversation, or 404.
+/// One span whole, with its logs and conversation, or 404.
 async fn get_span(
     State(state): State<QueryState>,
     headers: HeaderMap,
@@ -90,12 +90,19 @@ async fn get_span(
         .parse()
         .map_err(|e| ApiError::BadRequest(format!("span id {raw_span:?} is invalid: {e}")))?;
     let store = state.store.clone();
-    let span = blocking(move || Ok(store.get_span(&tenant, trace_id, span_id)?))
-        .await?
-        .ok_or_else(|| {
-            ApiError::NotFound(format!("span {span_id} of trace {trace_id} not found"))
-        })?;
-    Ok(Json(trace_view::span_detail(&span, &state.prices)))
+    let (span, logs) = blocking(move || {
+        let span = store.get_span(&tenant, trace_id, span_id)?;
+        let logs = match &span {
+            Some(_) => store.logs_of(&tenant, trace_id, Some(span_id))?,
+            None => Vec::new(),
+        };
+        Ok((span, logs))
+    })
+    .await?;
+    let span = span.ok_or_else(|| {
+        ApiError::NotFound(format!("span {span_id} of trace {trace_id} not found"))
+    })?;
+    Ok(Json(trace_view::span_detail(&span, &logs, &state.prices)))
 }
 
 /// Most traces a session page lists.
@@ -213,6 +220,8 @@ async fn health(State(state): State<QueryState>) -> Result<Json<Value>, ApiError
         "ingest": {
             "spans_accepted": state.stats.spans_accepted.load(Ordering::Relaxed),
             "spans_rejected": state.stats.spans_rejected.load(Ordering::Relaxed),
+            "logs_accepted": state.stats.logs_accepted.load(Ordering::Relaxed),
+            "logs_rejected": state.stats.logs_rejected.load(Ordering::Relaxed),
             "requests_throttled": state.stats.requests_throttled.load(Ordering::Relaxed),
         },
     })))

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use serde_json::{json, Value};
 use threadline_analysis::PriceTable;
-use threadline_model::{SpanId, SpanRecord};
+use threadline_model::{LogRecord, SpanId, SpanRecord};
 use threadline_store::SkeletonSpan;
 
 use crate::{dto, trace_tree};
@@ -233,13 +233,21 @@ fn critical_path(
 }
 
 /// One span in full, with its conversation and cost.
-pub(crate) fn span_detail(span: &SpanRecord, prices: &PriceTable) -> Value {
+pub(crate) fn span_detail(span: &SpanRecord, logs: &[LogRecord], prices: &PriceTable) -> Value {
     // Self time needs the children; the skeleton has it, so it is not repeated here.
     let mut v = dto::span(span, span.duration_nanos(), prices);
     if let Value::Object(obj) = &mut v {
         obj.remove("self_time_ms");
-        if span.llm.is_some() {
-            let conversation = threadline_ingest::conversation(&span.detail);
+        obj.insert(
+            "logs".to_owned(),
+            Value::Array(logs.iter().map(crate::logs_api::log_json).collect()),
+        );
+        let genai_logs = logs
+            .iter()
+            .any(|l| l.detail.event_name.starts_with("gen_ai."));
+        if span.llm.is_some() || genai_logs {
+            let detail = threadline_ingest::with_log_events(&span.detail, logs);
+            let conversation = threadline_ingest::conversation(&detail);
             obj.insert(
                 "conversation".to_owned(),
                 serde_json::to_value(conversation).unwrap_or(Value::Null),

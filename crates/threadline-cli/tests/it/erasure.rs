@@ -65,6 +65,40 @@ fn erasing_a_user_removes_every_byte_of_them() {
         }
         list.push(hex(&id));
     }
+    // GenAI events sent as logs: one tied to each of the subject's traces, and one
+    // that names the subject without a trace.
+    let mut records: Vec<Value> = mine
+        .iter()
+        .map(|id| {
+            serde_json::json!({"timeUnixNano": t0.to_string(), "traceId": id,
+                "spanId": "0101010101010101", "eventName": "gen_ai.user.message",
+                "body": {"kvlistValue": {"values": [{"key": "content",
+                    "value": {"stringValue": "my card ending 4242 was declined (Vqzxjwu)"}}]}}})
+        })
+        .collect();
+    records.push(
+        serde_json::json!({"timeUnixNano": t0.to_string(), "severityNumber": 9,
+        "body": {"stringValue": format!("login by {SUBJECT} (Vqzxjwu)")},
+        "attributes": [{"key": "user.id", "value": {"stringValue": SUBJECT}}]}),
+    );
+    records.push(
+        serde_json::json!({"timeUnixNano": t0.to_string(), "severityNumber": 9,
+        "body": {"stringValue": "login by someone else (Vqzxjwu)"},
+        "attributes": [{"key": "user.id", "value": {"stringValue": OTHER}}]}),
+    );
+    let logs = serde_json::json!({"resourceLogs": [{"resource": {"attributes": [
+        {"key": "service.name", "value": {"stringValue": "gateway"}}]},
+        "scopeLogs": [{"logRecords": records}]}]});
+    let resp = server.post_otlp(
+        "/v1/logs",
+        "application/json",
+        logs.to_string().into_bytes(),
+        &[],
+    );
+    assert_eq!(resp.status(), 200);
+    let (_, found) = server.get("/api/v1/logs?q=vqzxjwu&limit=100", None);
+    assert_eq!(found["logs"].as_array().map(Vec::len), Some(22), "{found}");
+
     // Let the background checkpointer copy pages into the database file as well.
     std::thread::sleep(std::time::Duration::from_millis(800));
     assert!(
@@ -83,7 +117,10 @@ fn erasing_a_user_removes_every_byte_of_them() {
 
     let (ok, out, err) = server.cli(&["erase", "--user-id", SUBJECT, "--requested-by", "dpo@acme"]);
     assert!(ok, "{err}");
-    assert!(out.contains("20 traces, 42 spans deleted"), "{out}");
+    assert!(
+        out.contains("20 traces, 42 spans, 21 log records deleted"),
+        "{out}"
+    );
 
     let leftovers = files_containing(&server.data_dir, SUBJECT);
     assert!(
@@ -106,6 +143,10 @@ fn erasing_a_user_removes_every_byte_of_them() {
     assert_eq!(found["traces"], Value::Array(vec![]));
     let (_, found) = server.get(text_search, None);
     assert_eq!(found["traces"], Value::Array(vec![]));
+    let (_, found) = server.get("/api/v1/logs?q=vqzxjwu&limit=100", None);
+    let left: Vec<&Value> = found["logs"].as_array().unwrap().iter().collect();
+    assert_eq!(left.len(), 1, "{found}");
+    assert_eq!(left[0]["attributes"]["user.id"], OTHER);
     let leftovers = files_containing(&server.data_dir, "5f3c9e");
     assert!(
         leftovers.is_empty(),

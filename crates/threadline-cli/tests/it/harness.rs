@@ -135,14 +135,25 @@ impl TestServer {
         body: Vec<u8>,
         headers: &[(&str, &str)],
     ) -> reqwest::blocking::Response {
+        self.post_otlp("/v1/traces", content_type, body, headers)
+    }
+
+    /// POST to the OTLP/HTTP receiver (`/v1/traces`, `/v1/logs`, …).
+    pub(crate) fn post_otlp(
+        &self,
+        path: &str,
+        content_type: &str,
+        body: Vec<u8>,
+        headers: &[(&str, &str)],
+    ) -> reqwest::blocking::Response {
         let mut req = client()
-            .post(format!("{}/v1/traces", self.otlp_http))
+            .post(format!("{}{path}", self.otlp_http))
             .header("content-type", content_type)
             .body(body);
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
-        req.send().expect("POST /v1/traces")
+        req.send().unwrap_or_else(|e| panic!("POST {path}: {e}"))
     }
 
     /// GET on the JSON API: (status, body).

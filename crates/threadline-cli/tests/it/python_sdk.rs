@@ -1,5 +1,5 @@
-//! The real OpenTelemetry Python SDK (OTLP/HTTP and OTLP/gRPC exporters) against the
-//! real server. Needs a Python with the SDK: `THREADLINE_TEST_PYTHON` (set by `.ci/run`,
+//! The real OpenTelemetry Python SDK (OTLP/HTTP and OTLP/gRPC exporters, traces and
+//! logs) against the real server. Needs a Python with the SDK: `THREADLINE_TEST_PYTHON` (set by `.ci/run`,
 //! which builds the virtualenv; `scripts/test` sets it when `.venv` exists).
 
 use serde_json::Value;
@@ -103,5 +103,54 @@ fn opentelemetry_python_sdk_over_http_and_grpc() {
             Some("acme-secret-key-0001"),
         );
         assert_eq!(page["traces"].as_array().unwrap().len(), 0);
+
+        // The GenAI events the SDK's log exporter sent: on the LLM span, in its
+        // conversation, and searchable; the plain warning on the tool span.
+        let key = Some("acme-secret-key-0001");
+        let llm_id = llm["span_id"].as_str().unwrap();
+        let (status, span) = server.get(&format!("/api/v1/traces/{id}/spans/{llm_id}"), key);
+        assert_eq!(status, 200, "{span}");
+        let events: Vec<&str> = span["logs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["event_name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            events,
+            ["gen_ai.user.message", "gen_ai.choice"],
+            "{transport}"
+        );
+        assert_eq!(span["logs"][0]["service"], format!("py-chat-{transport}"));
+        let severity = span["logs"][0]["severity"].as_str().unwrap().to_lowercase();
+        assert_eq!(severity, "info");
+        let messages: Vec<(&str, &str)> = span["conversation"]["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| (m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            messages,
+            [
+                ("user", "Can I get a refund for the double charge?"),
+                ("assistant", "Yes: the refund is on its way.")
+            ],
+            "{transport}"
+        );
+        let (_, logs) = server.get(&format!("/api/v1/traces/{id}/logs"), key);
+        let logs = logs["logs"].as_array().unwrap();
+        assert_eq!(logs.len(), 3, "{transport}");
+        assert_eq!(logs[2]["severity_number"], 13);
+        assert_eq!(logs[2]["body"], "retrying the model once");
+        let (_, found) = server.get(
+            &format!("/api/v1/logs?q=refund%20double&service=py-chat-{transport}"),
+            key,
+        );
+        assert_eq!(found["logs"].as_array().unwrap().len(), 1, "{found}");
+        assert_eq!(found["logs"][0]["trace_id"], id);
+        let (_, found) = server.get("/api/v1/logs?severity=warn", key);
+        assert_eq!(found["logs"].as_array().unwrap().len(), 2, "{found}");
+        assert!(server.get("/api/v1/logs?q=refund", None).0 == 401);
     }
 }

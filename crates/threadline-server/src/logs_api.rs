@@ -1,0 +1,172 @@
+//! Log records in the JSON API: `GET /api/v1/logs` (search, newest first) and
+//! `GET /api/v1/traces/{trace_id}/logs` (a trace's, oldest first). Scoped to the
+//! caller's tenant like every read.
+
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::routing::get;
+use axum::{Json, Router};
+use base64::Engine;
+use serde_json::{json, Value};
+use threadline_model::{severity_from_name, severity_name, LogRecord, SpanId};
+use threadline_store::{LogCursor, LogQuery};
+
+use crate::error::{blocking, ApiError};
+use crate::query_api::{parse_time, QueryState};
+
+pub(crate) fn router(state: QueryState) -> Router {
+    Router::new()
+        .route("/api/v1/logs", get(search_logs))
+        .route("/api/v1/traces/{trace_id}/logs", get(trace_logs))
+        .with_state(state)
+}
+
+/// One record as the API shows it.
+pub(crate) fn log_json(record: &LogRecord) -> Value {
+    let d = &record.detail;
+    json!({
+        "time_unix_nano": record.time_unix_nano.to_string(),
+        "observed_time_unix_nano": d.observed_time_unix_nano.to_string(),
+        "trace_id": record.trace_id.map(|t| t.to_hex()),
+        "span_id": record.span_id.map(|s| s.to_hex()),
+        "service": record.service,
+        "severity_number": d.severity_number,
+        "severity": if d.severity_text.is_empty() { severity_name(d.severity_number) } else { d.severity_text.as_str() },
+        "event_name": d.event_name,
+        "body": crate::dto::attr_value(&d.body),
+        "attributes": crate::dto::attributes(&d.attributes),
+        "resource": crate::dto::attributes(&record.origin.resource_attributes),
+        "scope": { "name": record.origin.scope.name, "version": record.origin.scope.version },
+    })
+}
+
+const DEFAULT_LIMIT: usize = 50;
+const MAX_LIMIT: usize = 1000;
+
+fn parse(params: &[(String, String)]) -> Result<LogQuery, ApiError> {
+    let bad = |msg: String| ApiError::BadRequest(msg);
+    let mut q = LogQuery {
+        limit: DEFAULT_LIMIT,
+        ..Default::default()
+    };
+    for (key, value) in params {
+        match key.as_str() {
+            "q" => q.text = Some(value.trim().to_owned()).filter(|t| !t.is_empty()),
+            "trace_id" => q.trace_id = Some(crate::error::parse_trace_id(value)?),
+            "span_id" => {
+                q.span_id = Some(value.parse::<SpanId>().map_err(|e| {
+                    bad(format!("span_id {value:?} is invalid: {e}"))
+                })?)
+            }
+            "service" => q.service = Some(value.clone()),
+            "severity" => {
+                q.min_severity = Some(match value.parse::<i32>() {
+                    Ok(n) if (1..=24).contains(&n) => n,
+                    _ => severity_from_name(value).ok_or_else(|| {
+                        bad(format!(
+                            "severity {value:?} is not one of trace, debug, info, warn, error, fatal or 1..=24"
+                        ))
+                    })?,
+                })
+            }
+            "event" => q.event_prefix = Some(value.clone()),
+            "from" | "start" => q.from_unix_nano = Some(parse_time(key, value)?),
+            "to" | "end" => q.to_unix_nano = Some(parse_time(key, value)?),
+            "limit" => {
+                q.limit = value
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=MAX_LIMIT).contains(n))
+                    .ok_or_else(|| bad(format!("limit {value:?} is not in 1..={MAX_LIMIT}")))?
+            }
+            "cursor" => q.cursor = Some(decode_cursor(value)?),
+            other => {
+                return Err(bad(format!(
+                    "unknown query parameter {other:?}: use q, trace_id, span_id, service, severity, event, from, to, limit or cursor"
+                )))
+            }
+        }
+    }
+    if q.span_id.is_some() && q.trace_id.is_none() {
+        return Err(bad("span_id needs trace_id".to_owned()));
+    }
+    Ok(q)
+}
+
+fn encode_cursor(c: LogCursor) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(format!("l1:{}:{}", c.time_unix_nano, c.seq))
+}
+
+fn decode_cursor(value: &str) -> Result<LogCursor, ApiError> {
+    let invalid = || ApiError::BadRequest(format!("cursor {value:?} is not one this API gave out"));
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(value)
+        .map_err(|_| invalid())?;
+    let text = String::from_utf8(bytes).map_err(|_| invalid())?;
+    let mut parts = text.split(':');
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some("l1"), Some(time), Some(seq), None) => Ok(LogCursor {
+            time_unix_nano: time.parse().map_err(|_| invalid())?,
+            seq: seq.parse().map_err(|_| invalid())?,
+        }),
+        _ => Err(invalid()),
+    }
+}
+
+async fn search_logs(
+    State(state): State<QueryState>,
+    headers: HeaderMap,
+    Query(params): Query<Vec<(String, String)>>,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = state.auth.tenant_of(&headers)?;
+    let query = parse(&params)?;
+    let store = state.store.clone();
+    let page = blocking(move || Ok(store.search_logs(&tenant, &query)?)).await?;
+    Ok(Json(json!({
+        "logs": page.logs.iter().map(|l| log_json(&l.record)).collect::<Vec<_>>(),
+        "next_cursor": page.next_cursor.map(encode_cursor),
+    })))
+}
+
+async fn trace_logs(
+    State(state): State<QueryState>,
+    headers: HeaderMap,
+    Path(raw_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = state.auth.tenant_of(&headers)?;
+    let trace_id = crate::error::parse_trace_id(&raw_id)?;
+    let store = state.store.clone();
+    let logs = blocking(move || Ok(store.logs_of(&tenant, trace_id, None)?)).await?;
+    Ok(Json(json!({
+        "trace_id": trace_id.to_hex(),
+        "logs": logs.iter().map(log_json).collect::<Vec<_>>(),
+    })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_bad_parameters_are_named() {
+        let c = LogCursor {
+            time_unix_nano: 1_764_400_000_000_000_000,
+            seq: 42,
+        };
+        assert_eq!(decode_cursor(&encode_cursor(c)).unwrap(), c);
+        assert!(decode_cursor("bm9wZQ").is_err());
+        let p = |k: &str, v: &str| parse(&[(k.to_owned(), v.to_owned())]);
+        assert_eq!(p("severity", "WARN").unwrap().min_severity, Some(13));
+        assert_eq!(p("severity", "17").unwrap().min_severity, Some(17));
+        for (k, v, says) in [
+            ("severity", "loud", "severity"),
+            ("limit", "0", "limit"),
+            ("span_id", "eee19b7ec3c1b174", "needs trace_id"),
+            ("colour", "red", "unknown query parameter"),
+        ] {
+            let e = p(k, v).unwrap_err().to_string();
+            assert!(e.contains(says), "{e}");
+        }
+    }
+}
