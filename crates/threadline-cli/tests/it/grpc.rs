@@ -116,27 +116,33 @@ fn grpc_full_queue_is_resource_exhausted_with_retry_info() {
 #[test]
 fn grpc_malformed_protobuf_is_invalid_argument() {
     let server = TestServer::start();
-    // A gRPC frame (uncompressed, 4 bytes) whose protobuf is invalid, sent as raw HTTP/2.
-    let status = runtime().block_on(async {
-        let channel = tonic::transport::Channel::from_shared(server.otlp_grpc.clone())
-            .unwrap()
-            .connect()
+    // A gRPC frame (uncompressed, 4 bytes) whose protobuf is invalid, sent as raw HTTP/2,
+    // to the trace service and to the logs service.
+    for (service, message) in [
+        ("trace.v1.TraceService", "ExportTraceServiceRequest"),
+        ("logs.v1.LogsService", "ExportLogsServiceRequest"),
+    ] {
+        let status = runtime().block_on(async {
+            let channel = tonic::transport::Channel::from_shared(server.otlp_grpc.clone())
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+            let mut grpc = tonic::client::Grpc::new(channel);
+            grpc.ready().await.unwrap();
+            let path = format!("/opentelemetry.proto.collector.{service}/Export");
+            let path = tonic::codegen::http::uri::PathAndQuery::try_from(path).unwrap();
+            grpc.unary::<RawBytes, RawBytes, RawCodec>(
+                tonic::Request::new(RawBytes(vec![0x0a, 0xff, 0xff, 0xff, 0x0f])),
+                path,
+                RawCodec,
+            )
             .await
-            .unwrap();
-        let mut grpc = tonic::client::Grpc::new(channel);
-        grpc.ready().await.unwrap();
-        let path = tonic::codegen::http::uri::PathAndQuery::from_static(
-            "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
-        );
-        grpc.unary::<RawBytes, RawBytes, RawCodec>(
-            tonic::Request::new(RawBytes(vec![0x0a, 0xff, 0xff, 0xff, 0x0f])),
-            path,
-            RawCodec,
-        )
-        .await
-        .unwrap_err()
-    });
-    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+            .unwrap_err()
+        });
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+        assert!(status.message().contains(message), "{status:?}");
+    }
 }
 
 /// Bytes sent as they are: lets a test put an invalid message on the wire.

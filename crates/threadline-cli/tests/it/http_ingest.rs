@@ -229,3 +229,67 @@ fn full_write_queue_answers_429_with_retry_after() {
         }
     }
 }
+
+/// OTLP logs on `/v1/logs`: the same rules as traces — bad bodies get a 4xx naming
+/// the fault, bad records are refused one by one, keys are checked.
+#[test]
+fn logs_follow_the_rules_of_traces() {
+    let server = TestServer::start_with_config(Some(
+        "[[tenants]]\nid = \"acme\"\napi_keys = [\"acme-logs-key-0001\"]\n",
+    ));
+    let auth = [("authorization", "Bearer acme-logs-key-0001")];
+    let doc = json!({"resourceLogs": [{"scopeLogs": [{"logRecords": [
+        {"timeUnixNano": "1796047500000000000", "body": {"stringValue": "kept"},
+         "traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174"},
+        {"timeUnixNano": "1796047500000000001", "spanId": "eee19b7ec3c1b174"},
+        {"body": {"stringValue": "no time at all"}}
+    ]}]}]});
+    let resp = server.post_otlp("/v1/logs", JSON, doc.to_string().into_bytes(), &auth);
+    assert_eq!(resp.status(), 200);
+    let body: Value = resp.json().unwrap();
+    let partial = &body["partialSuccess"];
+    let rejected = partial["rejectedLogRecords"].as_i64().or_else(|| {
+        partial["rejectedLogRecords"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+    });
+    assert_eq!(rejected, Some(2), "{body}");
+    let msg = partial["errorMessage"].as_str().unwrap();
+    assert!(
+        msg.contains("span_id without a trace_id") && msg.contains("time"),
+        "{msg}"
+    );
+    let key = Some("acme-logs-key-0001");
+    let (status, logs) = server.get("/api/v1/traces/5b8efff798038103d269b633813fc60c/logs", key);
+    assert_eq!(status, 200);
+    assert_eq!(logs["logs"][0]["body"], "kept");
+    assert_eq!(logs["logs"].as_array().unwrap().len(), 1);
+
+    let (status, msg) =
+        error_message(server.post_otlp("/v1/logs", JSON, b"{\"resourceLogs\": [".to_vec(), &auth));
+    assert_eq!(status, 400);
+    assert!(msg.contains("not valid JSON"), "{msg}");
+    let (status, msg) = error_message(server.post_otlp(
+        "/v1/logs",
+        JSON,
+        br#"{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"traceId":"xyz"}]}]}]}"#.to_vec(),
+        &auth,
+    ));
+    assert_eq!(status, 400);
+    assert!(
+        msg.contains("resourceLogs[0].scopeLogs[0].logRecords[0]"),
+        "{msg}"
+    );
+    let resp = server.post_otlp(
+        "/v1/logs",
+        PROTOBUF,
+        vec![0x0a, 0xff, 0xff, 0xff, 0x0f],
+        &auth,
+    );
+    assert_eq!(resp.status(), 400);
+    let (status, msg) = error_message(server.post_otlp("/v1/logs", JSON, b"{}".to_vec(), &[]));
+    assert_eq!(status, 401, "{msg}");
+    let (status, msg) = error_message(server.post_otlp("/v1/metrics", JSON, b"{}".to_vec(), &auth));
+    assert_eq!(status, 501);
+    assert!(msg.contains("/v1/logs"), "{msg}");
+}
