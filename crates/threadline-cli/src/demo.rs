@@ -572,13 +572,17 @@ async fn load(
         bar.inc(done.context("upload task failed")?? as u64);
     }
     bar.finish_and_clear();
-    let (exports, sessions, large_trace) =
+    let showcase =
         crate::demo_showcase::showcase(seed, ((s0 + WINDOW) * 60) as u64 * 1_000_000_000);
-    for export in exports {
+    let logs_url = format!("http://{otlp}/v1/logs");
+    for (url, body) in [
+        (&url, showcase.traces.encode_to_vec()),
+        (&logs_url, showcase.logs.encode_to_vec()),
+    ] {
         let resp = http
-            .post(&url)
+            .post(url)
             .header("content-type", "application/x-protobuf")
-            .body(export.encode_to_vec())
+            .body(body)
             .send()
             .await
             .with_context(|| format!("cannot reach {url}"))?;
@@ -590,8 +594,8 @@ async fn load(
         spans / 2,
         spans,
         Showcase {
-            sessions,
-            large_trace,
+            sessions: showcase.sessions,
+            large_trace: showcase.large_trace,
         },
     ))
 }

@@ -1,11 +1,16 @@
 //! What the demo adds for people to look at beside the diagnosis scenario: assistant
 //! sessions whose traces carry whole conversations (GenAI messages, a tool call, a
-//! retrieval) priced on a hosted model, and one 1,200-span document-indexing trace
+//! retrieval) priced on a hosted model — on odd sessions the answering call sends its
+//! messages as GenAI log events instead, as current instrumentations do, and every tool
+//! call logs a line — and one 1,200-span document-indexing trace
 //! whose repeated chunk spans the UI folds. None of it is on a watched route at a rate
 //! the detector judges, so the scenario's incidents are unchanged.
 
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::KeyValue;
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue, KeyValueList};
+use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -39,6 +44,31 @@ fn id<const N: usize>(rng: &mut StdRng) -> Vec<u8> {
 struct Builder {
     rng: StdRng,
     by_service: Vec<(&'static str, Vec<Span>)>,
+    /// Log records of the `assistant` service.
+    logs: Vec<LogRecord>,
+}
+
+/// A text `AnyValue`.
+fn text(v: &str) -> AnyValue {
+    AnyValue {
+        value: Some(any_value::Value::StringValue(v.to_owned())),
+    }
+}
+
+/// A map `AnyValue`.
+fn map(entries: Vec<(&str, AnyValue)>) -> AnyValue {
+    AnyValue {
+        value: Some(any_value::Value::KvlistValue(KeyValueList {
+            values: entries
+                .into_iter()
+                .map(|(k, v)| KeyValue {
+                    key: k.to_owned(),
+                    value: Some(v),
+                    ..Default::default()
+                })
+                .collect(),
+        })),
+    }
 }
 
 impl Builder {
@@ -69,6 +99,47 @@ impl Builder {
             None => self.by_service.push((service, vec![span])),
         }
         span_id
+    }
+
+    /// A log record of span `(trace, span)` at `at`: an event when `event` is set.
+    fn log(
+        &mut self,
+        (trace, span): (&[u8], &[u8]),
+        at: u64,
+        severity: i32,
+        event: &str,
+        body: AnyValue,
+    ) {
+        self.logs.push(LogRecord {
+            time_unix_nano: at,
+            observed_time_unix_nano: at,
+            severity_number: severity,
+            severity_text: if severity >= 13 { "WARN" } else { "INFO" }.to_owned(),
+            event_name: event.to_owned(),
+            body: Some(body),
+            trace_id: trace.to_vec(),
+            span_id: span.to_vec(),
+            ..Default::default()
+        });
+    }
+
+    fn export_logs(&mut self) -> ExportLogsServiceRequest {
+        ExportLogsServiceRequest {
+            resource_logs: vec![ResourceLogs {
+                resource: Some(Resource {
+                    attributes: vec![
+                        s("service.name", "assistant"),
+                        s("deployment.environment.name", "demo"),
+                    ],
+                    ..Default::default()
+                }),
+                scope_logs: vec![ScopeLogs {
+                    log_records: std::mem::take(&mut self.logs),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
     }
 
     fn export(self) -> ExportTraceServiceRequest {
@@ -168,7 +239,7 @@ fn turn(b: &mut Builder, session: usize, turn: usize, start: u64) {
         llm_attrs(&input1, &output1, in1, 24),
     );
     let t0 = c1 + (llm1 + 1) * MS;
-    b.span(
+    let tool_span = b.span(
         "assistant",
         (&trace, &agent),
         "execute_tool lookup_account",
@@ -179,6 +250,15 @@ fn turn(b: &mut Builder, session: usize, turn: usize, start: u64) {
             s("gen_ai.tool.name", "lookup_account"),
             s("gen_ai.tool.call.id", format!("call_{session}{turn}")),
         ],
+    );
+    b.log(
+        (&trace, &tool_span),
+        t0 + MS,
+        13,
+        "",
+        text(&format!(
+            "account cache miss for {user}; read from the billing database"
+        )),
     );
     let c2 = t0 + (tool + 1) * MS;
     let answer = format!(
@@ -193,14 +273,57 @@ fn turn(b: &mut Builder, session: usize, turn: usize, start: u64) {
     ]);
     let output2 = json!([{"role": "assistant", "finish_reason": "stop", "parts": [{"type": "text", "content": answer}]}]);
     let out2 = 40 + b.rng.random_range(0..60);
-    b.span(
+    let as_events = session % 2 == 1;
+    let mut attrs = llm_attrs(&input2, &output2, in1 + 80, out2);
+    if as_events {
+        attrs.retain(|kv| {
+            !matches!(
+                kv.key.as_str(),
+                "gen_ai.system_instructions" | "gen_ai.input.messages" | "gen_ai.output.messages"
+            )
+        });
+    }
+    let answering = b.span(
         "assistant",
         (&trace, &agent),
         &format!("chat {ASSISTANT_MODEL}"),
         3,
         (c2, c2 + llm2 * MS),
-        llm_attrs(&input2, &output2, in1 + 80, out2),
+        attrs,
     );
+    if as_events {
+        let ids = (trace.as_slice(), answering.as_slice());
+        b.log(
+            ids,
+            c2,
+            9,
+            "gen_ai.system.message",
+            map(vec![("content", text(system))]),
+        );
+        b.log(
+            ids,
+            c2,
+            9,
+            "gen_ai.user.message",
+            map(vec![("content", text(question))]),
+        );
+        b.log(
+            ids,
+            c2 + llm2 * MS,
+            9,
+            "gen_ai.choice",
+            map(vec![
+                ("finish_reason", text("stop")),
+                (
+                    "message",
+                    map(vec![
+                        ("role", text("assistant")),
+                        ("content", text(&answer)),
+                    ]),
+                ),
+            ]),
+        );
+    }
 }
 
 /// A document-indexing trace: one document split into `CHUNKS` chunks, each embedded,
@@ -262,13 +385,19 @@ fn indexing_trace(b: &mut Builder, start: u64) -> Vec<u8> {
 
 /// The showcase traces, ending before `end_ns`: (exports, session ids, the large
 /// trace's id).
-pub(crate) fn showcase(
-    seed: u64,
-    end_ns: u64,
-) -> (Vec<ExportTraceServiceRequest>, Vec<String>, String) {
+/// What the showcase sends: its traces, its logs, its sessions and the large trace.
+pub(crate) struct ShowcaseData {
+    pub(crate) traces: ExportTraceServiceRequest,
+    pub(crate) logs: ExportLogsServiceRequest,
+    pub(crate) sessions: Vec<String>,
+    pub(crate) large_trace: String,
+}
+
+pub(crate) fn showcase(seed: u64, end_ns: u64) -> ShowcaseData {
     let mut b = Builder {
         rng: StdRng::seed_from_u64(seed ^ 0x5e55_1045),
         by_service: Vec::new(),
+        logs: Vec::new(),
     };
     let mut sessions = Vec::new();
     // Sessions spread over the last 50 minutes, turns two minutes apart.
@@ -280,7 +409,13 @@ pub(crate) fn showcase(
         sessions.push(format!("sess-{:04}", 1000 + session));
     }
     let large = indexing_trace(&mut b, end_ns - 20 * 60_000 * MS);
-    (vec![b.export()], sessions, hex_of(&large))
+    let logs = b.export_logs();
+    ShowcaseData {
+        traces: b.export(),
+        logs,
+        sessions,
+        large_trace: hex_of(&large),
+    }
 }
 
 fn hex_of(bytes: &[u8]) -> String {

@@ -147,6 +147,35 @@ fn every_page_renders_from_its_url_and_clicks_lead_where_they_say() {
         b.screenshot("trace-conversation").await;
         b.assert_no_console_errors("a conversation").await;
 
+        // A session whose answering call sent its messages as GenAI log events: the
+        // span lists its logs, and they make its conversation.
+        b.open(&format!("{base}/sessions/sess-1001"), "a.trace-link")
+            .await;
+        b.click("a.trace-link").await;
+        b.wait_path("/traces/").await;
+        b.wait_for(".wf-row").await;
+        let mut chat_rows = Vec::new();
+        for row in b.client.find_all(Locator::Css(".wf-row")).await.unwrap() {
+            if row.text().await.unwrap().contains("chat gpt-4o-mini") {
+                chat_rows.push(row);
+            }
+        }
+        chat_rows.pop().unwrap().click().await.unwrap();
+        b.wait_for_text("table.logs", "gen_ai.choice").await;
+        let logs = b.text("table.logs").await;
+        assert!(
+            logs.contains("gen_ai.system.message") && logs.contains("gen_ai.user.message"),
+            "{logs}"
+        );
+        let conv = b.text(".conversation").await;
+        assert!(
+            conv.contains("billing assistant") && conv.contains("your plan is Pro"),
+            "{conv}"
+        );
+        assert!(conv.contains("gen_ai_events"), "{conv}");
+        b.screenshot("trace-log-events").await;
+        b.assert_no_console_errors("log events").await;
+
         // Incidents: the list, one incident, and one of its exemplar traces.
         b.open(&format!("{base}/incidents"), "a.incident-link")
             .await;

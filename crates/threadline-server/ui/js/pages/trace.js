@@ -84,6 +84,21 @@ function Conversation({ conv }) {
   </div>`;
 }
 
+// A span's log records (OTLP logs carrying its ids), oldest first.
+function Logs({ logs }) {
+  if (!logs.length) return html`<p class="muted">none</p>`;
+  return html`<table class="grid logs" aria-label="Logs of this span">
+    <thead><tr><th>Time</th><th>Severity</th><th>Event</th><th>Body</th></tr></thead>
+    <tbody>${logs.map((l) => html`<tr>
+      <td class="mono">${fmtTime(l.time_unix_nano)}</td>
+      <td><span class=${`pill ${l.severity_number >= 17 ? 'err' : ''}`}>${l.severity || '—'}</span></td>
+      <td class="mono">${l.event_name || ''}</td>
+      <td><pre class="log-body">${typeof l.body === 'string' ? l.body : JSON.stringify(l.body)}</pre>
+        ${Object.keys(l.attributes).length ? html`<details><summary class="muted">attributes</summary><${Kv} obj=${l.attributes} /></details>` : null}</td>
+    </tr>`)}</tbody>
+  </table>`;
+}
+
 function LlmPanel({ llm, conv }) {
   const chips = [];
   if (llm.adapter_id) chips.push(['adapter', llm.adapter_id, `adapter:${llm.adapter_id}`]);
@@ -144,6 +159,9 @@ function SpanPanel({ traceId, spanId, ix, i }) {
       <dt>duration</dt><dd>${fmtMs(d.duration_ms)} · self ${fmtUs(s.self_us[i])}${s.critical[i] ? ' · on the critical path' : ''}</dd>
     </dl>
     ${d.llm ? html`<${LlmPanel} llm=${d.llm} conv=${d.conversation} />` : null}
+    ${!d.llm && d.conversation ? html`<h3>Conversation</h3><${Conversation} conv=${d.conversation} />` : null}
+    <h3>Logs (${d.logs.length})</h3>
+    <${Logs} logs=${d.logs} />
     <h3>Attributes</h3><${Kv} obj=${d.attributes} />
     <h3>Events (${d.events.length})</h3>
     ${d.events.length ? d.events.map((e) => html`<div class="panel" style="margin-bottom:4px"><b>${e.name}</b>
