@@ -182,37 +182,6 @@ fn kind_name(k: SpanKind) -> &'static str {
     }
 }
 
-/// The traces (each non-empty) matching a query, newest first.
-async fn find_traces(
-    st: &JaegerState,
-    tenant: TenantId,
-    query: TraceQuery,
-) -> Result<Vec<Vec<SpanRecord>>, ApiError> {
-    let store = st.store.clone();
-    blocking(move || {
-        let page = store.search(&tenant, &query)?;
-        let mut out = Vec::with_capacity(page.traces.len());
-        for t in page.traces {
-            let spans = store.get_trace(&tenant, t.trace_id)?;
-            if !spans.is_empty() {
-                out.push(spans);
-            }
-        }
-        Ok(out)
-    })
-    .await
-}
-
-async fn one_trace(
-    st: &JaegerState,
-    tenant: TenantId,
-    raw: &str,
-) -> Result<Vec<SpanRecord>, ApiError> {
-    let trace_id = parse_jaeger_trace_id(raw)?;
-    let store = st.store.clone();
-    blocking(move || crate::query_api::existing_trace(&store, &tenant, trace_id)).await
-}
-
 async fn v1_find_traces(
     State(st): State<JaegerState>,
     headers: HeaderMap,
@@ -374,48 +343,125 @@ async fn v3_operations(
 }
 
 /// v3's answer of spans: `{"result": {"resourceSpans": [...]}}`.
-fn otlp_result(spans: &[SpanRecord]) -> Json<Value> {
-    Json(json!({"result": {"resourceSpans": model::otlp_json(spans)}}))
+/// Spans per OTLP `resourceSpans` entry at most: a run of consecutive spans from one
+/// origin is written as one entry, so what is held while writing stays bounded.
+const OTLP_GROUP_SPANS: usize = 1000;
+
+/// One trace's OTLP JSON `resourceSpans` entries, written as its spans are read:
+/// consecutive spans of the same resource and scope share an entry (of at most
+/// `OTLP_GROUP_SPANS`). `written` counts entries across traces, for the commas.
+fn write_otlp_trace(
+    out: &mut crate::trace_stream::ChunkWriter,
+    spans: &[threadline_store::SkeletonSpan],
+    mut reader: threadline_store::SpanReader,
+    written: &mut usize,
+) -> Result<(), crate::trace_stream::WriteStop> {
+    let mut group: Vec<SpanRecord> = Vec::new();
+    for skeleton in spans {
+        let span = reader.span(skeleton)?;
+        let other_origin = group
+            .last()
+            .is_some_and(|g| !Arc::ptr_eq(&g.origin, &span.origin) && g.origin != span.origin);
+        if group.len() >= OTLP_GROUP_SPANS || other_origin {
+            write_otlp_group(out, &mut group, written)?;
+        }
+        group.push(span);
+    }
+    write_otlp_group(out, &mut group, written)
 }
 
-/// The traces a v3 search names (`query.…` parameters).
+fn write_otlp_group(
+    out: &mut crate::trace_stream::ChunkWriter,
+    group: &mut Vec<SpanRecord>,
+    written: &mut usize,
+) -> Result<(), crate::trace_stream::WriteStop> {
+    if let Value::Array(entries) = model::otlp_json(group) {
+        for entry in entries {
+            if *written > 0 {
+                out.write(b",")?;
+            }
+            out.write(entry.to_string().as_bytes())?;
+            *written += 1;
+        }
+    }
+    group.clear();
+    Ok(())
+}
+
+/// The page of traces a v3 search names (`query.…` parameters).
 async fn v3_search(
     st: &JaegerState,
     headers: &HeaderMap,
     params: &[(String, String)],
-) -> Result<Vec<Vec<SpanRecord>>, JaegerError> {
+) -> Result<(TenantId, threadline_store::TracePage), JaegerError> {
     let tenant = v3(st.auth.tenant_of(headers))?;
     let query = v3(parse_v3_search(params))?;
-    v3(find_traces(st, tenant, query).await)
+    let store = st.store.clone();
+    let search_tenant = tenant.clone();
+    let page = v3(blocking(move || Ok(store.search(&search_tenant, &query)?)).await)?;
+    Ok((tenant, page))
 }
 
+/// Every span of the found traces, as OTLP JSON, each trace written span by span.
 async fn v3_find_traces(
     State(st): State<JaegerState>,
     headers: HeaderMap,
     Query(params): Query<Vec<(String, String)>>,
-) -> Result<Json<Value>, JaegerError> {
-    let traces = v3_search(&st, &headers, &params).await?;
-    let spans: Vec<SpanRecord> = traces.into_iter().flatten().collect();
-    Ok(otlp_result(&spans))
+) -> Result<Response, JaegerError> {
+    let (tenant, page) = v3_search(&st, &headers, &params).await?;
+    let store = st.store.clone();
+    Ok(
+        crate::trace_stream::streamed("Jaeger v3 search response", move |out| {
+            out.write(br#"{"result":{"resourceSpans":["#)?;
+            let mut written = 0;
+            for summary in &page.traces {
+                if let Some((spans, reader)) = store.open_trace(&tenant, summary.trace_id)? {
+                    write_otlp_trace(out, &spans, reader, &mut written)?;
+                }
+            }
+            out.write(b"]}}")
+        })
+        .await,
+    )
 }
 
 async fn v3_get_trace(
     State(st): State<JaegerState>,
     headers: HeaderMap,
     Path(raw): Path<String>,
-) -> Result<Json<Value>, JaegerError> {
+) -> Result<Response, JaegerError> {
     let tenant = v3(st.auth.tenant_of(&headers))?;
-    let spans = v3(one_trace(&st, tenant, &raw).await)?;
-    Ok(otlp_result(&spans))
+    let trace_id = v3(parse_jaeger_trace_id(&raw))?;
+    let (spans, reader) =
+        v3(crate::trace_stream::open_trace(st.store.clone(), tenant, trace_id).await)?;
+    Ok(
+        crate::trace_stream::streamed("Jaeger v3 trace response", move |out| {
+            out.write(br#"{"result":{"resourceSpans":["#)?;
+            write_otlp_trace(out, &spans, reader, &mut 0)?;
+            out.write(b"]}}")
+        })
+        .await,
+    )
 }
 
+/// Summaries of the found traces, from their skeletons (no span detail is opened).
 async fn v3_trace_summaries(
     State(st): State<JaegerState>,
     headers: HeaderMap,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Json<Value>, JaegerError> {
-    let traces = v3_search(&st, &headers, &params).await?;
-    Ok(Json(
-        json!({"summaries": traces.iter().map(|t| model::v3_summary(t)).collect::<Vec<_>>()}),
-    ))
+    let (tenant, page) = v3_search(&st, &headers, &params).await?;
+    let store = st.store.clone();
+    let summaries = v3(blocking(move || {
+        let mut out = Vec::with_capacity(page.traces.len());
+        for t in &page.traces {
+            let spans = store.trace_skeleton(&tenant, t.trace_id)?;
+            if !spans.is_empty() {
+                out.push(model::v3_summary(t.trace_id, &spans));
+            }
+        }
+        Ok(out)
+    })
+    .await)?;
+    Ok(Json(json!({ "summaries": summaries })))
 }

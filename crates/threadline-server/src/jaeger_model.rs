@@ -17,6 +17,7 @@ use base64::Engine;
 use serde_json::{json, Map, Value};
 use threadline_analysis::PriceTable;
 use threadline_model::{AttrValue, Attribute, SpanKind, SpanRecord, StatusCode, TraceId};
+use threadline_store::SkeletonSpan;
 
 use crate::dto;
 
@@ -248,8 +249,8 @@ fn prune_defaults(v: &mut Value) {
     }
 }
 
-/// A v3 trace summary of one trace's spans.
-pub(crate) fn v3_summary(spans: &[SpanRecord]) -> Value {
+/// A v3 trace summary of one trace, from its skeleton.
+pub(crate) fn v3_summary(trace_id: threadline_model::TraceId, spans: &[SkeletonSpan]) -> Value {
     let (start, end) = crate::trace_tree::time_bounds(
         spans
             .iter()
@@ -264,16 +265,16 @@ pub(crate) fn v3_summary(spans: &[SpanRecord]) -> Value {
     for s in spans {
         let e = services.entry(&s.service).or_default();
         e.0 += 1;
-        e.1 += usize::from(s.is_error());
+        e.1 += usize::from(s.error);
     }
     json!({
-        "traceId": spans.first().map(|s| s.trace_id.to_hex()),
+        "traceId": trace_id.to_hex(),
         "rootServiceName": root.map(|r| r.service.as_str()),
         "rootOperationName": root.map(|r| r.name.as_str()),
         "minStartTimeUnixNano": start.to_string(),
         "maxEndTimeUnixNano": end.to_string(),
         "spanCount": spans.len(),
-        "errorSpanCount": spans.iter().filter(|s| s.is_error()).count(),
+        "errorSpanCount": spans.iter().filter(|s| s.error).count(),
         "services": services.iter().map(|(name, (n, e))| json!({"name": name, "spanCount": n, "errorSpanCount": e})).collect::<Vec<_>>(),
     })
 }

@@ -12,7 +12,6 @@ use axum::{Json, Router};
 use base64::Engine;
 use serde_json::{json, Value};
 use threadline_analysis::PriceTable;
-use threadline_model::{SpanRecord, TenantId, TraceId};
 use threadline_store::{SqliteStore, TraceCursor, TraceQuery};
 
 use crate::auth::Authenticator;
@@ -163,19 +162,6 @@ async fn get_session(
         "duration_ms": last_end.saturating_sub(first) as f64 / 1e6,
         "traces": traces.iter().map(|t| dto::trace_summary(t, &state.prices)).collect::<Vec<_>>(),
     })))
-}
-
-/// The spans of a trace the tenant has, or 404. Blocking: call it off the runtime.
-pub(crate) fn existing_trace(
-    store: &SqliteStore,
-    tenant: &TenantId,
-    trace_id: TraceId,
-) -> Result<Vec<SpanRecord>, ApiError> {
-    let spans = store.get_trace(tenant, trace_id)?;
-    if spans.is_empty() {
-        return Err(ApiError::NotFound(format!("trace {trace_id} not found")));
-    }
-    Ok(spans)
 }
 
 async fn search_traces(
@@ -369,6 +355,7 @@ fn decode_cursor(value: &str) -> Result<TraceCursor, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use threadline_model::TraceId;
 
     fn params(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs

@@ -133,4 +133,38 @@ fn a_40000_span_trace_streams_within_a_memory_bound() {
         grown_mb < 128,
         "peak RSS grew by {grown_mb} MB with Jaeger's API"
     );
+
+    // Jaeger's v3 trace by id (OTLP JSON, in groups of at most 1,000 spans) and its
+    // trace summaries (from the skeleton).
+    let response = client()
+        .get(format!(
+            "{}/jaeger/api/v3/traces/{}",
+            server.api,
+            hex(&trace_id)
+        ))
+        .send()
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let body = response.bytes().unwrap();
+    let v3: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let groups = v3["result"]["resourceSpans"].as_array().unwrap();
+    let spans: usize = groups
+        .iter()
+        .flat_map(|g| g["scopeSpans"].as_array().unwrap())
+        .map(|ss| ss["spans"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(spans, total);
+    assert!(groups.len() <= total / 1000 + 2, "{} groups", groups.len());
+    let (status, summaries) = server.get(
+        "/jaeger/api/v3/trace-summaries?query.service_name=indexer",
+        None,
+    );
+    assert_eq!(status, 200);
+    assert_eq!(summaries["summaries"][0]["spanCount"], total);
+    let v3_after = peak_rss_kb(server.pid());
+    let grown_mb = v3_after.saturating_sub(before) / 1024;
+    assert!(
+        grown_mb < 128,
+        "peak RSS grew by {grown_mb} MB with Jaeger's v3 API"
+    );
 }
