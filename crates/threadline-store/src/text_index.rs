@@ -16,8 +16,11 @@
 //! what is left. Blocks stored before the index existed (below `block_text_start`) have
 //! no document and are always checked span by span.
 
-use rusqlite::{params, Connection, OptionalExtension};
 use std::borrow::Cow;
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use rusqlite::{params, Connection, OptionalExtension};
 use threadline_model::SpanDetail;
 
 use crate::{codec, sqlite_err, StoreError};
@@ -119,29 +122,74 @@ fn indexed(word: &str) -> &str {
     &word[..indexed_len(word)]
 }
 
-/// The distinct words of one block's spans, gathered while the block is encoded.
-/// This runs for every span ingested, over every prompt and reply, so it is built for
-/// speed: a lowercase ASCII word of up to 8 bytes (most words) is packed into a `u64`
-/// as it is scanned, and only longer or non-ASCII words become strings. A text seen
-/// before in the block (a system prompt, a repeated question) is not scanned again.
+/// Texts are split into chunks of about this many bytes (cut at an ASCII separator, so
+/// no word is split), and each chunk's words are kept per thread: the texts LLM traffic
+/// carries repeat — system prompts, tool definitions, retrieved passages, the history a
+/// chat sends again each turn — and a repeated chunk is not scanned again.
+const CHUNK_BYTES: usize = 512;
+
+/// Chunks a thread keeps the words of (it starts over when full).
+const CACHED_CHUNKS: usize = 2048;
+
+/// Texts shorter than this are scanned without the cache.
+const CACHE_MIN_BYTES: usize = 64;
+
+/// The distinct words of one chunk of text: lowercase ASCII words of up to 8 bytes
+/// packed into `u64`s (most words), the others as strings, cut to `MAX_INDEXED_CHARS`.
 #[derive(Default)]
-pub(crate) struct BlockWords<'a> {
-    short: foldhash::HashSet<u64>,
-    long: foldhash::HashSet<Cow<'a, str>>,
-    texts: foldhash::HashSet<&'a str>,
+struct ChunkWords {
+    short: Vec<u64>,
+    long: Vec<Arc<str>>,
 }
 
-impl<'a> BlockWords<'a> {
-    pub(crate) fn add_span(&mut self, name: &'a str, detail: &'a SpanDetail) {
-        self.add_text(name);
-        detail.for_each_text(|text| self.add_text(text));
+thread_local! {
+    static CHUNK_CACHE: RefCell<foldhash::HashMap<Box<str>, Arc<ChunkWords>>> =
+        RefCell::new(foldhash::HashMap::default());
+}
+
+/// The chunks of a text: each ends at the first ASCII separator at or after
+/// `CHUNK_BYTES` from its start (or at the text's end).
+fn chunks(text: &str) -> impl Iterator<Item = &str> {
+    let bytes = text.as_bytes();
+    let mut start = 0;
+    std::iter::from_fn(move || {
+        if start >= bytes.len() {
+            return None;
+        }
+        let from = (start + CHUNK_BYTES).min(bytes.len());
+        let end = bytes[from..]
+            .iter()
+            .position(|b| b.is_ascii() && !b.is_ascii_alphanumeric())
+            .map_or(bytes.len(), |at| from + at + 1);
+        let chunk = &text[start..end];
+        start = end;
+        Some(chunk)
+    })
+}
+
+impl ChunkWords {
+    /// The words of `chunk` (through the thread's cache when it is long enough).
+    fn of(chunk: &str) -> Arc<ChunkWords> {
+        if chunk.len() < CACHE_MIN_BYTES {
+            return Arc::new(Self::scan(chunk));
+        }
+        CHUNK_CACHE.with(|cache| {
+            let mut cache = cache.borrow_mut();
+            if let Some(words) = cache.get(chunk) {
+                return Arc::clone(words);
+            }
+            let words = Arc::new(Self::scan(chunk));
+            if cache.len() >= CACHED_CHUNKS {
+                cache.clear();
+            }
+            cache.insert(chunk.into(), Arc::clone(&words));
+            words
+        })
     }
 
-    /// Adds the words of `text`, with the boundaries and case folding of `words`.
-    pub(crate) fn add_text(&mut self, text: &'a str) {
-        if !self.texts.insert(text) {
-            return;
-        }
+    /// Scans a chunk, with the boundaries and case folding of `words`.
+    fn scan(text: &str) -> Self {
+        let mut out = Self::default();
         let bytes = text.as_bytes();
         let mut i = 0;
         while i < bytes.len() {
@@ -151,16 +199,14 @@ impl<'a> BlockWords<'a> {
                     i += 1;
                     continue;
                 }
-                // An ASCII run: packed while short, borrowed when long and lowercase.
+                // An ASCII run: packed while short.
                 let start = i;
                 let mut packed = 0u64;
-                let mut upper = false;
                 while let Some(&b) = bytes.get(i) {
                     let lower = LOWER_WORD[usize::from(b)];
                     if lower == 0 {
                         break;
                     }
-                    upper |= lower != b;
                     if i - start < 8 {
                         packed |= u64::from(lower) << (8 * (i - start));
                     }
@@ -168,26 +214,27 @@ impl<'a> BlockWords<'a> {
                 }
                 if bytes.get(i).is_some_and(|b| !b.is_ascii()) {
                     // The word goes on with non-ASCII characters, or ends at one.
-                    i = self.add_general(text, start);
+                    i = out.add_general(text, start);
                 } else if i - start <= 8 {
-                    self.short.insert(packed);
+                    out.short.push(packed);
                 } else {
                     let word = &text[start..start + (i - start).min(MAX_INDEXED_CHARS)];
-                    self.long.insert(if upper {
-                        Cow::Owned(word.to_ascii_lowercase())
-                    } else {
-                        Cow::Borrowed(word)
-                    });
+                    out.long.push(word.to_ascii_lowercase().into());
                 }
             } else {
-                i = self.add_general(text, i);
+                i = out.add_general(text, i);
             }
         }
+        out.short.sort_unstable();
+        out.short.dedup();
+        out.long.sort_unstable();
+        out.long.dedup();
+        out
     }
 
     /// Adds the word starting at `start` (if a word starts there) the general way;
     /// returns where scanning goes on.
-    fn add_general(&mut self, text: &'a str, start: usize) -> usize {
+    fn add_general(&mut self, text: &str, start: usize) -> usize {
         let Some(c) = text[start..].chars().next() else {
             return text.len();
         };
@@ -199,29 +246,58 @@ impl<'a> BlockWords<'a> {
             return text.len();
         };
         let end = start + scan.at;
-        let word = match word {
-            Cow::Borrowed(b) => Cow::Borrowed(indexed(b)),
-            Cow::Owned(mut o) => {
-                o.truncate(indexed_len(&o));
-                Cow::Owned(o)
-            }
-        };
+        let word = indexed(&word);
         if word.len() <= 8 && word.is_ascii() {
             let mut packed = 0u64;
             for (k, b) in word.bytes().enumerate() {
                 packed |= u64::from(b) << (8 * k);
             }
-            self.short.insert(packed);
+            self.short.push(packed);
         } else {
-            self.long.insert(word);
+            self.long.push(word.into());
         }
         end
+    }
+}
+
+/// The distinct words of one block's spans, gathered while the block is encoded (on
+/// the ingest pool, for every span, over every prompt and reply). A text seen before
+/// in the block is skipped whole; the others are taken chunk by chunk (`ChunkWords`).
+#[derive(Default)]
+pub(crate) struct BlockWords<'a> {
+    short: foldhash::HashSet<u64>,
+    long: foldhash::HashSet<Arc<str>>,
+    texts: foldhash::HashSet<&'a str>,
+    /// Chunks already taken, held so that their addresses stay theirs.
+    chunks: foldhash::HashMap<*const ChunkWords, Arc<ChunkWords>>,
+}
+
+impl<'a> BlockWords<'a> {
+    pub(crate) fn add_span(&mut self, name: &'a str, detail: &'a SpanDetail) {
+        self.add_text(name);
+        detail.for_each_text(|text| self.add_text(text));
+    }
+
+    /// Adds the words of `text`.
+    pub(crate) fn add_text(&mut self, text: &'a str) {
+        if !self.texts.insert(text) {
+            return;
+        }
+        for chunk in chunks(text) {
+            let words = ChunkWords::of(chunk);
+            if self.chunks.contains_key(&Arc::as_ptr(&words)) {
+                continue;
+            }
+            self.short.extend(words.short.iter().copied());
+            self.long.extend(words.long.iter().cloned());
+            self.chunks.insert(Arc::as_ptr(&words), words);
+        }
     }
 
     /// The block's FTS document: its words sorted, joined by spaces ("" when none).
     pub(crate) fn document(self) -> String {
-        let mut words: Vec<Cow<'_, str>> = self.long.into_iter().collect();
-        words.extend(self.short.into_iter().map(|packed| {
+        let mut words: Vec<Cow<'_, str>> = self.long.iter().map(|w| Cow::Borrowed(&**w)).collect();
+        words.extend(self.short.iter().map(|packed| {
             let bytes = packed.to_le_bytes();
             let len = bytes.iter().position(|b| *b == 0).unwrap_or(8);
             Cow::Owned(String::from_utf8_lossy(&bytes[..len]).into_owned())
@@ -483,6 +559,10 @@ mod tests {
             "Ünïcödé ΣΟΦΙΑ straße 東京タワー 123abc MiXeD…end",
             "{\"role\":\"user\",\"content\":\"Why?\"}",
             &"long".repeat(20),
+            // Many chunks, some words longer than a chunk, some not ASCII.
+            &"Quarterly ÉARNINGS grew 12%; see the annex. ".repeat(80),
+            &format!("{} tail", "x".repeat(3 * CHUNK_BYTES)),
+            &"東京タワー ".repeat(300),
         ];
         let details: Vec<SpanDetail> = texts.iter().map(|t| detail(t)).collect();
         let mut block = BlockWords::default();
@@ -494,6 +574,12 @@ mod tests {
         expected.sort_unstable();
         expected.dedup();
         assert_eq!(block.document(), expected.join(" "));
+        // Again, with every chunk's words from the thread's cache.
+        let mut again = BlockWords::default();
+        for d in &details {
+            again.add_span("", d);
+        }
+        assert_eq!(again.document(), expected.join(" "));
     }
 
     #[test]
