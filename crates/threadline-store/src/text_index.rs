@@ -294,16 +294,25 @@ impl<'a> BlockWords<'a> {
         }
     }
 
-    /// The block's FTS document: its words sorted, joined by spaces ("" when none).
+    /// The block's FTS document: its words sorted (so that it is a function of the
+    /// block alone), joined by spaces ("" when none). No word is allocated.
     pub(crate) fn document(self) -> String {
-        let mut words: Vec<Cow<'_, str>> = self.long.iter().map(|w| Cow::Borrowed(&**w)).collect();
-        words.extend(self.short.iter().map(|packed| {
-            let bytes = packed.to_le_bytes();
-            let len = bytes.iter().position(|b| *b == 0).unwrap_or(8);
-            Cow::Owned(String::from_utf8_lossy(&bytes[..len]).into_owned())
+        let short: Vec<[u8; 8]> = self.short.iter().map(|p| p.to_le_bytes()).collect();
+        let mut words: Vec<&[u8]> = self.long.iter().map(|w| w.as_bytes()).collect();
+        words.extend(short.iter().map(|b| {
+            let len = b.iter().position(|c| *c == 0).unwrap_or(8);
+            &b[..len]
         }));
         words.sort_unstable();
-        words.join(" ")
+        let mut doc = Vec::with_capacity(words.iter().map(|w| w.len() + 1).sum());
+        for (i, w) in words.iter().enumerate() {
+            if i > 0 {
+                doc.push(b' ');
+            }
+            doc.extend_from_slice(w);
+        }
+        // Every word is a whole UTF-8 string or ASCII, so the join is too.
+        String::from_utf8(doc).unwrap_or_default()
     }
 }
 
