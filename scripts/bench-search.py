@@ -112,7 +112,7 @@ queries = {
     "attr.gray.tag=canary": "attr.gray.tag=canary&limit=20",
     "an attr. no span has": "attr.tier=none&limit=20",
     "q=quarterly earn (text)": "q=quarterly%20earn&limit=20",
-    "q=retriever (span names)": "q=retriever&limit=20",
+    "q=retrieval support (names)": "q=retrieval%20support&limit=20",
     "q= words no span has": "q=zebra%20crossing&limit=20",
 }
 for name, query in queries.items():

@@ -297,18 +297,20 @@ async fn v1_dependencies(
             limit: 1000,
             ..Default::default()
         };
-        let mut skeletons = Vec::new();
-        while skeletons.len() < DEPENDENCY_TRACES {
+        let mut calls = model::Dependencies::default();
+        let mut traces = 0;
+        while traces < DEPENDENCY_TRACES {
             let page = store.search(&tenant, &query)?;
             for t in &page.traces {
-                skeletons.push(store.trace_skeleton(&tenant, t.trace_id)?);
+                calls.add(&store.trace_skeleton(&tenant, t.trace_id)?);
+                traces += 1;
             }
             match page.next_cursor {
                 Some(c) => query.cursor = Some(c),
                 None => break,
             }
         }
-        Ok(model::dependencies(skeletons.iter().map(Vec::as_slice)))
+        Ok(calls.into_json())
     })
     .await)?;
     let n = data.len();

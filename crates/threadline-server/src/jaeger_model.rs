@@ -279,13 +279,16 @@ pub(crate) fn v3_summary(trace_id: threadline_model::TraceId, spans: &[SkeletonS
     })
 }
 
-/// Calls between services in a set of traces: (parent service, child service) →
-/// count, from parent/child span pairs whose services differ.
-pub(crate) fn dependencies<'a>(
-    traces: impl IntoIterator<Item = &'a [threadline_store::SkeletonSpan]>,
-) -> Vec<Value> {
-    let mut calls: BTreeMap<(String, String), u64> = BTreeMap::new();
-    for spans in traces {
+/// Calls between services, trace by trace: (parent service, child service) → count,
+/// from parent/child span pairs whose services differ. Traces are added one at a
+/// time, so a caller holds one trace's skeleton at once.
+#[derive(Default)]
+pub(crate) struct Dependencies {
+    calls: BTreeMap<(String, String), u64>,
+}
+
+impl Dependencies {
+    pub(crate) fn add(&mut self, spans: &[threadline_store::SkeletonSpan]) {
         let service_of: HashMap<_, &str> = spans
             .iter()
             .map(|s| (s.span_id, s.service.as_str()))
@@ -295,16 +298,21 @@ pub(crate) fn dependencies<'a>(
                 continue;
             };
             if *parent != s.service {
-                *calls
+                *self
+                    .calls
                     .entry(((*parent).to_owned(), s.service.clone()))
                     .or_default() += 1;
             }
         }
     }
-    calls
-        .into_iter()
-        .map(|((parent, child), n)| json!({"parent": parent, "child": child, "callCount": n}))
-        .collect()
+
+    /// Jaeger's `dependencies` items.
+    pub(crate) fn into_json(self) -> Vec<Value> {
+        self.calls
+            .into_iter()
+            .map(|((parent, child), n)| json!({"parent": parent, "child": child, "callCount": n}))
+            .collect()
+    }
 }
 
 #[cfg(test)]

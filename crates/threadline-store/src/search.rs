@@ -356,9 +356,11 @@ impl Keep<Candidate> for SearchKeep<'_, '_> {
         self.matcher.block_may_match(self.conn, block_id)
     }
 
-    fn row(&mut self, c: &Candidate) -> Result<bool, StoreError> {
-        self.matcher
-            .matches(self.conn, c.slot, c.origin_hash, c.name.as_deref())
+    /// Every row: the detail check waits until the row is the newest left (in
+    /// `search`), so a filter that many spans pass opens only the rows a page shows,
+    /// not every row of every block read to order them.
+    fn row(&mut self, _: &Candidate) -> Result<bool, StoreError> {
+        Ok(true)
     }
 }
 
@@ -465,9 +467,9 @@ pub(crate) fn search(
     let mut emitted: Vec<(i64, Vec<u8>)> = Vec::new();
     let mut seen: HashSet<Vec<u8>> = HashSet::new();
     // Candidates come newest first, ties by trace id descending: the page's order.
-    // Attribute filters run as each block is read, while its details are open. (A
-    // `loop`, not `while let`: the filter's borrow of `matcher` must end before the
-    // body hands `matcher` to `matched_before_cursor`.)
+    // Blocks are skipped by their filters as they are read; a row's detail is checked
+    // when it comes out, newest first. (A `loop`, not `while let`: the filter's borrow
+    // of `matcher` must end before the body hands `matcher` on.)
     loop {
         let next = candidates.next(&mut SearchKeep {
             conn,
@@ -483,6 +485,9 @@ pub(crate) fn search(
             {
                 continue;
             }
+        }
+        if !matcher.matches(conn, cand.slot, cand.origin_hash, cand.name.as_deref())? {
+            continue;
         }
         seen.insert(cand.trace_id.clone());
         if let Some(c) = &q.cursor {
