@@ -14,7 +14,7 @@ use threadline_model::{
 use crate::{llm_view, ExportTraceServiceRequest};
 
 /// How many rejection reasons are spelled out in the partial-success message.
-const MAX_REPORTED_ERRORS: usize = 5;
+pub(crate) const MAX_REPORTED_ERRORS: usize = 5;
 
 /// The spans accepted from one request and what was refused.
 #[derive(Debug, Default)]
@@ -28,19 +28,21 @@ pub struct ConvertedBatch {
 impl ConvertedBatch {
     /// The `partial_success.error_message` for this batch, empty when nothing was refused.
     pub fn error_message(&self) -> String {
-        if self.rejected_spans == 0 {
-            return String::new();
-        }
-        let mut msg = format!(
-            "rejected {} span(s): {}",
-            self.rejected_spans,
-            self.errors.join("; ")
-        );
-        if self.rejected_spans as usize > self.errors.len() {
-            msg.push_str("; …");
-        }
-        msg
+        rejection_message(self.rejected_spans, "span(s)", &self.errors)
     }
+}
+
+/// A `partial_success.error_message`: how many `what` were refused and the first
+/// reasons (empty when none was).
+pub(crate) fn rejection_message(rejected: u64, what: &str, errors: &[String]) -> String {
+    if rejected == 0 {
+        return String::new();
+    }
+    let mut msg = format!("rejected {rejected} {what}: {}", errors.join("; "));
+    if rejected as usize > errors.len() {
+        msg.push_str("; …");
+    }
+    msg
 }
 
 /// Converts and validates every span of an export request.

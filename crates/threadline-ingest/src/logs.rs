@@ -4,11 +4,10 @@
 use opentelemetry_proto::tonic::logs::v1::LogRecord as OtlpLogRecord;
 use threadline_model::{LogDetail, LogRecord, SpanId, TraceId};
 
-use crate::convert::{convert_attributes, convert_value, ResourceParts};
+use crate::convert::{
+    convert_attributes, convert_value, rejection_message, ResourceParts, MAX_REPORTED_ERRORS,
+};
 use crate::ExportLogsServiceRequest;
-
-/// How many rejection reasons are spelled out in the partial-success message.
-const MAX_REPORTED_ERRORS: usize = 5;
 
 /// The records accepted from one request and what was refused.
 #[derive(Debug, Default)]
@@ -21,18 +20,7 @@ pub struct ConvertedLogs {
 impl ConvertedLogs {
     /// The `partial_success.error_message`, empty when nothing was refused.
     pub fn error_message(&self) -> String {
-        if self.rejected == 0 {
-            return String::new();
-        }
-        let mut msg = format!(
-            "rejected {} log record(s): {}",
-            self.rejected,
-            self.errors.join("; ")
-        );
-        if self.rejected as usize > self.errors.len() {
-            msg.push_str("; …");
-        }
-        msg
+        rejection_message(self.rejected, "log record(s)", &self.errors)
     }
 }
 
