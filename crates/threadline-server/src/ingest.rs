@@ -42,59 +42,6 @@ pub(crate) struct ReadyBatch {
     rejected: u64,
 }
 
-/// CPU-bound half: OTLP → records → encoded rows. Run it on the ingest CPU pool.
-pub(crate) fn prepare(
-    store: &SqliteStore,
-    tenant: &TenantId,
-    request: ExportTraceServiceRequest,
-) -> Result<ReadyBatch, IngestFailure> {
-    let converted = convert_request(request);
-    let partial_success = (converted.rejected_spans > 0).then(|| ExportTracePartialSuccess {
-        rejected_spans: converted.rejected_spans as i64,
-        error_message: converted.error_message(),
-    });
-    let requests = threadline_analysis::SeriesKey::requests(&converted.spans);
-    let observations = crate::prometheus::LlmObservation::of_requests(&converted.spans, &requests);
-    let prepared = if converted.spans.is_empty() {
-        None
-    } else {
-        let mut prepared = store
-            .prepare(tenant, &converted.spans, requests)
-            .map_err(|e| IngestFailure::Unavailable(e.to_string()))?;
-        prepared.attach_graph(threadline_model::GraphUpdate {
-            edges: threadline_lineage::span_bindings(&converted.spans),
-            ..Default::default()
-        });
-        Some(prepared)
-    };
-    Ok(ReadyBatch {
-        prepared,
-        tenant: tenant.clone(),
-        observations,
-        response: ExportTraceServiceResponse { partial_success },
-        rejected: converted.rejected_spans,
-    })
-}
-
-/// Queues the batch and waits for its commit.
-pub(crate) async fn commit(
-    ctx: &IngestContext,
-    batch: ReadyBatch,
-) -> Result<ExportTraceServiceResponse, IngestFailure> {
-    let stats = &ctx.stats;
-    stats
-        .spans_rejected
-        .fetch_add(batch.rejected, Ordering::Relaxed);
-    let Some(prepared) = batch.prepared else {
-        return Ok(batch.response);
-    };
-    let count = prepared.span_count() as u64;
-    wait_durable(ctx, ctx.store.submit(prepared)).await?;
-    stats.spans_accepted.fetch_add(count, Ordering::Relaxed);
-    ctx.llm_metrics.record(&batch.tenant, &batch.observations);
-    Ok(batch.response)
-}
-
 /// Waits for a submitted write to be durable; a full queue is `Busy` (429 /
 /// RESOURCE_EXHAUSTED), anything else `Unavailable`.
 async fn wait_durable(
@@ -122,50 +69,6 @@ pub(crate) struct ReadyLogs {
     rejected: u64,
 }
 
-/// CPU-bound half for logs: OTLP → records → encoded rows.
-pub(crate) fn prepare_logs(
-    store: &SqliteStore,
-    tenant: &TenantId,
-    request: ExportLogsServiceRequest,
-) -> Result<ReadyLogs, IngestFailure> {
-    let converted = convert_logs_request(request);
-    let partial_success = (converted.rejected > 0).then(|| ExportLogsPartialSuccess {
-        rejected_log_records: converted.rejected as i64,
-        error_message: converted.error_message(),
-    });
-    let prepared = if converted.records.is_empty() {
-        None
-    } else {
-        Some(
-            store
-                .prepare_logs(tenant, &converted.records)
-                .map_err(|e| IngestFailure::Unavailable(e.to_string()))?,
-        )
-    };
-    Ok(ReadyLogs {
-        prepared,
-        response: ExportLogsServiceResponse { partial_success },
-        rejected: converted.rejected,
-    })
-}
-
-/// Queues the log records and waits for their commit.
-pub(crate) async fn commit_logs(
-    ctx: &IngestContext,
-    ready: ReadyLogs,
-) -> Result<ExportLogsServiceResponse, IngestFailure> {
-    ctx.stats
-        .logs_rejected
-        .fetch_add(ready.rejected, Ordering::Relaxed);
-    let Some(prepared) = ready.prepared else {
-        return Ok(ready.response);
-    };
-    let count = prepared.record_count() as u64;
-    wait_durable(ctx, ctx.store.submit_logs(prepared)).await?;
-    ctx.stats.logs_accepted.fetch_add(count, Ordering::Relaxed);
-    Ok(ready.response)
-}
-
 /// One OTLP signal the receivers take: its messages and its two ingest halves.
 pub(crate) trait Signal: Send + Sync + 'static {
     type Request: ExportRequest + Send + 'static;
@@ -175,12 +78,14 @@ pub(crate) trait Signal: Send + Sync + 'static {
     const HTTP_PATH: &'static str;
     const GRPC_PATH: &'static str;
 
+    /// CPU-bound half: OTLP → records → encoded rows. Run it on the ingest CPU pool.
     fn prepare(
         store: &SqliteStore,
         tenant: &TenantId,
         request: Self::Request,
     ) -> Result<Self::Ready, IngestFailure>;
 
+    /// Queues the rows and waits until they are durable.
     fn commit(
         ctx: &IngestContext,
         ready: Self::Ready,
@@ -202,14 +107,51 @@ impl Signal for Traces {
         tenant: &TenantId,
         request: Self::Request,
     ) -> Result<Self::Ready, IngestFailure> {
-        prepare(store, tenant, request)
+        let converted = convert_request(request);
+        let partial_success = (converted.rejected_spans > 0).then(|| ExportTracePartialSuccess {
+            rejected_spans: converted.rejected_spans as i64,
+            error_message: converted.error_message(),
+        });
+        let requests = threadline_analysis::SeriesKey::requests(&converted.spans);
+        let observations =
+            crate::prometheus::LlmObservation::of_requests(&converted.spans, &requests);
+        let prepared = if converted.spans.is_empty() {
+            None
+        } else {
+            let mut prepared = store
+                .prepare(tenant, &converted.spans, requests)
+                .map_err(|e| IngestFailure::Unavailable(e.to_string()))?;
+            prepared.attach_graph(threadline_model::GraphUpdate {
+                edges: threadline_lineage::span_bindings(&converted.spans),
+                ..Default::default()
+            });
+            Some(prepared)
+        };
+        Ok(ReadyBatch {
+            prepared,
+            tenant: tenant.clone(),
+            observations,
+            response: ExportTraceServiceResponse { partial_success },
+            rejected: converted.rejected_spans,
+        })
     }
 
     async fn commit(
         ctx: &IngestContext,
         ready: Self::Ready,
     ) -> Result<Self::Response, IngestFailure> {
-        commit(ctx, ready).await
+        let stats = &ctx.stats;
+        stats
+            .spans_rejected
+            .fetch_add(ready.rejected, Ordering::Relaxed);
+        let Some(prepared) = ready.prepared else {
+            return Ok(ready.response);
+        };
+        let count = prepared.span_count() as u64;
+        wait_durable(ctx, ctx.store.submit(prepared)).await?;
+        stats.spans_accepted.fetch_add(count, Ordering::Relaxed);
+        ctx.llm_metrics.record(&ready.tenant, &ready.observations);
+        Ok(ready.response)
     }
 }
 
@@ -228,14 +170,41 @@ impl Signal for Logs {
         tenant: &TenantId,
         request: Self::Request,
     ) -> Result<Self::Ready, IngestFailure> {
-        prepare_logs(store, tenant, request)
+        let converted = convert_logs_request(request);
+        let partial_success = (converted.rejected > 0).then(|| ExportLogsPartialSuccess {
+            rejected_log_records: converted.rejected as i64,
+            error_message: converted.error_message(),
+        });
+        let prepared = if converted.records.is_empty() {
+            None
+        } else {
+            Some(
+                store
+                    .prepare_logs(tenant, &converted.records)
+                    .map_err(|e| IngestFailure::Unavailable(e.to_string()))?,
+            )
+        };
+        Ok(ReadyLogs {
+            prepared,
+            response: ExportLogsServiceResponse { partial_success },
+            rejected: converted.rejected,
+        })
     }
 
     async fn commit(
         ctx: &IngestContext,
         ready: Self::Ready,
     ) -> Result<Self::Response, IngestFailure> {
-        commit_logs(ctx, ready).await
+        ctx.stats
+            .logs_rejected
+            .fetch_add(ready.rejected, Ordering::Relaxed);
+        let Some(prepared) = ready.prepared else {
+            return Ok(ready.response);
+        };
+        let count = prepared.record_count() as u64;
+        wait_durable(ctx, ctx.store.submit_logs(prepared)).await?;
+        ctx.stats.logs_accepted.fetch_add(count, Ordering::Relaxed);
+        Ok(ready.response)
     }
 }
 
