@@ -6,13 +6,14 @@ use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::{Json, Router};
-use base64::Engine;
 use serde_json::{json, Value};
 use threadline_model::{severity_from_name, severity_name, LogRecord, SpanId};
 use threadline_store::{LogCursor, LogQuery};
 
 use crate::error::{blocking, ApiError};
-use crate::query_api::{parse_time, QueryState};
+use crate::query_api::{
+    encode_page_cursor, invalid_cursor, page_cursor_fields, parse_time, QueryState,
+};
 
 pub(crate) fn router(state: QueryState) -> Router {
     Router::new()
@@ -94,23 +95,16 @@ fn parse(params: &[(String, String)]) -> Result<LogQuery, ApiError> {
 }
 
 fn encode_cursor(c: LogCursor) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .encode(format!("l1:{}:{}", c.time_unix_nano, c.seq))
+    encode_page_cursor("l1", &[&c.time_unix_nano, &c.seq])
 }
 
 fn decode_cursor(value: &str) -> Result<LogCursor, ApiError> {
-    let invalid = || ApiError::BadRequest(format!("cursor {value:?} is not one this API gave out"));
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(value)
-        .map_err(|_| invalid())?;
-    let text = String::from_utf8(bytes).map_err(|_| invalid())?;
-    let mut parts = text.split(':');
-    match (parts.next(), parts.next(), parts.next(), parts.next()) {
-        (Some("l1"), Some(time), Some(seq), None) => Ok(LogCursor {
-            time_unix_nano: time.parse().map_err(|_| invalid())?,
-            seq: seq.parse().map_err(|_| invalid())?,
+    match page_cursor_fields(value, "l1")?.as_slice() {
+        [time, seq] => Ok(LogCursor {
+            time_unix_nano: time.parse().map_err(|_| invalid_cursor(value))?,
+            seq: seq.parse().map_err(|_| invalid_cursor(value))?,
         }),
-        _ => Err(invalid()),
+        _ => Err(invalid_cursor(value)),
     }
 }
 

@@ -319,36 +319,45 @@ pub(crate) fn rfc3339_nanos(value: &str) -> Result<u64, String> {
     Ok(since.as_nanos().min(u64::MAX as u128) as u64)
 }
 
+/// A page cursor as this API hands it out: `TAG:FIELD:…` in URL-safe base64.
+pub(crate) fn encode_page_cursor(tag: &str, fields: &[&dyn std::fmt::Display]) -> String {
+    let mut text = tag.to_owned();
+    for f in fields {
+        text.push_str(&format!(":{f}"));
+    }
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
+}
+
+/// The 400 for a cursor this API did not give out.
+pub(crate) fn invalid_cursor(value: &str) -> ApiError {
+    ApiError::BadRequest(format!(
+        "cursor {value:?} is invalid: pass next_cursor from a previous page unchanged"
+    ))
+}
+
+/// The fields after `tag` of a cursor made by `encode_page_cursor`.
+pub(crate) fn page_cursor_fields(value: &str, tag: &str) -> Result<Vec<String>, ApiError> {
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(value)
+        .map_err(|_| invalid_cursor(value))?;
+    let text = String::from_utf8(bytes).map_err(|_| invalid_cursor(value))?;
+    let mut parts = text.split(':');
+    if parts.next() != Some(tag) {
+        return Err(invalid_cursor(value));
+    }
+    Ok(parts.map(str::to_owned).collect())
+}
+
 fn encode_cursor(c: TraceCursor) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .encode(format!("v1:{}:{}", c.start_unix_nano, c.trace_id))
+    encode_page_cursor("v1", &[&c.start_unix_nano, &c.trace_id])
 }
 
 fn decode_cursor(value: &str) -> Result<TraceCursor, ApiError> {
-    let invalid = || {
-        ApiError::BadRequest(format!(
-            "cursor {value:?} is invalid: pass next_cursor from a previous page unchanged"
-        ))
-    };
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(value)
-        .map_err(|_| invalid())?;
-    let text = String::from_utf8(bytes).map_err(|_| invalid())?;
-    let mut parts = text.split(':');
-    if parts.next() != Some("v1") {
-        return Err(invalid());
-    }
-    let start = parts
-        .next()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(invalid)?;
-    let trace_id = parts
-        .next()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(invalid)?;
+    let fields = page_cursor_fields(value, "v1")?;
+    let field = |i: usize| fields.get(i).ok_or_else(|| invalid_cursor(value));
     Ok(TraceCursor {
-        start_unix_nano: start,
-        trace_id,
+        start_unix_nano: field(0)?.parse().map_err(|_| invalid_cursor(value))?,
+        trace_id: field(1)?.parse().map_err(|_| invalid_cursor(value))?,
     })
 }
 
