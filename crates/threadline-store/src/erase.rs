@@ -2,7 +2,7 @@
 //! the tenant — span rows, and their details inside the shared compressed blocks
 //! (blanked and recompressed in place) — and an audit row records who, when, what
 //! matched and how much went, with the subject only as a SHA-256 digest. The blocks'
-//! full-text documents are rebuilt from what is left (`text_index::replace`). Log
+//! full-text documents are rebuilt from what is left (`text_index`). Log
 //! records go with their traces, and wherever they name the subject (`logs::erase`). The writer
 //! runs it with `secure_delete` on and truncates the WAL afterwards, so no byte of the
 //! subject stays in the database files.
@@ -88,9 +88,12 @@ pub(crate) fn erase(
     for (_, _, block, offset, len) in &rows {
         by_block.entry(*block).or_default().push((*offset, *len));
     }
+    // The full-text documents of the indexed blocks, as they are before the erasure.
+    let first_indexed = text_index::first_indexed_block(tx).map_err(store_error)?;
     let mut documents = Vec::with_capacity(by_block.len());
-    for block_id in by_block.keys() {
-        documents.push(text_index::stored_document(tx, *block_id).map_err(store_error)?);
+    for block_id in by_block.keys().filter(|b| **b >= first_indexed) {
+        let before = text_index::stored_document(tx, *block_id).map_err(store_error)?;
+        documents.push((*block_id, before));
     }
     for (block_id, slots) in &by_block {
         let blob: Vec<u8> = tx
@@ -107,8 +110,9 @@ pub(crate) fn erase(
         );
         tx.execute(&sql, params_from_iter(chunk.iter().map(|r| r.0)))?;
     }
-    for (block_id, before) in by_block.keys().zip(&documents) {
-        text_index::replace(tx, *block_id, before).map_err(store_error)?;
+    for (block_id, before) in &documents {
+        let after = text_index::stored_document(tx, *block_id).map_err(store_error)?;
+        text_index::replace_document(tx, "block_text", *block_id, before, &after)?;
     }
     let logs_deleted =
         crate::logs::erase(tx, tenant_id, &traces, column, subject.value()).map_err(store_error)?;

@@ -378,13 +378,7 @@ impl TextQuery {
     /// first block the index covers (older blocks may hold a match).
     pub(crate) fn candidate_blocks(&self, conn: &Connection) -> Result<BlockSet, StoreError> {
         let err = |e| sqlite_err(conn, e);
-        let first_indexed: i64 = conn
-            .query_row("SELECT first_block_id FROM block_text_start", [], |r| {
-                r.get(0)
-            })
-            .optional()
-            .map_err(err)?
-            .unwrap_or(0);
+        let first_indexed = first_indexed_block(conn)?;
         let ids = conn
             .prepare_cached("SELECT rowid FROM block_text WHERE block_text MATCH ?1 ORDER BY rowid")
             .map_err(err)?
@@ -494,20 +488,15 @@ pub(crate) fn stored_document(conn: &Connection, block_id: i64) -> Result<String
     Ok(words.document())
 }
 
-/// Replaces a block's document after its rows changed (`before` was read before).
-pub(crate) fn replace(conn: &Connection, block_id: i64, before: &str) -> Result<(), StoreError> {
-    let first_indexed: i64 = conn
+/// The first span block the index covers: older blocks have no document.
+pub(crate) fn first_indexed_block(conn: &Connection) -> Result<i64, StoreError> {
+    Ok(conn
         .query_row("SELECT first_block_id FROM block_text_start", [], |r| {
             r.get(0)
         })
         .optional()
         .map_err(|e| sqlite_err(conn, e))?
-        .unwrap_or(0);
-    if block_id < first_indexed {
-        return Ok(());
-    }
-    let after = stored_document(conn, block_id)?;
-    replace_document(conn, "block_text", block_id, before, &after).map_err(|e| sqlite_err(conn, e))
+        .unwrap_or(0))
 }
 
 #[cfg(test)]
