@@ -139,6 +139,37 @@ pub(crate) fn blank_slots(blob: &[u8], slots: &[(u32, u32)]) -> Result<Vec<u8>, 
     Ok(wrap(raw))
 }
 
+/// The distinct origins of one batch, each hashed and encoded once: the records of one
+/// scope share one `Arc<SpanOrigin>`.
+#[derive(Default)]
+pub(crate) struct BatchOrigins {
+    by_ptr: foldhash::HashMap<*const SpanOrigin, i64>,
+    /// (hash, encoded origin) of each distinct origin, in first-seen order.
+    pub(crate) encoded: Vec<(i64, Vec<u8>)>,
+}
+
+impl BatchOrigins {
+    /// The origin's hash, and whether the batch meets it for the first time.
+    pub(crate) fn hash(
+        &mut self,
+        origin: &std::sync::Arc<SpanOrigin>,
+    ) -> Result<(i64, bool), StoreError> {
+        let ptr = std::sync::Arc::as_ptr(origin);
+        if let Some(h) = self.by_ptr.get(&ptr) {
+            return Ok((*h, false));
+        }
+        let (hash, blob) = encode_origin(origin)?;
+        self.encoded.push((hash, blob));
+        self.by_ptr.insert(ptr, hash);
+        Ok((hash, true))
+    }
+
+    /// Bytes of the encoded origins.
+    pub(crate) fn bytes(&self) -> usize {
+        self.encoded.iter().map(|(_, b)| b.len()).sum()
+    }
+}
+
 pub(crate) fn encode_origin(origin: &SpanOrigin) -> Result<(i64, Vec<u8>), StoreError> {
     let raw = postcard::to_stdvec(origin)
         .map_err(|e| StoreError::Corrupt(format!("cannot encode span origin: {e}")))?;

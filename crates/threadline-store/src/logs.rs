@@ -6,9 +6,6 @@
 //! id: log records are few next to spans — a handful per model call — so a random
 //! index write per record is affordable where it was not for span ids); and a search,
 //! newest first by time, with text, severity, service, trace and window filters.
-
-use std::sync::Arc;
-
 use rusqlite::types::Value;
 use rusqlite::{params, Connection, Transaction};
 use threadline_model::{LogRecord, SpanId, TenantId, TraceId};
@@ -45,22 +42,11 @@ pub struct PreparedLogs {
 impl PreparedLogs {
     pub(crate) fn encode(tenant: &TenantId, records: &[LogRecord]) -> Result<Self, StoreError> {
         let block = codec::encode_log_block(records.iter().map(|r| &r.detail))?;
-        let mut origins: Vec<(i64, Vec<u8>)> = Vec::new();
-        let mut origin_by_ptr: foldhash::HashMap<*const threadline_model::SpanOrigin, i64> =
-            foldhash::HashMap::default();
+        let mut origins = codec::BatchOrigins::default();
         let mut words = BlockWords::default();
         let mut rows = Vec::with_capacity(records.len());
         for (record, (block_offset, block_len)) in records.iter().zip(block.slots) {
-            let ptr = Arc::as_ptr(&record.origin);
-            let origin_hash = match origin_by_ptr.get(&ptr) {
-                Some(h) => *h,
-                None => {
-                    let (hash, blob) = codec::encode_origin(&record.origin)?;
-                    origins.push((hash, blob));
-                    origin_by_ptr.insert(ptr, hash);
-                    hash
-                }
-            };
+            let (origin_hash, _) = origins.hash(&record.origin)?;
             record.detail.for_each_text(|t| words.add_text(t));
             let (user_id, session_id) = record.detail.subject_ids();
             rows.push(LogRow {
@@ -78,14 +64,11 @@ impl PreparedLogs {
             });
         }
         let text = words.document();
-        let encoded_bytes = block.blob.len()
-            + text.len()
-            + origins.iter().map(|(_, b)| b.len()).sum::<usize>()
-            + rows.len() * 160;
+        let encoded_bytes = block.blob.len() + text.len() + origins.bytes() + rows.len() * 160;
         Ok(Self {
             tenant: tenant.clone(),
             rows,
-            origins,
+            origins: origins.encoded,
             block: block.blob,
             text,
             encoded_bytes,

@@ -88,28 +88,17 @@ impl PreparedBatch {
         spans: &[SpanRecord],
         requests: Vec<(usize, threadline_analysis::SeriesKey)>,
     ) -> Result<Self, StoreError> {
-        let mut origins: Vec<(i64, Vec<u8>)> = Vec::new();
-        // Spans of one scope share one `Arc<SpanOrigin>`: hash each distinct one once.
-        let mut origin_by_ptr: foldhash::HashMap<*const threadline_model::SpanOrigin, i64> =
-            foldhash::HashMap::default();
+        let mut origins = codec::BatchOrigins::default();
         let mut rows = Vec::with_capacity(spans.len());
         let mut filter = crate::attr_filter::FilterBuilder::default();
         let mut words = crate::text_index::BlockWords::default();
         let block = codec::encode_block(spans.iter().map(|s| (&s.detail, &s.llm)))?;
         let mut encoded_bytes = block.blob.len();
         for (span, (block_offset, block_len)) in spans.iter().zip(block.slots) {
-            let ptr = Arc::as_ptr(&span.origin);
-            let origin_hash = match origin_by_ptr.get(&ptr) {
-                Some(h) => *h,
-                None => {
-                    filter.add_attributes(&span.origin.resource_attributes);
-                    let (hash, blob) = codec::encode_origin(&span.origin)?;
-                    encoded_bytes += blob.len();
-                    origins.push((hash, blob));
-                    origin_by_ptr.insert(ptr, hash);
-                    hash
-                }
-            };
+            let (origin_hash, first_seen) = origins.hash(&span.origin)?;
+            if first_seen {
+                filter.add_attributes(&span.origin.resource_attributes);
+            }
             filter.add_attributes(&span.detail.attributes);
             words.add_span(&span.name, &span.detail);
             let llm = span.llm.as_ref();
@@ -165,7 +154,7 @@ impl PreparedBatch {
         .map(|(m, r)| (m.to_owned(), r.to_owned()))
         .collect();
         let text = words.document();
-        encoded_bytes += text.len();
+        encoded_bytes += text.len() + origins.bytes();
         Ok(Self {
             tenant: tenant.clone(),
             min_start_ns: rows.iter().map(|r| r.start_ns).min().unwrap_or(0),
@@ -176,7 +165,7 @@ impl PreparedBatch {
             services,
             models,
             rows,
-            origins,
+            origins: origins.encoded,
             block: block.blob,
             encoded_bytes,
             graph: None,
