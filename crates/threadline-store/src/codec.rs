@@ -26,6 +26,9 @@ thread_local! {
     /// Reused per thread: creating a zstd context per call costs more than compressing.
     static COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> =
         const { std::cell::RefCell::new(None) };
+    /// The same for decompression.
+    static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// The compressed details of a batch and where each span's detail sits in it.
@@ -227,10 +230,34 @@ fn compress(raw: &[u8]) -> std::io::Result<Vec<u8>> {
     })
 }
 
+/// One zstd frame, decompressed in one pass into a buffer of the size its header
+/// gives (`compress` writes it), with this thread's context; frames without a size
+/// (or claiming more than `MAX_ONE_PASS_BYTES`) are streamed.
+fn decompress(frame: &[u8]) -> std::io::Result<Vec<u8>> {
+    const MAX_ONE_PASS_BYTES: u64 = 1 << 30;
+    let size = match zstd::zstd_safe::get_frame_content_size(frame) {
+        Ok(Some(size)) if size <= MAX_ONE_PASS_BYTES => usize::try_from(size).ok(),
+        _ => None,
+    };
+    let Some(size) = size else {
+        return zstd::stream::decode_all(frame);
+    };
+    DECOMPRESSOR.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(zstd::bulk::Decompressor::new()?);
+        }
+        match slot.as_mut() {
+            Some(d) => d.decompress(frame, size),
+            None => zstd::bulk::decompress(frame, size),
+        }
+    })
+}
+
 fn unwrap(blob: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, StoreError> {
     match blob.split_first() {
         Some((&TAG_POSTCARD, rest)) => Ok(std::borrow::Cow::Borrowed(rest)),
-        Some((&TAG_POSTCARD_ZSTD, rest)) => zstd::stream::decode_all(rest)
+        Some((&TAG_POSTCARD_ZSTD, rest)) => decompress(rest)
             .map(std::borrow::Cow::Owned)
             .map_err(|e| StoreError::Corrupt(format!("zstd frame does not decompress: {e}"))),
         Some((tag, _)) => Err(StoreError::Corrupt(format!(

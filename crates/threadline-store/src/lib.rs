@@ -17,6 +17,7 @@ mod rollups;
 mod schema;
 mod search;
 mod skeleton;
+mod span_screen;
 mod text_index;
 mod trace_compactor;
 mod trace_index;

@@ -118,7 +118,8 @@ pub(crate) struct NewestFirst<'c, T> {
 /// opens each block once.
 pub(crate) trait Keep<T> {
     fn block(&mut self, block_id: i64) -> Result<bool, StoreError>;
-    fn row(&mut self, item: &T) -> Result<bool, StoreError>;
+    /// May annotate the item for later (what it learnt of the row).
+    fn row(&mut self, item: &mut T) -> Result<bool, StoreError>;
 }
 
 /// Turns a selected row into its span's start time and the caller's item.
@@ -263,8 +264,8 @@ impl<'c, T: Ord> NewestFirst<'c, T> {
             .query(rusqlite::params_from_iter(args.iter()))
             .map_err(err)?;
         while let Some(row) = rows.next().map_err(err)? {
-            let (start, item) = (self.decode)(conn, row)?;
-            if (self.window.from..=self.window.to).contains(&start) && keep.row(&item)? {
+            let (start, mut item) = (self.decode)(conn, row)?;
+            if (self.window.from..=self.window.to).contains(&start) && keep.row(&mut item)? {
                 self.ready.push((start, item));
             }
         }

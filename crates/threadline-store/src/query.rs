@@ -167,6 +167,15 @@ pub(crate) struct DetailSlot {
 }
 
 impl DetailSlot {
+    pub(crate) fn block_id(self) -> i64 {
+        self.block_id
+    }
+
+    /// Where the detail sits in its decompressed block.
+    pub(crate) fn range(self) -> std::ops::Range<usize> {
+        self.offset as usize..self.offset as usize + self.len as usize
+    }
+
     /// Reads `block_id, block_offset, block_len` starting at column `first`.
     pub(crate) fn from_row(
         conn: &Connection,

@@ -8,9 +8,11 @@
 //! How the filters find spans: column filters are SQL on `spans` (through a column's
 //! index when one applies); `attr.` filters skip blocks by their attribute filter
 //! (`attr_filter`) and free text skips blocks by the full-text index (`text_index`);
-//! both then check each remaining span's detail as its block is read.
+//! both then screen each remaining span's raw bytes as its block is read
+//! (`span_screen`), and check a screened span in full when it comes out newest first.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use rusqlite::types::Value;
 use rusqlite::{params, Connection, OptionalExtension, Row};
@@ -18,6 +20,7 @@ use threadline_model::{SpanId, TenantId, TraceId};
 
 use crate::newest_first::{Keep, NewestFirst, RowAccess, SpanWindow, INDEXED_COLUMNS, TENANT_ONLY};
 use crate::query::{tenant_key, tenant_services, BlockCache, DetailSlot, OriginCache};
+use crate::span_screen::{PairScreen, TextScreen};
 use crate::text_index::{BlockSet, TextQuery};
 use crate::trace_lookup::{self, RowRange};
 use crate::{sqlite_err, StoreError};
@@ -241,17 +244,45 @@ fn sql_filters(
 }
 
 /// Checks what SQL cannot, on a span's detail: `attr.KEY=VALUE` filters (against span
-/// then resource attributes) and free text (against its name and texts).
+/// then resource attributes) and free text (against its name and texts). Two steps: a
+/// screen on the raw bytes of each span as its block is read (`span_screen`: each
+/// block is opened once, in order), and the full check of a screened span when it
+/// comes out newest first (few: a page's worth and the rare span the screen let by).
 struct SpanMatcher<'q> {
     wanted: &'q [(String, String)],
     /// The wanted pairs as the blocks' attribute filters hash them; `None` when some
     /// value is too long to be in a filter (every block is then read).
     wanted_hashes: Option<Vec<u64>>,
+    /// The screens of the wanted pairs (`None` for a value other kinds show as).
+    pair_screens: Vec<Option<PairScreen>>,
     /// The free text and the blocks the full-text index says may hold it.
     text: Option<(TextQuery, BlockSet)>,
+    text_screen: Option<TextScreen>,
+    /// The block whose rows are being screened.
+    screening: Option<ScreenedBlock>,
     tenant_id: i64,
     origins: OriginCache,
     blocks: BlockCache,
+}
+
+/// A block as the screens read it.
+struct ScreenedBlock {
+    block_id: i64,
+    raw: Arc<Vec<u8>>,
+    /// The block ASCII-lowercased, for the text screen; `None` when it holds a
+    /// character that folds to ASCII (or there is no text screen).
+    lowered: Option<Vec<u8>>,
+}
+
+/// What the screen says of a span.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Screened {
+    /// It cannot match.
+    Out,
+    /// It may: check it in full.
+    Check,
+    /// It matches (its name holds every word and no pair is wanted).
+    Matches,
 }
 
 impl<'q> SpanMatcher<'q> {
@@ -271,6 +302,7 @@ impl<'q> SpanMatcher<'q> {
                 .map(|(k, v)| crate::attr_filter::pair_hash(k, v))
                 .collect()
         });
+        let text_screen = text.as_ref().and_then(|q| TextScreen::new(q.words()));
         let text = match text {
             Some(query) => {
                 let blocks = query.candidate_blocks(conn)?;
@@ -281,11 +313,18 @@ impl<'q> SpanMatcher<'q> {
         Ok(Self {
             wanted,
             wanted_hashes,
+            pair_screens: wanted.iter().map(|(k, v)| PairScreen::new(k, v)).collect(),
             text,
+            text_screen,
+            screening: None,
             tenant_id,
             origins: OriginCache::new(tenant_id),
             blocks: BlockCache::default(),
         })
+    }
+
+    fn filters_detail(&self) -> bool {
+        !self.wanted.is_empty() || self.text.is_some()
     }
 
     /// Whether the block may hold a matching span, per the full-text index and its
@@ -316,6 +355,70 @@ impl<'q> SpanMatcher<'q> {
         })
     }
 
+    /// The screen of a span of this name, detail and origin.
+    fn screen(
+        &mut self,
+        conn: &Connection,
+        slot: DetailSlot,
+        origin_hash: i64,
+        name: Option<&str>,
+    ) -> Result<Screened, StoreError> {
+        if !self.filters_detail() {
+            return Ok(Screened::Matches);
+        }
+        let name = name.unwrap_or_default();
+        if let Some((query, _)) = &self.text {
+            if self.wanted.is_empty() && query.matches_texts(|f| f(name)) {
+                return Ok(Screened::Matches);
+            }
+        }
+        if self.screening.as_ref().map(|b| b.block_id) != Some(slot.block_id()) {
+            let raw = self.blocks.open(conn, slot.block_id())?;
+            let lowered = match (&self.text_screen, self.screening.take()) {
+                (Some(screen), reuse) if screen.can_screen(&raw) => {
+                    let mut lowered = reuse.and_then(|b| b.lowered).unwrap_or_default();
+                    lowered.clear();
+                    lowered.extend_from_slice(&raw);
+                    lowered.make_ascii_lowercase();
+                    Some(lowered)
+                }
+                _ => None,
+            };
+            self.screening = Some(ScreenedBlock {
+                block_id: slot.block_id(),
+                raw,
+                lowered,
+            });
+        }
+        let Some(block) = &self.screening else {
+            return Ok(Screened::Check);
+        };
+        let range = slot.range();
+        let Some(raw) = block.raw.get(range.clone()) else {
+            return Ok(Screened::Check); // the full check reports the corrupt slot
+        };
+        if let (Some(screen), Some(lowered)) = (&mut self.text_screen, &block.lowered) {
+            if !screen.may_match(name, &lowered[range]) {
+                return Ok(Screened::Out);
+            }
+        }
+        for ((key, value), screen) in self.wanted.iter().zip(&self.pair_screens) {
+            let Some(screen) = screen else { continue };
+            if screen.may_hold(raw) {
+                continue;
+            }
+            // Not among the span's own attributes: only its resource can hold it.
+            let origin = self.origins.get(conn, origin_hash)?;
+            if origin
+                .resource_attr(key)
+                .is_none_or(|v| v.to_display_string() != *value)
+            {
+                return Ok(Screened::Out);
+            }
+        }
+        Ok(Screened::Check)
+    }
+
     /// Whether the span of this name, detail and origin passes (`name` is read only
     /// for free text).
     fn matches(
@@ -325,7 +428,7 @@ impl<'q> SpanMatcher<'q> {
         origin_hash: i64,
         name: Option<&str>,
     ) -> Result<bool, StoreError> {
-        if self.wanted.is_empty() && self.text.is_none() {
+        if !self.filters_detail() {
             return Ok(true);
         }
         let (detail, _) = self.blocks.detail(conn, slot)?;
@@ -356,11 +459,14 @@ impl Keep<Candidate> for SearchKeep<'_, '_> {
         self.matcher.block_may_match(self.conn, block_id)
     }
 
-    /// Every row: the detail check waits until the row is the newest left (in
-    /// `search`), so a filter that many spans pass opens only the rows a page shows,
-    /// not every row of every block read to order them.
-    fn row(&mut self, _: &Candidate) -> Result<bool, StoreError> {
-        Ok(true)
+    /// Every row is screened as its block is read; the full check of those that pass
+    /// waits until the row is the newest left (in `search`), so a filter that many
+    /// spans pass decodes only the rows a page shows.
+    fn row(&mut self, cand: &mut Candidate) -> Result<bool, StoreError> {
+        cand.screened =
+            self.matcher
+                .screen(self.conn, cand.slot, cand.origin_hash, cand.name.as_deref())?;
+        Ok(cand.screened != Screened::Out)
     }
 }
 
@@ -372,6 +478,7 @@ struct Candidate {
     origin_hash: i64,
     /// Read only for free text.
     name: Option<String>,
+    screened: Screened,
 }
 
 /// What a candidate reads; `name` is added for free text.
@@ -387,6 +494,7 @@ impl Candidate {
             origin_hash: row.get(2).map_err(|e| sqlite_err(conn, e))?,
             slot: DetailSlot::from_row(conn, row, 3)?,
             name: None,
+            screened: Screened::Check,
         })
     }
 
@@ -486,7 +594,9 @@ pub(crate) fn search(
                 continue;
             }
         }
-        if !matcher.matches(conn, cand.slot, cand.origin_hash, cand.name.as_deref())? {
+        if cand.screened != Screened::Matches
+            && !matcher.matches(conn, cand.slot, cand.origin_hash, cand.name.as_deref())?
+        {
             continue;
         }
         seen.insert(cand.trace_id.clone());

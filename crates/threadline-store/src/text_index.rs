@@ -329,6 +329,11 @@ impl TextQuery {
         (!words.is_empty()).then_some(Self { words })
     }
 
+    /// The query's words, lowercase.
+    pub(crate) fn words(&self) -> &[String] {
+        &self.words
+    }
+
     /// The FTS5 expression finding the blocks that may hold a match.
     pub(crate) fn fts_expression(&self) -> String {
         let last = self.words.len() - 1;

@@ -178,3 +178,54 @@ fn blocks_stored_before_the_index_are_read_span_by_span() {
     assert_eq!(found(&store, &acme(), "question"), [1]);
     assert!(found(&store, &acme(), "missing").is_empty());
 }
+
+#[test]
+fn the_byte_screen_lets_every_match_through_and_only_matches() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path(), SqliteConfig::default()).unwrap();
+    let mut count = span(5, 1, None, 500, None);
+    count
+        .detail
+        .attributes
+        .push(Attribute::new("retries", AttrValue::Int(3)));
+    let mut resource_tier = span(6, 1, None, 600, None);
+    resource_tier.detail.attributes.clear();
+    std::sync::Arc::make_mut(&mut resource_tier.origin)
+        .resource_attributes
+        .push(Attribute::new("tier", AttrValue::String("platinum".into())));
+    // One block: the index finds both words in it, but no span holds both.
+    let spans = [
+        said(1, 100, "u1", "Quarterly numbers", "none"),
+        said(2, 200, "u1", "earnings call", "none"),
+        said(3, 300, "u1", "\u{212A}B article", "none"),
+        said(4, 400, "u1", "QUARTERLY earnings", "none"),
+        count,
+        resource_tier,
+    ];
+    store.write_blocking(&acme(), &spans).unwrap();
+    assert_eq!(found(&store, &acme(), "quarterly earn"), [4]);
+    assert_eq!(
+        found(&store, &acme(), "kb"),
+        [3],
+        "a KELVIN SIGN lowercases to an ASCII k"
+    );
+    let by_attr = |key: &str, value: &str| {
+        store
+            .search(
+                &acme(),
+                &TraceQuery {
+                    attributes: vec![(key.into(), value.into())],
+                    limit: 50,
+                    ..Default::default()
+                },
+            )
+            .unwrap()
+            .traces
+            .iter()
+            .map(|t| t.trace_id.0[0])
+            .collect::<Vec<u8>>()
+    };
+    assert_eq!(by_attr("retries", "3"), [5], "an integer attribute");
+    assert_eq!(by_attr("tier", "platinum"), [6], "a resource attribute");
+    assert_eq!(by_attr("tier", "free"), [5], "a span attribute");
+}
