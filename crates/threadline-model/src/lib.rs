@@ -24,4 +24,4 @@ pub use span::{
     AttrValue, Attribute, InstrumentationScope, SpanDetail, SpanEvent, SpanKind, SpanLink,
     SpanOrigin, SpanRecord, SpanStatus, StatusCode,
 };
-pub use text::{for_each_string, is_text_key};
+pub use text::{for_each_string, is_text_event, is_text_key};

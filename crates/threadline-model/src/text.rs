@@ -56,7 +56,7 @@ pub fn for_each_string<'a>(value: &'a AttrValue, f: &mut impl FnMut(&'a str)) {
 
 /// Whether every string value of an event with this name is text (GenAI message and
 /// choice events, exceptions).
-fn is_text_event(name: &str) -> bool {
+pub fn is_text_event(name: &str) -> bool {
     name.starts_with("gen_ai.") || name == "exception"
 }
 

@@ -194,7 +194,8 @@ async fn list_services(
 /// Liveness and store health; carries no tenant data, so it needs no key.
 async fn health(State(state): State<QueryState>) -> Result<Json<Value>, ApiError> {
     let store = state.store.clone();
-    let store_ok = blocking(move || Ok(store.ping().is_ok())).await?;
+    let (store_ok, text_backlog) =
+        blocking(move || Ok((store.ping().is_ok(), store.text_index_backlog().ok()))).await?;
     let writer = state.store.writer_stats();
     Ok(Json(json!({
         "status": if store_ok { "ok" } else { "degraded" },
@@ -202,7 +203,8 @@ async fn health(State(state): State<QueryState>) -> Result<Json<Value>, ApiError
         "version": env!("CARGO_PKG_VERSION"),
         "store": { "ok": store_ok, "queued_batches": writer.queued_batches, "spans_committed": writer.spans_committed,
             "commits": writer.commits,
-            "commit_seconds_total": writer.commit_nanos_total as f64 / 1e9 },
+            "commit_seconds_total": writer.commit_nanos_total as f64 / 1e9,
+            "text_index_backlog_blocks": text_backlog },
         "ingest": {
             "spans_accepted": state.stats.spans_accepted.load(Ordering::Relaxed),
             "spans_rejected": state.stats.spans_rejected.load(Ordering::Relaxed),

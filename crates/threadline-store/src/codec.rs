@@ -105,6 +105,132 @@ pub(crate) fn decode_detail(
     Ok((owned.detail, owned.llm))
 }
 
+/// The searchable texts of one span's detail, read from an opened block without
+/// copying them: what the full-text indexer reads (`SpanDetail::for_each_text` gives
+/// the same texts of the decoded detail; the LLM view after it is not read).
+pub(crate) fn detail_texts(
+    block: &[u8],
+    offset: u32,
+    len: u32,
+) -> Result<DetailTexts<'_>, StoreError> {
+    let slice = block
+        .get(offset as usize..offset as usize + len as usize)
+        .ok_or_else(|| {
+            StoreError::Corrupt(format!(
+                "span detail slot {offset}+{len} is outside its block of {} bytes",
+                block.len()
+            ))
+        })?;
+    postcard::take_from_bytes::<DetailTexts<'_>>(slice)
+        .map(|(texts, _llm)| texts)
+        .map_err(|e| StoreError::Corrupt(format!("span detail does not decode: {e}")))
+}
+
+/// `SpanDetail` as postcard lays it out, its strings borrowed (fields in the same
+/// order and of the same kinds; a test holds the two together).
+#[derive(Deserialize)]
+pub(crate) struct DetailTexts<'a> {
+    #[serde(borrow)]
+    _trace_state: &'a str,
+    _flags: u32,
+    #[serde(borrow)]
+    attributes: Vec<AttributeRef<'a>>,
+    _dropped_attributes_count: u32,
+    #[serde(borrow)]
+    events: Vec<EventRef<'a>>,
+    _dropped_events_count: u32,
+    #[serde(borrow)]
+    _links: Vec<LinkRef<'a>>,
+    _dropped_links_count: u32,
+    _status_code: threadline_model::StatusCode,
+    #[serde(borrow)]
+    status_message: &'a str,
+}
+
+#[derive(Deserialize)]
+struct AttributeRef<'a> {
+    #[serde(borrow)]
+    key: &'a str,
+    #[serde(borrow)]
+    value: AttrValueRef<'a>,
+}
+
+// The other kinds' values are decoded (they take their place on the wire), not read.
+#[allow(dead_code)]
+#[derive(Deserialize)]
+enum AttrValueRef<'a> {
+    Empty,
+    String(#[serde(borrow)] &'a str),
+    Bool(bool),
+    Int(i64),
+    Double(f64),
+    Bytes(Vec<u8>),
+    Array(#[serde(borrow)] Vec<AttrValueRef<'a>>),
+    KvList(#[serde(borrow)] Vec<AttributeRef<'a>>),
+}
+
+#[derive(Deserialize)]
+struct EventRef<'a> {
+    _time_unix_nano: u64,
+    #[serde(borrow)]
+    name: &'a str,
+    #[serde(borrow)]
+    attributes: Vec<AttributeRef<'a>>,
+    _dropped_attributes_count: u32,
+}
+
+#[derive(Deserialize)]
+struct LinkRef<'a> {
+    _trace_id: threadline_model::TraceId,
+    _span_id: threadline_model::SpanId,
+    #[serde(borrow)]
+    _trace_state: &'a str,
+    #[serde(borrow)]
+    _attributes: Vec<AttributeRef<'a>>,
+    _dropped_attributes_count: u32,
+    _flags: u32,
+}
+
+impl<'a> AttrValueRef<'a> {
+    fn for_each_string(&self, f: &mut impl FnMut(&'a str)) {
+        match self {
+            AttrValueRef::String(s) => f(s),
+            AttrValueRef::Array(items) => items.iter().for_each(|v| v.for_each_string(f)),
+            AttrValueRef::KvList(kvs) => kvs.iter().for_each(|kv| kv.value.for_each_string(f)),
+            AttrValueRef::Empty
+            | AttrValueRef::Bool(_)
+            | AttrValueRef::Int(_)
+            | AttrValueRef::Double(_)
+            | AttrValueRef::Bytes(_) => {}
+        }
+    }
+}
+
+fn text_attributes<'a>(attributes: &[AttributeRef<'a>], all: bool, f: &mut impl FnMut(&'a str)) {
+    for a in attributes {
+        if all || threadline_model::is_text_key(a.key) {
+            a.value.for_each_string(f);
+        }
+    }
+}
+
+impl<'a> DetailTexts<'a> {
+    /// What `SpanDetail::for_each_text` calls `f` with, in the same order.
+    pub(crate) fn for_each_text(&self, mut f: impl FnMut(&'a str)) {
+        if !self.status_message.is_empty() {
+            f(self.status_message);
+        }
+        text_attributes(&self.attributes, false, &mut f);
+        for event in &self.events {
+            text_attributes(
+                &event.attributes,
+                threadline_model::is_text_event(event.name),
+                &mut f,
+            );
+        }
+    }
+}
+
 /// One log record's detail from an opened block.
 pub(crate) fn decode_log(block: &[u8], offset: u32, len: u32) -> Result<LogDetail, StoreError> {
     decode_slot(block, offset, len, "log record")
@@ -264,5 +390,98 @@ fn unwrap(blob: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, StoreError> {
             "unknown blob format tag {tag}"
         ))),
         None => Err(StoreError::Corrupt("empty blob".to_owned())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use threadline_model::{
+        AttrValue, Attribute, LlmView, SpanEvent, SpanId, SpanLink, SpanStatus, StatusCode, TraceId,
+    };
+
+    #[test]
+    fn borrowed_texts_are_the_decoded_details_texts() {
+        let kinds = |prefix: &str| {
+            vec![
+                Attribute::new(format!("{prefix}.empty"), AttrValue::Empty),
+                Attribute::new(format!("{prefix}.bool"), AttrValue::Bool(true)),
+                Attribute::new(format!("{prefix}.int"), AttrValue::Int(-7)),
+                Attribute::new(format!("{prefix}.double"), AttrValue::Double(0.5)),
+                Attribute::new(format!("{prefix}.bytes"), AttrValue::Bytes(vec![1, 2, 255])),
+                Attribute::new(
+                    format!("{prefix}.array"),
+                    AttrValue::Array(vec![
+                        AttrValue::String(format!("{prefix} item")),
+                        AttrValue::Int(3),
+                    ]),
+                ),
+                Attribute::new(
+                    format!("{prefix}.kv"),
+                    AttrValue::KvList(vec![Attribute::new(
+                        "role",
+                        AttrValue::String(format!("{prefix} value")),
+                    )]),
+                ),
+                Attribute::new(prefix, AttrValue::String(format!("{prefix} text"))),
+            ]
+        };
+        let detail = SpanDetail {
+            trace_state: "k=v".into(),
+            flags: 257,
+            attributes: [kinds("gen_ai.prompt"), kinds("http.route")].concat(),
+            dropped_attributes_count: 2,
+            events: vec![
+                SpanEvent {
+                    time_unix_nano: 99,
+                    name: "gen_ai.choice".into(),
+                    attributes: kinds("message"),
+                    dropped_attributes_count: 1,
+                },
+                SpanEvent {
+                    time_unix_nano: 100,
+                    name: "cache.lookup".into(),
+                    attributes: kinds("cache"),
+                    dropped_attributes_count: 0,
+                },
+            ],
+            dropped_events_count: 3,
+            links: vec![SpanLink {
+                trace_id: TraceId([7; 16]),
+                span_id: SpanId([8; 8]),
+                trace_state: "a=b".into(),
+                attributes: kinds("link"),
+                dropped_attributes_count: 4,
+                flags: 1,
+            }],
+            dropped_links_count: 5,
+            status: SpanStatus {
+                code: StatusCode::Error,
+                message: "it failed".into(),
+            },
+        };
+        let llm = Some(LlmView {
+            request_model: Some("gpt-4o".into()),
+            ..LlmView::default()
+        });
+        let block =
+            encode_block([(&detail, &llm), (&SpanDetail::default(), &None)].into_iter()).unwrap();
+        let opened = open_block(&block.blob).unwrap();
+        let mut expected = Vec::new();
+        detail.for_each_text(|t| expected.push(t.to_owned()));
+        assert!(expected.len() > 5, "{expected:?}");
+        let (offset, len) = block.slots[0];
+        let mut found = Vec::new();
+        detail_texts(&opened, offset, len)
+            .unwrap()
+            .for_each_text(|t| found.push(t.to_owned()));
+        assert_eq!(found, expected);
+        let (offset, len) = block.slots[1];
+        let mut none = Vec::new();
+        detail_texts(&opened, offset, len)
+            .unwrap()
+            .for_each_text(|t| none.push(t.to_owned()));
+        assert!(none.is_empty());
+        assert!(detail_texts(&opened, offset, len + 10_000).is_err());
     }
 }

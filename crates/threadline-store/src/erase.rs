@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use rusqlite::{params, params_from_iter, Connection};
 use sha2::Digest;
 
-use crate::{codec, text_index, StoreError};
+use crate::{codec, text_groups, text_index, StoreError};
 
 /// A store error inside the erasure's SQLite transaction.
 fn store_error(e: StoreError) -> rusqlite::Error {
@@ -88,12 +88,17 @@ pub(crate) fn erase(
     for (_, _, block, offset, len) in &rows {
         by_block.entry(*block).or_default().push((*offset, *len));
     }
-    // The full-text documents of the indexed blocks, as they are before the erasure.
-    let first_indexed = text_index::first_indexed_block(tx).map_err(store_error)?;
-    let mut documents = Vec::with_capacity(by_block.len());
-    for block_id in by_block.keys().filter(|b| **b >= first_indexed) {
-        let before = text_index::stored_document(tx, *block_id).map_err(store_error)?;
-        documents.push((*block_id, before));
+    // The full-text documents of the groups indexed, as they are before the erasure.
+    let state = text_groups::IndexState::read(tx).map_err(store_error)?;
+    let mut groups: Vec<i64> = by_block.keys().map(|b| text_groups::group_of(*b)).collect();
+    groups.dedup();
+    let mut documents = Vec::with_capacity(groups.len());
+    for group in groups {
+        let covered = state.covered(group);
+        if !covered.is_empty() {
+            let before = text_groups::group_document(tx, covered.clone()).map_err(store_error)?;
+            documents.push((group, covered, before));
+        }
     }
     for (block_id, slots) in &by_block {
         let blob: Vec<u8> = tx
@@ -110,10 +115,13 @@ pub(crate) fn erase(
         );
         tx.execute(&sql, params_from_iter(chunk.iter().map(|r| r.0)))?;
     }
-    for (block_id, before) in &documents {
-        let after = text_index::stored_document(tx, *block_id).map_err(store_error)?;
-        text_index::replace_document(tx, "block_text", *block_id, before, &after)?;
+    for (group, covered, before) in documents {
+        let after = text_groups::group_document(tx, covered).map_err(store_error)?;
+        text_index::replace_document(tx, "text_groups", group, &before, &after)?;
     }
+    // A document the indexer built before this erasure is not written.
+    tx.prepare_cached("UPDATE text_index_state SET erasures = erasures + 1")?
+        .execute([])?;
     let logs_deleted =
         crate::logs::erase(tx, tenant_id, &traces, column, subject.value()).map_err(store_error)?;
     let report = ErasureReport {

@@ -18,7 +18,9 @@ mod schema;
 mod search;
 mod skeleton;
 mod span_screen;
+mod text_groups;
 mod text_index;
+mod text_indexer;
 mod trace_compactor;
 mod trace_index;
 mod trace_lookup;
@@ -38,6 +40,7 @@ pub use logs::{LogCursor, LogPage, LogQuery, PreparedLogs, StoredLog};
 pub use query::{ExemplarQuery, RequestsServed, ServiceSummary};
 pub use search::{ModelUsage, NameMatch, TraceCursor, TracePage, TraceQuery, TraceSummary};
 pub use skeleton::{SkeletonSpan, SpanLocation, SpanReader};
+pub use text_indexer::TextIndexConfig;
 pub use trace_compactor::TraceIndexConfig;
 pub use writer::{Applied, PreparedBatch, WriteAck, WriterStats};
 
@@ -99,6 +102,8 @@ pub struct SqliteConfig {
     pub drift: threadline_analysis::DriftConfig,
     /// Shape of the trace-id index.
     pub trace_index: TraceIndexConfig,
+    /// When the full-text indexer takes the newest blocks.
+    pub text_index: TextIndexConfig,
 }
 
 impl Default for SqliteConfig {
@@ -110,6 +115,7 @@ impl Default for SqliteConfig {
             wal_restart_bytes: 4 * 1024 * 1024,
             drift: threadline_analysis::DriftConfig::default(),
             trace_index: TraceIndexConfig::default(),
+            text_index: TextIndexConfig::default(),
         }
     }
 }
@@ -146,6 +152,7 @@ impl SqliteStore {
         // The writer thread owns the checkpointer's handle: it stops after the writer.
         let checkpoints = checkpoint::spawn_checkpointer(&path)?;
         let index_config = config.trace_index;
+        let text_config = config.text_index;
         let writer = writer::WriterHandle::spawn(conn, path.clone(), config, checkpoints)?;
         let inner = Arc::new(Inner {
             path,
@@ -156,6 +163,11 @@ impl SqliteStore {
             schema::open_background_reader(&inner.path)?,
             Arc::downgrade(&inner),
             index_config,
+        )?;
+        text_indexer::spawn(
+            schema::open_background_reader(&inner.path)?,
+            Arc::downgrade(&inner),
+            text_config,
         )?;
         Ok(Self { inner })
     }
@@ -478,6 +490,22 @@ impl SqliteStore {
         self.inner.writer.stats()
     }
 
+    /// Span blocks the full-text indexer has not reached yet (searches read them span
+    /// by span): 0 once it has caught up.
+    pub fn text_index_backlog(&self) -> Result<u64, StoreError> {
+        self.with_reader(|conn| {
+            let state = text_groups::IndexState::read(conn)?;
+            let backlog: i64 = conn
+                .query_row(
+                    "SELECT count(*) FROM span_blocks WHERE id >= ?1",
+                    [state.indexed_end],
+                    |r| r.get(0),
+                )
+                .map_err(|e| sqlite_err(conn, e))?;
+            Ok(backlog as u64)
+        })
+    }
+
     /// Every span of one trace, in start order. Empty when the tenant has no such trace.
     pub fn get_trace(
         &self,
@@ -591,6 +619,12 @@ impl Inner {
                 pool.push(conn);
             }
         }
+    }
+}
+
+impl text_indexer::TextSink for Inner {
+    fn write_text(&self, write: text_indexer::TextWrite) -> Result<bool, StoreError> {
+        self.writer.write_text(write)
     }
 }
 

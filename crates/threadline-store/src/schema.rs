@@ -282,6 +282,22 @@ const MIGRATIONS: &[&str] = &[
         terms, content = '', columnsize = 0, detail = none, tokenize = 'ascii'
      );
      INSERT INTO log_text (log_text, rank) VALUES ('secure-delete', 1);",
+    // 15: the full-text index is built in the background (`text_indexer`), one
+    //    document per group of `TEXT_GROUP_BLOCKS` consecutive blocks; blocks from
+    //    `indexed_end` on are read span by span. Every stored block is indexed anew,
+    //    those stored before 13 included; `erasures` counts erasures, so that a
+    //    document built from blocks an erasure has since changed is not written.
+    "CREATE VIRTUAL TABLE text_groups USING fts5(
+        terms, content = '', columnsize = 0, detail = none, tokenize = 'ascii'
+     );
+     INSERT INTO text_groups (text_groups, rank) VALUES ('secure-delete', 1);
+     CREATE TABLE text_index_state (
+        indexed_end INTEGER NOT NULL,
+        erasures INTEGER NOT NULL
+     );
+     INSERT INTO text_index_state VALUES (0, 0);
+     DROP TABLE block_text;
+     DROP TABLE block_text_start;",
 ];
 
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -21,7 +21,8 @@ use threadline_model::{SpanId, TenantId, TraceId};
 use crate::newest_first::{Keep, NewestFirst, RowAccess, SpanWindow, INDEXED_COLUMNS, TENANT_ONLY};
 use crate::query::{tenant_key, tenant_services, BlockCache, DetailSlot, OriginCache};
 use crate::span_screen::{PairScreen, TextScreen};
-use crate::text_index::{BlockSet, TextQuery};
+use crate::text_groups::{self, BlockSet};
+use crate::text_index::TextQuery;
 use crate::trace_lookup::{self, RowRange};
 use crate::{sqlite_err, StoreError};
 
@@ -305,7 +306,7 @@ impl<'q> SpanMatcher<'q> {
         let text_screen = text.as_ref().and_then(|q| TextScreen::new(q.words()));
         let text = match text {
             Some(query) => {
-                let blocks = query.candidate_blocks(conn)?;
+                let blocks = text_groups::candidate_blocks(&query, conn)?;
                 Some((query, blocks))
             }
             None => None,

@@ -1,29 +1,28 @@
-//! The full-text index of span text (free-text search, `q=`).
+//! Words and queries of the full-text index (free-text search, `q=`).
 //!
-//! One FTS5 document per detail block (`block_text`, rowid = block id): the distinct
-//! words of its spans' names and texts (`SpanDetail::for_each_text`), lowercased, each
-//! cut to `MAX_INDEXED_CHARS`, sorted and joined by spaces. The words are found here,
-//! on the ingest threads, so the writer's FTS5 insert only splits a short line of
-//! distinct words at spaces (the table's tokenizer is `ascii`, and our words hold no
-//! ASCII separator). The table keeps no content, no positions and no sizes
-//! (`content=''`, `detail=none`, `columnsize=0`): it answers only which blocks hold a
-//! word, and a search then checks each span of those blocks itself.
+//! A document is a set of distinct words — of span names and texts
+//! (`SpanDetail::for_each_text`) or log records — lowercased, each cut to
+//! `MAX_INDEXED_CHARS`, sorted and joined by spaces, so that FTS5's `ascii` tokenizer
+//! only splits a line at spaces (our words hold no ASCII separator). The tables keep no
+//! content, no positions and no sizes (`content=''`, `detail=none`, `columnsize=0`):
+//! they answer only which documents hold a word, and a search then checks each span
+//! or record itself. How span documents are grouped and built is `text_groups`' and
+//! `text_indexer`'s.
 //!
 //! Matching: every word of the query is a word of the span's text, the last one by
-//! prefix (what is being typed). A block's words are a pure function of its stored
-//! rows, so an erasure rebuilds the old line, deletes it with FTS5's `delete` command
-//! (with `secure-delete` on, the words leave the index's pages) and inserts the line of
-//! what is left. Blocks stored before the index existed (below `block_text_start`) have
-//! no document and are always checked span by span.
+//! prefix (what is being typed). A document is a pure function of its stored rows, so
+//! an erasure rebuilds the old line, deletes it with FTS5's `delete` command (with
+//! `secure-delete` on, the words leave the index's pages) and inserts the line of what
+//! is left.
 
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection};
 use threadline_model::SpanDetail;
 
-use crate::{codec, sqlite_err, StoreError};
+use crate::codec;
 
 /// Indexed words are cut to this many characters (a query word too, so a prefix
 /// still finds its block).
@@ -260,9 +259,9 @@ impl ChunkWords {
     }
 }
 
-/// The distinct words of one block's spans, gathered while the block is encoded (on
-/// the ingest pool, for every span, over every prompt and reply). A text seen before
-/// in the block is skipped whole; the others are taken chunk by chunk (`ChunkWords`).
+/// The distinct words of a document's spans or records (a group of span blocks, a log
+/// block), over every prompt and reply. A text seen before in the document is skipped
+/// whole; the others are taken chunk by chunk (`ChunkWords`).
 #[derive(Default)]
 pub(crate) struct BlockWords<'a> {
     short: foldhash::HashSet<u64>,
@@ -273,9 +272,17 @@ pub(crate) struct BlockWords<'a> {
 }
 
 impl<'a> BlockWords<'a> {
+    /// The words of a decoded span (the indexer reads them borrowed, `add_texts`).
+    #[cfg(test)]
     pub(crate) fn add_span(&mut self, name: &'a str, detail: &'a SpanDetail) {
         self.add_text(name);
         detail.for_each_text(|text| self.add_text(text));
+    }
+
+    /// The words of a span as the indexer reads it: its name and detail texts.
+    pub(crate) fn add_texts(&mut self, name: &'a str, texts: &codec::DetailTexts<'a>) {
+        self.add_text(name);
+        texts.for_each_text(|text| self.add_text(text));
     }
 
     /// Adds the words of `text`.
@@ -378,40 +385,10 @@ impl TextQuery {
         });
         left == 0
     }
-
-    /// The indexed blocks (any tenant's) that may hold a match, ascending, and the
-    /// first block the index covers (older blocks may hold a match).
-    pub(crate) fn candidate_blocks(&self, conn: &Connection) -> Result<BlockSet, StoreError> {
-        let err = |e| sqlite_err(conn, e);
-        let first_indexed = first_indexed_block(conn)?;
-        let ids = conn
-            .prepare_cached("SELECT rowid FROM block_text WHERE block_text MATCH ?1 ORDER BY rowid")
-            .map_err(err)?
-            .query_map([self.fts_expression()], |r| r.get(0))
-            .and_then(|rows| rows.collect::<Result<Vec<i64>, _>>())
-            .map_err(err)?;
-        Ok(BlockSet { first_indexed, ids })
-    }
 }
 
-/// Which blocks a text search has to read.
-pub(crate) struct BlockSet {
-    first_indexed: i64,
-    ids: Vec<i64>,
-}
-
-impl BlockSet {
-    pub(crate) fn may_match(&self, block_id: i64) -> bool {
-        block_id < self.first_indexed || self.ids.binary_search(&block_id).is_ok()
-    }
-}
-
-/// Adds a span block's document (nothing for an empty one).
-pub(crate) fn insert(conn: &Connection, block_id: i64, document: &str) -> rusqlite::Result<()> {
-    insert_into(conn, "block_text", block_id, document)
-}
-
-/// Adds a block's document to the full-text table `table` (`block_text`, `log_text`).
+/// Adds a block's document to the full-text table `table` (`log_text`; `text_groups`
+/// by group).
 pub(crate) fn insert_into(
     conn: &Connection,
     table: &str,
@@ -427,11 +404,11 @@ pub(crate) fn insert_into(
     Ok(())
 }
 
-/// Swaps a block's document `before` (the one inserted) for `after`.
+/// Swaps a document `before` (the one inserted) for `after`.
 pub(crate) fn replace_document(
     conn: &Connection,
     table: &str,
-    block_id: i64,
+    rowid: i64,
     before: &str,
     after: &str,
 ) -> rusqlite::Result<()> {
@@ -442,66 +419,9 @@ pub(crate) fn replace_document(
         conn.prepare_cached(&format!(
             "INSERT INTO {table} ({table}, rowid, terms) VALUES ('delete', ?1, ?2)"
         ))?
-        .execute(params![block_id, before])?;
+        .execute(params![rowid, before])?;
     }
-    insert_into(conn, table, block_id, after)
-}
-
-/// The document of a block as its stored rows give it now.
-pub(crate) fn stored_document(conn: &Connection, block_id: i64) -> Result<String, StoreError> {
-    let err = |e| sqlite_err(conn, e);
-    let Some((first, last)): Option<(i64, i64)> = conn
-        .prepare_cached(
-            "SELECT first_span_rowid, last_span_rowid FROM block_traces WHERE block_id = ?1",
-        )
-        .and_then(|mut s| {
-            s.query_row([block_id], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()
-        })
-        .map_err(err)?
-    else {
-        return Ok(String::new());
-    };
-    let rows: Vec<(String, u32, u32)> = conn
-        .prepare_cached(
-            "SELECT name, block_offset, block_len FROM spans NOT INDEXED
-             WHERE rowid BETWEEN ?1 AND ?2 AND block_id = ?3",
-        )
-        .and_then(|mut s| {
-            s.query_map(params![first, last, block_id], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })?
-            .collect::<Result<_, _>>()
-        })
-        .map_err(err)?;
-    if rows.is_empty() {
-        return Ok(String::new());
-    }
-    let blob: Vec<u8> = conn
-        .prepare_cached("SELECT block FROM span_blocks WHERE id = ?1")
-        .and_then(|mut s| s.query_row([block_id], |r| r.get(0)))
-        .map_err(err)?;
-    let block = codec::open_block(&blob)?;
-    let details = rows
-        .iter()
-        .map(|(_, offset, len)| codec::decode_detail(&block, *offset, *len).map(|(d, _)| d))
-        .collect::<Result<Vec<SpanDetail>, StoreError>>()?;
-    let mut words = BlockWords::default();
-    for ((name, _, _), detail) in rows.iter().zip(&details) {
-        words.add_span(name, detail);
-    }
-    Ok(words.document())
-}
-
-/// The first span block the index covers: older blocks have no document.
-pub(crate) fn first_indexed_block(conn: &Connection) -> Result<i64, StoreError> {
-    Ok(conn
-        .query_row("SELECT first_block_id FROM block_text_start", [], |r| {
-            r.get(0)
-        })
-        .optional()
-        .map_err(|e| sqlite_err(conn, e))?
-        .unwrap_or(0))
+    insert_into(conn, table, rowid, after)
 }
 
 #[cfg(test)]

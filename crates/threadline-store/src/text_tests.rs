@@ -2,10 +2,32 @@
 //! completions, newest first, per tenant; erasure takes the words out of the index's
 //! pages; blocks stored before the index are still found.
 
+use std::time::Duration;
+
 use threadline_model::{AttrValue, Attribute, SpanEvent, TenantId};
 
 use crate::tests::{acme, span};
-use crate::{ErasureSubject, SqliteConfig, SqliteStore, TraceQuery, DB_FILE_NAME};
+use crate::{ErasureSubject, SqliteConfig, SqliteStore, TextIndexConfig, TraceQuery, DB_FILE_NAME};
+
+/// A store whose indexer takes the newest blocks once they are `idle`.
+fn store_indexing_after(dir: &std::path::Path, idle: Duration) -> SqliteStore {
+    let config = SqliteConfig {
+        text_index: TextIndexConfig { idle },
+        ..SqliteConfig::default()
+    };
+    SqliteStore::open(dir, config).unwrap()
+}
+
+/// Waits for the background indexer to reach the newest block.
+fn caught_up(store: &SqliteStore) {
+    for _ in 0..500 {
+        if store.text_index_backlog().unwrap() == 0 {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("the full-text indexer did not catch up");
+}
 
 /// A span of trace `trace` whose prompt is `prompt` and whose completion (a GenAI
 /// choice event) is `answer`.
@@ -48,7 +70,7 @@ fn found(store: &SqliteStore, tenant: &TenantId, text: &str) -> Vec<u8> {
 fn matching_documents(store: &SqliteStore, word: &str) -> i64 {
     let conn = rusqlite::Connection::open(store.path()).unwrap();
     conn.query_row(
-        "SELECT count(*) FROM block_text WHERE block_text MATCH ?1",
+        "SELECT count(*) FROM text_groups WHERE text_groups MATCH ?1",
         [format!("\"{word}\"")],
         |r| r.get(0),
     )
@@ -58,7 +80,7 @@ fn matching_documents(store: &SqliteStore, word: &str) -> i64 {
 #[test]
 fn words_of_names_prompts_and_completions_are_found_newest_first_per_tenant() {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(dir.path(), SqliteConfig::default()).unwrap();
+    let store = store_indexing_after(dir.path(), Duration::ZERO);
     let other = TenantId::new("other").unwrap();
     // One block per write: the index is consulted block by block.
     let spans = [
@@ -74,6 +96,10 @@ fn words_of_names_prompts_and_completions_are_found_newest_first_per_tenant() {
     store
         .write_blocking(&other, &[said(9, 400, "u9", "the sky at night", "Stars.")])
         .unwrap();
+    // Before the indexer has come (blocks read span by span) and after.
+    assert_eq!(found(&store, &acme(), "sky"), [3, 1], "newest first");
+    caught_up(&store);
+    assert_eq!(matching_documents(&store, "sky"), 1, "one group");
     assert_eq!(found(&store, &acme(), "sky"), [3, 1], "newest first");
     assert_eq!(
         found(&store, &acme(), "SKY BLUE"),
@@ -121,7 +147,7 @@ fn words_of_names_prompts_and_completions_are_found_newest_first_per_tenant() {
 #[test]
 fn erasure_takes_the_words_out_of_the_index_and_keeps_the_rest_of_the_block() {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(dir.path(), SqliteConfig::default()).unwrap();
+    let store = store_indexing_after(dir.path(), Duration::ZERO);
     // Both traces share one block.
     store
         .write_blocking(
@@ -133,6 +159,7 @@ fn erasure_takes_the_words_out_of_the_index_and_keeps_the_rest_of_the_block() {
         )
         .unwrap();
     assert_eq!(found(&store, &acme(), "zyxwvutsrq"), [1]);
+    caught_up(&store);
     assert_eq!(matching_documents(&store, "zyxwvutsrq"), 1);
     let report = store
         .submit_erasure(&acme(), ErasureSubject::UserId("alice".into()), "test", 0)
@@ -148,7 +175,7 @@ fn erasure_takes_the_words_out_of_the_index_and_keeps_the_rest_of_the_block() {
         "the block's other trace"
     );
     let conn = rusqlite::Connection::open(store.path()).unwrap();
-    conn.execute_batch("INSERT INTO block_text (block_text) VALUES ('integrity-check')")
+    conn.execute_batch("INSERT INTO text_groups (text_groups) VALUES ('integrity-check')")
         .unwrap();
     drop(conn);
     drop(store);
@@ -161,22 +188,42 @@ fn erasure_takes_the_words_out_of_the_index_and_keeps_the_rest_of_the_block() {
 }
 
 #[test]
-fn blocks_stored_before_the_index_are_read_span_by_span() {
+fn blocks_the_indexer_has_not_reached_are_read_span_by_span() {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(dir.path(), SqliteConfig::default()).unwrap();
+    let store = store_indexing_after(dir.path(), Duration::from_secs(3600));
     store
         .write_blocking(&acme(), &[said(1, 100, "u1", "old question", "old answer")])
         .unwrap();
-    // As a store from before the index: no documents, the index starting later.
-    let conn = rusqlite::Connection::open(store.path()).unwrap();
-    conn.execute_batch(
-        "INSERT INTO block_text (block_text) VALUES ('delete-all');
-         UPDATE block_text_start SET first_block_id = first_block_id + 1000;",
-    )
-    .unwrap();
-    drop(conn);
+    assert_eq!(store.text_index_backlog().unwrap(), 1);
     assert_eq!(found(&store, &acme(), "question"), [1]);
     assert!(found(&store, &acme(), "missing").is_empty());
+    assert_eq!(matching_documents(&store, "question"), 0);
+}
+
+#[test]
+fn a_document_built_before_an_erasure_is_not_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_indexing_after(dir.path(), Duration::from_secs(3600));
+    store
+        .write_blocking(&acme(), &[said(1, 100, "alice", "secret plan", "ok")])
+        .unwrap();
+    let conn = rusqlite::Connection::open(store.path()).unwrap();
+    let built =
+        |conn: &rusqlite::Connection| crate::text_indexer::build_now(conn).unwrap().unwrap();
+    // Built, then an erasure commits: not written.
+    let stale = built(&conn);
+    store
+        .submit_erasure(&acme(), ErasureSubject::UserId("alice".into()), "test", 0)
+        .unwrap()
+        .wait_blocking()
+        .unwrap();
+    assert!(!crate::text_indexer::apply(&conn, &stale).unwrap());
+    assert_eq!(store.text_index_backlog().unwrap(), 1);
+    // Built again from what is left: written.
+    let fresh = built(&conn);
+    assert!(crate::text_indexer::apply(&conn, &fresh).unwrap());
+    assert_eq!(store.text_index_backlog().unwrap(), 0);
+    assert_eq!(matching_documents(&store, "secret"), 0);
 }
 
 #[test]

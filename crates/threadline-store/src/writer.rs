@@ -68,8 +68,6 @@ pub struct PreparedBatch {
     trace_ids: Vec<u8>,
     /// The block's attribute filter (`attr_filter`).
     attr_filter: Vec<u8>,
-    /// The block's full-text document (`text_index`).
-    text: String,
     /// Distinct services, and (model, response model or "") pairs, of the rows.
     services: Vec<String>,
     models: Vec<(String, String)>,
@@ -91,7 +89,6 @@ impl PreparedBatch {
         let mut origins = codec::BatchOrigins::default();
         let mut rows = Vec::with_capacity(spans.len());
         let mut filter = crate::attr_filter::FilterBuilder::default();
-        let mut words = crate::text_index::BlockWords::default();
         let block = codec::encode_block(spans.iter().map(|s| (&s.detail, &s.llm)))?;
         let mut encoded_bytes = block.blob.len();
         for (span, (block_offset, block_len)) in spans.iter().zip(block.slots) {
@@ -100,7 +97,6 @@ impl PreparedBatch {
                 filter.add_attributes(&span.origin.resource_attributes);
             }
             filter.add_attributes(&span.detail.attributes);
-            words.add_span(&span.name, &span.detail);
             let llm = span.llm.as_ref();
             let field =
                 |f: fn(&threadline_model::LlmView) -> Option<&String>| llm.and_then(f).cloned();
@@ -153,15 +149,13 @@ impl PreparedBatch {
         .into_iter()
         .map(|(m, r)| (m.to_owned(), r.to_owned()))
         .collect();
-        let text = words.document();
-        encoded_bytes += text.len() + origins.bytes();
+        encoded_bytes += origins.bytes();
         Ok(Self {
             tenant: tenant.clone(),
             min_start_ns: rows.iter().map(|r| r.start_ns).min().unwrap_or(0),
             max_start_ns: rows.iter().map(|r| r.start_ns).max().unwrap_or(0),
             trace_ids: ids.concat(),
             attr_filter: filter.encode(),
-            text,
             services,
             models,
             rows,
@@ -269,6 +263,8 @@ enum Work {
     Incidents(IncidentsJob),
     /// The trace-id index compactor's writes (`trace_index`), committed together.
     TraceIndex(Vec<crate::trace_index::IndexWrite>),
+    /// A full-text document from the background indexer (`text_indexer`).
+    Text(crate::text_indexer::TextWrite),
 }
 
 /// Incidents the detector opened or updated, and how far it has looked.
@@ -288,6 +284,7 @@ impl Work {
             Work::Erase(_) | Work::FlushRollups => 1,
             Work::Incidents(j) => 1 + j.incidents.len(),
             Work::TraceIndex(w) => w.iter().map(|w| w.rows()).sum(),
+            Work::Text(_) => 1,
         }
     }
 
@@ -299,6 +296,7 @@ impl Work {
             Work::Erase(_) | Work::FlushRollups => 256,
             Work::Incidents(j) => 256 + 1024 * j.incidents.len(),
             Work::TraceIndex(w) => w.iter().map(|w| w.bytes()).sum(),
+            Work::Text(w) => w.bytes(),
         }
     }
 }
@@ -412,13 +410,28 @@ impl WriterHandle {
     /// ingest is never refused on its account beyond one piece in the queue).
     pub(crate) fn write_index(
         &self,
-        mut writes: Vec<crate::trace_index::IndexWrite>,
+        writes: Vec<crate::trace_index::IndexWrite>,
     ) -> Result<(), StoreError> {
+        self.submit_waiting(Work::TraceIndex(writes)).map(|_| ())
+    }
+
+    /// A full-text document, waiting as `write_index` does; whether it was written
+    /// (not when an erasure came first).
+    pub(crate) fn write_text(
+        &self,
+        write: crate::text_indexer::TextWrite,
+    ) -> Result<bool, StoreError> {
+        self.submit_waiting(Work::Text(write))
+            .map(|applied| applied.changed)
+    }
+
+    /// Queues a background thread's work, waiting while the queue is full.
+    fn submit_waiting(&self, mut work: Work) -> Result<Applied, StoreError> {
         loop {
-            match self.try_submit(Work::TraceIndex(writes)).map_err(|r| *r) {
-                Ok(ack) => return ack.wait_blocking().map(|_| ()),
-                Err((StoreError::QueueFull { .. }, Work::TraceIndex(back))) => {
-                    writes = back;
+            match self.try_submit(work).map_err(|r| *r) {
+                Ok(ack) => return ack.wait_blocking(),
+                Err((StoreError::QueueFull { .. }, back)) => {
+                    work = back;
                     std::thread::sleep(std::time::Duration::from_millis(20));
                 }
                 Err((e, _)) => return Err(e),
@@ -788,6 +801,11 @@ fn commit_jobs(
                 }
                 Applied::changed()
             }
+            Work::Text(write) => Applied {
+                changed: crate::text_indexer::apply(&tx, write)?,
+                assets: Vec::new(),
+                erasure: None,
+            },
         };
         outcomes.push(Ok(outcome));
     }
@@ -940,7 +958,6 @@ fn insert_batch(
         )?
         .execute(params![tenant_id, block_id, batch.attr_filter])?;
     }
-    crate::text_index::insert(tx, block_id, &batch.text)?;
     Ok(Some(block_id))
 }
 

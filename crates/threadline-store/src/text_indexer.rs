@@ -1,0 +1,210 @@
+//! The background thread that builds the full-text index (`text_index`). Once a group
+//! of `TEXT_GROUP_BLOCKS` blocks is complete — or the newest blocks have been left
+//! alone for `TextIndexConfig::idle` — it reads them through its own connection, in one
+//! snapshot, gathers their distinct words into the group's document, and hands it to
+//! the single writer as an ordinary job. The writer writes it unless an erasure was
+//! committed after the snapshot (the document could hold erased words; it is built
+//! again from what is left).
+//!
+//! So ingest neither gathers words nor writes the index. The thread runs at a lower CPU
+//! priority: under a burst it falls behind rather than slowing acks, and catches up
+//! afterwards; searches read the blocks it has not reached span by span, so nothing is
+//! missed meanwhile (`SqliteStore::text_index_backlog` says how far behind it is).
+
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use rusqlite::Connection;
+
+use crate::text_groups::{self, group_of, IndexState, TEXT_GROUP_BLOCKS};
+use crate::text_index;
+use crate::{sqlite_err, StoreError};
+
+/// When the indexer takes blocks that do not yet fill a group.
+#[derive(Clone, Copy, Debug)]
+pub struct TextIndexConfig {
+    /// How long the newest block must stay the newest before the blocks of an
+    /// incomplete group are indexed (and the group's document rebuilt as it grows).
+    pub idle: Duration,
+}
+
+impl Default for TextIndexConfig {
+    fn default() -> Self {
+        Self {
+            idle: Duration::from_secs(1),
+        }
+    }
+}
+
+/// How long the indexer sleeps when it found nothing to do.
+const SLEEP: Duration = Duration::from_millis(200);
+
+/// The indexer's nice value (0 is the default, 19 the lowest priority).
+const NICE: i32 = 10;
+
+/// One group's document, replacing the one it had.
+pub(crate) struct TextWrite {
+    group: i64,
+    /// The index as the document was built against.
+    from: IndexState,
+    /// `indexed_end` once written.
+    to_end: i64,
+    before: String,
+    after: String,
+}
+
+impl TextWrite {
+    pub(crate) fn bytes(&self) -> usize {
+        64 + self.before.len() + self.after.len()
+    }
+}
+
+/// Writes the document in the writer's transaction; false (nothing written) when the
+/// index is no longer as the document was built against (an erasure came first).
+pub(crate) fn apply(tx: &Connection, write: &TextWrite) -> rusqlite::Result<bool> {
+    let (indexed_end, erasures): (i64, i64) = tx
+        .prepare_cached("SELECT indexed_end, erasures FROM text_index_state")?
+        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let now = IndexState {
+        indexed_end,
+        erasures,
+    };
+    if now != write.from {
+        return Ok(false);
+    }
+    text_index::replace_document(tx, "text_groups", write.group, &write.before, &write.after)?;
+    tx.prepare_cached("UPDATE text_index_state SET indexed_end = ?1")?
+        .execute([write.to_end])?;
+    Ok(true)
+}
+
+/// What the indexer needs of the store; `Weak`, so that it never keeps a store open.
+pub(crate) trait TextSink: Send + Sync + 'static {
+    /// Commits the document and waits for the ack; whether it was written.
+    fn write_text(&self, write: TextWrite) -> Result<bool, StoreError>;
+}
+
+pub(crate) fn spawn<S: TextSink>(
+    conn: Connection,
+    sink: Weak<S>,
+    config: TextIndexConfig,
+) -> Result<(), StoreError> {
+    std::thread::Builder::new()
+        .name("threadline-text-index".to_owned())
+        .spawn(move || run(conn, sink, config))
+        .map_err(|source| StoreError::Thread {
+            name: "threadline-text-index",
+            source,
+        })?;
+    Ok(())
+}
+
+fn run<S: TextSink>(conn: Connection, sink: Weak<S>, config: TextIndexConfig) {
+    // Per thread on Linux: the ingest pool and the writer keep their priority.
+    if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), NICE) {
+        tracing::debug!(error = %e, "text indexer keeps its CPU priority");
+    }
+    let mut indexer = Indexer {
+        config,
+        newest: None,
+    };
+    loop {
+        let Some(sink) = sink.upgrade() else { return };
+        let worked = match indexer.round(&conn, &*sink) {
+            Ok(worked) => worked,
+            Err(StoreError::WriterStopped) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "full-text indexing failed; retrying");
+                false
+            }
+        };
+        let alone = Arc::strong_count(&sink) == 1;
+        drop(sink);
+        if alone {
+            return;
+        }
+        if !worked {
+            std::thread::sleep(SLEEP);
+        }
+    }
+}
+
+struct Indexer {
+    config: TextIndexConfig,
+    /// The newest block seen, and since when it is the newest.
+    newest: Option<(i64, Instant)>,
+}
+
+impl Indexer {
+    /// Indexes the next group, or the newest blocks once idle; false when there was
+    /// nothing to do yet.
+    fn round(&mut self, conn: &Connection, sink: &dyn TextSink) -> Result<bool, StoreError> {
+        // One read transaction: the blocks and the index state of one snapshot.
+        conn.execute_batch("BEGIN")
+            .map_err(|e| sqlite_err(conn, e))?;
+        let built = self.next_write(conn);
+        conn.execute_batch("COMMIT")
+            .map_err(|e| sqlite_err(conn, e))?;
+        let Some(write) = built? else {
+            return Ok(false);
+        };
+        // Not written (an erasure came first): built again on the next round.
+        sink.write_text(write)?;
+        Ok(true)
+    }
+
+    fn next_write(&mut self, conn: &Connection) -> Result<Option<TextWrite>, StoreError> {
+        let state = IndexState::read(conn)?;
+        let newest: i64 = conn
+            .prepare_cached("SELECT coalesce(max(id), 0) FROM span_blocks")
+            .and_then(|mut s| s.query_row([], |r| r.get(0)))
+            .map_err(|e| sqlite_err(conn, e))?;
+        let now = Instant::now();
+        let since = match self.newest {
+            Some((block, since)) if block == newest => since,
+            _ => {
+                self.newest = Some((newest, now));
+                now
+            }
+        };
+        if newest < state.indexed_end {
+            return Ok(None);
+        }
+        let group = group_of(state.indexed_end);
+        let group_start = group * TEXT_GROUP_BLOCKS;
+        let group_end = group_start + TEXT_GROUP_BLOCKS;
+        let to_end = if newest >= group_end - 1 {
+            group_end
+        } else if now.duration_since(since) >= self.config.idle {
+            newest + 1
+        } else {
+            return Ok(None);
+        };
+        let covered = state.covered(group);
+        let before = if covered.is_empty() {
+            String::new()
+        } else {
+            text_groups::group_document(conn, covered)?
+        };
+        let after = text_groups::group_document(conn, group_start..to_end)?;
+        Ok(Some(TextWrite {
+            group,
+            from: state,
+            to_end,
+            before,
+            after,
+        }))
+    }
+}
+
+/// The write the indexer would hand over now, with no wait for idle blocks (tests).
+#[cfg(test)]
+pub(crate) fn build_now(conn: &Connection) -> Result<Option<TextWrite>, StoreError> {
+    Indexer {
+        config: TextIndexConfig {
+            idle: Duration::ZERO,
+        },
+        newest: None,
+    }
+    .next_write(conn)
+}
