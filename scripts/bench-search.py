@@ -1,7 +1,7 @@
 """One measurement of scripts/bench-search: API address, database file, size label.
 
 The database is opened read-only beside the server only to sample stored trace ids and
-to see whether the trace-id index compactor has caught up; every timing goes through
+to see whether the trace-id index compactor and the full-text indexer have caught up; every timing goes through
 the JSON API.
 """
 import http.client
@@ -31,6 +31,13 @@ def get(path):
     return elapsed, json.loads(body)
 
 
+def text_backlog():
+    """Span blocks the full-text indexer has not reached yet."""
+    return db.execute(
+        "SELECT count(*) FROM span_blocks WHERE id >= (SELECT indexed_end FROM text_index_state)"
+    ).fetchone()[0]
+
+
 def index_state():
     covered = db.execute("SELECT COALESCE(MAX(last_block), 0) FROM trace_runs").fetchone()[0]
     tail = db.execute("SELECT COUNT(*) FROM block_traces WHERE block_id > ?", (covered,)).fetchone()[0]
@@ -47,7 +54,7 @@ while True:
     tail, levels, orphans = index_state()
     # Settled: no level below the final one holds a merge's worth (4) of runs.
     full = any(levels.count(l) >= 4 for l in levels if l < 1000)
-    if tail < 64 and not full and orphans == 0 or time.perf_counter() - waited > 600:
+    if tail < 64 and not full and orphans == 0 and text_backlog() == 0 or time.perf_counter() - waited > 600:
         break
     time.sleep(0.5)
 entries, chunk_bytes = db.execute(

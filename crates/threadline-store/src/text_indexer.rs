@@ -6,10 +6,12 @@
 //! committed after the snapshot (the document could hold erased words; it is built
 //! again from what is left).
 //!
-//! So ingest neither gathers words nor writes the index. The thread runs at a lower CPU
-//! priority: under a burst it falls behind rather than slowing acks, and catches up
-//! afterwards; searches read the blocks it has not reached span by span, so nothing is
-//! missed meanwhile (`SqliteStore::text_index_backlog` says how far behind it is).
+//! So ingest neither gathers words nor writes the index, and a group's words are
+//! gathered once for its 16 blocks. The thread keeps the default CPU priority: at nice
+//! 10 it fell a quarter of the spans behind at full ingest speed (`scripts/bench-ingest`),
+//! for no gain in acks, and searches over the blocks it has not reached read them span
+//! by span (correct, slower); at the default it stays within a few dozen blocks.
+//! `SqliteStore::text_index_backlog` says how far behind it is.
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -38,9 +40,6 @@ impl Default for TextIndexConfig {
 
 /// How long the indexer sleeps when it found nothing to do.
 const SLEEP: Duration = Duration::from_millis(200);
-
-/// The indexer's nice value (0 is the default, 19 the lowest priority).
-const NICE: i32 = 10;
 
 /// One group's document, replacing the one it had.
 pub(crate) struct TextWrite {
@@ -100,10 +99,6 @@ pub(crate) fn spawn<S: TextSink>(
 }
 
 fn run<S: TextSink>(conn: Connection, sink: Weak<S>, config: TextIndexConfig) {
-    // Per thread on Linux: the ingest pool and the writer keep their priority.
-    if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), NICE) {
-        tracing::debug!(error = %e, "text indexer keeps its CPU priority");
-    }
     let mut indexer = Indexer {
         config,
         newest: None,
