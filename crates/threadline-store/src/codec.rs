@@ -113,15 +113,7 @@ pub(crate) fn detail_texts(
     offset: u32,
     len: u32,
 ) -> Result<DetailTexts<'_>, StoreError> {
-    let slice = block
-        .get(offset as usize..offset as usize + len as usize)
-        .ok_or_else(|| {
-            StoreError::Corrupt(format!(
-                "span detail slot {offset}+{len} is outside its block of {} bytes",
-                block.len()
-            ))
-        })?;
-    postcard::take_from_bytes::<DetailTexts<'_>>(slice)
+    postcard::take_from_bytes::<DetailTexts<'_>>(slot(block, offset, len, "span detail")?)
         .map(|(texts, _llm)| texts)
         .map_err(|e| StoreError::Corrupt(format!("span detail does not decode: {e}")))
 }
@@ -236,21 +228,25 @@ pub(crate) fn decode_log(block: &[u8], offset: u32, len: u32) -> Result<LogDetai
     decode_slot(block, offset, len, "log record")
 }
 
-fn decode_slot<T: serde::de::DeserializeOwned>(
-    block: &[u8],
-    offset: u32,
-    len: u32,
-    what: &str,
-) -> Result<T, StoreError> {
-    let slice = block
+/// The bytes of one slot of an opened block.
+fn slot<'b>(block: &'b [u8], offset: u32, len: u32, what: &str) -> Result<&'b [u8], StoreError> {
+    block
         .get(offset as usize..offset as usize + len as usize)
         .ok_or_else(|| {
             StoreError::Corrupt(format!(
                 "{what} slot {offset}+{len} is outside its block of {} bytes",
                 block.len()
             ))
-        })?;
-    postcard::from_bytes(slice)
+        })
+}
+
+fn decode_slot<T: serde::de::DeserializeOwned>(
+    block: &[u8],
+    offset: u32,
+    len: u32,
+    what: &str,
+) -> Result<T, StoreError> {
+    postcard::from_bytes(slot(block, offset, len, what)?)
         .map_err(|e| StoreError::Corrupt(format!("{what} does not decode: {e}")))
 }
 

@@ -5,6 +5,7 @@
 //! the trait will be extracted when that second implementation lands, not before.
 
 mod attr_filter;
+mod background;
 mod checkpoint;
 mod codec;
 mod erase;

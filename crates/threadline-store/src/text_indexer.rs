@@ -13,7 +13,7 @@
 //! by span (correct, slower); at the default it stays within a few dozen blocks.
 //! `SqliteStore::text_index_backlog` says how far behind it is.
 
-use std::sync::{Arc, Weak};
+use std::sync::Weak;
 use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
@@ -103,25 +103,9 @@ fn run<S: TextSink>(conn: Connection, sink: Weak<S>, config: TextIndexConfig) {
         config,
         newest: None,
     };
-    loop {
-        let Some(sink) = sink.upgrade() else { return };
-        let worked = match indexer.round(&conn, &*sink) {
-            Ok(worked) => worked,
-            Err(StoreError::WriterStopped) => return,
-            Err(e) => {
-                tracing::warn!(error = %e, "full-text indexing failed; retrying");
-                false
-            }
-        };
-        let alone = Arc::strong_count(&sink) == 1;
-        drop(sink);
-        if alone {
-            return;
-        }
-        if !worked {
-            std::thread::sleep(SLEEP);
-        }
-    }
+    crate::background::until_closed(&sink, "full-text indexing", SLEEP, |sink| {
+        indexer.round(&conn, sink.as_ref())
+    });
 }
 
 struct Indexer {

@@ -74,25 +74,9 @@ fn run<S: IndexSink>(conn: Connection, sink: Weak<S>, config: TraceIndexConfig) 
             return;
         }
     };
-    loop {
-        let Some(sink) = sink.upgrade() else { return };
-        let worked = match compactor.round(&conn, &sink) {
-            Ok(worked) => worked,
-            Err(StoreError::WriterStopped) => return,
-            Err(e) => {
-                tracing::warn!(error = %e, "trace index compaction failed; retrying");
-                false
-            }
-        };
-        let alone = Arc::strong_count(&sink) == 1;
-        drop(sink);
-        if alone {
-            return;
-        }
-        if !worked {
-            std::thread::sleep(IDLE);
-        }
-    }
+    crate::background::until_closed(&sink, "trace index compaction", IDLE, |sink| {
+        compactor.round(&conn, sink)
+    });
 }
 
 struct Compactor {
