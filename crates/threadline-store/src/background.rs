@@ -1,12 +1,25 @@
-//! The loop of the store's background threads (the trace-id compactor, the full-text
+//! The store's threads: how each is started (named, its failure to start an error),
+//! and the loop of the background ones (the trace-id compactor, the full-text
 //! indexer): rounds of work until the store closes, a pause after a round with nothing
-//! to do. They hold the store only as a `Weak` between rounds, so they never keep it
+//! to do. Those hold the store only as a `Weak` between rounds, so they never keep it
 //! open, and stop once they are its last holder or the writer has stopped.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use crate::StoreError;
+
+/// Starts a thread of the store named `name`.
+pub(crate) fn spawn(
+    name: &'static str,
+    body: impl FnOnce() + Send + 'static,
+) -> Result<(), StoreError> {
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(body)
+        .map(drop)
+        .map_err(|source| StoreError::Thread { name, source })
+}
 
 /// Runs `round` (true when it did something) until the store goes; `what` names the
 /// work in the warning a failed round logs before it is tried again.

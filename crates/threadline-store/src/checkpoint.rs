@@ -79,33 +79,27 @@ pub(crate) fn spawn_checkpointer(path: &Path) -> Result<CheckpointRequests, Stor
             r.get::<_, i64>(1)
         })
     };
-    std::thread::Builder::new()
-        .name("threadline-checkpoint".to_owned())
-        .spawn(move || loop {
-            let woken = woken.recv_timeout(PASS_INTERVAL);
-            let stopping = matches!(woken, Err(RecvTimeoutError::Disconnected));
-            let result = checkpoint("PASSIVE").and_then(|frames| {
-                if frames >= WAL_RESTART_FRAMES || stopping {
-                    checkpoint("TRUNCATE")
-                } else {
-                    Ok(frames)
-                }
-            });
-            if let Err(e) = result {
-                tracing::warn!(path = %path.display(), error = %e, "wal checkpoint failed");
-            } else if let Err(e) = db_file.sync_data() {
-                tracing::warn!(path = %path.display(), error = %e, "fsync of the database failed");
+    crate::background::spawn("threadline-checkpoint", move || loop {
+        let woken = woken.recv_timeout(PASS_INTERVAL);
+        let stopping = matches!(woken, Err(RecvTimeoutError::Disconnected));
+        let result = checkpoint("PASSIVE").and_then(|frames| {
+            if frames >= WAL_RESTART_FRAMES || stopping {
+                checkpoint("TRUNCATE")
+            } else {
+                Ok(frames)
             }
-            if woken.is_ok() {
-                passed.store(true, Ordering::Release);
-            }
-            if stopping {
-                return;
-            }
-        })
-        .map_err(|source| StoreError::Thread {
-            name: "threadline-checkpoint",
-            source,
-        })?;
+        });
+        if let Err(e) = result {
+            tracing::warn!(path = %path.display(), error = %e, "wal checkpoint failed");
+        } else if let Err(e) = db_file.sync_data() {
+            tracing::warn!(path = %path.display(), error = %e, "fsync of the database failed");
+        }
+        if woken.is_ok() {
+            passed.store(true, Ordering::Release);
+        }
+        if stopping {
+            return;
+        }
+    })?;
     Ok(requests)
 }

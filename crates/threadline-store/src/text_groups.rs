@@ -32,16 +32,18 @@ pub(crate) struct IndexState {
 
 impl IndexState {
     pub(crate) fn read(conn: &Connection) -> Result<Self, StoreError> {
-        conn.prepare_cached("SELECT indexed_end, erasures FROM text_index_state")
-            .and_then(|mut s| {
-                s.query_row([], |r| {
-                    Ok(Self {
-                        indexed_end: r.get(0)?,
-                        erasures: r.get(1)?,
-                    })
+        Self::select(conn).map_err(|e| sqlite_err(conn, e))
+    }
+
+    /// `read` inside the writer's transaction, whose errors are SQLite's.
+    pub(crate) fn select(conn: &Connection) -> rusqlite::Result<Self> {
+        conn.prepare_cached("SELECT indexed_end, erasures FROM text_index_state")?
+            .query_row([], |r| {
+                Ok(Self {
+                    indexed_end: r.get(0)?,
+                    erasures: r.get(1)?,
                 })
             })
-            .map_err(|e| sqlite_err(conn, e))
     }
 
     /// The blocks of `group` its document covers now.

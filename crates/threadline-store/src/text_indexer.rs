@@ -61,14 +61,7 @@ impl TextWrite {
 /// Writes the document in the writer's transaction; false (nothing written) when the
 /// index is no longer as the document was built against (an erasure came first).
 pub(crate) fn apply(tx: &Connection, write: &TextWrite) -> rusqlite::Result<bool> {
-    let (indexed_end, erasures): (i64, i64) = tx
-        .prepare_cached("SELECT indexed_end, erasures FROM text_index_state")?
-        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    let now = IndexState {
-        indexed_end,
-        erasures,
-    };
-    if now != write.from {
+    if IndexState::select(tx)? != write.from {
         return Ok(false);
     }
     text_index::replace_document(tx, "text_groups", write.group, &write.before, &write.after)?;
@@ -88,14 +81,7 @@ pub(crate) fn spawn<S: TextSink>(
     sink: Weak<S>,
     config: TextIndexConfig,
 ) -> Result<(), StoreError> {
-    std::thread::Builder::new()
-        .name("threadline-text-index".to_owned())
-        .spawn(move || run(conn, sink, config))
-        .map_err(|source| StoreError::Thread {
-            name: "threadline-text-index",
-            source,
-        })?;
-    Ok(())
+    crate::background::spawn("threadline-text-index", move || run(conn, sink, config))
 }
 
 fn run<S: TextSink>(conn: Connection, sink: Weak<S>, config: TextIndexConfig) {

@@ -56,14 +56,7 @@ pub(crate) fn spawn<S: IndexSink>(
     sink: Weak<S>,
     config: TraceIndexConfig,
 ) -> Result<(), StoreError> {
-    std::thread::Builder::new()
-        .name("threadline-trace-index".to_owned())
-        .spawn(move || run(conn, sink, config))
-        .map_err(|source| StoreError::Thread {
-            name: "threadline-trace-index",
-            source,
-        })?;
-    Ok(())
+    crate::background::spawn("threadline-trace-index", move || run(conn, sink, config))
 }
 
 fn run<S: IndexSink>(conn: Connection, sink: Weak<S>, config: TraceIndexConfig) {

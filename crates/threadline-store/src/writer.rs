@@ -348,30 +348,18 @@ impl WriterHandle {
         let mut wal = path.clone().into_os_string();
         wal.push("-wal");
         let wal = PathBuf::from(wal);
-        std::thread::Builder::new()
-            .name("threadline-sync".to_owned())
-            .spawn(move || run_syncer(&wal, to_sync))
-            .map_err(|source| StoreError::Thread {
-                name: "threadline-sync",
-                source,
-            })?;
-        std::thread::Builder::new()
-            .name("threadline-writer".to_owned())
-            .spawn(move || {
-                run_writer(
-                    conn,
-                    path,
-                    receiver,
-                    synced,
-                    thread_counters,
-                    config,
-                    checkpoints,
-                )
-            })
-            .map_err(|source| StoreError::Thread {
-                name: "threadline-writer",
-                source,
-            })?;
+        crate::background::spawn("threadline-sync", move || run_syncer(&wal, to_sync))?;
+        crate::background::spawn("threadline-writer", move || {
+            run_writer(
+                conn,
+                path,
+                receiver,
+                synced,
+                thread_counters,
+                config,
+                checkpoints,
+            )
+        })?;
         Ok(Self {
             sender,
             counters,
