@@ -1,8 +1,8 @@
 //! Erasure (GDPR): every trace in which a user or session id appears is deleted from
 //! the tenant — span rows, and their details inside the shared compressed blocks
 //! (blanked and recompressed in place) — and an audit row records who, when, what
-//! matched and how much went, with the subject only as a SHA-256 digest. The blocks'
-//! full-text documents are rebuilt from what is left (`text_index`). Log
+//! matched and how much went, with the subject only as a SHA-256 digest. The full-text
+//! documents of the blocks' groups are rebuilt from what is left (`text_groups`). Log
 //! records go with their traces, and wherever they name the subject (`logs::erase`). The writer
 //! runs it with `secure_delete` on and truncates the WAL afterwards, so no byte of the
 //! subject stays in the database files.
@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use rusqlite::{params, params_from_iter, Connection};
 use sha2::Digest;
 
-use crate::{codec, text_groups, text_index, StoreError};
+use crate::{codec, text_groups, StoreError};
 
 /// A store error inside the erasure's SQLite transaction.
 fn store_error(e: StoreError) -> rusqlite::Error {
@@ -117,7 +117,7 @@ pub(crate) fn erase(
     }
     for (group, covered, before) in documents {
         let after = text_groups::group_document(tx, covered).map_err(store_error)?;
-        text_index::replace_document(tx, "text_groups", group, &before, &after)?;
+        text_groups::replace_document(tx, group, &before, &after)?;
     }
     // A document the indexer built before this erasure is not written.
     tx.prepare_cached("UPDATE text_index_state SET erasures = erasures + 1")?

@@ -5,7 +5,7 @@
 
 use rusqlite::{params, Connection};
 
-use crate::text_index::{BlockWords, TextQuery};
+use crate::text_index::{self, BlockWords, TextQuery};
 use crate::{codec, sqlite_err, StoreError};
 
 /// Consecutive span blocks (by id) that share one full-text document: a group's
@@ -84,6 +84,16 @@ pub(crate) fn candidate_blocks(
         indexed_end: state.indexed_end,
         groups,
     })
+}
+
+/// Swaps a group's document `before` (the one written) for `after`.
+pub(crate) fn replace_document(
+    conn: &Connection,
+    group: i64,
+    before: &str,
+    after: &str,
+) -> rusqlite::Result<()> {
+    text_index::replace_document(conn, "text_groups", group, before, after)
 }
 
 /// A span's name and the (offset, length) of its detail in its block.

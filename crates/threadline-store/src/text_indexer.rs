@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 
 use crate::text_groups::{self, group_of, IndexState, TEXT_GROUP_BLOCKS};
-use crate::text_index;
 use crate::{sqlite_err, StoreError};
 
 /// When the indexer takes blocks that do not yet fill a group.
@@ -64,7 +63,7 @@ pub(crate) fn apply(tx: &Connection, write: &TextWrite) -> rusqlite::Result<bool
     if IndexState::select(tx)? != write.from {
         return Ok(false);
     }
-    text_index::replace_document(tx, "text_groups", write.group, &write.before, &write.after)?;
+    text_groups::replace_document(tx, write.group, &write.before, &write.after)?;
     tx.prepare_cached("UPDATE text_index_state SET indexed_end = ?1")?
         .execute([write.to_end])?;
     Ok(true)
