@@ -96,8 +96,9 @@ pub(crate) fn erase(
     for group in groups {
         let covered = state.covered(group);
         if !covered.is_empty() {
-            let before = text_groups::group_document(tx, covered.clone()).map_err(store_error)?;
-            documents.push((group, covered, before));
+            let blocks = text_groups::stored_blocks(tx, covered).map_err(store_error)?;
+            let before = text_groups::group_document(tx, &blocks).map_err(store_error)?;
+            documents.push((group, blocks, before));
         }
     }
     for (block_id, slots) in &by_block {
@@ -115,8 +116,8 @@ pub(crate) fn erase(
         );
         tx.execute(&sql, params_from_iter(chunk.iter().map(|r| r.0)))?;
     }
-    for (group, covered, before) in documents {
-        let after = text_groups::group_document(tx, covered).map_err(store_error)?;
+    for (group, blocks, before) in documents {
+        let after = text_groups::group_document(tx, &blocks).map_err(store_error)?;
         text_groups::replace_document(tx, group, &before, &after)?;
     }
     // A document the indexer built before this erasure is not written.

@@ -154,7 +154,9 @@ impl SqliteStore {
         let checkpoints = checkpoint::spawn_checkpointer(&path)?;
         let index_config = config.trace_index;
         let text_config = config.text_index;
-        let writer = writer::WriterHandle::spawn(conn, path.clone(), config, checkpoints)?;
+        let (text_feed, text_offered) = text_indexer::feed();
+        let writer =
+            writer::WriterHandle::spawn(conn, path.clone(), config, checkpoints, text_feed)?;
         let inner = Arc::new(Inner {
             path,
             writer,
@@ -169,6 +171,7 @@ impl SqliteStore {
             schema::open_background_reader(&inner.path)?,
             Arc::downgrade(&inner),
             text_config,
+            text_offered,
         )?;
         Ok(Self { inner })
     }

@@ -96,40 +96,60 @@ pub(crate) fn replace_document(
     text_index::replace_document(conn, "text_groups", group, before, after)
 }
 
+/// A stored span block: its id and the rowids its spans lie between.
+pub(crate) struct StoredBlock {
+    pub(crate) id: i64,
+    first_span_rowid: i64,
+    last_span_rowid: i64,
+}
+
+/// The span blocks stored with ids in `blocks` (of any tenant), ascending. Looked up
+/// through `span_blocks`' ids: `block_traces` is keyed by tenant first.
+pub(crate) fn stored_blocks(
+    conn: &Connection,
+    blocks: std::ops::Range<i64>,
+) -> Result<Vec<StoredBlock>, StoreError> {
+    conn.prepare_cached(
+        "SELECT b.id, z.first_span_rowid, z.last_span_rowid
+         FROM span_blocks AS b
+         JOIN block_traces AS z ON z.tenant_id = b.tenant_id AND z.block_id = b.id
+         WHERE b.id >= ?1 AND b.id < ?2 ORDER BY b.id",
+    )
+    .and_then(|mut s| {
+        s.query_map([blocks.start, blocks.end], |r| {
+            Ok(StoredBlock {
+                id: r.get(0)?,
+                first_span_rowid: r.get(1)?,
+                last_span_rowid: r.get(2)?,
+            })
+        })?
+        .collect::<Result<_, _>>()
+    })
+    .map_err(|e| sqlite_err(conn, e))
+}
+
 /// A span's name and the (offset, length) of its detail in its block.
 type NamedSlot = (String, u32, u32);
 
-/// The document of the span blocks `blocks` (of one group) as their stored rows give
-/// it now.
+/// The document of the stored `blocks` (of one group) as their rows give it now.
 pub(crate) fn group_document(
     conn: &Connection,
-    blocks: std::ops::Range<i64>,
+    blocks: &[StoredBlock],
 ) -> Result<String, StoreError> {
     let err = |e| sqlite_err(conn, e);
-    let zones: Vec<(i64, i64, i64)> = conn
-        .prepare_cached(
-            "SELECT block_id, first_span_rowid, last_span_rowid FROM block_traces
-             WHERE block_id >= ?1 AND block_id < ?2",
-        )
-        .and_then(|mut s| {
-            s.query_map([blocks.start, blocks.end], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })?
-            .collect::<Result<_, _>>()
-        })
-        .map_err(err)?;
     // Opened first, so that the texts can borrow from them.
-    let mut opened: Vec<(Vec<u8>, Vec<NamedSlot>)> = Vec::with_capacity(zones.len());
-    for (block_id, first, last) in zones {
+    let mut opened: Vec<(Vec<u8>, Vec<NamedSlot>)> = Vec::with_capacity(blocks.len());
+    for block in blocks {
         let rows: Vec<NamedSlot> = conn
             .prepare_cached(
                 "SELECT name, block_offset, block_len FROM spans NOT INDEXED
                  WHERE rowid BETWEEN ?1 AND ?2 AND block_id = ?3",
             )
             .and_then(|mut s| {
-                s.query_map(params![first, last, block_id], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-                })?
+                s.query_map(
+                    params![block.first_span_rowid, block.last_span_rowid, block.id],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )?
                 .collect::<Result<_, _>>()
             })
             .map_err(err)?;
@@ -138,7 +158,7 @@ pub(crate) fn group_document(
         }
         let blob: Vec<u8> = conn
             .prepare_cached("SELECT block FROM span_blocks WHERE id = ?1")
-            .and_then(|mut s| s.query_row([block_id], |r| r.get(0)))
+            .and_then(|mut s| s.query_row([block.id], |r| r.get(0)))
             .map_err(err)?;
         opened.push((codec::open_block(&blob)?, rows));
     }

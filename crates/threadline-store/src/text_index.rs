@@ -20,7 +20,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use rusqlite::{params, Connection};
-use threadline_model::SpanDetail;
+use threadline_model::{SpanDetail, SpanRecord};
 
 use crate::codec;
 
@@ -256,6 +256,44 @@ impl ChunkWords {
             self.long.push(word.into());
         }
         end
+    }
+}
+
+/// The searchable texts of a block's spans (each name, then `SpanDetail::for_each_text`),
+/// copied into one buffer as ingest encodes the block: what the full-text indexer is
+/// handed, without the spans' many allocations.
+#[derive(Default)]
+pub(crate) struct BlockTexts {
+    joined: String,
+    /// Where each text ends in `joined`.
+    ends: Vec<usize>,
+}
+
+impl BlockTexts {
+    pub(crate) fn of_spans(spans: &[SpanRecord]) -> Self {
+        let mut texts = Self::default();
+        for span in spans {
+            texts.push(&span.name);
+            span.detail.for_each_text(|text| texts.push(text));
+        }
+        texts
+    }
+
+    fn push(&mut self, text: &str) {
+        self.joined.push_str(text);
+        self.ends.push(self.joined.len());
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &str> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts
+            .zip(&self.ends)
+            .map(|(start, end)| &self.joined[start..*end])
+    }
+
+    /// Bytes held.
+    pub(crate) fn bytes(&self) -> usize {
+        self.joined.len() + 8 * self.ends.len()
     }
 }
 

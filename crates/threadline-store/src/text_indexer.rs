@@ -6,6 +6,12 @@
 //! committed after the snapshot (the document could hold erased words; it is built
 //! again from what is left).
 //!
+//! The writer hands each committed block's texts over (`BlockFeed`; ingest copies them
+//! out of the spans as it encodes the block), so that a group whose blocks the indexer
+//! holds is not read back, decompressed and decoded: that was two thirds of its work. A held block is used only while no erasure has
+//! been committed since it was (`CommittedBlock::erasures`); otherwise, and for blocks
+//! it missed (a full hand-over, a restart), the indexer reads the store.
+//!
 //! So ingest neither gathers words nor writes the index, and a group's words are
 //! gathered once for its 16 blocks. The thread keeps the default CPU priority: at nice
 //! 10 it fell a quarter of the spans behind at full ingest speed (`scripts/bench-ingest`),
@@ -13,12 +19,15 @@
 //! by span (correct, slower); at the default it stays within a few dozen blocks.
 //! `SqliteStore::text_index_backlog` says how far behind it is.
 
+use std::collections::BTreeMap;
+use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 
 use crate::text_groups::{self, group_of, IndexState, TEXT_GROUP_BLOCKS};
+use crate::text_index::{BlockTexts, BlockWords};
 use crate::{sqlite_err, StoreError};
 
 /// When the indexer takes blocks that do not yet fill a group.
@@ -37,8 +46,40 @@ impl Default for TextIndexConfig {
     }
 }
 
-/// How long the indexer sleeps when it found nothing to do.
-const SLEEP: Duration = Duration::from_millis(200);
+/// How long the indexer sleeps when it found nothing to do: short enough that the
+/// blocks handed over meanwhile fit in `HELD_BLOCKS` at full ingest speed (≈ 350
+/// blocks/s here).
+const SLEEP: Duration = Duration::from_millis(50);
+
+/// Blocks the hand-over queues, and the indexer holds, at most (four groups; ≈ 100
+/// spans each, their texts copied out).
+const HELD_BLOCKS: usize = 4 * TEXT_GROUP_BLOCKS as usize;
+
+/// A committed span block's searchable texts, as the writer hands them over.
+pub(crate) struct CommittedBlock {
+    pub(crate) block_id: i64,
+    /// `text_index_state.erasures` when the block was inserted: the texts are the
+    /// block's stored ones as long as no erasure has been committed since.
+    pub(crate) erasures: i64,
+    pub(crate) texts: BlockTexts,
+}
+
+/// The writer's end of the hand-over. It never waits: a block the indexer has no room
+/// for is read back from the store.
+pub(crate) struct BlockFeed(SyncSender<CommittedBlock>);
+
+impl BlockFeed {
+    pub(crate) fn offer(&self, block: CommittedBlock) {
+        // Full or gone: the indexer reads the block from the store, if it runs at all.
+        let _ = self.0.try_send(block);
+    }
+}
+
+/// The hand-over of committed blocks from the writer to the indexer.
+pub(crate) fn feed() -> (BlockFeed, Receiver<CommittedBlock>) {
+    let (sender, receiver) = mpsc::sync_channel(HELD_BLOCKS);
+    (BlockFeed(sender), receiver)
+}
 
 /// One group's document, replacing the one it had.
 pub(crate) struct TextWrite {
@@ -54,6 +95,11 @@ pub(crate) struct TextWrite {
 impl TextWrite {
     pub(crate) fn bytes(&self) -> usize {
         64 + self.before.len() + self.after.len()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn document(&self) -> &str {
+        &self.after
     }
 }
 
@@ -79,15 +125,20 @@ pub(crate) fn spawn<S: TextSink>(
     conn: Connection,
     sink: Weak<S>,
     config: TextIndexConfig,
+    offered: Receiver<CommittedBlock>,
 ) -> Result<(), StoreError> {
-    crate::background::spawn("threadline-text-index", move || run(conn, sink, config))
+    crate::background::spawn("threadline-text-index", move || {
+        run(conn, sink, config, offered)
+    })
 }
 
-fn run<S: TextSink>(conn: Connection, sink: Weak<S>, config: TextIndexConfig) {
-    let mut indexer = Indexer {
-        config,
-        newest: None,
-    };
+fn run<S: TextSink>(
+    conn: Connection,
+    sink: Weak<S>,
+    config: TextIndexConfig,
+    offered: Receiver<CommittedBlock>,
+) {
+    let mut indexer = Indexer::new(config, offered);
     crate::background::until_closed(&sink, "full-text indexing", SLEEP, |sink| {
         indexer.round(&conn, sink.as_ref())
     });
@@ -97,9 +148,21 @@ struct Indexer {
     config: TextIndexConfig,
     /// The newest block seen, and since when it is the newest.
     newest: Option<(i64, Instant)>,
+    offered: Receiver<CommittedBlock>,
+    /// Blocks handed over and not yet past, by id.
+    held: BTreeMap<i64, CommittedBlock>,
 }
 
 impl Indexer {
+    fn new(config: TextIndexConfig, offered: Receiver<CommittedBlock>) -> Self {
+        Self {
+            config,
+            newest: None,
+            offered,
+            held: BTreeMap::new(),
+        }
+    }
+
     /// Indexes the next group, or the newest blocks once idle; false when there was
     /// nothing to do yet.
     fn round(&mut self, conn: &Connection, sink: &dyn TextSink) -> Result<bool, StoreError> {
@@ -131,6 +194,7 @@ impl Indexer {
                 now
             }
         };
+        self.take_offered(state);
         if newest < state.indexed_end {
             return Ok(None);
         }
@@ -148,9 +212,9 @@ impl Indexer {
         let before = if covered.is_empty() {
             String::new()
         } else {
-            text_groups::group_document(conn, covered)?
+            self.document(conn, state, covered)?
         };
-        let after = text_groups::group_document(conn, group_start..to_end)?;
+        let after = self.document(conn, state, group_start..to_end)?;
         Ok(Some(TextWrite {
             group,
             from: state,
@@ -159,16 +223,63 @@ impl Indexer {
             after,
         }))
     }
+
+    /// Takes the blocks handed over, keeping those still ahead of the index (from the
+    /// group it is in) that no erasure has changed since (blocks committed after the
+    /// snapshot may count more erasures), the oldest first when there are too many.
+    fn take_offered(&mut self, state: IndexState) {
+        let floor = group_of(state.indexed_end) * TEXT_GROUP_BLOCKS;
+        for block in self.offered.try_iter() {
+            self.held.insert(block.block_id, block);
+        }
+        self.held
+            .retain(|id, block| *id >= floor && block.erasures >= state.erasures);
+        while self.held.len() > HELD_BLOCKS {
+            self.held.pop_last();
+        }
+    }
+
+    /// The document of `blocks` (of one group) as the snapshot `state` belongs to has
+    /// them: from the blocks held when all of them are and no erasure came after any,
+    /// else from the store.
+    fn document(
+        &self,
+        conn: &Connection,
+        state: IndexState,
+        blocks: std::ops::Range<i64>,
+    ) -> Result<String, StoreError> {
+        let stored = text_groups::stored_blocks(conn, blocks)?;
+        let held: Option<Vec<&CommittedBlock>> = stored
+            .iter()
+            .map(|stored| {
+                self.held
+                    .get(&stored.id)
+                    .filter(|block| block.erasures == state.erasures)
+            })
+            .collect();
+        let Some(held) = held else {
+            return text_groups::group_document(conn, &stored);
+        };
+        let mut words = BlockWords::default();
+        for text in held.iter().flat_map(|block| block.texts.iter()) {
+            words.add_text(text);
+        }
+        Ok(words.document())
+    }
 }
 
-/// The write the indexer would hand over now, with no wait for idle blocks (tests).
+/// The write the indexer would hand over now, with no wait for idle blocks, from the
+/// blocks `offered` and the store (tests).
 #[cfg(test)]
-pub(crate) fn build_now(conn: &Connection) -> Result<Option<TextWrite>, StoreError> {
-    Indexer {
-        config: TextIndexConfig {
+pub(crate) fn build_now(
+    conn: &Connection,
+    offered: Receiver<CommittedBlock>,
+) -> Result<Option<TextWrite>, StoreError> {
+    Indexer::new(
+        TextIndexConfig {
             idle: Duration::ZERO,
         },
-        newest: None,
-    }
+        offered,
+    )
     .next_write(conn)
 }

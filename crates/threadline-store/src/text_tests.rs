@@ -208,8 +208,11 @@ fn a_document_built_before_an_erasure_is_not_written() {
         .write_blocking(&acme(), &[said(1, 100, "alice", "secret plan", "ok")])
         .unwrap();
     let conn = rusqlite::Connection::open(store.path()).unwrap();
-    let built =
-        |conn: &rusqlite::Connection| crate::text_indexer::build_now(conn).unwrap().unwrap();
+    let built = |conn: &rusqlite::Connection| {
+        crate::text_indexer::build_now(conn, crate::text_indexer::feed().1)
+            .unwrap()
+            .unwrap()
+    };
     // Built, then an erasure commits: not written.
     let stale = built(&conn);
     store
@@ -224,6 +227,66 @@ fn a_document_built_before_an_erasure_is_not_written() {
     assert!(crate::text_indexer::apply(&conn, &fresh).unwrap());
     assert_eq!(store.text_index_backlog().unwrap(), 0);
     assert_eq!(matching_documents(&store, "secret"), 0);
+}
+
+/// The document the indexer would write now, with `offered` handed over first.
+fn document_now(
+    conn: &rusqlite::Connection,
+    offered: Vec<crate::text_indexer::CommittedBlock>,
+) -> String {
+    let (feed, receiver) = crate::text_indexer::feed();
+    for block in offered {
+        feed.offer(block);
+    }
+    let write = crate::text_indexer::build_now(conn, receiver)
+        .unwrap()
+        .unwrap();
+    write.document().to_owned()
+}
+
+#[test]
+fn a_block_handed_over_is_indexed_as_stored_unless_an_erasure_came_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_indexing_after(dir.path(), Duration::from_secs(3600));
+    let spans = vec![
+        said(1, 100, "alice", "secret plan", "ok"),
+        said(2, 200, "bob", "weather today", "sunny"),
+    ];
+    store.write_blocking(&acme(), &spans).unwrap();
+    let conn = rusqlite::Connection::open(store.path()).unwrap();
+    let block_id: i64 = conn
+        .query_row("SELECT max(id) FROM span_blocks", [], |r| r.get(0))
+        .unwrap();
+    let held =
+        |spans: Vec<threadline_model::SpanRecord>, erasures| crate::text_indexer::CommittedBlock {
+            block_id,
+            erasures,
+            texts: crate::text_index::BlockTexts::of_spans(&spans),
+        };
+    let stored = document_now(&conn, Vec::new());
+    assert!(
+        stored.contains("secret") && stored.contains("sunny"),
+        "{stored}"
+    );
+    // The same spans handed over: the same document, not read back.
+    assert_eq!(document_now(&conn, vec![held(spans.clone(), 0)]), stored);
+    let other = vec![said(1, 100, "alice", "zebra", "ok")];
+    assert!(document_now(&conn, vec![held(other.clone(), 0)]).contains("zebra"));
+    // An erasure since the block was committed: the store's text, without alice's.
+    store
+        .submit_erasure(&acme(), ErasureSubject::UserId("alice".into()), "test", 0)
+        .unwrap()
+        .wait_blocking()
+        .unwrap();
+    let after = document_now(&conn, vec![held(other, 0)]);
+    assert!(
+        !after.contains("zebra") && !after.contains("secret"),
+        "{after}"
+    );
+    assert!(after.contains("sunny"), "{after}");
+    // A block handed over after that erasure counts it.
+    let kept = vec![said(2, 200, "bob", "weather today", "sunny")];
+    assert_eq!(document_now(&conn, vec![held(kept, 1)]), after);
 }
 
 #[test]

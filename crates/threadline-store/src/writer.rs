@@ -24,6 +24,8 @@ use threadline_model::{SpanRecord, TenantId};
 use tokio::sync::oneshot;
 
 use crate::checkpoint::CheckpointRequests;
+use crate::text_groups::IndexState;
+use crate::text_indexer::{BlockFeed, CommittedBlock};
 use crate::{codec, SqliteConfig, StoreError};
 
 /// One span, encoded into column values.
@@ -78,6 +80,10 @@ pub struct PreparedBatch {
     graph: Option<crate::graph::PreparedGraph>,
     /// The request spans' rollup cells, computed here rather than on the writer.
     rollups: threadline_analysis::Rollups,
+    /// The spans' searchable texts, handed to the full-text indexer once committed.
+    texts: crate::text_index::BlockTexts,
+    /// (block id, erasures so far), set by the transaction that inserts the block.
+    inserted: Option<(i64, i64)>,
 }
 
 impl PreparedBatch {
@@ -90,7 +96,8 @@ impl PreparedBatch {
         let mut rows = Vec::with_capacity(spans.len());
         let mut filter = crate::attr_filter::FilterBuilder::default();
         let block = codec::encode_block(spans.iter().map(|s| (&s.detail, &s.llm)))?;
-        let mut encoded_bytes = block.blob.len();
+        let texts = crate::text_index::BlockTexts::of_spans(spans);
+        let mut encoded_bytes = block.blob.len() + texts.bytes();
         for (span, (block_offset, block_len)) in spans.iter().zip(block.slots) {
             let (origin_hash, first_seen) = origins.hash(&span.origin)?;
             if first_seen {
@@ -164,6 +171,8 @@ impl PreparedBatch {
             encoded_bytes,
             graph: None,
             rollups: threadline_analysis::Rollups::of_requests(spans, requests),
+            texts,
+            inserted: None,
         })
     }
 
@@ -339,6 +348,7 @@ impl WriterHandle {
         path: PathBuf,
         config: SqliteConfig,
         checkpoints: CheckpointRequests,
+        text_feed: BlockFeed,
     ) -> Result<Self, StoreError> {
         let (sender, receiver) = mpsc::sync_channel(config.max_queued_batches);
         let counters = Arc::new(Counters::default());
@@ -354,10 +364,13 @@ impl WriterHandle {
                 conn,
                 path,
                 receiver,
-                synced,
                 thread_counters,
                 config,
-                checkpoints,
+                Handoffs {
+                    synced,
+                    checkpoints,
+                    text_feed,
+                },
             )
         })?;
         Ok(Self {
@@ -536,15 +549,29 @@ fn run_syncer(wal: &std::path::Path, committed: Receiver<CommittedAcks>) {
     }
 }
 
+/// Where the writer hands work on after a commit.
+struct Handoffs {
+    /// The syncer, which fsyncs the WAL and then acks.
+    synced: mpsc::Sender<CommittedAcks>,
+    /// The checkpointer.
+    checkpoints: CheckpointRequests,
+    /// The full-text indexer: the committed blocks' decoded spans.
+    text_feed: BlockFeed,
+}
+
 fn run_writer(
     mut conn: Connection,
     path: PathBuf,
     receiver: Receiver<Job>,
-    synced: mpsc::Sender<CommittedAcks>,
     counters: Arc<Counters>,
     config: SqliteConfig,
-    checkpoints: CheckpointRequests,
+    handoffs: Handoffs,
 ) {
+    let Handoffs {
+        synced,
+        checkpoints,
+        text_feed,
+    } = handoffs;
     let max_spans = config.max_spans_per_commit;
     let mut wal_restart = WalRestart {
         checkpoints,
@@ -585,6 +612,17 @@ fn run_writer(
         counters.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
         let outcomes = match result {
             Ok(mut outcomes) => {
+                for job in &mut jobs {
+                    if let Work::Spans(batch) = &mut job.work {
+                        if let Some((block_id, erasures)) = batch.inserted {
+                            text_feed.offer(CommittedBlock {
+                                block_id,
+                                erasures,
+                                texts: std::mem::take(&mut batch.texts),
+                            });
+                        }
+                    }
+                }
                 if outcomes
                     .iter()
                     .any(|o| o.as_ref().is_ok_and(|a| a.erasure.is_some()))
@@ -719,12 +757,20 @@ fn commit_jobs(
     // Rollup cells of this transaction's spans, by tenant row id.
     let mut staged: HashMap<i64, threadline_analysis::Rollups> = HashMap::new();
     let mut last_block = ledger.last_block;
+    // Erasures committed before the next span block, read once per transaction unless
+    // one of its jobs erases.
+    let mut erasures: Option<i64> = None;
     for job in jobs.iter_mut() {
         let outcome = match &mut job.work {
             Work::Spans(batch) => {
                 let tenant_id = tenant_id(&tx, &batch.tenant, cache)?;
                 if let Some(block_id) = insert_batch(&tx, tenant_id, batch, cache)? {
                     last_block = last_block.max(block_id);
+                    let count = match erasures {
+                        Some(count) => count,
+                        None => *erasures.insert(IndexState::select(&tx)?.erasures),
+                    };
+                    batch.inserted = Some((block_id, count));
                 }
                 // Moved, not copied: the writer is the serial stage. A failed commit
                 // drops them with the transaction.
@@ -760,6 +806,7 @@ fn commit_jobs(
                 }
             }
             Work::Erase(job) => {
+                erasures = None;
                 let tenant_id = tenant_id(&tx, &job.tenant, cache)?;
                 let report = crate::erase::erase(
                     &tx,
