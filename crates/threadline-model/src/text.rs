@@ -6,38 +6,41 @@
 
 use crate::{AttrValue, Attribute, SpanDetail};
 
-/// Key prefixes (or whole keys) whose string values are searchable text.
+/// Key prefixes (or whole keys) whose string values are searchable text: sorted, and
+/// none a prefix of another, so that `is_text_key` binary-searches them (a test holds
+/// both).
 const TEXT_KEYS: [&str; 21] = [
+    "error.message",
+    "exception.message",
     // OpenTelemetry GenAI (current and deprecated), OpenLLMetry.
-    "gen_ai.prompt",
     "gen_ai.completion",
+    "gen_ai.content.",
+    "gen_ai.event.content",
     "gen_ai.input.messages",
     "gen_ai.output.messages",
+    "gen_ai.prompt",
+    "gen_ai.retrieval.query.text",
     "gen_ai.system_instructions",
     "gen_ai.tool.call.arguments",
     "gen_ai.tool.call.result",
-    "gen_ai.content.",
-    "gen_ai.event.content",
-    "gen_ai.retrieval.query.text",
     // OpenInference.
+    "input.value",
     "llm.input_messages.",
     "llm.output_messages.",
     "llm.prompts",
-    "input.value",
     "output.value",
     "retrieval.documents.",
     "tool.parameters",
     // Traceloop entity input / output.
     "traceloop.entity.input",
     "traceloop.entity.output",
-    // Errors.
-    "exception.message",
-    "error.message",
 ];
 
-/// Whether a string value under `key` is searchable text.
+/// Whether a string value under `key` is searchable text. The only prefix `key` can
+/// start with is the greatest one not above it (no prefix starts another).
 pub fn is_text_key(key: &str) -> bool {
-    TEXT_KEYS.iter().any(|k| key.starts_with(k))
+    let at = TEXT_KEYS.partition_point(|prefix| *prefix <= key);
+    at > 0 && key.starts_with(TEXT_KEYS[at - 1])
 }
 
 /// Calls `f` with every string inside `value` (array items and map values included).
@@ -85,6 +88,42 @@ impl SpanDetail {
 mod tests {
     use super::*;
     use crate::SpanEvent;
+
+    #[test]
+    fn text_keys_are_sorted_and_none_starts_another() {
+        assert!(TEXT_KEYS.windows(2).all(|w| w[0] < w[1]));
+        for a in TEXT_KEYS {
+            for b in TEXT_KEYS {
+                assert!(a == b || !b.starts_with(a), "{a} starts {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_key_is_text_when_it_starts_with_any_text_prefix() {
+        let slow = |key: &str| TEXT_KEYS.iter().any(|p| key.starts_with(p));
+        let mut keys: Vec<String> = vec![
+            "".into(),
+            "a".into(),
+            "zzz".into(),
+            "gen_ai".into(),
+            "gen_ai.request.model".into(),
+            "gen_ai.promptx".into(),
+            "gen_ai.prompt.0.content".into(),
+            "gen_ai.tool.call".into(),
+            "llm.prompts.0".into(),
+            "llm.model_name".into(),
+        ];
+        for prefix in TEXT_KEYS {
+            keys.push(prefix.to_owned());
+            keys.push(format!("{prefix}.x"));
+            keys.push(prefix[..prefix.len() - 1].to_owned());
+            keys.push(format!("{}~", &prefix[..prefix.len() - 1]));
+        }
+        for key in &keys {
+            assert_eq!(is_text_key(key), slow(key), "{key}");
+        }
+    }
 
     #[test]
     fn text_comes_from_text_keys_and_message_events_only() {
