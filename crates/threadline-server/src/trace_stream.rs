@@ -48,7 +48,8 @@ pub(crate) fn opened_trace(
 
 /// A 200 JSON response whose body `write` produces on a blocking thread: sent whole
 /// (with its length) when it fits in one chunk, else in chunks while the connection
-/// sends them.
+/// sends them. When `write` fails before its first chunk, the answer is its error
+/// instead (404 for a trace the tenant does not have).
 pub(crate) async fn streamed(
     what: &'static str,
     write: impl FnOnce(&mut ChunkWriter) -> Result<(), WriteStop> + Send + 'static,
@@ -63,12 +64,18 @@ pub(crate) async fn streamed(
         };
         match write(&mut out) {
             Ok(()) => out.finish(),
-            // Past the first chunk the status line is gone: the body is cut off.
-            Err(e) => tracing::warn!(error = %e, "{what} cut short"),
+            Err(e) => match out.first.take() {
+                Some(first) => {
+                    let _ = first.send(First::Refused(e.into()));
+                }
+                // Past the first chunk the status line is gone: the body is cut off.
+                None => tracing::warn!(error = %e, "{what} cut short"),
+            },
         }
     });
     let mut response = match first_out.await {
         Ok(First::Whole(body)) => Body::from(body).into_response(),
+        Ok(First::Refused(e)) => return e.into_response(),
         Ok(First::Streaming) => {
             Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(receiver)).into_response()
         }
@@ -90,6 +97,8 @@ enum First {
     Whole(Bytes),
     /// Its chunks follow on the channel.
     Streaming,
+    /// It failed before its first byte.
+    Refused(ApiError),
 }
 
 /// Answers with the trace, or 404 before anything is sent.
@@ -99,8 +108,10 @@ pub(crate) async fn trace_response(
     trace_id: TraceId,
     prices: Arc<PriceTable>,
 ) -> Result<Response, ApiError> {
-    let (spans, reader) = open_trace(store, tenant, trace_id).await?;
+    // Opened on the writing thread: one hand-off to a blocking thread, not two.
     Ok(streamed("trace response", move |out| {
+        let (spans, reader) =
+            opened_trace(&store, &tenant, trace_id).map_err(WriteStop::Refused)?;
         write_trace(out, trace_id, &spans, reader, &prices)
     })
     .await)
@@ -113,6 +124,19 @@ pub(crate) enum WriteStop {
     Gone,
     #[error(transparent)]
     Store(#[from] threadline_store::StoreError),
+    /// Refused before anything was written.
+    #[error(transparent)]
+    Refused(ApiError),
+}
+
+impl From<WriteStop> for ApiError {
+    fn from(stop: WriteStop) -> Self {
+        match stop {
+            WriteStop::Gone => ApiError::Internal("the client went away".to_owned()),
+            WriteStop::Store(e) => e.into(),
+            WriteStop::Refused(e) => e,
+        }
+    }
 }
 
 /// Output of a streamed response.

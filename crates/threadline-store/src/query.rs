@@ -20,13 +20,9 @@ pub struct ServiceSummary {
 }
 
 pub(crate) fn tenant_key(conn: &Connection, tenant: &TenantId) -> Result<Option<i64>, StoreError> {
-    conn.query_row(
-        "SELECT id FROM tenants WHERE name = ?1",
-        [tenant.as_str()],
-        |r| r.get(0),
-    )
-    .optional()
-    .map_err(|e| sqlite_err(conn, e))
+    conn.prepare_cached("SELECT id FROM tenants WHERE name = ?1")
+        .and_then(|mut s| s.query_row([tenant.as_str()], |r| r.get(0)).optional())
+        .map_err(|e| sqlite_err(conn, e))
 }
 
 /// The tenant's key and the row ranges that may hold a trace's spans; `None` for a
@@ -138,12 +134,13 @@ impl OriginCache {
             return Ok(Arc::clone(o));
         }
         let blob: Option<Vec<u8>> = conn
-            .query_row(
+            .prepare_cached(
                 "SELECT origin FROM span_origins WHERE tenant_id = ?1 AND origin_hash = ?2",
-                params![self.tenant_id, hash],
-                |r| r.get(0),
             )
-            .optional()
+            .and_then(|mut s| {
+                s.query_row(params![self.tenant_id, hash], |r| r.get(0))
+                    .optional()
+            })
             .map_err(|e| sqlite_err(conn, e))?;
         let origin = match blob {
             Some(b) => Arc::new(codec::decode_origin(&b)?),
