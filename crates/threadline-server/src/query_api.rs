@@ -47,13 +47,13 @@ async fn get_trace(
 ) -> Result<axum::response::Response, ApiError> {
     let tenant = state.auth.tenant_of(&headers)?;
     let trace_id = crate::error::parse_trace_id(&raw_id)?;
-    crate::trace_stream::trace_response(
+    Ok(crate::trace_stream::trace_response(
         state.store.clone(),
         tenant,
         trace_id,
         Arc::clone(&state.prices),
     )
-    .await
+    .await)
 }
 
 /// Every span of a trace in compact columns (see `trace_view`), or 404.

@@ -107,14 +107,14 @@ pub(crate) async fn trace_response(
     tenant: TenantId,
     trace_id: TraceId,
     prices: Arc<PriceTable>,
-) -> Result<Response, ApiError> {
+) -> Response {
     // Opened on the writing thread: one hand-off to a blocking thread, not two.
-    Ok(streamed("trace response", move |out| {
+    streamed("trace response", move |out| {
         let (spans, reader) =
             opened_trace(&store, &tenant, trace_id).map_err(WriteStop::Refused)?;
         write_trace(out, trace_id, &spans, reader, &prices)
     })
-    .await)
+    .await
 }
 
 /// Why writing stopped.

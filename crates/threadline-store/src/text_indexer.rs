@@ -1,16 +1,17 @@
 //! The background thread that builds the full-text index (`text_index`). Once a group
 //! of `TEXT_GROUP_BLOCKS` blocks is complete — or the newest blocks have been left
-//! alone for `TextIndexConfig::idle` — it reads them through its own connection, in one
-//! snapshot, gathers their distinct words into the group's document, and hands it to
-//! the single writer as an ordinary job. The writer writes it unless an erasure was
-//! committed after the snapshot (the document could hold erased words; it is built
-//! again from what is left).
+//! alone for `TextIndexConfig::idle` — it gathers the distinct words of the group's
+//! blocks, as one snapshot of its own connection has them, into the group's document,
+//! and hands it to the single writer as an ordinary job. The writer writes it unless an
+//! erasure was committed after the snapshot (the document could hold erased words; it
+//! is built again from what is left).
 //!
-//! The writer hands each committed block's texts over (`BlockFeed`; ingest copies them
-//! out of the spans as it encodes the block), so that a group whose blocks the indexer
-//! holds is not read back, decompressed and decoded: that was two thirds of its work. A held block is used only while no erasure has
-//! been committed since it was (`CommittedBlock::erasures`); otherwise, and for blocks
-//! it missed (a full hand-over, a restart), the indexer reads the store.
+//! The texts of each block come from the writer, which hands them over once the block
+//! is committed (`BlockFeed`; ingest copies them out of the spans as it encodes the
+//! block), so that the indexer does not read back, decompress and decode what ingest
+//! has just encoded: that was two thirds of its work. A held block is used only while
+//! no erasure has been committed since it was (`CommittedBlock::erasures`); otherwise,
+//! and for blocks it missed (a full hand-over, a restart), the indexer reads the store.
 //!
 //! So ingest neither gathers words nor writes the index, and a group's words are
 //! gathered once for its 16 blocks. The thread keeps the default CPU priority: at nice

@@ -208,13 +208,8 @@ fn a_document_built_before_an_erasure_is_not_written() {
         .write_blocking(&acme(), &[said(1, 100, "alice", "secret plan", "ok")])
         .unwrap();
     let conn = rusqlite::Connection::open(store.path()).unwrap();
-    let built = |conn: &rusqlite::Connection| {
-        crate::text_indexer::build_now(conn, crate::text_indexer::feed().1)
-            .unwrap()
-            .unwrap()
-    };
     // Built, then an erasure commits: not written.
-    let stale = built(&conn);
+    let stale = write_now(&conn, Vec::new());
     store
         .submit_erasure(&acme(), ErasureSubject::UserId("alice".into()), "test", 0)
         .unwrap()
@@ -223,10 +218,24 @@ fn a_document_built_before_an_erasure_is_not_written() {
     assert!(!crate::text_indexer::apply(&conn, &stale).unwrap());
     assert_eq!(store.text_index_backlog().unwrap(), 1);
     // Built again from what is left: written.
-    let fresh = built(&conn);
+    let fresh = write_now(&conn, Vec::new());
     assert!(crate::text_indexer::apply(&conn, &fresh).unwrap());
     assert_eq!(store.text_index_backlog().unwrap(), 0);
     assert_eq!(matching_documents(&store, "secret"), 0);
+}
+
+/// What the indexer would hand the writer now, with `offered` handed over first.
+fn write_now(
+    conn: &rusqlite::Connection,
+    offered: Vec<crate::text_indexer::CommittedBlock>,
+) -> crate::text_indexer::TextWrite {
+    let (feed, receiver) = crate::text_indexer::feed();
+    for block in offered {
+        feed.offer(block);
+    }
+    crate::text_indexer::build_now(conn, receiver)
+        .unwrap()
+        .unwrap()
 }
 
 /// The document the indexer would write now, with `offered` handed over first.
@@ -234,14 +243,7 @@ fn document_now(
     conn: &rusqlite::Connection,
     offered: Vec<crate::text_indexer::CommittedBlock>,
 ) -> String {
-    let (feed, receiver) = crate::text_indexer::feed();
-    for block in offered {
-        feed.offer(block);
-    }
-    let write = crate::text_indexer::build_now(conn, receiver)
-        .unwrap()
-        .unwrap();
-    write.document().to_owned()
+    write_now(conn, offered).document().to_owned()
 }
 
 #[test]

@@ -555,7 +555,7 @@ struct Handoffs {
     synced: mpsc::Sender<CommittedAcks>,
     /// The checkpointer.
     checkpoints: CheckpointRequests,
-    /// The full-text indexer: the committed blocks' decoded spans.
+    /// The full-text indexer: the committed blocks' texts.
     text_feed: BlockFeed,
 }
 
