@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use rusqlite::{params, params_from_iter, Connection};
 use sha2::Digest;
 
-use crate::{codec, text_groups, StoreError};
+use crate::{block_values, codec, text_groups, StoreError};
 
 /// A store error inside the erasure's SQLite transaction.
 fn store_error(e: StoreError) -> rusqlite::Error {
@@ -101,6 +101,11 @@ pub(crate) fn erase(
             documents.push((group, blocks, before));
         }
     }
+    // The blocks' column values, as they are before the erasure.
+    let refills = by_block
+        .keys()
+        .map(|block_id| block_values::Refill::before_erasure(tx, tenant_id, *block_id))
+        .collect::<rusqlite::Result<Vec<_>>>()?;
     for (block_id, slots) in &by_block {
         let blob: Vec<u8> = tx
             .prepare_cached("SELECT block FROM span_blocks WHERE id = ?1")?
@@ -115,6 +120,9 @@ pub(crate) fn erase(
             crate::placeholders(chunk.len())
         );
         tx.execute(&sql, params_from_iter(chunk.iter().map(|r| r.0)))?;
+    }
+    for refill in refills {
+        refill.after_erasure(tx)?;
     }
     for (group, blocks, before) in documents {
         let after = text_groups::group_document(tx, &blocks).map_err(store_error)?;

@@ -6,6 +6,7 @@
 
 mod attr_filter;
 mod background;
+mod block_values;
 mod checkpoint;
 mod codec;
 mod erase;
@@ -650,6 +651,8 @@ pub(crate) fn sqlite_err(conn: &Connection, source: rusqlite::Error) -> StoreErr
     }
 }
 
+#[cfg(test)]
+mod block_values_tests;
 #[cfg(test)]
 mod filter_tests;
 #[cfg(test)]

@@ -1,5 +1,6 @@
-//! Span reads by start time. The span indexes are keyed by detail block (blocks are
-//! numbered in arrival order, so ingest appends to them); what is known about time is
+//! Span reads by start time. Spans are stored in detail-block order (blocks are
+//! numbered in arrival order, and a block's rows are a rowid range); column values are
+//! known per block (`block_values`), and what is known about time is
 //! each block's zone, the start times of its oldest and newest span, indexed by the
 //! newest (`blocks_by_newest_start`). This module owns the two ways reads use it:
 //! - `NewestFirst`: matching spans newest first, merged across blocks whose zones
@@ -11,6 +12,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use rusqlite::types::Value;
 use rusqlite::{Connection, Row};
 
+use crate::block_values::{probes_sql, BlockProbe};
 use crate::{sqlite_err, StoreError};
 
 /// Spans that started within `from..=to` (unix ns) of one tenant.
@@ -21,61 +23,30 @@ pub(crate) struct SpanWindow {
     pub(crate) to: i64,
 }
 
-/// How the rows of one block are found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum RowAccess {
-    /// Through the span index of a column the query tests for equality (one of
-    /// `INDEXED_COLUMNS`, or errors): a block without the value costs one seek.
-    FilterIndex,
-    /// By reading the block's row range. Without an equality on an indexed column
-    /// SQLite would otherwise pick an index on the tenant alone and read every span of
-    /// the tenant once per block.
-    BlockRange,
-}
-
 /// The row filter of a read that filters on nothing but the tenant.
 pub(crate) const TENANT_ONLY: &str = "tenant_id = ?";
 
-/// Span columns with an index keyed (tenant, column, block).
-pub(crate) const INDEXED_COLUMNS: [&str; 4] = ["service", "model", "route", "adapter"];
-
-impl RowAccess {
-    /// `FilterIndex` when the query tests an indexed column (or errors) for equality.
-    pub(crate) fn given(indexed_equality: bool) -> Self {
-        if indexed_equality {
-            RowAccess::FilterIndex
-        } else {
-            RowAccess::BlockRange
-        }
-    }
-
-    /// The `spans` table as named in a `FROM` clause (the alias may be empty).
-    fn spans_table(self, alias: &str) -> String {
-        match self {
-            RowAccess::FilterIndex => format!("spans {alias}"),
-            RowAccess::BlockRange => format!("spans {alias} NOT INDEXED"),
-        }
-    }
-}
-
 /// The `FROM` clause (spans as `s`, their blocks as `b`) and its arguments for a query
-/// over the spans of `window`: blocks whose zone overlaps it, then their rows. The
-/// caller still tests `s.start_ns` against the window; zones only narrow the blocks.
-pub(crate) fn spans_in_window(window: SpanWindow, access: RowAccess) -> (String, Vec<Value>) {
+/// over the spans of `window` in blocks that pass `probes`: blocks whose zone overlaps
+/// the window and that hold the probed values, then their rows. The caller still
+/// tests `s.start_ns` and the probed columns; zones and probes only narrow the blocks.
+pub(crate) fn spans_in_window(window: SpanWindow, probes: &[BlockProbe]) -> (String, Vec<Value>) {
+    let (probed, probe_args) = probes_sql("b.tenant_id", "b.block_id", probes);
     // CROSS JOIN keeps the blocks as the outer loop: each visits its own rows.
+    let mut args = vec![
+        Value::Integer(window.tenant_id),
+        Value::Integer(window.from),
+        Value::Integer(window.to),
+    ];
+    args.extend(probe_args);
     (
         format!(
-            "block_traces b CROSS JOIN {}
-               ON b.tenant_id = ? AND b.max_start_ns >= ? AND b.min_start_ns <= ?
+            "block_traces b CROSS JOIN spans s NOT INDEXED
+               ON b.tenant_id = ? AND b.max_start_ns >= ? AND b.min_start_ns <= ? {probed}
               AND s.rowid BETWEEN b.first_span_rowid AND b.last_span_rowid
-              AND s.block_id = b.block_id",
-            access.spans_table("s")
+              AND s.block_id = b.block_id"
         ),
-        vec![
-            Value::Integer(window.tenant_id),
-            Value::Integer(window.from),
-            Value::Integer(window.to),
-        ],
+        args,
     )
 }
 
@@ -98,8 +69,9 @@ pub(crate) struct NewestFirst<'c, T> {
     window: SpanWindow,
     /// The next page of zones holding a matching row, newest start first.
     zones_sql: String,
-    /// Whether `zones_sql` tests the filter (and binds its arguments).
-    zones_filtered: bool,
+    /// The arguments of `zones_sql`'s block probes and, when it tests the filter on
+    /// the rows, the filter's.
+    zones_args: Vec<Value>,
     /// `SELECT … FROM spans WHERE rowid BETWEEN ? AND ? AND block_id = ? AND (filter)`.
     rows_sql: String,
     filter_args: Vec<Value>,
@@ -128,55 +100,64 @@ pub(crate) type DecodeRow<T> = fn(&Connection, &Row<'_>) -> Result<(i64, T), Sto
 /// Zones read ahead per query of the zone index (few in tests, so they page).
 const ZONE_PAGE: i64 = if cfg!(test) { 4 } else { 256 };
 
+/// What rows a `NewestFirst` reads.
+pub(crate) struct RowFilter<'a> {
+    /// SQL over the `spans` columns with `?` placeholders bound to `args`.
+    pub(crate) sql: &'a str,
+    pub(crate) args: Vec<Value>,
+    /// Blocks without these values hold no matching row.
+    pub(crate) probes: &'a [BlockProbe],
+    /// Whether a block that passes the probes surely holds a matching row (the filter
+    /// tests nothing the probes do not), so that only the probes test zones.
+    pub(crate) probes_decide: bool,
+}
+
 impl<'c, T: Ord> NewestFirst<'c, T> {
-    /// `columns` are selected from `spans` for rows that pass `filter` (SQL over the
-    /// `spans` columns with `?` placeholders bound to `filter_args`); `decode` turns
+    /// `columns` are selected from `spans` for rows that pass `filter`; `decode` turns
     /// such a row into its start time and a `T`.
     pub(crate) fn new(
         conn: &'c Connection,
         window: SpanWindow,
-        access: RowAccess,
         columns: &str,
-        filter: &str,
-        filter_args: Vec<Value>,
+        filter: RowFilter<'_>,
         decode: DecodeRow<T>,
     ) -> Self {
-        let spans = access.spans_table("");
+        let (probed, mut zones_args) = probes_sql("z.tenant_id", "z.block_id", filter.probes);
         // Every zone holds rows of its tenant (but for a block erased whole, which
-        // reads as empty): without a filter, the per-zone probe would only cost a row
-        // read per block.
-        let zones_filtered = filter != TENANT_ONLY;
-        let holds_match = if !zones_filtered {
+        // reads as empty): without a filter, the per-zone test would only cost a row
+        // read per block. Blocks without a match are skipped here, in one statement:
+        // a filter that matches little then costs a probe per block, not a query each.
+        let sql = filter.sql;
+        let holds_match = if sql == TENANT_ONLY || filter.probes_decide {
             String::new()
         } else {
+            zones_args.extend_from_slice(&filter.args);
             format!(
-                "AND EXISTS (SELECT 1 FROM {spans}
+                "AND EXISTS (SELECT 1 FROM spans NOT INDEXED
                              WHERE rowid BETWEEN z.first_span_rowid AND z.last_span_rowid
-                               AND block_id = z.block_id AND ({filter}))"
+                               AND block_id = z.block_id AND ({sql}))"
             )
         };
         Self {
             conn,
             window,
             // Keyset paging in index order ((max, min, block) is unique per tenant).
-            // Blocks without a match are skipped here, in one statement: a filter that
-            // matches little then costs an index probe per block, not a query each.
             zones_sql: format!(
                 "SELECT z.block_id, z.first_span_rowid, z.last_span_rowid,
                         z.max_start_ns, z.min_start_ns
                  FROM block_traces AS z INDEXED BY blocks_by_newest_start
                  WHERE z.tenant_id = ? AND z.max_start_ns >= ? AND z.min_start_ns <= ?
                    AND (z.max_start_ns, z.min_start_ns, z.block_id) < (?, ?, ?)
-                   {holds_match}
+                   {probed} {holds_match}
                  ORDER BY z.max_start_ns DESC, z.min_start_ns DESC, z.block_id DESC
                  LIMIT ?"
             ),
             rows_sql: format!(
-                "SELECT {columns} FROM {spans}
-                 WHERE rowid BETWEEN ? AND ? AND block_id = ? AND ({filter})"
+                "SELECT {columns} FROM spans NOT INDEXED
+                 WHERE rowid BETWEEN ? AND ? AND block_id = ? AND ({sql})"
             ),
-            zones_filtered,
-            filter_args,
+            zones_args,
+            filter_args: filter.args,
             decode,
             zones: VecDeque::new(),
             zones_after: None,
@@ -222,9 +203,7 @@ impl<'c, T: Ord> NewestFirst<'c, T> {
             Value::Integer(after_min),
             Value::Integer(after_block),
         ];
-        if self.zones_filtered {
-            args.extend_from_slice(&self.filter_args);
-        }
+        args.extend_from_slice(&self.zones_args);
         args.push(Value::Integer(ZONE_PAGE));
         let mut stmt = conn.prepare_cached(&self.zones_sql).map_err(err)?;
         let mut rows = stmt

@@ -10,7 +10,8 @@ use threadline_model::{
     LlmView, SpanDetail, SpanId, SpanKind, SpanOrigin, SpanRecord, TenantId, TraceId,
 };
 
-use crate::newest_first::{spans_in_window, RowAccess, SpanWindow, INDEXED_COLUMNS};
+use crate::block_values::{BlockProbe, ValueField};
+use crate::newest_first::{spans_in_window, SpanWindow};
 use crate::trace_lookup::{self, RowRange};
 use crate::{codec, sqlite_err, StoreError};
 
@@ -290,7 +291,7 @@ pub(crate) fn services(
 }
 
 /// Distinct (service, span name, kind) of the tenant's spans, of one service or all,
-/// sorted. Reads every span row of the service through its index.
+/// sorted (kept per tenant as spans are written).
 pub(crate) fn operations(
     conn: &Connection,
     tenant: &TenantId,
@@ -301,7 +302,7 @@ pub(crate) fn operations(
     };
     let mut stmt = conn
         .prepare_cached(
-            "SELECT DISTINCT service, name, kind FROM spans
+            "SELECT service, name, kind FROM tenant_operations
              WHERE tenant_id = ?1 AND (?2 IS NULL OR service = ?2) ORDER BY service, name, kind",
         )
         .map_err(|e| sqlite_err(conn, e))?;
@@ -342,7 +343,7 @@ pub(crate) fn requests_served(
         from: since_ns,
         to: i64::MAX,
     };
-    let (spans, mut args) = spans_in_window(window, RowAccess::BlockRange);
+    let (spans, mut args) = spans_in_window(window, &[]);
     let from_where = format!(
         "FROM {spans} WHERE s.tenant_id = ? AND s.start_ns >= ? AND (s.adapter IN ({}) OR s.instance IN ({}))",
         marks(adapters.len()),
@@ -367,13 +368,14 @@ pub(crate) fn requests_served(
         )
         .map_err(err)?;
     let mut by_node = Vec::new();
-    for (kind, column, list) in [
-        ("adapter", "adapter", adapters),
-        ("instance", "instance", instances),
+    for (kind, field, list) in [
+        ("adapter", ValueField::Adapter, adapters),
+        ("instance", ValueField::Instance, instances),
     ] {
+        let column = field.column_name();
         for id in list {
-            let access = RowAccess::given(INDEXED_COLUMNS.contains(&column));
-            let (spans, mut args) = spans_in_window(window, access);
+            let (spans, mut args) =
+                spans_in_window(window, &[BlockProbe::new(field, vec![id.clone()])]);
             args.extend([tenant_id.into(), since_ns.into(), id.clone().into()]);
             let n: i64 = conn
                 .query_row(
@@ -408,15 +410,15 @@ pub struct ExemplarQuery {
     pub limit: usize,
 }
 
-const EXEMPLAR_COLUMNS: [&str; 8] = [
-    "service",
-    "route",
-    "model",
-    "adapter",
-    "instance",
-    "image",
-    "prompt_version",
-    "ab_group",
+const EXEMPLAR_FIELDS: [ValueField; 8] = [
+    ValueField::Service,
+    ValueField::Route,
+    ValueField::Model,
+    ValueField::Adapter,
+    ValueField::Instance,
+    ValueField::Image,
+    ValueField::PromptVersion,
+    ValueField::AbGroup,
 ];
 
 /// (trace id, span duration) of the slowest matching spans, distinct traces.
@@ -428,32 +430,44 @@ pub(crate) fn exemplars(
     let Some(tenant_id) = tenant_key(conn, tenant)? else {
         return Ok(Vec::new());
     };
-    let by_index = q.errors_only
-        || q.columns
-            .iter()
-            .any(|(column, _)| INDEXED_COLUMNS.contains(column));
+    let mut probes = Vec::new();
+    for (column, value) in &q.columns {
+        // Only known column names reach the SQL text.
+        let Some(field) = ValueField::of_column(column).filter(|f| EXEMPLAR_FIELDS.contains(f))
+        else {
+            return Err(StoreError::Corrupt(format!(
+                "{column} is not a span column"
+            )));
+        };
+        probes.push(BlockProbe::new(field, vec![value.clone()]));
+    }
+    if q.errors_only {
+        probes.push(BlockProbe::errors());
+    }
     let (spans, mut args) = spans_in_window(
         SpanWindow {
             tenant_id,
             from: q.from_ns,
             to: q.to_ns,
         },
-        RowAccess::given(by_index),
+        &probes,
     );
     let mut sql = format!(
         "SELECT s.trace_id, s.duration_ns FROM {spans}
          WHERE s.tenant_id = ? AND s.start_ns BETWEEN ? AND ?"
     );
     args.extend([tenant_id.into(), q.from_ns.into(), q.to_ns.into()]);
-    for (column, value) in &q.columns {
-        // Only known column names reach the SQL text.
-        let Some(column) = EXEMPLAR_COLUMNS.iter().find(|c| *c == column) else {
-            return Err(StoreError::Corrupt(format!(
-                "{column} is not a span column"
-            )));
-        };
-        sql.push_str(&format!(" AND s.{column} = ?"));
-        args.push(value.clone().into());
+    for probe in &probes {
+        if probe.field != ValueField::Error {
+            sql.push_str(&format!(" AND s.{} = ?", probe.field.column_name()));
+            args.extend(
+                probe
+                    .values
+                    .iter()
+                    .cloned()
+                    .map(rusqlite::types::Value::Text),
+            );
+        }
     }
     if let Some(min) = q.min_duration_ns {
         sql.push_str(" AND s.duration_ns >= ?");

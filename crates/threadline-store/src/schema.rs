@@ -298,6 +298,41 @@ const MIGRATIONS: &[&str] = &[
      INSERT INTO text_index_state VALUES (0, 0);
      DROP TABLE block_text;
      DROP TABLE block_text_start;",
+    // 16: per-block column values (`block_values`) instead of per-span indexes on
+    //    those columns: one row per distinct value per block, not one entry per span.
+    //    Field codes are `ValueField::code`'s. The distinct operations of each tenant
+    //    (`tenant_operations`), so listing them reads no span.
+    "CREATE TABLE block_values (
+        tenant_id INTEGER NOT NULL,
+        field INTEGER NOT NULL,
+        value TEXT NOT NULL,
+        block_id INTEGER NOT NULL,
+        PRIMARY KEY (tenant_id, field, value, block_id)
+     ) WITHOUT ROWID;
+     INSERT OR IGNORE INTO block_values
+        SELECT DISTINCT tenant_id, 1, service, block_id FROM spans
+        UNION ALL SELECT DISTINCT tenant_id, 2, model, block_id FROM spans WHERE model IS NOT NULL
+        UNION ALL SELECT DISTINCT tenant_id, 3, route, block_id FROM spans WHERE route IS NOT NULL
+        UNION ALL SELECT DISTINCT tenant_id, 4, adapter, block_id FROM spans WHERE adapter IS NOT NULL
+        UNION ALL SELECT DISTINCT tenant_id, 5, instance, block_id FROM spans WHERE instance IS NOT NULL
+        UNION ALL SELECT DISTINCT tenant_id, 6, image, block_id FROM spans WHERE image IS NOT NULL
+        UNION ALL SELECT DISTINCT tenant_id, 7, prompt_version, block_id FROM spans
+            WHERE prompt_version IS NOT NULL
+        UNION ALL SELECT DISTINCT tenant_id, 8, ab_group, block_id FROM spans WHERE ab_group IS NOT NULL
+        UNION ALL SELECT DISTINCT tenant_id, 9, '', block_id FROM spans WHERE status_code = 2;
+     DROP INDEX spans_by_service;
+     DROP INDEX spans_by_model;
+     DROP INDEX spans_by_route;
+     DROP INDEX spans_by_adapter;
+     DROP INDEX spans_with_error;
+     CREATE TABLE tenant_operations (
+        tenant_id INTEGER NOT NULL,
+        service TEXT NOT NULL,
+        name TEXT NOT NULL,
+        kind INTEGER NOT NULL,
+        PRIMARY KEY (tenant_id, service, name, kind)
+     ) WITHOUT ROWID;
+     INSERT OR IGNORE INTO tenant_operations SELECT DISTINCT tenant_id, service, name, kind FROM spans;",
 ];
 
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -392,9 +427,10 @@ mod tests {
     use threadline_model::{TenantId, TraceId};
 
     /// A database written before migration 8 (span indexes keyed by start time) is
-    /// upgraded in place, and its spans are found through the new indexes and zones.
+    /// upgraded in place, and its spans are found through the block values migration
+    /// 16 made of its rows, and through the zones.
     #[test]
-    fn migration_8_rekeys_the_span_indexes_of_a_populated_database() {
+    fn migrations_8_and_16_reindex_the_spans_of_a_populated_database() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("threadline.db");
         let mut conn = Connection::open(&path).unwrap();
@@ -431,14 +467,19 @@ mod tests {
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
         assert_eq!(version, SCHEMA_VERSION);
-        let columns: Vec<String> = conn
-            .prepare("SELECT name FROM pragma_index_info('spans_by_model')")
+        // Migration 16 recorded the block's values from its rows and listed its operations.
+        let values: Vec<(i64, String)> = conn
+            .prepare("SELECT field, value FROM block_values WHERE block_id = 1 ORDER BY field")
             .unwrap()
-            .query_map([], |r| r.get(0))
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap();
-        assert_eq!(columns, ["tenant_id", "model", "block_id"]);
+        assert_eq!(values, [(1, "gateway".to_owned()), (2, "llama".to_owned())]);
+        let operations: i64 = conn
+            .query_row("SELECT count(*) FROM tenant_operations", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(operations, 1);
         let page = search(
             &conn,
             &TenantId::new("acme").unwrap(),

@@ -18,7 +18,8 @@ use rusqlite::types::Value;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use threadline_model::{SpanId, TenantId, TraceId};
 
-use crate::newest_first::{Keep, NewestFirst, RowAccess, SpanWindow, INDEXED_COLUMNS, TENANT_ONLY};
+use crate::block_values::{BlockProbe, ValueField};
+use crate::newest_first::{Keep, NewestFirst, RowFilter, SpanWindow, TENANT_ONLY};
 use crate::query::{tenant_key, tenant_services, BlockCache, DetailSlot, OriginCache};
 use crate::span_screen::{PairScreen, TextScreen};
 use crate::text_groups::{self, BlockSet};
@@ -116,14 +117,21 @@ fn names_match(how: NameMatch, stored: &str, wanted: &str) -> bool {
     }
 }
 
-/// The SQL condition for a model filter: the span's model (the requested one) or its
-/// responding model matches. The first `IN` lets the model index find the rows.
-fn model_condition(
+/// A model filter: the span's model (the requested one) or its responding model
+/// matches. `models` are the requested models of every span that can match (what the
+/// block probe looks for); `condition` is `None` when every span with one of them
+/// matches, else the SQL that tells.
+struct ModelFilter {
+    models: Vec<String>,
+    condition: Option<(String, Vec<Value>)>,
+}
+
+fn model_filter(
     conn: &Connection,
     tenant_id: i64,
     how: NameMatch,
     wanted: &str,
-) -> Result<(String, Vec<Value>), StoreError> {
+) -> Result<ModelFilter, StoreError> {
     let mut stmt = conn
         .prepare_cached("SELECT model, response_model FROM tenant_models WHERE tenant_id = ?1")
         .map_err(|e| sqlite_err(conn, e))?;
@@ -147,19 +155,16 @@ fn model_condition(
         v.dedup();
     }
     let text = |v: &[String]| v.iter().cloned().map(Value::Text).collect::<Vec<_>>();
+    let mut models: Vec<String> = direct.iter().chain(&behind).cloned().collect();
+    models.sort_unstable();
+    models.dedup();
     if responses.is_empty() {
-        if direct.is_empty() {
-            return Ok(("0".to_owned(), Vec::new()));
-        }
-        return Ok((
-            format!("model IN ({})", crate::placeholders(direct.len())),
-            text(&direct),
-        ));
+        return Ok(ModelFilter {
+            models: direct,
+            condition: None,
+        });
     }
-    let mut all: Vec<String> = direct.iter().chain(&behind).cloned().collect();
-    all.sort_unstable();
-    all.dedup();
-    let mut args = text(&all);
+    let mut args = Vec::new();
     let mut either = Vec::new();
     if !direct.is_empty() {
         either.push(format!("model IN ({})", crate::placeholders(direct.len())));
@@ -170,78 +175,112 @@ fn model_condition(
         crate::placeholders(responses.len())
     ));
     args.extend(text(&responses));
-    Ok((
-        format!(
-            "model IN ({}) AND ({})",
-            crate::placeholders(all.len()),
-            either.join(" OR ")
-        ),
-        args,
-    ))
+    Ok(ModelFilter {
+        models,
+        condition: Some((format!("({})", either.join(" OR ")), args)),
+    })
 }
 
-/// The SQL half of the filters (everything but attributes): the condition on `spans`,
-/// its arguments, and how a block's matching rows are best found.
+/// The SQL half of a search's filters (everything but attributes and text).
+struct SqlFilters {
+    /// The condition on `spans` and its arguments.
+    sql: String,
+    args: Vec<Value>,
+    /// What a block must hold to hold a match.
+    probes: Vec<BlockProbe>,
+    /// Whether the condition tests nothing but the probed values.
+    probes_decide: bool,
+}
+
+impl SqlFilters {
+    fn row_filter(&self) -> RowFilter<'_> {
+        RowFilter {
+            sql: &self.sql,
+            args: self.args.clone(),
+            probes: &self.probes,
+            probes_decide: self.probes_decide,
+        }
+    }
+}
+
 fn sql_filters(
     conn: &Connection,
     tenant_id: i64,
     q: &TraceQuery,
-) -> Result<(String, Vec<Value>, RowAccess), StoreError> {
+) -> Result<SqlFilters, StoreError> {
     let mut sql = String::from(TENANT_ONLY);
     let mut args = vec![Value::Integer(tenant_id)];
-    let mut indexed_equality = q.errors_only;
-    if let Some(wanted) = &q.service {
-        let mut names = tenant_services(conn, tenant_id)?;
-        names.retain(|name| names_match(q.names, name, wanted));
-        if names.is_empty() {
+    let mut probes = Vec::new();
+    let mut probes_decide = true;
+    let mut one_of = |sql: &mut String, field: ValueField, values: Vec<String>| {
+        let column = field.column_name();
+        if values.is_empty() {
             sql.push_str(" AND 0");
         } else {
             sql.push_str(&format!(
-                " AND service IN ({})",
-                crate::placeholders(names.len())
+                " AND {column} IN ({})",
+                crate::placeholders(values.len())
             ));
-            args.extend(names.into_iter().map(Value::Text));
+            args.extend(values.iter().cloned().map(Value::Text));
         }
-        indexed_equality = true;
+        probes.push(BlockProbe::new(field, values));
+    };
+    if let Some(wanted) = &q.service {
+        let mut names = tenant_services(conn, tenant_id)?;
+        names.retain(|name| names_match(q.names, name, wanted));
+        one_of(&mut sql, ValueField::Service, names);
     }
+    let mut model_condition = None;
     if let Some(wanted) = &q.model {
-        let (condition, values) = model_condition(conn, tenant_id, q.names, wanted)?;
-        sql.push_str(&format!(" AND ({condition})"));
-        args.extend(values);
-        indexed_equality = true;
+        let filter = model_filter(conn, tenant_id, q.names, wanted)?;
+        one_of(&mut sql, ValueField::Model, filter.models);
+        model_condition = filter.condition;
     }
-    let mut eq = |column: &str, value: &Option<String>| {
+    for (field, value) in [
+        (ValueField::Route, &q.route),
+        (ValueField::Adapter, &q.adapter),
+        (ValueField::AbGroup, &q.ab_group),
+    ] {
+        if let Some(v) = value {
+            one_of(&mut sql, field, vec![v.clone()]);
+        }
+    }
+    if let Some((condition, values)) = model_condition {
+        sql.push_str(&format!(" AND {condition}"));
+        args.extend(values);
+        probes_decide = false;
+    }
+    for (column, value) in [("name", &q.span_name), ("session_id", &q.session_id)] {
         if let Some(v) = value {
             sql.push_str(&format!(" AND {column} = ?"));
             args.push(Value::Text(v.clone()));
-            indexed_equality |= INDEXED_COLUMNS.contains(&column);
+            probes_decide = false;
         }
-    };
-    eq("name", &q.span_name);
-    eq("route", &q.route);
-    eq("adapter", &q.adapter);
-    eq("ab_group", &q.ab_group);
-    eq("session_id", &q.session_id);
+    }
     if q.errors_only {
         sql.push_str(" AND status_code = 2");
+        probes.push(BlockProbe::errors());
     }
-    if let Some(n) = q.min_duration_nanos {
-        sql.push_str(" AND duration_ns >= ?");
-        args.push(Value::Integer(sql_nanos(n)));
+    // Start times are the window's, which the read tests on every row it keeps; the
+    // probes still decide which blocks hold a match in it.
+    for (condition, n, of_window) in [
+        (" AND duration_ns >= ?", q.min_duration_nanos, false),
+        (" AND duration_ns <= ?", q.max_duration_nanos, false),
+        (" AND start_ns >= ?", q.start_from_unix_nano, true),
+        (" AND start_ns <= ?", q.start_to_unix_nano, true),
+    ] {
+        if let Some(n) = n {
+            sql.push_str(condition);
+            args.push(Value::Integer(sql_nanos(n)));
+            probes_decide &= of_window;
+        }
     }
-    if let Some(n) = q.max_duration_nanos {
-        sql.push_str(" AND duration_ns <= ?");
-        args.push(Value::Integer(sql_nanos(n)));
-    }
-    if let Some(n) = q.start_from_unix_nano {
-        sql.push_str(" AND start_ns >= ?");
-        args.push(Value::Integer(sql_nanos(n)));
-    }
-    if let Some(n) = q.start_to_unix_nano {
-        sql.push_str(" AND start_ns <= ?");
-        args.push(Value::Integer(sql_nanos(n)));
-    }
-    Ok((sql, args, RowAccess::given(indexed_equality)))
+    Ok(SqlFilters {
+        sql,
+        args,
+        probes,
+        probes_decide,
+    })
 }
 
 /// Checks what SQL cannot, on a span's detail: `attr.KEY=VALUE` filters (against span
@@ -541,7 +580,7 @@ pub(crate) fn search(
             next_cursor: None,
         });
     };
-    let (filters, filter_args, access) = sql_filters(conn, tenant_id, q)?;
+    let filters = sql_filters(conn, tenant_id, q)?;
     let window = SpanWindow {
         tenant_id,
         from: q.start_from_unix_nano.map_or(i64::MIN, sql_nanos),
@@ -563,15 +602,7 @@ pub(crate) fn search(
         })
     };
     let mut matcher = SpanMatcher::new(conn, tenant_id, &q.attributes, text)?;
-    let mut candidates = NewestFirst::new(
-        conn,
-        window,
-        access,
-        &columns,
-        &filters,
-        filter_args.clone(),
-        decode,
-    );
+    let mut candidates = NewestFirst::new(conn, window, &columns, filters.row_filter(), decode);
 
     let mut emitted: Vec<(i64, Vec<u8>)> = Vec::new();
     let mut seen: HashSet<Vec<u8>> = HashSet::new();
@@ -609,8 +640,8 @@ pub(crate) fn search(
                 .unwrap_or_default();
             if matched_before_cursor(
                 conn,
-                &filters,
-                &filter_args,
+                &filters.sql,
+                &filters.args,
                 &cand.trace_id,
                 &ranges,
                 c,

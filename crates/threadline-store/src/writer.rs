@@ -70,8 +70,12 @@ pub struct PreparedBatch {
     trace_ids: Vec<u8>,
     /// The block's attribute filter (`attr_filter`).
     attr_filter: Vec<u8>,
-    /// Distinct services, and (model, response model or "") pairs, of the rows.
+    /// The block's distinct values of filterable columns (`block_values`).
+    values: crate::block_values::BlockValues,
+    /// Distinct services, (service, span name, kind) operations, and (model,
+    /// response model or "") pairs, of the rows.
     services: Vec<String>,
+    operations: Vec<(String, String, i32)>,
     models: Vec<(String, String)>,
     min_start_ns: i64,
     max_start_ns: i64,
@@ -147,6 +151,13 @@ impl PreparedBatch {
             .into_iter()
             .map(str::to_owned)
             .collect();
+        let operations = sorted_distinct(
+            rows.iter()
+                .map(|r| (r.service.as_str(), r.name.as_str(), r.kind)),
+        )
+        .into_iter()
+        .map(|(service, name, kind)| (service.to_owned(), name.to_owned(), kind))
+        .collect();
         let models = sorted_distinct(rows.iter().filter_map(|r| {
             Some((
                 r.model.as_deref()?,
@@ -156,14 +167,29 @@ impl PreparedBatch {
         .into_iter()
         .map(|(m, r)| (m.to_owned(), r.to_owned()))
         .collect();
-        encoded_bytes += origins.bytes();
+        let values = crate::block_values::BlockValues::of_spans(rows.iter().map(|r| {
+            crate::block_values::SpanValues {
+                service: &r.service,
+                model: r.model.as_deref(),
+                route: r.route.as_deref(),
+                adapter: r.adapter.as_deref(),
+                instance: r.instance.as_deref(),
+                image: r.image.as_deref(),
+                prompt_version: r.prompt_version.as_deref(),
+                ab_group: r.ab_group.as_deref(),
+                error: r.status_code == 2,
+            }
+        }));
+        encoded_bytes += origins.bytes() + values.bytes();
         Ok(Self {
             tenant: tenant.clone(),
             min_start_ns: rows.iter().map(|r| r.start_ns).min().unwrap_or(0),
             max_start_ns: rows.iter().map(|r| r.start_ns).max().unwrap_or(0),
             trace_ids: ids.concat(),
             attr_filter: filter.encode(),
+            values,
             services,
+            operations,
             models,
             rows,
             origins: origins.encoded,
@@ -499,6 +525,8 @@ struct WriterCache {
     tenant_ids: HashMap<TenantId, i64>,
     origins: HashSet<(i64, i64)>,
     services: HashSet<(i64, String)>,
+    /// Bounded (`MAX_CACHED_OPERATIONS`): span names can be of any cardinality.
+    operations: HashSet<(i64, String, String, i32)>,
     models: HashSet<(i64, String, String)>,
     graph: crate::graph::GraphCache,
 }
@@ -895,6 +923,10 @@ fn insert_origins(
     Ok(())
 }
 
+/// Operations the writer remembers having stored; past this many it forgets them all
+/// (a forgotten one costs an `INSERT OR IGNORE` that changes nothing).
+const MAX_CACHED_OPERATIONS: usize = 100_000;
+
 fn insert_batch(
     tx: &Transaction<'_>,
     tenant_id: i64,
@@ -912,6 +944,21 @@ fn insert_batch(
             )?
             .execute(params![tenant_id, service])?;
         }
+    }
+    for (service, name, kind) in &batch.operations {
+        let key = (tenant_id, service.clone(), name.clone(), *kind);
+        if cache.operations.contains(&key) {
+            continue;
+        }
+        if cache.operations.len() >= MAX_CACHED_OPERATIONS {
+            cache.operations.clear();
+        }
+        cache.operations.insert(key);
+        tx.prepare_cached(
+            "INSERT OR IGNORE INTO tenant_operations (tenant_id, service, name, kind)
+             VALUES (?1, ?2, ?3, ?4)",
+        )?
+        .execute(params![tenant_id, service, name, kind])?;
     }
     for (model, response) in &batch.models {
         if cache
@@ -993,6 +1040,7 @@ fn insert_batch(
         )?
         .execute(params![tenant_id, block_id, batch.attr_filter])?;
     }
+    batch.values.insert(tx, tenant_id, block_id)?;
     Ok(Some(block_id))
 }
 
