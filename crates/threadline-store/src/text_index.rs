@@ -271,10 +271,19 @@ pub(crate) struct BlockTexts {
 
 impl BlockTexts {
     pub(crate) fn of_spans(spans: &[SpanRecord]) -> Self {
-        let mut texts = Self::default();
+        // Found first, then copied into a buffer of their size: growing it as they
+        // came copied the block's texts over again at each doubling.
+        let mut found: Vec<&str> = Vec::with_capacity(spans.len() * 4);
         for span in spans {
-            texts.push(&span.name);
-            span.detail.for_each_text(|text| texts.push(text));
+            found.push(&span.name);
+            span.detail.for_each_text(|text| found.push(text));
+        }
+        let mut texts = Self {
+            joined: String::with_capacity(found.iter().map(|t| t.len()).sum()),
+            ends: Vec::with_capacity(found.len()),
+        };
+        for text in found {
+            texts.push(text);
         }
         texts
     }

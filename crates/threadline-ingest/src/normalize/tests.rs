@@ -172,3 +172,21 @@ fn an_embedding_calls_input_tokens_are_its_total() {
         (Some(812), None, Some(812))
     );
 }
+
+/// A key sent twice on one span reads as its last value, as it did when attributes
+/// were looked up through a hash map.
+#[test]
+fn a_repeated_attribute_key_reads_as_its_last_value() {
+    use threadline_model::{AttrValue, Attribute, SpanDetail, SpanOrigin};
+    let detail = SpanDetail {
+        attributes: vec![
+            Attribute::new("gen_ai.request.model", AttrValue::String("first".into())),
+            Attribute::new("api.route", AttrValue::String("/v1/chat".into())),
+            Attribute::new("gen_ai.request.model", AttrValue::String("last".into())),
+        ],
+        ..Default::default()
+    };
+    let view = super::llm_view("chat", &detail, &SpanOrigin::default()).unwrap();
+    assert_eq!(view.request_model.as_deref(), Some("last"));
+    assert_eq!(view.route.as_deref(), Some("/v1/chat"));
+}
