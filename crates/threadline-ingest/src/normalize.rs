@@ -12,47 +12,9 @@ use serde_json::Value as Json;
 use sha2::{Digest, Sha256};
 use threadline_model::{AttrValue, LlmView, RejectionReason, SpanDetail, SpanOrigin};
 
-/// A span's attributes by key: sorted once, then binary-searched (cheaper than
-/// hashing every key of every span for the few dozen lookups the view makes). A key
-/// sent twice reads as its last value.
-struct SpanAttrs<'a>(Vec<(&'a str, &'a AttrValue)>);
-
-impl<'a> SpanAttrs<'a> {
-    fn new(detail: &'a SpanDetail) -> Self {
-        let mut attrs: Vec<(&str, &AttrValue)> = detail
-            .attributes
-            .iter()
-            .map(|a| (a.key.as_str(), &a.value))
-            .collect();
-        // Stable: equal keys stay in the order sent.
-        attrs.sort_by(|a, b| a.0.cmp(b.0));
-        Self(attrs)
-    }
-
-    fn get(&self, key: &str) -> Option<&'a AttrValue> {
-        let end = self.0.partition_point(|(k, _)| *k <= key);
-        match end.checked_sub(1).map(|at| self.0[at]) {
-            Some((k, v)) if k == key => Some(v),
-            _ => None,
-        }
-    }
-
-    fn contains_key(&self, key: &str) -> bool {
-        self.get(key).is_some()
-    }
-
-    fn keys(&self) -> impl Iterator<Item = &'a str> + '_ {
-        self.0.iter().map(|(k, _)| *k)
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (&'a str, &'a AttrValue)> + '_ {
-        self.0.iter().copied()
-    }
-}
-
 /// Where the normalizer looks up attribute names, most specific first.
 struct Sources<'a> {
-    span: SpanAttrs<'a>,
+    span: HashMap<&'a str, &'a AttrValue>,
     baggage: HashMap<String, String>,
     resource: &'a SpanOrigin,
     detail: &'a SpanDetail,
@@ -60,7 +22,11 @@ struct Sources<'a> {
 
 impl<'a> Sources<'a> {
     fn new(detail: &'a SpanDetail, origin: &'a SpanOrigin) -> Self {
-        let span = SpanAttrs::new(detail);
+        let span: HashMap<&str, &AttrValue> = detail
+            .attributes
+            .iter()
+            .map(|a| (a.key.as_str(), &a.value))
+            .collect();
         let mut baggage = HashMap::default();
         // BaggageSpanProcessor-style copies may arrive as `baggage.KEY` attributes, or the
         // raw header may be recorded in a `baggage` attribute.
@@ -89,6 +55,7 @@ impl<'a> Sources<'a> {
     fn span_attr(&self, key: &str) -> Option<&'a AttrValue> {
         self.span
             .get(key)
+            .copied()
             .filter(|v| !matches!(v, AttrValue::Empty))
     }
 
@@ -506,7 +473,7 @@ fn prompt_texts(src: &Sources<'_>) -> (String, String) {
 /// Rebuilds `llm.input_messages.{i}.message.{role,content}` (indices may be sparse).
 fn openinference_messages(src: &Sources<'_>) -> Vec<(String, String)> {
     let mut by_index: std::collections::BTreeMap<u32, (String, String)> = Default::default();
-    for (key, value) in src.span.iter() {
+    for (key, value) in &src.span {
         let Some(rest) = key.strip_prefix("llm.input_messages.") else {
             continue;
         };
