@@ -7,9 +7,7 @@
 //!
 //! Values longer than `MAX_INDEXED_VALUE` bytes (prompts, documents) are left out —
 //! they are what full-text search is for; a search for such a value reads every block
-//! as before. Sizing: at least 10 bits per distinct pair, rounded up to a power of two
-//! bytes (so a probe's bit is a mask, not a division), and 7 probes: ≤ 1% false
-//! positives. Filters stored before the rounding are read with a division.
+//! as before. Sizing: 10 bits per distinct pair and 7 probes, ≈ 1% false positives.
 //! The hash (`pair_hash`) is our own and fixed forever, since filters are stored; the
 //! probes are derived by double hashing.
 
@@ -55,17 +53,7 @@ fn splitmix(mut z: u64) -> u64 {
 fn probes(hash: u64, bits: u64, count: u8) -> impl Iterator<Item = u64> {
     // A second hash from the first; odd, so the probes differ.
     let step = splitmix(hash.wrapping_add(0x9e37_79b9_7f4a_7c15)) | 1;
-    // Filters written now have a power-of-two size, where the remainder is a mask
-    // (a division per probe was most of building a filter); older ones need the
-    // division, which gives the same bits on a power of two.
-    let mask = bits.is_power_of_two().then(|| bits - 1);
-    (0..u64::from(count)).map(move |i| {
-        let h = hash.wrapping_add(i.wrapping_mul(step));
-        match mask {
-            Some(mask) => h & mask,
-            None => h % bits,
-        }
-    })
+    (0..u64::from(count)).map(move |i| hash.wrapping_add(i.wrapping_mul(step)) % bits)
 }
 
 /// Collects the pairs of one block.
@@ -111,10 +99,7 @@ impl FilterBuilder {
         if self.hashes.is_empty() {
             return Vec::new();
         }
-        let bytes = (self.hashes.len() * BITS_PER_ITEM)
-            .div_ceil(8)
-            .max(8)
-            .next_power_of_two();
+        let bytes = (self.hashes.len() * BITS_PER_ITEM).div_ceil(8).max(8);
         let bits = (bytes * 8) as u64;
         let mut out = vec![0u8; 1 + bytes];
         out[0] = PROBES;
@@ -145,33 +130,6 @@ mod tests {
 
     /// `pair_hash("gray.tag", "canary")` as stored filters have it.
     const PINNED: u64 = 951_740_692_782_245_879;
-
-    /// A filter stored before sizes were powers of two (10 bits per pair exactly, bits
-    /// found by division) is still read right.
-    #[test]
-    fn filters_of_the_earlier_size_are_read_by_division() {
-        let hashes: Vec<u64> = (0..37).map(|i| pair_hash("k", &format!("v{i}"))).collect();
-        let bytes = (hashes.len() * BITS_PER_ITEM).div_ceil(8);
-        assert!(!bytes.is_power_of_two());
-        let bits = (bytes * 8) as u64;
-        let mut old = vec![0u8; 1 + bytes];
-        old[0] = PROBES;
-        let step = |h: u64| splitmix(h.wrapping_add(0x9e37_79b9_7f4a_7c15)) | 1;
-        for h in &hashes {
-            for i in 0..u64::from(PROBES) {
-                let bit = h.wrapping_add(i.wrapping_mul(step(*h))) % bits;
-                old[1 + (bit / 8) as usize] |= 1 << (bit % 8);
-            }
-        }
-        assert!(hashes.iter().all(|h| may_contain(&old, *h)));
-        let new = FilterBuilder {
-            hashes: hashes.clone(),
-            ..Default::default()
-        }
-        .encode();
-        assert!((new.len() - 1).is_power_of_two());
-        assert!(hashes.iter().all(|h| may_contain(&new, *h)));
-    }
 
     #[test]
     fn every_recorded_pair_is_found_and_few_others_are() {
