@@ -112,6 +112,56 @@ impl FilterBuilder {
     }
 }
 
+/// The SQL function `tl_may_hold(filter, hash, …)` (hashes as stored `i64` bits):
+/// whether a block whose filter is `filter` may hold every pair hashed to them.
+/// Registered on every reader connection (`register`), so that a search tests filters
+/// inside the statement that walks the blocks, not in a query of its own per block.
+const MAY_HOLD: &str = "tl_may_hold";
+
+pub(crate) fn register(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
+    use rusqlite::functions::FunctionFlags;
+    conn.create_scalar_function(
+        MAY_HOLD,
+        -1,
+        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+        |ctx| {
+            let filter = ctx
+                .get_raw(0)
+                .as_blob()
+                .map_err(|e| rusqlite::Error::UserFunctionError(Box::new(e)))?;
+            for at in 1..ctx.len() {
+                let hash: i64 = ctx.get(at)?;
+                if !may_contain(filter, hash as u64) {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        },
+    )
+}
+
+/// The SQL condition (starting with ` AND`) that the filter of block `block` of tenant
+/// `tenant` (SQL expressions), if it has one, may hold every pair of `hashes`, and its
+/// arguments. Blocks stored before filters existed have none and pass.
+pub(crate) fn block_condition(
+    tenant: &str,
+    block: &str,
+    hashes: &[u64],
+) -> (String, Vec<rusqlite::types::Value>) {
+    (
+        format!(
+            " AND NOT EXISTS (SELECT 1 FROM block_attr_filters f
+                              WHERE f.tenant_id = {tenant} AND f.block_id = {block}
+                                AND NOT {MAY_HOLD}(f.filter, {marks}))",
+            marks = crate::placeholders(hashes.len())
+        ),
+        hashes
+            .iter()
+            .map(|h| rusqlite::types::Value::Integer(*h as i64))
+            .collect(),
+    )
+}
+
 /// Whether a block whose filter is `filter` may hold the pair hashed to `hash`.
 pub(crate) fn may_contain(filter: &[u8], hash: u64) -> bool {
     let Some((&count, bitmap)) = filter.split_first() else {

@@ -12,6 +12,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use rusqlite::types::Value;
 use rusqlite::{Connection, Row};
 
+use crate::attr_filter;
 use crate::block_values::{probes_sql, BlockProbe};
 use crate::{sqlite_err, StoreError};
 
@@ -110,6 +111,9 @@ pub(crate) struct RowFilter<'a> {
     /// Whether a block that passes the probes surely holds a matching row (the filter
     /// tests nothing the probes do not), so that only the probes test zones.
     pub(crate) probes_decide: bool,
+    /// Hashes of `attr.` pairs a block's attribute filter must say it may hold
+    /// (`attr_filter`); the rows are checked by the caller.
+    pub(crate) attr_hashes: &'a [u64],
 }
 
 impl<'c, T: Ord> NewestFirst<'c, T> {
@@ -122,7 +126,13 @@ impl<'c, T: Ord> NewestFirst<'c, T> {
         filter: RowFilter<'_>,
         decode: DecodeRow<T>,
     ) -> Self {
-        let (probed, mut zones_args) = probes_sql("z.tenant_id", "z.block_id", filter.probes);
+        let (mut probed, mut zones_args) = probes_sql("z.tenant_id", "z.block_id", filter.probes);
+        if !filter.attr_hashes.is_empty() {
+            let (condition, args) =
+                attr_filter::block_condition("z.tenant_id", "z.block_id", filter.attr_hashes);
+            probed.push_str(&condition);
+            zones_args.extend(args);
+        }
         // Every zone holds rows of its tenant (but for a block erased whole, which
         // reads as empty): without a filter, the per-zone test would only cost a row
         // read per block. Blocks without a match are skipped here, in one statement:

@@ -375,10 +375,12 @@ pub(crate) fn open_connection(path: &Path) -> Result<Connection, StoreError> {
 pub(crate) fn open_reader(path: &Path) -> Result<Connection, StoreError> {
     // Memory-mapped reads: random page reads (graph walks, trace lookups) skip a
     // read() and a copy each; the OS page cache holds the pages either way.
-    read_only(
+    let conn = read_only(
         path,
         "PRAGMA cache_size = -32768; PRAGMA mmap_size = 4294967296;",
-    )
+    )?;
+    crate::attr_filter::register(&conn).map_err(sqlite(path))?;
+    Ok(conn)
 }
 
 /// A reader for a background thread that streams through data once (the trace-index

@@ -15,7 +15,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use rusqlite::types::Value;
-use rusqlite::{params, Connection, OptionalExtension, Row};
+use rusqlite::{Connection, Row};
 use threadline_model::{SpanId, TenantId, TraceId};
 
 use crate::block_values::{BlockProbe, ValueField};
@@ -193,12 +193,14 @@ struct SqlFilters {
 }
 
 impl SqlFilters {
-    fn row_filter(&self) -> RowFilter<'_> {
+    /// The rows to read, in blocks whose attribute filter may hold `attr_hashes`.
+    fn row_filter<'a>(&'a self, attr_hashes: &'a [u64]) -> RowFilter<'a> {
         RowFilter {
             sql: &self.sql,
             args: self.args.clone(),
             probes: &self.probes,
             probes_decide: self.probes_decide,
+            attr_hashes,
         }
     }
 }
@@ -290,9 +292,6 @@ fn sql_filters(
 /// comes out newest first (few: a page's worth and the rare span the screen let by).
 struct SpanMatcher<'q> {
     wanted: &'q [(String, String)],
-    /// The wanted pairs as the blocks' attribute filters hash them; `None` when some
-    /// value is too long to be in a filter (every block is then read).
-    wanted_hashes: Option<Vec<u64>>,
     /// The screens of the wanted pairs (`None` for a value other kinds show as).
     pair_screens: Vec<Option<PairScreen>>,
     /// The free text and the blocks the full-text index says may hold it.
@@ -300,7 +299,6 @@ struct SpanMatcher<'q> {
     text_screen: Option<TextScreen>,
     /// The block whose rows are being screened.
     screening: Option<ScreenedBlock>,
-    tenant_id: i64,
     origins: OriginCache,
     blocks: BlockCache,
 }
@@ -332,16 +330,6 @@ impl<'q> SpanMatcher<'q> {
         wanted: &'q [(String, String)],
         text: Option<TextQuery>,
     ) -> Result<Self, StoreError> {
-        let wanted_hashes = (!wanted.is_empty()
-            && wanted
-                .iter()
-                .all(|(_, v)| v.len() <= crate::attr_filter::MAX_INDEXED_VALUE))
-        .then(|| {
-            wanted
-                .iter()
-                .map(|(k, v)| crate::attr_filter::pair_hash(k, v))
-                .collect()
-        });
         let text_screen = text.as_ref().and_then(|q| TextScreen::new(q.words()));
         let text = match text {
             Some(query) => {
@@ -352,12 +340,10 @@ impl<'q> SpanMatcher<'q> {
         };
         Ok(Self {
             wanted,
-            wanted_hashes,
             pair_screens: wanted.iter().map(|(k, v)| PairScreen::new(k, v)).collect(),
             text,
             text_screen,
             screening: None,
-            tenant_id,
             origins: OriginCache::new(tenant_id),
             blocks: BlockCache::default(),
         })
@@ -367,32 +353,12 @@ impl<'q> SpanMatcher<'q> {
         !self.wanted.is_empty() || self.text.is_some()
     }
 
-    /// Whether the block may hold a matching span, per the full-text index and its
-    /// attribute filter (blocks stored before either existed may).
-    fn block_may_match(&self, conn: &Connection, block_id: i64) -> Result<bool, StoreError> {
-        if let Some((_, blocks)) = &self.text {
-            if !blocks.may_match(block_id) {
-                return Ok(false);
-            }
-        }
-        let Some(hashes) = &self.wanted_hashes else {
-            return Ok(true);
-        };
-        let filter: Option<Vec<u8>> = conn
-            .prepare_cached(
-                "SELECT filter FROM block_attr_filters WHERE tenant_id = ?1 AND block_id = ?2",
-            )
-            .and_then(|mut s| {
-                s.query_row(params![self.tenant_id, block_id], |r| r.get(0))
-                    .optional()
-            })
-            .map_err(|e| sqlite_err(conn, e))?;
-        Ok(match filter {
-            None => true,
-            Some(f) => hashes
-                .iter()
-                .all(|h| crate::attr_filter::may_contain(&f, *h)),
-        })
+    /// Whether the block may hold a matching span, per the full-text index (its
+    /// attribute filter is tested by the read that walks the blocks, `RowFilter`).
+    fn block_may_match(&self, block_id: i64) -> bool {
+        self.text
+            .as_ref()
+            .is_none_or(|(_, blocks)| blocks.may_match(block_id))
     }
 
     /// The screen of a span of this name, detail and origin.
@@ -488,6 +454,21 @@ impl<'q> SpanMatcher<'q> {
     }
 }
 
+/// The wanted pairs as the blocks' attribute filters hash them; none when some value
+/// is too long to be in a filter (every block is then read).
+fn filter_hashes(wanted: &[(String, String)]) -> Vec<u64> {
+    if wanted
+        .iter()
+        .any(|(_, v)| v.len() > crate::attr_filter::MAX_INDEXED_VALUE)
+    {
+        return Vec::new();
+    }
+    wanted
+        .iter()
+        .map(|(k, v)| crate::attr_filter::pair_hash(k, v))
+        .collect()
+}
+
 /// A search's detail filters as `NewestFirst` applies them.
 struct SearchKeep<'a, 'q> {
     conn: &'a Connection,
@@ -496,7 +477,7 @@ struct SearchKeep<'a, 'q> {
 
 impl Keep<Candidate> for SearchKeep<'_, '_> {
     fn block(&mut self, block_id: i64) -> Result<bool, StoreError> {
-        self.matcher.block_may_match(self.conn, block_id)
+        Ok(self.matcher.block_may_match(block_id))
     }
 
     /// Every row is screened as its block is read; the full check of those that pass
@@ -602,7 +583,14 @@ pub(crate) fn search(
         })
     };
     let mut matcher = SpanMatcher::new(conn, tenant_id, &q.attributes, text)?;
-    let mut candidates = NewestFirst::new(conn, window, &columns, filters.row_filter(), decode);
+    let attr_hashes = filter_hashes(&q.attributes);
+    let mut candidates = NewestFirst::new(
+        conn,
+        window,
+        &columns,
+        filters.row_filter(&attr_hashes),
+        decode,
+    );
 
     let mut emitted: Vec<(i64, Vec<u8>)> = Vec::new();
     let mut seen: HashSet<Vec<u8>> = HashSet::new();
