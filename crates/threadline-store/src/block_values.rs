@@ -252,6 +252,25 @@ impl BlockProbe {
     pub(crate) fn errors() -> Self {
         Self::new(ValueField::Error, vec![String::new()])
     }
+
+    /// The SQL condition (starting with ` AND`) that a span row — its columns named
+    /// with `prefix`, as `"s."` or `""` — holds one of the values, and its arguments.
+    pub(crate) fn row_sql(&self, prefix: &str) -> (String, Vec<Value>) {
+        if self.field == ValueField::Error {
+            return (format!(" AND {prefix}status_code = 2"), Vec::new());
+        }
+        if self.values.is_empty() {
+            return (" AND 0".to_owned(), Vec::new());
+        }
+        (
+            format!(
+                " AND {prefix}{} IN ({})",
+                self.field.column_name(),
+                crate::placeholders(self.values.len())
+            ),
+            self.values.iter().cloned().map(Value::Text).collect(),
+        )
+    }
 }
 
 /// SQL conditions (each starting with ` AND`) that a block — `tenant` and `block` being

@@ -458,23 +458,13 @@ pub(crate) fn exemplars(
     );
     args.extend([tenant_id.into(), q.from_ns.into(), q.to_ns.into()]);
     for probe in &probes {
-        if probe.field != ValueField::Error {
-            sql.push_str(&format!(" AND s.{} = ?", probe.field.column_name()));
-            args.extend(
-                probe
-                    .values
-                    .iter()
-                    .cloned()
-                    .map(rusqlite::types::Value::Text),
-            );
-        }
+        let (condition, values) = probe.row_sql("s.");
+        sql.push_str(&condition);
+        args.extend(values);
     }
     if let Some(min) = q.min_duration_ns {
         sql.push_str(" AND s.duration_ns >= ?");
         args.push(min.into());
-    }
-    if q.errors_only {
-        sql.push_str(" AND s.status_code = 2");
     }
     sql.push_str(" ORDER BY s.duration_ns DESC LIMIT ?");
     args.push(((q.limit * 4).max(1) as i64).into());

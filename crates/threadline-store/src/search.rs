@@ -214,28 +214,21 @@ fn sql_filters(
     let mut args = vec![Value::Integer(tenant_id)];
     let mut probes = Vec::new();
     let mut probes_decide = true;
-    let mut one_of = |sql: &mut String, field: ValueField, values: Vec<String>| {
-        let column = field.column_name();
-        if values.is_empty() {
-            sql.push_str(" AND 0");
-        } else {
-            sql.push_str(&format!(
-                " AND {column} IN ({})",
-                crate::placeholders(values.len())
-            ));
-            args.extend(values.iter().cloned().map(Value::Text));
-        }
-        probes.push(BlockProbe::new(field, values));
+    let mut one_of = |sql: &mut String, probe: BlockProbe| {
+        let (condition, values) = probe.row_sql("");
+        sql.push_str(&condition);
+        args.extend(values);
+        probes.push(probe);
     };
     if let Some(wanted) = &q.service {
         let mut names = tenant_services(conn, tenant_id)?;
         names.retain(|name| names_match(q.names, name, wanted));
-        one_of(&mut sql, ValueField::Service, names);
+        one_of(&mut sql, BlockProbe::new(ValueField::Service, names));
     }
     let mut model_condition = None;
     if let Some(wanted) = &q.model {
         let filter = model_filter(conn, tenant_id, q.names, wanted)?;
-        one_of(&mut sql, ValueField::Model, filter.models);
+        one_of(&mut sql, BlockProbe::new(ValueField::Model, filter.models));
         model_condition = filter.condition;
     }
     for (field, value) in [
@@ -244,8 +237,11 @@ fn sql_filters(
         (ValueField::AbGroup, &q.ab_group),
     ] {
         if let Some(v) = value {
-            one_of(&mut sql, field, vec![v.clone()]);
+            one_of(&mut sql, BlockProbe::new(field, vec![v.clone()]));
         }
+    }
+    if q.errors_only {
+        one_of(&mut sql, BlockProbe::errors());
     }
     if let Some((condition, values)) = model_condition {
         sql.push_str(&format!(" AND {condition}"));
@@ -258,10 +254,6 @@ fn sql_filters(
             args.push(Value::Text(v.clone()));
             probes_decide = false;
         }
-    }
-    if q.errors_only {
-        sql.push_str(" AND status_code = 2");
-        probes.push(BlockProbe::errors());
     }
     // Start times are the window's, which the read tests on every row it keeps; the
     // probes still decide which blocks hold a match in it.
