@@ -12,7 +12,7 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 use threadline_lineage::registry::{self, COLLECTIONS};
 use threadline_model::{AssetOutcome, NodeId, TenantId};
-use threadline_store::{SqliteStore, StoreError};
+use threadline_store::SqliteStore;
 
 use crate::auth::Authenticator;
 use crate::dto;
@@ -68,13 +68,7 @@ async fn register(
         Ok(out)
     })
     .await?;
-    let ack = state
-        .store
-        .submit_graph(tenant, update, now)
-        .map_err(|e| match e {
-            e @ StoreError::QueueFull { .. } => ApiError::Busy(e.to_string()),
-            other => ApiError::from(other),
-        })?;
+    let ack = state.store.submit_graph(tenant, update, now)?;
     let applied = ack.wait().await?;
     let assets: Vec<Value> = applied
         .assets

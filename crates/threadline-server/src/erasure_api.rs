@@ -10,7 +10,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
-use threadline_store::{ErasureSubject, SqliteStore, StoreError};
+use threadline_store::{ErasureSubject, SqliteStore};
 
 use crate::auth::Authenticator;
 use crate::error::ApiError;
@@ -69,11 +69,7 @@ async fn erase(
     let digest = subject.digest();
     let ack = state
         .store
-        .submit_erasure(&tenant, subject, &requested_by, now)
-        .map_err(|e| match e {
-            e @ StoreError::QueueFull { .. } => ApiError::Busy(e.to_string()),
-            other => ApiError::from(other),
-        })?;
+        .submit_erasure(&tenant, subject, &requested_by, now)?;
     let report = ack
         .wait()
         .await?

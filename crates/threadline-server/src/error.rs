@@ -61,9 +61,15 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// A full write queue is the client's cue to retry (429 with Retry-After), whichever
+/// endpoint met it: ingest, registry writes, erasures, and the diagnosis reads that
+/// flush the writer's rollup cells first. Anything else is internal.
 impl From<threadline_store::StoreError> for ApiError {
     fn from(e: threadline_store::StoreError) -> Self {
-        ApiError::Internal(e.to_string())
+        match e {
+            e @ threadline_store::StoreError::QueueFull { .. } => ApiError::Busy(e.to_string()),
+            other => ApiError::Internal(other.to_string()),
+        }
     }
 }
 
@@ -81,4 +87,25 @@ pub(crate) async fn blocking<T: Send + 'static>(
 pub(crate) fn parse_trace_id(raw: &str) -> Result<threadline_model::TraceId, ApiError> {
     raw.parse()
         .map_err(|e| ApiError::BadRequest(format!("trace id {raw:?} is invalid: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::response::IntoResponse;
+
+    /// Diagnosis reads flush the writer's rollup cells first: a full queue there is a
+    /// 429 with Retry-After, as on ingest, not a 500.
+    #[test]
+    fn a_full_write_queue_is_429_with_retry_after_wherever_it_is_met() {
+        let e = ApiError::from(threadline_store::StoreError::QueueFull {
+            queued_batches: 1024,
+            queued_bytes: 1,
+        });
+        let response = e.into_response();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(response.headers()["retry-after"], "1");
+        let other = ApiError::from(threadline_store::StoreError::WriterStopped);
+        assert_eq!(other.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    }
 }

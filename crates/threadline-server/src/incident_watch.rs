@@ -43,6 +43,9 @@ pub(crate) struct IncidentWatcher {
     tenants: Mutex<HashMap<TenantId, Arc<Mutex<TenantWatch>>>>,
     /// Per tenant, the newest rollup minute the previous background pass saw.
     newest_at_last_pass: Mutex<HashMap<TenantId, i64>>,
+    /// Saves refused as a full write queue would (tests of what a refusal loses).
+    #[cfg(test)]
+    refuse_saves: std::sync::atomic::AtomicBool,
 }
 
 /// Who runs the detector. A client reading incidents wants every minute that has data
@@ -76,6 +79,8 @@ impl IncidentWatcher {
             alerts,
             tenants: Mutex::new(HashMap::new()),
             newest_at_last_pass: Mutex::new(HashMap::new()),
+            #[cfg(test)]
+            refuse_saves: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -140,15 +145,41 @@ impl IncidentWatcher {
             slo_events.extend(events);
             from = to + 1;
         }
-        state.processed = closed;
         let changed: Vec<Incident> = changed.into_values().collect();
-        self.store
-            .save_incidents(tenant, changed.clone(), closed)?
-            .wait_blocking()?;
+        // The mark moves only once the incidents it covers are stored. If they cannot
+        // be (a full write queue), this watch has judged minutes the store has not
+        // recorded: drop it, so the next pass resumes from the stored mark, judges those
+        // minutes again and opens (and alerts) the same incidents.
+        let saved = self.save(tenant, changed.clone(), closed);
+        if let Err(e) = saved {
+            drop(state);
+            self.tenants.lock().map_err(|_| poisoned())?.remove(tenant);
+            return Err(e);
+        }
+        state.processed = closed;
         if let Some(sink) = &self.alerts {
             self.alert(sink, tenant, &mut state.alerted_open, changed, slo_events);
         }
         Ok(())
+    }
+
+    fn save(
+        &self,
+        tenant: &TenantId,
+        incidents: Vec<Incident>,
+        processed_minute: i64,
+    ) -> Result<(), StoreError> {
+        #[cfg(test)]
+        if self.refuse_saves.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(StoreError::QueueFull {
+                queued_batches: 0,
+                queued_bytes: 0,
+            });
+        }
+        self.store
+            .save_incidents(tenant, incidents, processed_minute)?
+            .wait_blocking()
+            .map(|_| ())
     }
 
     /// Alerts for incidents that opened or resolved, and SLO events. Blocking (RCA).
@@ -300,6 +331,59 @@ mod tests {
             let prepared = store.prepare(tenant, &batch, requests).unwrap();
             store.submit(prepared).unwrap().wait_blocking().unwrap();
         }
+    }
+
+    /// Writes `minutes` of `per_minute` request spans from minute `from` (the route
+    /// `/v1/chat` slows on two instances from minute 40).
+    fn load_busy(store: &SqliteStore, tenant: &TenantId, hour_ns: i64, minutes: usize) {
+        let mut rng = crate::bench::Rng(11);
+        let mut n = 0;
+        for minute in 0..minutes {
+            let batch: Vec<_> = (0..400)
+                .map(|_| {
+                    n += 1;
+                    crate::bench_diagnosis::request(&mut rng, n, hour_ns, minute)
+                })
+                .collect();
+            let requests = threadline_analysis::SeriesKey::requests(&batch);
+            let prepared = store.prepare(tenant, &batch, requests).unwrap();
+            store.submit(prepared).unwrap().wait_blocking().unwrap();
+        }
+    }
+
+    /// Incidents the store refused to save (a full write queue) are not lost: the mark
+    /// stays where the store has it, and the next pass opens them again.
+    #[test]
+    fn incidents_a_full_queue_refused_are_found_again_by_the_next_pass() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path(), SqliteConfig::default()).unwrap();
+        let tenant = TenantId::default_tenant();
+        let hour_ns = 28_000_000 * 60_000_000_000;
+        let watcher = IncidentWatcher::new(
+            store.clone(),
+            DetectorConfig::default(),
+            Arc::new(FaultRules::default_rules()),
+            None,
+        );
+        load_busy(&store, &tenant, hour_ns, 55);
+        watcher
+            .refuse_saves
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let refused = watcher.catch_up(&tenant).unwrap_err();
+        assert!(matches!(refused, StoreError::QueueFull { .. }), "{refused}");
+        assert_eq!(processed(&watcher, &tenant), None);
+        assert_eq!(store.detector_mark(&tenant).unwrap(), None);
+        assert!(store
+            .incidents(&tenant, i64::MIN, i64::MAX)
+            .unwrap()
+            .is_empty());
+        watcher
+            .refuse_saves
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        watcher.catch_up(&tenant).unwrap();
+        let found = store.incidents(&tenant, i64::MIN, i64::MAX).unwrap();
+        assert!(found.iter().any(|i| i.route == "/v1/chat"), "{found:#?}");
+        assert!(store.detector_mark(&tenant).unwrap().is_some());
     }
 
     fn processed(watcher: &IncidentWatcher, tenant: &TenantId) -> Option<i64> {

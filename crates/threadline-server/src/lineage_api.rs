@@ -13,7 +13,7 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 use threadline_ingest::BodyLimits;
 use threadline_model::{Direction, EdgeKind, NodeId, NodeKind, TenantId};
-use threadline_store::{SqliteStore, StoreError, WalkLimits};
+use threadline_store::{SqliteStore, WalkLimits};
 
 use crate::auth::Authenticator;
 use crate::dto;
@@ -97,11 +97,7 @@ async fn ingest_event(
     };
     let ack = state
         .store
-        .submit_prepared_graph(&tenant, graph, crate::query_api::now_ns())
-        .map_err(|e| match e {
-            e @ StoreError::QueueFull { .. } => ApiError::Busy(e.to_string()),
-            other => ApiError::from(other),
-        })?;
+        .submit_prepared_graph(&tenant, graph, crate::query_api::now_ns())?;
     let applied = ack.wait().await?;
     for warning in &warnings {
         tracing::debug!(tenant = %tenant, %warning, "openlineage event accepted with a warning");
