@@ -73,15 +73,7 @@ impl<'a> Sources<'a> {
 
     /// A platform attribute: span, then baggage copied onto the span, then resource.
     fn platform_str(&self, key: &str) -> Option<String> {
-        self.span_str(&[key])
-            .or_else(|| self.baggage.get(key).cloned().filter(|s| !s.is_empty()))
-            .or_else(|| {
-                self.resource
-                    .resource_attr(key)
-                    .and_then(AttrValue::as_str)
-                    .map(str::to_owned)
-                    .filter(|s| !s.is_empty())
-            })
+        self.platform_any(&[key])
     }
 
     fn span_i64(&self, keys: &[&str]) -> Option<i64> {
@@ -92,6 +84,25 @@ impl<'a> Sources<'a> {
     fn span_f64(&self, keys: &[&str]) -> Option<f64> {
         keys.iter()
             .find_map(|k| self.span_attr(k).and_then(AttrValue::as_f64))
+    }
+
+    /// A platform field in any of `keys`: the span's attributes, then baggage copied
+    /// onto the span, then the resource (the first key found at the nearest level).
+    fn platform_any(&self, keys: &[&str]) -> Option<String> {
+        self.span_str(keys)
+            .or_else(|| {
+                keys.iter()
+                    .find_map(|k| self.baggage.get(*k).filter(|s| !s.is_empty()).cloned())
+            })
+            .or_else(|| {
+                keys.iter().find_map(|k| {
+                    self.resource
+                        .resource_attr(k)
+                        .filter(|v| !matches!(v, AttrValue::Empty))
+                        .map(|v| v.to_display_string())
+                        .filter(|s| !s.is_empty())
+                })
+            })
     }
 
     /// Whether any attribute says this span is about an LLM call or LLM platform request.
@@ -117,6 +128,48 @@ impl<'a> Sources<'a> {
     }
 }
 
+/// Span, baggage and resource names of the request context every span may carry, in
+/// any convention: the platform's, OpenTelemetry's HTTP, user and session attributes,
+/// GenAI's. A span that carries any of them gets a view (with only these set when it
+/// is no LLM call), so its route is a series and its user or session can be erased.
+const ROUTE_KEYS: [&str; 2] = ["api.route", "http.route"];
+const USER_KEYS: [&str; 3] = ["user.id", "enduser.id", "gen_ai.user.id"];
+const SESSION_KEYS: [&str; 2] = ["gen_ai.conversation.id", "session.id"];
+
+/// The request context of a span: route, user, session, A/B group, gray tag.
+struct Context {
+    route: Option<String>,
+    user_id: Option<String>,
+    session_id: Option<String>,
+    ab_group: Option<String>,
+    gray_tag: Option<String>,
+}
+
+impl Context {
+    fn of(src: &Sources<'_>) -> Self {
+        // The platform's route (span → baggage → resource) beats the HTTP route, which
+        // is only ever a span attribute.
+        let route = src
+            .platform_str(ROUTE_KEYS[0])
+            .or_else(|| src.span_str(&ROUTE_KEYS[1..]));
+        Self {
+            route,
+            user_id: src.platform_any(&USER_KEYS),
+            session_id: src.platform_any(&SESSION_KEYS),
+            ab_group: src.platform_str("ab.group"),
+            gray_tag: src.platform_str("gray.tag"),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.route.is_none()
+            && self.user_id.is_none()
+            && self.session_id.is_none()
+            && self.ab_group.is_none()
+            && self.gray_tag.is_none()
+    }
+}
+
 /// Parses a W3C `baggage` header value into decoded key/value pairs (properties dropped).
 fn parse_baggage_header(header: &str) -> Vec<(String, String)> {
     header
@@ -137,7 +190,8 @@ fn parse_baggage_header(header: &str) -> Vec<(String, String)> {
 /// Builds the LLM view of a span, or `None` for a span that carries no LLM signal.
 pub fn llm_view(span_name: &str, detail: &SpanDetail, origin: &SpanOrigin) -> Option<LlmView> {
     let src = Sources::new(detail, origin);
-    if !src.has_llm_signal(span_name) {
+    let context = Context::of(&src);
+    if !src.has_llm_signal(span_name) && context.is_empty() {
         return None;
     }
     let is_vllm =
@@ -190,16 +244,15 @@ pub fn llm_view(span_name: &str, detail: &SpanDetail, origin: &SpanOrigin) -> Op
         image: src
             .platform_str("container.image")
             .or_else(|| resource_image(origin)),
-        route: src
-            .platform_str("api.route")
-            .or_else(|| src.span_str(&["http.route"])),
-        ab_group: src.platform_str("ab.group"),
-        gray_tag: src.platform_str("gray.tag"),
-        session_id: src.span_str(&["gen_ai.conversation.id", "session.id"]),
-        user_id: src.span_str(&["user.id", "enduser.id", "gen_ai.user.id"]),
+        route: context.route,
+        ab_group: context.ab_group,
+        gray_tag: context.gray_tag,
+        session_id: context.session_id,
+        user_id: context.user_id,
         kv_cache_hit_ratio: None,
         tool_name: src.span_str(&["gen_ai.tool.name", "tool.name"]),
         tool_call_id: src.span_str(&["gen_ai.tool.call.id", "tool.id", "tool_call.id"]),
+        prompt_cache_hit_ratio: None,
     };
     if view.total_tokens.is_none() {
         // An embedding call reports input tokens only: they are its total.
@@ -209,6 +262,8 @@ pub fn llm_view(span_name: &str, detail: &SpanDetail, origin: &SpanOrigin) -> Op
         };
     }
     view.kv_cache_hit_ratio = kv_cache_hit_ratio(&src, view.input_tokens);
+    view.prompt_cache_hit_ratio =
+        prompt_cache_hit_ratio(&src, view.operation.as_deref(), view.input_tokens);
     view.rejection_reason = rejection_reason(&src, &view.finish_reasons);
     view.prompt_hash = prompt_hash(&src, view.prompt_template_version.as_deref());
     Some(view)
@@ -332,22 +387,42 @@ fn string_list(value: &AttrValue) -> Vec<String> {
     }
 }
 
+/// The inference server's KV / prefix-cache ratio: the platform attribute (span, then
+/// baggage, then resource), else vLLM's cached prompt tokens over its prompt tokens.
+/// A client's report of a provider's prompt cache is not this (`prompt_cache_hit_ratio`).
 fn kv_cache_hit_ratio(src: &Sources<'_>, input_tokens: Option<i64>) -> Option<f64> {
-    let explicit = src.span_f64(&["llm.kvcache.hit_ratio"]).or_else(|| {
-        src.baggage
-            .get("llm.kvcache.hit_ratio")
-            .and_then(|s| s.parse().ok())
-    });
+    let explicit = src
+        .platform_str("llm.kvcache.hit_ratio")
+        .and_then(|s| s.parse::<f64>().ok());
     if let Some(r) = explicit.filter(|r| (0.0..=1.0).contains(r)) {
         return Some(r);
+    }
+    let cached = src.span_i64(&["gen_ai.usage.cached_tokens"])?;
+    cached_share(cached, input_tokens)
+}
+
+/// A hosted provider's prompt-cache ratio as its client reports it (GenAI's
+/// `gen_ai.usage.cache_read.input_tokens`, OpenInference's
+/// `llm.token_count.prompt_details.cache_read`), over the prompt tokens. Embeddings
+/// have no prompt cache: the zero OpenLLMetry reports on them is not a miss.
+fn prompt_cache_hit_ratio(
+    src: &Sources<'_>,
+    operation: Option<&str>,
+    input_tokens: Option<i64>,
+) -> Option<f64> {
+    if operation.is_some_and(|op| op == "embeddings" || op == "embedding") {
+        return None;
     }
     let cached = src.span_i64(&[
         "gen_ai.usage.cache_read.input_tokens",
         "llm.token_count.prompt_details.cache_read",
-        "gen_ai.usage.cached_tokens",
     ])?;
+    cached_share(cached, input_tokens)
+}
+
+fn cached_share(cached: i64, input_tokens: Option<i64>) -> Option<f64> {
     let input = input_tokens.filter(|i| *i > 0)?;
-    Some((cached as f64 / input as f64).clamp(0.0, 1.0))
+    Some((cached.max(0) as f64 / input as f64).clamp(0.0, 1.0))
 }
 
 /// The platform attribute, else inferred from an error type or a content-filter stop.

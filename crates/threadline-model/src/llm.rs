@@ -59,9 +59,24 @@ pub struct LlmView {
     pub gray_tag: Option<String>,
     pub session_id: Option<String>,
     pub user_id: Option<String>,
+    /// Share of prompt tokens an inference server's KV / prefix cache served: only
+    /// from where such a cache applies (the platform attribute, vLLM's own span).
     pub kv_cache_hit_ratio: Option<f64>,
     pub tool_name: Option<String>,
     pub tool_call_id: Option<String>,
+    /// Share of prompt tokens a hosted provider's prompt cache served, as its client
+    /// reports it (`gen_ai.usage.cache_read.input_tokens` …): kept apart from the
+    /// KV-cache ratio, and absent on calls no prompt cache applies to (embeddings).
+    /// Last, so views stored before it still decode (see the store's codec).
+    #[serde(default, deserialize_with = "absent_at_the_end")]
+    pub prompt_cache_hit_ratio: Option<f64>,
+}
+
+/// A field added at the end of a struct stored in a format without field names
+/// (postcard): what was stored before the field existed ends where it begins, and
+/// reads as `None`.
+fn absent_at_the_end<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    Ok(Option::<f64>::deserialize(d).unwrap_or(None))
 }
 
 impl LlmView {

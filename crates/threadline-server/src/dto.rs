@@ -69,6 +69,7 @@ pub(crate) fn llm(view: &LlmView, prices: &PriceTable) -> Value {
         "session_id": view.session_id,
         "user_id": view.user_id,
         "kv_cache_hit_ratio": view.kv_cache_hit_ratio,
+        "prompt_cache_hit_ratio": view.prompt_cache_hit_ratio,
         "tool_name": view.tool_name,
         "tool_call_id": view.tool_call_id,
     })

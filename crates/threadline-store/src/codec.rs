@@ -396,6 +396,41 @@ mod tests {
         AttrValue, Attribute, LlmView, SpanEvent, SpanId, SpanLink, SpanStatus, StatusCode, TraceId,
     };
 
+    /// Views stored before `prompt_cache_hit_ratio` was added are today's bytes
+    /// without the trailing `None` (one zero byte): they decode, the ratio absent.
+    #[test]
+    fn a_view_stored_before_the_prompt_cache_ratio_still_decodes() {
+        let view = LlmView {
+            request_model: Some("gpt-4o".into()),
+            kv_cache_hit_ratio: Some(0.25),
+            tool_call_id: Some("call-1".into()),
+            ..LlmView::default()
+        };
+        let detail = SpanDetail::default();
+        let now = postcard::to_allocvec(&DetailRef {
+            detail: &detail,
+            llm: &Some(view.clone()),
+        })
+        .unwrap();
+        assert_eq!(now.last(), Some(&0), "the ratio is absent: a None");
+        let before = &now[..now.len() - 1];
+        let decoded = decode_detail(before, 0, before.len() as u32).unwrap();
+        assert_eq!(decoded.1, Some(view.clone()));
+        let with_ratio = LlmView {
+            prompt_cache_hit_ratio: Some(0.5),
+            ..view
+        };
+        let now = postcard::to_allocvec(&DetailRef {
+            detail: &detail,
+            llm: &Some(with_ratio.clone()),
+        })
+        .unwrap();
+        assert_eq!(
+            decode_detail(&now, 0, now.len() as u32).unwrap().1,
+            Some(with_ratio)
+        );
+    }
+
     #[test]
     fn borrowed_texts_are_the_decoded_details_texts() {
         let kinds = |prefix: &str| {

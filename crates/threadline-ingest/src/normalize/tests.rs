@@ -30,7 +30,9 @@ fn otel_genai_current_names() {
     );
     assert_eq!(v.ttft_ms, Some(250.0));
     assert_eq!(v.finish_reasons, vec!["stop", "length"]);
-    assert_eq!(v.kv_cache_hit_ratio, Some(0.5));
+    // The provider's prompt cache, as the client saw it: not an inference KV cache.
+    assert_eq!(v.prompt_cache_hit_ratio, Some(0.5));
+    assert_eq!(v.kv_cache_hit_ratio, None);
     assert_eq!(v.session_id.as_deref(), Some("conv-42"));
     assert_eq!(v.user_id.as_deref(), Some("user-7"));
     assert_eq!(v.prompt_template_id.as_deref(), Some("support-chat"));
@@ -85,7 +87,8 @@ fn openinference_names_and_flattened_messages() {
         (v.input_tokens, v.output_tokens, v.total_tokens),
         (Some(500), Some(50), Some(550))
     );
-    assert_eq!(v.kv_cache_hit_ratio, Some(0.25));
+    assert_eq!(v.prompt_cache_hit_ratio, Some(0.25));
+    assert_eq!(v.kv_cache_hit_ratio, None);
     assert_eq!(v.finish_reasons, vec!["stop"]);
     assert_eq!(v.session_id.as_deref(), Some("sess-9"));
     assert_eq!(v.prompt_template_version.as_deref(), Some("t-9"));
@@ -113,7 +116,12 @@ fn vllm_span_attributes() {
         vec!["stop"],
         "JSON-encoded string is decoded"
     );
-    assert_eq!(v.kv_cache_hit_ratio, Some(0.25));
+    assert_eq!(
+        v.kv_cache_hit_ratio,
+        Some(0.25),
+        "vLLM's cached prompt tokens"
+    );
+    assert_eq!(v.prompt_cache_hit_ratio, None);
 }
 
 #[test]
@@ -189,4 +197,87 @@ fn a_repeated_attribute_key_reads_as_its_last_value() {
     let view = super::llm_view("chat", &detail, &SpanOrigin::default()).unwrap();
     assert_eq!(view.request_model.as_deref(), Some("last"));
     assert_eq!(view.route.as_deref(), Some("/v1/chat"));
+}
+
+fn span_json(name: &str, attributes: &str, resource: &str) -> String {
+    format!(
+        r#"{{"resourceSpans":[{{"resource":{{"attributes":[{resource}]}},"scopeSpans":[{{"spans":[{{
+        "traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0102030405060708","name":"{name}",
+        "kind":2,"startTimeUnixNano":"1000","endTimeUnixNano":"2000","attributes":[{attributes}]}}]}}]}}]}}"#
+    )
+}
+
+fn str_attr(key: &str, value: &str) -> String {
+    format!(r#"{{"key":"{key}","value":{{"stringValue":"{value}"}}}}"#)
+}
+
+/// A plain HTTP server span with OpenTelemetry's standard route, user and session
+/// attributes — no GenAI or platform attribute at all — has its request context.
+#[test]
+fn a_plain_http_span_has_its_route_user_and_session() {
+    let attrs = [
+        str_attr("http.request.method", "POST"),
+        str_attr("http.route", "/v1/users/{id}/chat"),
+        str_attr("enduser.id", "alice@example.com"),
+        str_attr("session.id", "s-77"),
+    ]
+    .join(",");
+    let v = view_of(&span_json("POST /v1/users/{id}/chat", &attrs, ""));
+    assert_eq!(v.route.as_deref(), Some("/v1/users/{id}/chat"));
+    assert_eq!(v.user_id.as_deref(), Some("alice@example.com"));
+    assert_eq!(v.session_id.as_deref(), Some("s-77"));
+    assert_eq!((v.request_model, v.operation), (None, None));
+}
+
+/// The user or session may arrive in W3C baggage recorded on the span, or on the
+/// resource (one process per user: a desktop app); A/B group and gray tag too.
+#[test]
+fn user_session_and_experiment_context_from_baggage_and_resource() {
+    let baggage = str_attr("baggage", "user.id=u%2042,ab.group=B,gray.tag=canary");
+    let v = view_of(&span_json("GET /", &baggage, ""));
+    assert_eq!(v.user_id.as_deref(), Some("u 42"));
+    assert_eq!(v.ab_group.as_deref(), Some("B"));
+    assert_eq!(v.gray_tag.as_deref(), Some("canary"));
+    let copied = str_attr("baggage.session.id", "s-9");
+    assert_eq!(
+        view_of(&span_json("GET /", &copied, ""))
+            .session_id
+            .as_deref(),
+        Some("s-9")
+    );
+    let resource = str_attr("enduser.id", "desk-user");
+    let v = view_of(&span_json("render", "", &resource));
+    assert_eq!(v.user_id.as_deref(), Some("desk-user"));
+    // The span's own beats the resource's.
+    let v = view_of(&span_json(
+        "render",
+        &str_attr("user.id", "span-user"),
+        &resource,
+    ));
+    assert_eq!(v.user_id.as_deref(), Some("span-user"));
+}
+
+/// An embedding call reports `cache_read.input_tokens = 0` under OpenLLMetry: no
+/// cache applies to it, so it has neither ratio (it would read as a 0% hit rate).
+#[test]
+fn an_embedding_call_has_no_cache_ratio() {
+    let attrs = [
+        str_attr("gen_ai.operation.name", "embeddings"),
+        str_attr("gen_ai.request.model", "text-embedding-3-small"),
+        r#"{"key":"gen_ai.usage.input_tokens","value":{"intValue":"40"}}"#.to_owned(),
+        r#"{"key":"gen_ai.usage.cache_read.input_tokens","value":{"intValue":"0"}}"#.to_owned(),
+    ]
+    .join(",");
+    let v = view_of(&span_json("embeddings", &attrs, ""));
+    assert_eq!(
+        (v.kv_cache_hit_ratio, v.prompt_cache_hit_ratio),
+        (None, None)
+    );
+    // A chat call's reported zero is a real miss of the provider's cache.
+    let chat = attrs.replace("embeddings", "chat");
+    let v = view_of(&span_json("chat", &chat, ""));
+    assert_eq!(
+        (v.kv_cache_hit_ratio, v.prompt_cache_hit_ratio),
+        (None, Some(0.0))
+    );
 }

@@ -127,6 +127,7 @@ function LlmPanel({ llm, conv }) {
       ${llm.finish_reasons.length ? html`<dt>finish</dt><dd>${llm.finish_reasons.join(', ')}</dd>` : null}
       ${llm.rejection_reason ? html`<dt>rejected</dt><dd><span class="pill err">${llm.rejection_reason}</span></dd>` : null}
       ${llm.kv_cache_hit_ratio !== null ? html`<dt>KV-cache hits</dt><dd>${(llm.kv_cache_hit_ratio * 100).toFixed(1)}%</dd>` : null}
+      ${llm.prompt_cache_hit_ratio != null ? html`<dt>prompt-cache hits</dt><dd>${(llm.prompt_cache_hit_ratio * 100).toFixed(1)}%</dd>` : null}
       ${llm.ab_group ? html`<dt>A/B group</dt><dd>${llm.ab_group}</dd>` : null}
       ${llm.gray_tag ? html`<dt>gray tag</dt><dd>${llm.gray_tag}</dd>` : null}
       ${llm.session_id ? html`<dt>session</dt><dd><a href=${sessionUrl(llm.session_id)}>${llm.session_id}</a></dd>` : null}
