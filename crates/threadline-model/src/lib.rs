@@ -11,6 +11,7 @@ mod llm;
 mod log;
 mod span;
 mod text;
+pub mod trace_tree;
 
 pub use ids::{IdError, SpanId, TenantId, TraceId};
 pub use lineage::{

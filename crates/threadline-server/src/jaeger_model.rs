@@ -251,7 +251,7 @@ fn prune_defaults(v: &mut Value) {
 
 /// A v3 trace summary of one trace, from its skeleton.
 pub(crate) fn v3_summary(trace_id: threadline_model::TraceId, spans: &[SkeletonSpan]) -> Value {
-    let (start, end) = crate::trace_tree::time_bounds(
+    let (start, end) = threadline_model::trace_tree::time_bounds(
         spans
             .iter()
             .map(|s| (s.start_time_unix_nano, s.end_time_unix_nano)),

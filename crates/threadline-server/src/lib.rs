@@ -31,7 +31,6 @@ mod query_api;
 mod rca_api;
 mod trace_lineage;
 mod trace_stream;
-mod trace_tree;
 mod trace_view;
 mod ui;
 

@@ -116,7 +116,7 @@ impl TraceFacts {
             .or(spans.first())
             .cloned()
             .ok_or_else(|| StoreError::Corrupt(format!("trace {trace_id} has no span")))?;
-        let (start_ns, end_ns) = crate::trace_tree::time_bounds(
+        let (start_ns, end_ns) = threadline_model::trace_tree::time_bounds(
             spans
                 .iter()
                 .map(|s| (s.start_time_unix_nano, s.end_time_unix_nano)),

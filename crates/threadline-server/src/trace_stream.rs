@@ -16,8 +16,8 @@ use threadline_store::{SkeletonSpan, SpanReader, SqliteStore};
 
 use crate::dto;
 use crate::error::ApiError;
-use crate::trace_tree;
 use crate::trace_view::Tree;
+use threadline_model::trace_tree;
 
 /// Output buffered before it is handed to the connection.
 const CHUNK_BYTES: usize = 64 * 1024;

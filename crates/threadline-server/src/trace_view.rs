@@ -10,7 +10,8 @@ use threadline_analysis::PriceTable;
 use threadline_model::{LogRecord, SpanId, SpanRecord};
 use threadline_store::SkeletonSpan;
 
-use crate::{dto, trace_tree};
+use crate::dto;
+use threadline_model::trace_tree;
 
 /// Interns strings into a table, returning each one's index.
 #[derive(Default)]
@@ -205,31 +206,21 @@ fn break_cycles(mut parent: Vec<Option<usize>>) -> Vec<Option<usize>> {
     parent
 }
 
-/// Spans on the critical path: from each root, walk back from its end through the
-/// child that finished last before the cursor, then that child's start, and so on.
+/// Spans on the critical path (1) of each root (`trace_tree::critical_path`).
 fn critical_path(
     spans: &[SkeletonSpan],
     parent: &[Option<usize>],
     children: &[Vec<usize>],
 ) -> Vec<u8> {
-    let mut on = vec![0u8; spans.len()];
-    let mut stack: Vec<usize> = (0..spans.len()).filter(|&i| parent[i].is_none()).collect();
-    while let Some(i) = stack.pop() {
-        on[i] = 1;
-        let mut kids = children[i].clone();
-        kids.sort_by_key(|&c| std::cmp::Reverse(spans[c].end_time_unix_nano));
-        let mut cursor = spans[i].end_time_unix_nano;
-        for c in kids {
-            let span = &spans[c];
-            if span.end_time_unix_nano <= cursor
-                && span.end_time_unix_nano > spans[i].start_time_unix_nano
-            {
-                stack.push(c);
-                cursor = span.start_time_unix_nano;
-            }
-        }
-    }
-    on
+    let times: Vec<(u64, u64)> = spans
+        .iter()
+        .map(|s| (s.start_time_unix_nano, s.end_time_unix_nano))
+        .collect();
+    let roots = (0..spans.len()).filter(|&i| parent[i].is_none());
+    trace_tree::critical_path(&times, children, roots)
+        .into_iter()
+        .map(|t| u8::from(t.is_some()))
+        .collect()
 }
 
 /// One span in full, with its conversation and cost.
@@ -282,7 +273,8 @@ mod tests {
 
     #[test]
     fn skeleton_columns_self_time_and_critical_path() {
-        // root 0..100; a 0..30, b 20..90 (b finishes last: critical), c under b 25..80.
+        // root 0..100; a 0..30, b 20..90 (b finishes last: critical), c under b 25..80;
+        // a accounts for 0..20, before b started: on the path too.
         let mut spans = vec![
             s(1, None, 0, 100_000),
             s(2, Some(1), 0, 30_000),
@@ -296,7 +288,7 @@ mod tests {
         let v = skeleton("t", &spans, &PriceTable::default());
         assert_eq!(v["spans"]["parent"], json!([-1, 0, 0, 2]));
         assert_eq!(v["spans"]["children"], json!([2, 0, 1, 0]));
-        assert_eq!(v["spans"]["critical"], json!([1, 0, 1, 1]));
+        assert_eq!(v["spans"]["critical"], json!([1, 1, 1, 1]));
         // root self time: 100 µs minus the union 0..90 µs.
         assert_eq!(v["spans"]["self_us"][0], json!(10.0));
         assert_eq!(v["spans"]["start_us"][3], json!(25.0));
