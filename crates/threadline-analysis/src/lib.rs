@@ -4,11 +4,13 @@
 //! persists rollups and incidents; the server feeds them from it.
 
 pub mod anomaly;
+pub mod cell;
 pub mod changes;
 pub mod cost;
 pub mod drift;
 pub mod health;
 pub mod metric;
+pub mod observe;
 pub mod rca;
 pub mod rollup;
 pub mod slo;
@@ -22,8 +24,11 @@ pub use cost::{ModelPrice, PriceTable};
 pub use drift::{drift, drift_between, DriftConfig, DriftProfile};
 pub use metric::Metric;
 pub use rca::{rank, Candidate, Change, FaultRule, FaultRules, RcaInput};
+pub use cell::{SlotTime, SpanSlot};
+pub use observe::{observe, Observed};
 pub use rollup::{
-    group_cells, matches, minute_of, Dimension, RollupCell, Rollups, SeriesKey, BUCKET_NS,
+    group_cells, matches, matches_at, minute_of, Dimension, Level, RollupCell, Rollups,
+    SeriesKey, BUCKET_NS,
 };
 pub use slo::{SloEvent, SloRule, SloState};
 pub use watch::{scope_of, Watch};

@@ -1,6 +1,6 @@
 //! The public metric names and how each is read off a (merged) rollup cell.
 
-use crate::rollup::RollupCell;
+use crate::cell::RollupCell;
 
 /// A metric of the `/api/v1/metrics` contract.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -13,13 +13,15 @@ pub enum Metric {
     TtftP99,
     TokensPerS,
     KvCacheHitRatio,
+    /// A hosted provider's prompt-cache hit ratio (apart from the KV cache's).
+    PromptCacheHitRatio,
     RejectionRate,
     /// USD spent on tokens in the step (cells priced when read).
     Cost,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 10] = [
+    pub const ALL: [Metric; 11] = [
         Metric::RequestRate,
         Metric::ErrorRate,
         Metric::P50Latency,
@@ -28,6 +30,7 @@ impl Metric {
         Metric::TtftP99,
         Metric::TokensPerS,
         Metric::KvCacheHitRatio,
+        Metric::PromptCacheHitRatio,
         Metric::RejectionRate,
         Metric::Cost,
     ];
@@ -52,6 +55,7 @@ impl Metric {
             Metric::TtftP99 => "ttft_p99",
             Metric::TokensPerS => "tokens_per_s",
             Metric::KvCacheHitRatio => "kv_cache_hit_ratio",
+            Metric::PromptCacheHitRatio => "prompt_cache_hit_ratio",
             Metric::RejectionRate => "rejection_rate",
             Metric::Cost => "cost",
         }
@@ -84,7 +88,10 @@ impl Metric {
     pub fn unit(self) -> &'static str {
         match self {
             Metric::RequestRate => "requests/s",
-            Metric::ErrorRate | Metric::RejectionRate | Metric::KvCacheHitRatio => "ratio",
+            Metric::ErrorRate
+            | Metric::RejectionRate
+            | Metric::KvCacheHitRatio
+            | Metric::PromptCacheHitRatio => "ratio",
             Metric::P50Latency | Metric::P95Latency | Metric::P99Latency | Metric::TtftP99 => "ms",
             Metric::TokensPerS => "tokens/s",
             Metric::Cost => "USD",
@@ -96,7 +103,10 @@ impl Metric {
     pub fn higher_is_worse(self) -> bool {
         !matches!(
             self,
-            Metric::TokensPerS | Metric::KvCacheHitRatio | Metric::RequestRate
+            Metric::TokensPerS
+                | Metric::KvCacheHitRatio
+                | Metric::PromptCacheHitRatio
+                | Metric::RequestRate
         )
     }
 
@@ -104,7 +114,10 @@ impl Metric {
     pub fn is_ratio(self) -> bool {
         matches!(
             self,
-            Metric::ErrorRate | Metric::RejectionRate | Metric::KvCacheHitRatio
+            Metric::ErrorRate
+                | Metric::RejectionRate
+                | Metric::KvCacheHitRatio
+                | Metric::PromptCacheHitRatio
         )
     }
 
@@ -113,6 +126,7 @@ impl Metric {
         match self {
             Metric::TtftP99 => cell.ttft_ms.count() as u64,
             Metric::KvCacheHitRatio => cell.kv_hit_count,
+            Metric::PromptCacheHitRatio => cell.prompt_cache_count,
             Metric::TokensPerS => u64::from(cell.gen_seconds > 0.0) * cell.requests,
             _ => cell.requests,
         }
@@ -137,6 +151,8 @@ impl Metric {
             Metric::KvCacheHitRatio => {
                 (cell.kv_hit_count > 0).then(|| cell.kv_hit_sum / cell.kv_hit_count as f64)
             }
+            Metric::PromptCacheHitRatio => (cell.prompt_cache_count > 0)
+                .then(|| cell.prompt_cache_sum / cell.prompt_cache_count as f64),
             Metric::Cost => Some(cell.cost_usd),
         }
     }

@@ -185,8 +185,8 @@ fn bad_mass(metric: Metric, cell: &RollupCell, base: &RollupCell) -> (f64, f64) 
             }
             _ => (0.0, cell.gen_seconds),
         },
-        // Cost is not watched: no request of a cell is "bad" for it.
-        Metric::RequestRate | Metric::Cost => (0.0, n),
+        // Cost and the prompt cache are not watched: no request of a cell is "bad" for them.
+        Metric::RequestRate | Metric::Cost | Metric::PromptCacheHitRatio => (0.0, n),
     }
 }
 

@@ -1,16 +1,16 @@
-//! Rollups: per-minute aggregates of LLM requests, one cell per series (the values of
-//! the dimensions a request carried) and minute of span start time. Cells merge, so a
-//! minute can be built from any number of export requests in any order, and a query
-//! merges cells over series and minutes.
-
-use std::collections::BTreeMap;
+//! Rollups: per-minute aggregates of requests and model calls (see `observe`), one
+//! cell per series (the level and the values of the dimensions an observation
+//! carried) and minute of span start time. Cells merge, so a minute can be built from
+//! any number of export requests in any order, and a query merges cells over series
+//! and minutes.
 
 // Seeded per process: keys come from senders, so a fixed hash could be flooded.
 use foldhash::HashMap;
 
-use serde::{Deserialize, Serialize};
-use sketches_ddsketch::{Config, DDSketch};
-use threadline_model::{LlmView, SpanId, SpanRecord};
+use threadline_model::SpanRecord;
+
+pub use crate::cell::RollupCell;
+use crate::observe::{observe, Observed};
 
 /// One rollup bucket: a minute of span start time.
 pub const BUCKET_NS: i64 = 60_000_000_000;
@@ -78,283 +78,111 @@ impl Dimension {
     }
 }
 
-/// The dimension values of one series; `""` where requests carried none.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct SeriesKey([String; 11]);
+/// What a series counts (see `observe`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Level {
+    /// Requests as their callers see them: a route's entry span, whole.
+    Request,
+    /// Model calls, on their own duration.
+    #[default]
+    Call,
+}
+
+impl Level {
+    pub const ALL: [Level; 2] = [Level::Request, Level::Call];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::Request => "request",
+            Level::Call => "call",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|l| l.as_str() == name)
+    }
+
+    /// The level a query or watch reads when it does not say: requests when it is
+    /// scoped by route (what a route's callers experience), model calls otherwise
+    /// (model, adapter, instance … series measure the call).
+    pub fn implied_by(dims: impl IntoIterator<Item = Dimension>) -> Self {
+        if dims.into_iter().any(|d| d == Dimension::Route) {
+            Level::Request
+        } else {
+            Level::Call
+        }
+    }
+}
+
+/// The level and dimension values of one series; `""` where observations carried none.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SeriesKey {
+    level: Level,
+    dims: [String; 11],
+}
 
 impl SeriesKey {
+    /// A blank key at `level`.
+    pub fn at(level: Level) -> Self {
+        Self {
+            level,
+            dims: Default::default(),
+        }
+    }
+
+    pub fn level(&self) -> Level {
+        self.level
+    }
+
     pub fn get(&self, dim: Dimension) -> &str {
-        &self.0[dim.index()]
+        &self.dims[dim.index()]
     }
 
     pub fn with(mut self, dim: Dimension, value: impl Into<String>) -> Self {
-        self.0[dim.index()] = value.into();
+        self.dims[dim.index()] = value.into();
         self
     }
 
-    /// The key reduced to `dims` (others blank): what a `group_by` merges under.
+    /// The key reduced to `dims` (others blank, the level kept): what a `group_by`
+    /// merges under.
     pub fn project(&self, dims: &[Dimension]) -> SeriesKey {
-        let mut out = SeriesKey::default();
+        let mut out = SeriesKey::at(self.level);
         for &d in dims {
-            out.0[d.index()] = self.0[d.index()].clone();
+            out.dims[d.index()] = self.dims[d.index()].clone();
         }
         out
     }
 
-    /// The LLM requests among the spans of one export request, with their series.
-    ///
-    /// A request is a span with an LLM view naming a model, or naming a route when no
-    /// span below it in the batch names a model: a gateway span and the inference
-    /// span under it are one request, counted once, on the inference span (its own
-    /// duration, instance, adapter …). Route, A/B group and gray tag missing on a span
-    /// are taken from its nearest ancestor in the batch that has them, as platforms
-    /// set them at the gateway. Tool calls and retrievals (no route, no model) are not
-    /// requests.
-    pub fn requests(spans: &[SpanRecord]) -> Vec<(usize, SeriesKey)> {
-        let by_id: HashMap<SpanId, usize> = spans
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (s.span_id, i))
-            .collect();
-        let parent = |i: usize| -> Option<usize> {
-            spans[i]
-                .parent_span_id
-                .and_then(|p| by_id.get(&p).copied())
-                .filter(|&p| p != i)
-        };
-        // Ancestors within the batch, nearest first; bounded, as parent links in bad
-        // input may form a cycle.
-        let ancestors = |i: usize| std::iter::successors(parent(i), move |&p| parent(p)).take(64);
-        let names_model = |s: &SpanRecord| s.llm.as_ref().is_some_and(|l| l.model().is_some());
-        // Spans with a model-naming descendant in the batch.
-        let mut covered = vec![false; spans.len()];
-        for (i, span) in spans.iter().enumerate() {
-            if names_model(span) {
-                for p in ancestors(i) {
-                    if covered[p] {
-                        break;
-                    }
-                    covered[p] = true;
-                }
-            }
-        }
-        let mut out = Vec::new();
-        for (i, span) in spans.iter().enumerate() {
-            let Some(llm) = span.llm.as_ref() else {
-                continue;
-            };
-            let is_request = llm.model().is_some() || (llm.route.is_some() && !covered[i]);
-            if !is_request {
-                continue;
-            }
-            let inherited = |get: fn(&LlmView) -> Option<&String>| -> String {
-                std::iter::once(i)
-                    .chain(ancestors(i))
-                    .find_map(|j| spans[j].llm.as_ref().and_then(get).cloned())
-                    .unwrap_or_default()
-            };
-            let s = |v: Option<&str>| v.unwrap_or_default().to_owned();
-            let upstream = ancestors(i)
-                .find(|&p| spans[p].service != span.service)
-                .map(|p| spans[p].service.clone())
-                .unwrap_or_default();
-            out.push((
-                i,
-                SeriesKey([
-                    span.service.clone(),
-                    inherited(|l| l.route.as_ref()),
-                    s(llm.model()),
-                    s(llm.adapter_id.as_deref()),
-                    s(llm.instance_id.as_deref()),
-                    s(llm.image.as_deref()),
-                    s(llm.prompt_template_version.as_deref()),
-                    inherited(|l| l.ab_group.as_ref()),
-                    inherited(|l| l.gray_tag.as_ref()),
-                    s(llm.provider.as_deref()),
-                    upstream,
-                ]),
-            ));
-        }
-        out
-    }
-
-    /// A canonical text form (a JSON array), for storage.
+    /// A canonical text form, for storage: model-call keys a JSON array of the
+    /// dimension values (as every key was before levels), request keys an object
+    /// `{"level": "request", "dims": [...]}`.
     pub fn to_text(&self) -> String {
-        serde_json::to_string(&self.0).unwrap_or_default()
+        match self.level {
+            Level::Call => serde_json::to_string(&self.dims).unwrap_or_default(),
+            Level::Request => serde_json::json!({"level": self.level.as_str(), "dims": self.dims})
+                .to_string(),
+        }
     }
 
     /// Keys stored before a dimension was added have fewer values: the rest are blank.
     pub fn from_text(text: &str) -> Option<Self> {
-        let values: Vec<String> = serde_json::from_str(text).ok()?;
-        let mut key = SeriesKey::default();
-        if values.len() > key.0.len() {
+        let (level, values): (Level, Vec<String>) = if text.trim_start().starts_with('{') {
+            let v: serde_json::Value = serde_json::from_str(text).ok()?;
+            (
+                Level::parse(v.get("level")?.as_str()?)?,
+                serde_json::from_value(v.get("dims")?.clone()).ok()?,
+            )
+        } else {
+            (Level::Call, serde_json::from_str(text).ok()?)
+        };
+        let mut key = SeriesKey::at(level);
+        if values.len() > key.dims.len() {
             return None;
         }
-        for (slot, v) in key.0.iter_mut().zip(values) {
+        for (slot, v) in key.dims.iter_mut().zip(values) {
             *slot = v;
         }
         Some(key)
-    }
-}
-
-/// 1% relative accuracy; values under 1 µs (in ms) share the lowest bin.
-fn new_sketch() -> DDSketch {
-    DDSketch::new(Config::new(0.01, 2048, 1e-3))
-}
-
-/// Aggregates of the requests of one series in one minute.
-#[derive(Clone, Serialize, Deserialize)]
-pub struct RollupCell {
-    pub requests: u64,
-    /// Requests whose span status is ERROR.
-    pub errors: u64,
-    pub latency_ms: DDSketch,
-    pub ttft_ms: DDSketch,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    /// Output tokens and generation seconds (duration after the first token) of the
-    /// requests that report output tokens: tokens/s is their ratio.
-    pub gen_tokens: u64,
-    pub gen_seconds: f64,
-    pub kv_hit_sum: f64,
-    pub kv_hit_count: u64,
-    /// Rejected requests by reason.
-    pub rejections: BTreeMap<String, u64>,
-    /// USD of the cell's tokens: not stored (prices change), set by `price` when read.
-    #[serde(skip)]
-    pub cost_usd: f64,
-}
-
-impl std::fmt::Debug for RollupCell {
-    // The sketch has no Debug of its own.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RollupCell")
-            .field("requests", &self.requests)
-            .field("errors", &self.errors)
-            .field(
-                "latency_p99_ms",
-                &self.latency_ms.quantile(0.99).ok().flatten(),
-            )
-            .field("rejections", &self.rejections)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Default for RollupCell {
-    fn default() -> Self {
-        Self {
-            requests: 0,
-            errors: 0,
-            latency_ms: new_sketch(),
-            ttft_ms: new_sketch(),
-            input_tokens: 0,
-            output_tokens: 0,
-            gen_tokens: 0,
-            gen_seconds: 0.0,
-            kv_hit_sum: 0.0,
-            kv_hit_count: 0,
-            rejections: BTreeMap::new(),
-            cost_usd: 0.0,
-        }
-    }
-}
-
-impl RollupCell {
-    /// Adds one request span (the caller checked it is one).
-    pub fn observe(&mut self, span: &SpanRecord) {
-        self.requests += 1;
-        if span.is_error() {
-            self.errors += 1;
-        }
-        let duration_ms = span.duration_nanos() as f64 / 1e6;
-        self.latency_ms.add(duration_ms);
-        let Some(llm) = span.llm.as_ref() else {
-            return;
-        };
-        let ttft = llm.ttft_ms.filter(|t| t.is_finite() && *t >= 0.0);
-        if let Some(t) = ttft {
-            self.ttft_ms.add(t);
-        }
-        let input = llm.input_tokens.unwrap_or(0).max(0) as u64;
-        let output = llm.output_tokens.unwrap_or(0).max(0) as u64;
-        self.input_tokens += input;
-        self.output_tokens += output;
-        let gen_ms = duration_ms - ttft.unwrap_or(0.0).min(duration_ms);
-        if output > 0 && gen_ms > 0.0 {
-            self.gen_tokens += output;
-            self.gen_seconds += gen_ms / 1e3;
-        }
-        if let Some(kv) = llm.kv_cache_hit_ratio.filter(|k| (0.0..=1.0).contains(k)) {
-            self.kv_hit_sum += kv;
-            self.kv_hit_count += 1;
-        }
-        if let Some(reason) = &llm.rejection_reason {
-            *self
-                .rejections
-                .entry(reason.as_str().to_owned())
-                .or_default() += 1;
-        }
-    }
-
-    pub fn merge(&mut self, other: &RollupCell) {
-        self.requests += other.requests;
-        self.errors += other.errors;
-        // Both sketches come from `new_sketch`, so their configs always match.
-        let _ = self.latency_ms.merge(&other.latency_ms);
-        let _ = self.ttft_ms.merge(&other.ttft_ms);
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
-        self.gen_tokens += other.gen_tokens;
-        self.gen_seconds += other.gen_seconds;
-        self.kv_hit_sum += other.kv_hit_sum;
-        self.kv_hit_count += other.kv_hit_count;
-        self.cost_usd += other.cost_usd;
-        for (reason, n) in &other.rejections {
-            *self.rejections.entry(reason.clone()).or_default() += n;
-        }
-    }
-
-    /// Prices the cell's tokens as those of `model` (a series key's model).
-    pub fn price(&mut self, model: &str, table: &crate::PriceTable) {
-        self.cost_usd = table.cost_usd(
-            model,
-            self.input_tokens.min(i64::MAX as u64) as i64,
-            self.output_tokens.min(i64::MAX as u64) as i64,
-        );
-    }
-
-    pub fn rejected(&self) -> u64 {
-        self.rejections.values().sum()
-    }
-
-    /// Values of a sketch above `threshold`, estimated (1% accurate).
-    pub fn count_above(sketch: &DDSketch, threshold: f64) -> f64 {
-        let n = sketch.count();
-        if n == 0 || sketch.max().is_some_and(|m| m <= threshold) {
-            return 0.0;
-        }
-        // Bisect on q: the sketch answers value-at-quantile only, at rank
-        // floor(q * (n - 1)), so the first rank above the threshold is floor(hi * (n - 1)).
-        let (mut lo, mut hi) = (0.0f64, 1.0f64);
-        for _ in 0..40 {
-            let mid = (lo + hi) / 2.0;
-            match sketch.quantile(mid) {
-                Ok(Some(v)) if v > threshold => hi = mid,
-                _ => lo = mid,
-            }
-        }
-        (n as f64 - (hi * (n - 1) as f64).floor()).max(0.0)
-    }
-}
-
-/// Cells merged into one.
-impl<'a> FromIterator<&'a RollupCell> for RollupCell {
-    fn from_iter<I: IntoIterator<Item = &'a RollupCell>>(cells: I) -> Self {
-        let mut out = RollupCell::default();
-        for c in cells {
-            out.merge(c);
-        }
-        out
     }
 }
 
@@ -366,18 +194,21 @@ pub struct Rollups {
 }
 
 impl Rollups {
-    /// The request spans among `spans`, by minute and series.
+    /// The requests and model calls among `spans`, by minute and series.
     pub fn of_spans(spans: &[SpanRecord]) -> Self {
-        Self::of_requests(spans, SeriesKey::requests(spans))
+        Self::of_observed(spans, observe(spans))
     }
 
-    /// `requests` (what `SeriesKey::requests` found among `spans`), by minute and series.
-    pub fn of_requests(spans: &[SpanRecord], requests: Vec<(usize, SeriesKey)>) -> Self {
+    /// `observed` (what `observe` found among `spans`), by minute and series.
+    pub fn of_observed(spans: &[SpanRecord], observed: Vec<Observed>) -> Self {
         let mut out = Self::default();
-        for (i, key) in requests {
-            let span = &spans[i];
+        for o in observed {
+            let span = &spans[o.span];
             let minute = minute_of(span.start_time_unix_nano.min(i64::MAX as u64) as i64);
-            out.cells.entry((minute, key)).or_default().observe(span);
+            out.cells
+                .entry((minute, o.key.clone()))
+                .or_default()
+                .observe(spans, &o);
         }
         out
     }
@@ -412,11 +243,17 @@ pub fn matches(key: &SeriesKey, filter: &[(Dimension, String)]) -> bool {
     filter.iter().all(|(d, v)| key.get(*d) == v)
 }
 
-/// Cells that pass `filter`, merged per `group_by` projection and per step of
-/// `step_minutes` counted from `origin_minute` (the key of each step is its first
+/// A series filter at a level.
+pub fn matches_at(key: &SeriesKey, level: Level, filter: &[(Dimension, String)]) -> bool {
+    key.level() == level && matches(key, filter)
+}
+
+/// Cells at `level` that pass `filter`, merged per `group_by` projection and per step
+/// of `step_minutes` counted from `origin_minute` (the key of each step is its first
 /// minute).
 pub fn group_cells<'a>(
     cells: impl IntoIterator<Item = &'a (i64, SeriesKey, RollupCell)>,
+    level: Level,
     filter: &[(Dimension, String)],
     group_by: &[Dimension],
     step_minutes: i64,
@@ -428,7 +265,7 @@ pub fn group_cells<'a>(
         std::collections::BTreeMap<i64, RollupCell>,
     > = Default::default();
     for (minute, key, cell) in cells {
-        if !matches(key, filter) {
+        if !matches_at(key, level, filter) {
             continue;
         }
         let bucket = origin_minute + (minute - origin_minute).div_euclid(step) * step;
@@ -460,8 +297,9 @@ mod tests {
             detail: SpanDetail::default(),
             origin: Arc::default(),
             llm: Some(LlmView {
-                route: Some(route.into()),
+                route: (!route.is_empty()).then(|| route.into()),
                 adapter_id: Some(adapter.into()),
+                request_model: Some("llama".into()),
                 output_tokens: Some(100),
                 ttft_ms: Some(ms / 2.0),
                 kv_cache_hit_ratio: Some(0.5),
@@ -470,66 +308,189 @@ mod tests {
         }
     }
 
+    fn span_id(n: u8) -> SpanId {
+        SpanId([n; 8])
+    }
+
     #[test]
-    fn cells_split_by_minute_and_series_and_merge() {
-        let spans = vec![
+    fn cells_split_by_level_minute_and_series_and_merge() {
+        let mut spans = vec![
             request(60, 100.0, "/v1/chat", "a"),
             request(119, 300.0, "/v1/chat", "a"),
             request(120, 200.0, "/v1/chat", "a"),
             request(60, 100.0, "/v1/chat", "b"),
         ];
+        for (n, s) in spans.iter_mut().enumerate() {
+            s.span_id = span_id(n as u8 + 1);
+        }
         let rollups = Rollups::of_spans(&spans);
-        assert_eq!(rollups.len(), 3);
-        let key = SeriesKey::default()
-            .with(Dimension::Service, "gateway")
-            .with(Dimension::Route, "/v1/chat")
-            .with(Dimension::Adapter, "a");
-        let cell = rollups.cells.get(&(1, key.clone())).expect("minute 1");
-        assert_eq!(cell.requests, 2);
-        let max = cell.latency_ms.quantile(1.0).unwrap().unwrap();
-        assert!((max - 300.0).abs() < 3.5, "{max}");
-        // 100 tokens over 50 ms and 150 ms of generation.
-        assert!((cell.gen_tokens as f64 / cell.gen_seconds - 1000.0).abs() < 1e-6);
-        let mut merged = cell.clone();
-        merged.merge(rollups.cells.get(&(2, key)).unwrap());
-        assert_eq!(merged.requests, 3);
-        assert!((RollupCell::count_above(&merged.latency_ms, 150.0) - 2.0).abs() < 0.1);
+        // Each span is a request (it carries the route) and a model call.
+        assert_eq!(rollups.len(), 6);
+        let key = |level| {
+            SeriesKey::at(level)
+                .with(Dimension::Service, "gateway")
+                .with(Dimension::Route, "/v1/chat")
+                .with(Dimension::Model, "llama")
+                .with(Dimension::Adapter, "a")
+        };
+        for level in Level::ALL {
+            let cell = rollups.cells.get(&(1, key(level))).expect("minute 1");
+            assert_eq!(cell.requests, 2);
+            let max = cell.latency_ms.quantile(1.0).unwrap().unwrap();
+            assert!((max - 300.0).abs() < 3.5, "{max}");
+            // 100 tokens over 50 ms and 150 ms of generation.
+            assert!((cell.gen_tokens as f64 / cell.gen_seconds - 1000.0).abs() < 1e-6);
+            let mut merged = cell.clone();
+            merged.merge(rollups.cells.get(&(2, key(level))).unwrap());
+            assert_eq!(merged.requests, 3);
+            assert!((RollupCell::count_above(&merged.latency_ms, 150.0) - 2.0).abs() < 0.1);
+        }
+        for level in Level::ALL {
+            let k = key(level);
+            assert_eq!(SeriesKey::from_text(&k.to_text()), Some(k));
+        }
+        // Keys stored before levels read as model calls.
+        let legacy = r#"["vllm","/v1/chat","llama"]"#;
+        let k = SeriesKey::from_text(legacy).unwrap();
+        assert_eq!((k.level(), k.get(Dimension::Model)), (Level::Call, "llama"));
+    }
+
+    /// gateway (route, A/B group) → retriever (plain) → LLM call (vllm, adapter) and a
+    /// tool: one request on the gateway, whole, with the call's model fields and the
+    /// time of each part; one model call on its own duration, with the gateway's route.
+    #[test]
+    fn a_request_is_its_entry_span_whole_and_a_model_call_its_own_span() {
+        let ms = 1_000_000u64;
+        let at = |n: u8, parent: Option<u8>, service: &str, name: &str, from: u64, to: u64| {
+            let mut s = request(0, 0.0, "", "");
+            s.span_id = span_id(n);
+            s.parent_span_id = parent.map(span_id);
+            s.service = service.into();
+            s.name = name.into();
+            s.start_time_unix_nano = from * ms;
+            s.end_time_unix_nano = to * ms;
+            s.llm = None;
+            s
+        };
+        let mut gateway = at(1, None, "gateway", "POST /v1/chat", 0, 1000);
+        gateway.llm = Some(LlmView {
+            route: Some("/v1/chat".into()),
+            ab_group: Some("B".into()),
+            ..LlmView::default()
+        });
+        let retriever = at(2, Some(1), "docs-index", "search_docs", 10, 310);
+        let mut call = at(3, Some(1), "vllm", "chat llama", 320, 950);
+        call.llm = Some(LlmView {
+            request_model: Some("llama".into()),
+            adapter_id: Some("fin@7".into()),
+            output_tokens: Some(100),
+            ttft_ms: Some(80.0),
+            ..LlmView::default()
+        });
+        let mut tool = at(4, Some(1), "gateway", "execute_tool lookup", 950, 990);
+        tool.llm = Some(LlmView {
+            tool_name: Some("lookup".into()),
+            ..LlmView::default()
+        });
+        let spans = vec![gateway, retriever, call, tool];
+        let found = observe(&spans);
+        assert_eq!(found.len(), 2, "{found:#?}");
+        let req = found.iter().find(|o| o.key.level() == Level::Request).unwrap();
+        assert_eq!(req.span, 0);
+        assert_eq!(req.call, Some(2));
+        let k = &req.key;
+        assert_eq!(
+            [
+                k.get(Dimension::Service),
+                k.get(Dimension::Route),
+                k.get(Dimension::Model),
+                k.get(Dimension::Adapter),
+                k.get(Dimension::AbGroup)
+            ],
+            ["gateway", "/v1/chat", "llama", "fin@7", "B"]
+        );
+        let call = found.iter().find(|o| o.key.level() == Level::Call).unwrap();
+        assert_eq!(call.span, 2);
+        assert_eq!(
+            [
+                call.key.get(Dimension::Service),
+                call.key.get(Dimension::Route),
+                call.key.get(Dimension::AbGroup),
+                call.key.get(Dimension::UpstreamService)
+            ],
+            ["vllm", "/v1/chat", "B", "gateway"]
+        );
+        let rollups = Rollups::of_observed(&spans, found);
+        let request_cell = rollups
+            .iter()
+            .find(|((_, k), _)| k.level() == Level::Request)
+            .map(|(_, c)| c)
+            .unwrap();
+        assert_eq!(request_cell.latency_ms.count(), 1);
+        let p50 = request_cell.latency_ms.quantile(0.5).unwrap().unwrap();
+        assert!((p50 - 1000.0).abs() < 15.0, "the whole request: {p50}");
+        // The first token, from the request's start: 320 ms + 80 ms.
+        let ttft = request_cell.ttft_ms.quantile(0.5).unwrap().unwrap();
+        assert!((ttft - 400.0).abs() < 6.0, "{ttft}");
+        let time = |service: &str, name: &str| {
+            request_cell
+                .span_time
+                .get(&crate::cell::SpanSlot {
+                    service: service.into(),
+                    name: name.into(),
+                })
+                .map(|t| t.critical_ms)
+        };
+        assert_eq!(time("docs-index", "search_docs"), Some(300.0));
+        assert_eq!(time("vllm", "chat llama"), Some(630.0));
+        assert_eq!(time("gateway", "execute_tool lookup"), Some(40.0));
+        assert_eq!(time("gateway", "POST /v1/chat"), Some(30.0));
+        let total: f64 = request_cell.span_time.values().map(|t| t.critical_ms).sum();
+        assert!((total - 1000.0).abs() < 1e-9);
+        assert_eq!(request_cell.gen_tokens, 100);
     }
 
     #[test]
-    fn a_gateway_span_and_its_model_call_are_one_request_on_the_model_call() {
-        let mut gateway = request(0, 900.0, "/v1/chat", "a");
-        gateway.llm.as_mut().unwrap().ab_group = Some("B".into());
-        let mut call = request(0, 700.0, "", "a");
-        call.span_id = SpanId([3; 8]);
-        call.parent_span_id = Some(gateway.span_id);
-        call.service = "vllm".into();
-        let llm = call.llm.as_mut().unwrap();
-        llm.route = None;
-        llm.request_model = Some("llama".into());
+    fn a_plain_routed_span_alone_is_a_request_and_tools_are_neither() {
+        let mut plain = request(0, 5.0, "/healthz", "");
+        plain.llm = Some(LlmView {
+            route: Some("/healthz".into()),
+            ..LlmView::default()
+        });
         let mut tool = request(0, 5.0, "", "");
-        tool.span_id = SpanId([4; 8]);
-        tool.parent_span_id = Some(gateway.span_id);
+        tool.span_id = span_id(9);
         tool.llm = Some(LlmView {
             tool_name: Some("search".into()),
             ..LlmView::default()
         });
-        let found = SeriesKey::requests(&[gateway.clone(), call, tool]);
+        let found = observe(&[plain, tool]);
         assert_eq!(found.len(), 1);
-        let (i, key) = &found[0];
-        assert_eq!(*i, 1);
         assert_eq!(
-            (
-                key.get(Dimension::Service),
-                key.get(Dimension::Route),
-                key.get(Dimension::Model)
-            ),
-            ("vllm", "/v1/chat", "llama")
+            (found[0].span, found[0].key.level(), found[0].call),
+            (0, Level::Request, None)
         );
-        assert_eq!(key.get(Dimension::AbGroup), "B");
-        assert_eq!(key.get(Dimension::UpstreamService), "gateway");
-        assert_eq!(SeriesKey::from_text(&key.to_text()).as_ref(), Some(key));
-        // Alone, the gateway span is the request.
-        assert_eq!(SeriesKey::requests(&[gateway]).len(), 1);
+    }
+
+    #[test]
+    fn a_cell_keeps_at_most_its_share_of_span_parts() {
+        let mut cell = RollupCell::default();
+        for n in 0..(crate::cell::MAX_SPAN_SLOTS + 10) {
+            let mut other = RollupCell::default();
+            other.span_time.insert(
+                crate::cell::SpanSlot {
+                    service: "svc".into(),
+                    name: format!("GET /users/{n}"),
+                },
+                crate::cell::SlotTime {
+                    critical_ms: 1.0,
+                    spans: 1,
+                    model_call: false,
+                },
+            );
+            cell.merge(&other);
+        }
+        assert_eq!(cell.span_time.len(), crate::cell::MAX_SPAN_SLOTS + 1);
+        let other = &cell.span_time[&crate::cell::SpanSlot::other()];
+        assert_eq!(other.spans, 10);
     }
 }

@@ -1,20 +1,25 @@
 //! The streaming watch of one tenant: each closed minute's rollup cells are merged per
-//! scope (service + route, or service + model for requests without a route), each
-//! watched metric of each scope feeds its detector, and anomalies that open on one
-//! scope close together in time become one incident.
+//! scope — a route's requests (its entry service + route, measured end to end), or
+//! the model calls of a service + model that no routed request carries — each watched
+//! metric of each scope feeds its detector, and anomalies that open on one scope close
+//! together in time become one incident.
 
 use std::collections::{BTreeMap, HashMap};
 
 use crate::anomaly::{DetectorConfig, DetectorEvent, Incident, MinuteValue, SeriesDetector};
 use crate::metric::Metric;
-use crate::rollup::{Dimension, RollupCell, SeriesKey};
+use crate::rollup::{Dimension, Level, RollupCell, SeriesKey};
 
-/// What anomalies are watched on: a request's service and route (or model).
-pub fn scope_of(key: &SeriesKey) -> SeriesKey {
-    if key.get(Dimension::Route).is_empty() {
-        key.project(&[Dimension::Service, Dimension::Model])
-    } else {
-        key.project(&[Dimension::Service, Dimension::Route])
+/// What anomalies are watched on: a request's entry service and route; a model call's
+/// service and model when it has no route. A model call with a route is not watched
+/// apart: its route's requests, which contain it, are (one fault, one incident).
+pub fn scope_of(key: &SeriesKey) -> Option<SeriesKey> {
+    match key.level() {
+        Level::Request => Some(key.project(&[Dimension::Service, Dimension::Route])),
+        Level::Call if key.get(Dimension::Route).is_empty() => {
+            Some(key.project(&[Dimension::Service, Dimension::Model]))
+        }
+        Level::Call => None,
     }
 }
 
@@ -54,7 +59,10 @@ impl Watch {
     ) -> Vec<Incident> {
         let mut scopes: BTreeMap<SeriesKey, (RollupCell, BTreeMap<String, u64>)> = BTreeMap::new();
         for (key, cell) in cells {
-            let (merged, models) = scopes.entry(scope_of(key)).or_default();
+            let Some(scope) = scope_of(key) else {
+                continue;
+            };
+            let (merged, models) = scopes.entry(scope).or_default();
             merged.merge(cell);
             *models
                 .entry(key.get(Dimension::Model).to_owned())
@@ -163,11 +171,16 @@ mod tests {
     #[test]
     fn a_latency_step_with_a_kv_drop_is_one_incident_on_its_route() {
         let mut watch = Watch::new(DetectorConfig::default());
-        let chat = SeriesKey::default()
+        let chat = SeriesKey::at(Level::Request)
             .with(Dimension::Service, "gw")
             .with(Dimension::Route, "/v1/chat")
             .with(Dimension::Model, "llama");
-        let embed = SeriesKey::default()
+        // The chat route's model calls are not watched apart from its requests.
+        let chat_calls = SeriesKey::default()
+            .with(Dimension::Service, "vllm")
+            .with(Dimension::Route, "/v1/chat")
+            .with(Dimension::Model, "llama");
+        let embed = SeriesKey::at(Level::Request)
             .with(Dimension::Service, "gw")
             .with(Dimension::Route, "/v1/embed");
         let mut found = Vec::new();
@@ -179,13 +192,24 @@ mod tests {
                 if bad { 0.3 } else { 0.8 },
             );
             let embed_cell = cell(20.0, 50, 0.9);
-            found.extend(watch.push_minute(minute, [(&chat, &chat_cell), (&embed, &embed_cell)]));
+            found.extend(watch.push_minute(
+                minute,
+                [
+                    (&chat, &chat_cell),
+                    (&chat_calls, &chat_cell),
+                    (&embed, &embed_cell),
+                ],
+            ));
         }
         let last = found.last().expect("an incident").clone();
         assert!(found.iter().all(|i| i.id == last.id), "{found:?}");
         assert_eq!(
-            (last.route.as_str(), last.model.as_str()),
-            ("/v1/chat", "llama")
+            (
+                last.service.as_str(),
+                last.route.as_str(),
+                last.model.as_str()
+            ),
+            ("gw", "/v1/chat", "llama")
         );
         assert_eq!(last.onset_minute, 40);
         let mut metrics: Vec<&str> = last.anomalies.iter().map(|a| a.metric.as_str()).collect();

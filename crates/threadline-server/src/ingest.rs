@@ -112,14 +112,14 @@ impl Signal for Traces {
             rejected_spans: converted.rejected_spans as i64,
             error_message: converted.error_message(),
         });
-        let requests = threadline_analysis::SeriesKey::requests(&converted.spans);
+        let observed = threadline_analysis::observe(&converted.spans);
         let observations =
-            crate::prometheus::LlmObservation::of_requests(&converted.spans, &requests);
+            crate::prometheus::LlmObservation::of_observed(&converted.spans, &observed);
         let prepared = if converted.spans.is_empty() {
             None
         } else {
             let mut prepared = store
-                .prepare(tenant, &converted.spans, requests)
+                .prepare(tenant, &converted.spans, observed)
                 .map_err(|e| IngestFailure::Unavailable(e.to_string()))?;
             prepared.attach_graph(threadline_model::GraphUpdate {
                 edges: threadline_lineage::span_bindings(&converted.spans),

@@ -1,6 +1,8 @@
-//! `GET /api/v1/metrics?metric=M&group_by=D,…&D=V…&from=T&to=T&step=S`: a metric of
-//! the rollups over time, per group. Times are span (event) times, RFC 3339 or unix
-//! seconds; `step` is seconds (or `5m`, `1h`), a whole number of minutes.
+//! `GET /api/v1/metrics?metric=M&group_by=D,…&D=V…&from=T&to=T&step=S&level=L`: a
+//! metric of the rollups over time, per group. Times are span (event) times, RFC 3339
+//! or unix seconds; `step` is seconds (or `5m`, `1h`), a whole number of minutes.
+//! `level` is `request` (routes' requests, end to end) or `call` (model calls); by
+//! default `request` when the query groups or filters by route, else `call`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +12,7 @@ use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
-use threadline_analysis::{group_cells, Dimension, Metric, BUCKET_NS};
+use threadline_analysis::{group_cells, Dimension, Level, Metric, BUCKET_NS};
 use threadline_model::TenantId;
 use threadline_store::SqliteStore;
 
@@ -36,6 +38,7 @@ const MAX_STEPS: i64 = 20_000;
 /// A parsed metrics query.
 pub(crate) struct MetricsQuery {
     pub(crate) metric: Metric,
+    pub(crate) level: Level,
     pub(crate) group_by: Vec<Dimension>,
     pub(crate) filter: Vec<(Dimension, String)>,
     pub(crate) from_minute: i64,
@@ -73,6 +76,7 @@ impl MetricsQuery {
         let mut group_by = Vec::new();
         let mut filter = Vec::new();
         let (mut from, mut to, mut step) = (None, None, 1);
+        let mut level = None;
         for (key, value) in params {
             match key.as_str() {
                 "metric" => metric = Some(Metric::named(value).map_err(ApiError::BadRequest)?),
@@ -89,11 +93,18 @@ impl MetricsQuery {
                 "from" => from = Some(crate::query_api::parse_time(key, value)? as i64),
                 "to" => to = Some(crate::query_api::parse_time(key, value)? as i64),
                 "step" => step = parse_step(value)?,
+                "level" => {
+                    level = Some(Level::parse(value).ok_or_else(|| {
+                        ApiError::BadRequest(format!(
+                            "level {value:?} is not a level: use request (a route's requests, end to end) or call (model calls)"
+                        ))
+                    })?)
+                }
                 other => match Dimension::parse(other) {
                     Some(d) => filter.push((d, value.clone())),
                     None => {
                         return Err(ApiError::BadRequest(format!(
-                            "unknown query parameter {other:?}: use metric, group_by, from, to, step or a dimension ({})",
+                            "unknown query parameter {other:?}: use metric, group_by, from, to, step, level or a dimension ({})",
                             dimension_names()
                         )))
                     }
@@ -119,8 +130,12 @@ impl MetricsQuery {
                 "from..to over step {step} min gives more than {MAX_STEPS} points: use a larger step"
             )));
         }
+        let level = level.unwrap_or_else(|| {
+            Level::implied_by(group_by.iter().copied().chain(filter.iter().map(|(d, _)| *d)))
+        });
         Ok(Self {
             metric,
+            level,
             group_by,
             filter,
             from_minute,
@@ -147,6 +162,7 @@ pub(crate) fn run(
     }
     let groups = group_cells(
         &cells,
+        q.level,
         &q.filter,
         &q.group_by,
         q.step_minutes,
@@ -180,6 +196,7 @@ pub(crate) fn run(
     Ok(json!({
         "note": note,
         "metric": q.metric.as_str(),
+        "level": q.level.as_str(),
         "unit": q.metric.unit(),
         "from": q.from_minute * 60,
         "to": q.to_minute * 60 + 59,

@@ -23,7 +23,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
-use threadline_analysis::{Dimension, SeriesKey};
+use threadline_analysis::{Dimension, Observed};
 use threadline_model::{SpanRecord, TenantId};
 use threadline_store::SqliteStore;
 
@@ -49,29 +49,29 @@ pub(crate) struct LlmObservation {
 }
 
 impl LlmObservation {
-    /// One per request `SeriesKey::requests` found among `spans`.
-    pub(crate) fn of_requests(spans: &[SpanRecord], requests: &[(usize, SeriesKey)]) -> Vec<Self> {
-        requests
+    /// One per request and model call `threadline_analysis::observe` found among
+    /// `spans`, labelled with its level: a route's requests end to end, model calls on
+    /// their own (a request's tokens are its calls': counted at both levels, once each).
+    pub(crate) fn of_observed(spans: &[SpanRecord], observed: &[Observed]) -> Vec<Self> {
+        observed
             .iter()
-            .filter_map(|(i, key)| {
-                let span = &spans[*i];
-                let llm = span.llm.as_ref()?;
+            .map(|o| {
+                let key = &o.key;
+                let (input_tokens, output_tokens) = o.tokens(spans);
                 let label = |d: Dimension| (d.as_str().to_owned(), key.get(d).to_owned());
-                Some(Self {
+                Self {
                     labels: vec![
+                        ("level".to_owned(), key.level().as_str().to_owned()),
                         label(Dimension::Service),
                         label(Dimension::Route),
                         label(Dimension::Model),
                     ],
-                    duration_s: span.duration_nanos() as f64 / 1e9,
-                    ttft_s: llm
-                        .ttft_ms
-                        .filter(|t| t.is_finite() && *t >= 0.0)
-                        .map(|t| t / 1e3),
-                    input_tokens: llm.input_tokens.unwrap_or(0).max(0) as u64,
-                    output_tokens: llm.output_tokens.unwrap_or(0).max(0) as u64,
-                    error: span.is_error(),
-                })
+                    duration_s: spans[o.span].duration_nanos() as f64 / 1e9,
+                    ttft_s: o.ttft_ms(spans).map(|t| t / 1e3),
+                    input_tokens,
+                    output_tokens,
+                    error: o.is_error(spans),
+                }
             })
             .collect()
     }

@@ -13,8 +13,8 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use threadline_analysis::{
-    changes_upstream, matches, rank, Dimension, FaultRules, Metric, RcaInput, RollupCell,
-    SeriesKey, BUCKET_NS,
+    changes_upstream, matches_at, rank, Dimension, FaultRules, Level, Metric, RcaInput,
+    RollupCell, SeriesKey, BUCKET_NS,
 };
 use threadline_model::{Direction, NodeId, NodeKind, TenantId};
 use threadline_store::{ExemplarQuery, SqliteStore, WalkLimits};
@@ -50,6 +50,8 @@ const UPSTREAM_NODES: usize = 20_000;
 
 /// What to diagnose.
 pub(crate) struct Target {
+    /// Requests for a route (end to end), model calls for a model.
+    level: Level,
     filter: Vec<(Dimension, String)>,
     metric: Metric,
     co_anomalies: Vec<Metric>,
@@ -83,6 +85,7 @@ impl Target {
             .end_minute
             .unwrap_or(incident.onset_minute + DEFAULT_WINDOW_MINUTES - 1);
         Ok(Self {
+            level: Level::implied_by(filter.iter().map(|(d, _)| *d)),
             filter,
             metric,
             co_anomalies,
@@ -144,6 +147,7 @@ pub(crate) fn parse_target(
     }
     let onset_minute = at.div_euclid(BUCKET_NS);
     Ok(Target {
+        level: Level::implied_by(filter.iter().map(|(d, _)| *d)),
         filter,
         metric,
         co_anomalies: Vec::new(),
@@ -156,13 +160,14 @@ pub(crate) fn parse_target(
 /// Cells of the target merged per series over a minute range.
 fn per_series(
     cells: &[(i64, SeriesKey, RollupCell)],
+    level: Level,
     filter: &[(Dimension, String)],
     from: i64,
     to: i64,
 ) -> Vec<(SeriesKey, RollupCell)> {
     let mut out: std::collections::BTreeMap<&SeriesKey, RollupCell> = Default::default();
     for (minute, key, cell) in cells {
-        if (from..=to).contains(minute) && matches(key, filter) {
+        if (from..=to).contains(minute) && matches_at(key, level, filter) {
             out.entry(key).or_default().merge(cell);
         }
     }
@@ -199,9 +204,16 @@ pub(crate) fn diagnose(
     store.flush_rollups()?.wait_blocking()?;
     let from = target.onset_minute - BASELINE_MINUTES;
     let cells = store.rollup_cells(tenant, from, target.end_minute)?;
-    let baseline = per_series(&cells, &target.filter, from, target.onset_minute - 1);
+    let baseline = per_series(
+        &cells,
+        target.level,
+        &target.filter,
+        from,
+        target.onset_minute - 1,
+    );
     let window = per_series(
         &cells,
+        target.level,
         &target.filter,
         target.onset_minute,
         target.end_minute,
@@ -263,9 +275,13 @@ pub(crate) fn diagnose(
         .latency_quantile()
         .and_then(|q| base_all.latency_ms.quantile(q).ok().flatten());
     let errors_only = matches!(target.metric, Metric::ErrorRate | Metric::RejectionRate);
+    // A request's entry span carries its service and route; its model fields are on
+    // the model call below, with the call's own (shorter) duration: exemplars of those
+    // are looked up on the calls, by route when they carry it.
     let base_columns: Vec<(&'static str, String)> = target
         .filter
         .iter()
+        .filter(|(d, _)| target.level == Level::Call || *d == Dimension::Route)
         .filter_map(|(d, v)| column_of(*d).map(|c| (c, v.clone())))
         .collect();
     let mut candidates = Vec::new();
@@ -274,11 +290,14 @@ pub(crate) fn diagnose(
         if i < EXEMPLAR_CANDIDATES {
             if let Some((dim, v)) = &c.attribute {
                 if let Some(column) = column_of(*dim) {
+                    let on_entry = matches!(dim, Dimension::Route | Dimension::AbGroup);
                     let mut query = ExemplarQuery {
                         columns: base_columns.clone(),
                         from_ns: target.onset_minute * BUCKET_NS,
                         to_ns: (target.end_minute + 1) * BUCKET_NS - 1,
-                        min_duration_ns: threshold_ms.map(|t| (t * 1e6) as i64),
+                        min_duration_ns: threshold_ms
+                            .filter(|_| target.level == Level::Call || on_entry)
+                            .map(|t| (t * 1e6) as i64),
                         errors_only,
                         limit: EXEMPLARS,
                     };
@@ -327,6 +346,7 @@ pub(crate) fn diagnose(
         "target": {
             "series": labels,
             "metric": target.metric.as_str(),
+            "level": target.level.as_str(),
             "unit": target.metric.unit(),
             "onset": minute_rfc3339(target.onset_minute),
             "window_end": minute_rfc3339(target.end_minute + 1),

@@ -182,16 +182,16 @@ impl SqliteStore {
     }
 
     /// Encodes spans for the writer. CPU-bound: call it off the async runtime.
-    /// `requests` are the LLM requests among the spans, as
-    /// `threadline_analysis::SeriesKey::requests` finds them (the caller may need them
-    /// too, so it finds them once): they are rolled up in the same commit.
+    /// `observed` are the requests and model calls among the spans, as
+    /// `threadline_analysis::observe` finds them (the caller may need them too, so it
+    /// finds them once): they are rolled up in the same commit.
     pub fn prepare(
         &self,
         tenant: &TenantId,
         spans: &[SpanRecord],
-        requests: Vec<(usize, threadline_analysis::SeriesKey)>,
+        observed: Vec<threadline_analysis::Observed>,
     ) -> Result<PreparedBatch, StoreError> {
-        writer::PreparedBatch::encode(tenant, spans, requests)
+        writer::PreparedBatch::encode(tenant, spans, observed)
     }
 
     /// Queues a batch; the returned ack resolves once the batch is committed (durable).
@@ -235,8 +235,8 @@ impl SqliteStore {
         tenant: &TenantId,
         spans: &[SpanRecord],
     ) -> Result<(), StoreError> {
-        let requests = threadline_analysis::SeriesKey::requests(spans);
-        let ack = self.submit(self.prepare(tenant, spans, requests)?)?;
+        let observed = threadline_analysis::observe(spans);
+        let ack = self.submit(self.prepare(tenant, spans, observed)?)?;
         ack.wait_blocking().map(|_| ())
     }
 

@@ -208,7 +208,8 @@ pub(crate) fn replay(conn: &mut Connection) -> Result<u64, StoreError> {
     }
 }
 
-/// The spans of one block, with what rollups read (service, times, status, LLM view).
+/// The spans of one block, with what rollups read (service, name, times, status, LLM
+/// view).
 fn block_requests(
     conn: &Connection,
     tenant_id: i64,
@@ -237,8 +238,8 @@ fn block_requests(
     let block = codec::open_block(&blob)?;
     let mut stmt = conn
         .prepare_cached(
-            "SELECT service, start_ns, end_ns, block_offset, block_len, span_id, parent_span_id FROM spans
-             WHERE rowid BETWEEN ?1 AND ?2 AND block_id = ?3",
+            "SELECT service, start_ns, end_ns, block_offset, block_len, span_id, parent_span_id, name
+             FROM spans WHERE rowid BETWEEN ?1 AND ?2 AND block_id = ?3",
         )
         .map_err(err)?;
     let mut rows = stmt.query(params![first, last, block_id]).map_err(err)?;
@@ -260,7 +261,7 @@ fn block_requests(
                 .map_err(err)?
                 .map(id)
                 .transpose()?,
-            name: String::new(),
+            name: row.get(7).map_err(err)?,
             service: row.get(0).map_err(err)?,
             kind: SpanKind::Unspecified,
             start_time_unix_nano: row.get::<_, i64>(1).map_err(err)? as u64,

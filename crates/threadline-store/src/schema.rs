@@ -333,6 +333,13 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (tenant_id, service, name, kind)
      ) WITHOUT ROWID;
      INSERT OR IGNORE INTO tenant_operations SELECT DISTINCT tenant_id, service, name, kind FROM spans;",
+    // 17: rollups at two levels — requests measured whole on their route's entry span
+    //    (with where their time went), model calls on their own — replace the cells
+    //    that counted a request on its model call. The cells are recomputed from the
+    //    stored spans: dropping them and the mark makes the open replay every block.
+    "DELETE FROM rollups;
+     DELETE FROM rollup_series;
+     DELETE FROM store_marks WHERE name = 'rollups_through_block';",
 ];
 
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

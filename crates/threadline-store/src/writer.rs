@@ -94,7 +94,7 @@ impl PreparedBatch {
     pub(crate) fn encode(
         tenant: &TenantId,
         spans: &[SpanRecord],
-        requests: Vec<(usize, threadline_analysis::SeriesKey)>,
+        observed: Vec<threadline_analysis::Observed>,
     ) -> Result<Self, StoreError> {
         let mut origins = codec::BatchOrigins::default();
         let mut rows = Vec::with_capacity(spans.len());
@@ -196,7 +196,7 @@ impl PreparedBatch {
             block: block.blob,
             encoded_bytes,
             graph: None,
-            rollups: threadline_analysis::Rollups::of_requests(spans, requests),
+            rollups: threadline_analysis::Rollups::of_observed(spans, observed),
             texts,
             inserted: None,
         })
