@@ -203,8 +203,7 @@ impl RollupCell {
     }
 
     fn add_span_time(&mut self, slot: SpanSlot, time: &SlotTime) {
-        let slot = if self.span_time.contains_key(&slot) || self.span_time.len() < MAX_SPAN_SLOTS
-        {
+        let slot = if self.span_time.contains_key(&slot) || self.span_time.len() < MAX_SPAN_SLOTS {
             slot
         } else {
             SpanSlot::other()

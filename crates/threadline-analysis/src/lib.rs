@@ -19,16 +19,16 @@ pub mod watch;
 pub use anomaly::{
     AnomalyOnset, DetectorConfig, DetectorEvent, Incident, MinuteValue, SeriesDetector,
 };
+pub use cell::{SlotTime, SpanSlot};
 pub use changes::{attribute_of, changes_upstream};
 pub use cost::{ModelPrice, PriceTable};
 pub use drift::{drift, drift_between, DriftConfig, DriftProfile};
 pub use metric::Metric;
-pub use rca::{rank, Candidate, Change, FaultRule, FaultRules, RcaInput};
-pub use cell::{SlotTime, SpanSlot};
 pub use observe::{observe, Observed};
+pub use rca::{rank, Candidate, Change, FaultRule, FaultRules, RcaInput};
 pub use rollup::{
-    group_cells, matches, matches_at, minute_of, Dimension, Level, RollupCell, Rollups,
-    SeriesKey, BUCKET_NS,
+    group_cells, matches, matches_at, minute_of, Dimension, Level, RollupCell, Rollups, SeriesKey,
+    BUCKET_NS,
 };
 pub use slo::{SloEvent, SloRule, SloState};
 pub use watch::{scope_of, Watch};

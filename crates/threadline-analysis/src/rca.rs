@@ -20,16 +20,38 @@
 //!   match the incident's metric, its co-anomalies, the candidate's kind, and
 //!   optionally a rejection reason that dominates.
 //!
-//! `confidence = 1 − (1 − C) · (1 − P/2) · (1 − R)`. A change with nothing behind it
-//! (a harmless rollout near the onset) scores at most 0.5; a value that explains the
-//! bad requests and arrived with a change near the onset scores above that.
+//! - **Time share `D`** (per part of the requests — a span name in a service — for
+//!   latency metrics of request series): the requests' critical paths add up to their
+//!   latency, so the growth of each part's mean time per request over the added mean
+//!   latency says where the time went: `D = share × (1 − e^(−2·growth)) × own`, where
+//!   `growth` is the part's relative growth against its own baseline and `own` is 1 for
+//!   a span that is no model call, else `1 − max C` over the model call's own
+//!   dimensions (an adapter or instance that explains the bad requests is the more
+//!   specific cause of a slower model call).
+//!
+//! `confidence = 1 − (1 − C) · (1 − D) · (1 − P/2) · (1 − R)`, each term 0 where it does
+//! not apply. A change with nothing behind it (a harmless rollout near the onset)
+//! scores at most 0.5; a value that explains the bad requests and arrived with a change
+//! near the onset scores above that, as does a part that took most of the added time.
 
 use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
+use crate::cell::SpanSlot;
 use crate::metric::Metric;
 use crate::rollup::{Dimension, RollupCell, SeriesKey};
+
+/// The dimensions a model call carries itself: when one of them explains the bad
+/// requests, it is a more specific cause than the call's span.
+const CALL_DIMENSIONS: [Dimension; 6] = [
+    Dimension::Model,
+    Dimension::Adapter,
+    Dimension::Instance,
+    Dimension::Image,
+    Dimension::PromptVersion,
+    Dimension::Provider,
+];
 
 /// A change seen in the lineage graph upstream of the affected series.
 #[derive(Clone, Debug, PartialEq)]
@@ -132,6 +154,11 @@ pub struct Candidate {
     pub contrast: f64,
     pub proximity: f64,
     pub rule: f64,
+    /// Share of the added latency the candidate's part of the request accounts for
+    /// (span candidates), discounted by what the model call's own attributes explain.
+    pub time_share: f64,
+    /// One line a person reads: what the evidence says.
+    pub explanation: String,
     pub evidence: serde_json::Value,
     /// The attribute value whose requests hold the exemplars (for trace lookups).
     #[serde(skip)]
@@ -344,6 +371,108 @@ fn contrast_json(c: &Contrast) -> serde_json::Value {
     })
 }
 
+/// How one part of the requests (a span name in a service) moved between the baseline
+/// and the anomaly window: its mean time on the critical path per request.
+#[derive(Clone, Debug)]
+struct PartShift {
+    slot: SpanSlot,
+    before_ms: f64,
+    during_ms: f64,
+    /// (during − before) over the requests' added mean latency.
+    share: f64,
+    model_call: bool,
+}
+
+/// Where the added latency went (latency metrics of request series): the parts whose
+/// time grew, largest first. The parts of a request's critical path add up to its
+/// latency, so their mean shifts add up to its mean shift.
+fn decomposition(metric: Metric, base: &RollupCell, window: &RollupCell) -> Vec<PartShift> {
+    if metric.latency_quantile().is_none() || base.requests == 0 || window.requests == 0 {
+        return Vec::new();
+    }
+    let (Some(mean_before), Some(mean_during)) = (base.mean_latency_ms(), window.mean_latency_ms())
+    else {
+        return Vec::new();
+    };
+    let added = mean_during - mean_before;
+    if added <= 0.0 {
+        return Vec::new();
+    }
+    let per_request = |cell: &RollupCell, slot: &SpanSlot| {
+        cell.span_time
+            .get(slot)
+            .map_or(0.0, |t| t.critical_ms / cell.requests as f64)
+    };
+    let mut out: Vec<PartShift> = window
+        .span_time
+        .iter()
+        .filter(|(slot, _)| !slot.is_other())
+        .map(|(slot, t)| {
+            let (before_ms, during_ms) = (per_request(base, slot), per_request(window, slot));
+            PartShift {
+                slot: slot.clone(),
+                before_ms,
+                during_ms,
+                share: (during_ms - before_ms) / added,
+                model_call: t.model_call,
+            }
+        })
+        // A part that already was (nearly) the whole request says nothing about where
+        // the time went: a request of one span, or one part around all the others.
+        .filter(|p| p.share > 0.0 && p.before_ms < WHOLE_REQUEST * mean_before)
+        .collect();
+    out.sort_by(|a, b| b.share.total_cmp(&a.share));
+    out
+}
+
+/// The share of a request's baseline latency above which a part is the request.
+const WHOLE_REQUEST: f64 = 0.9;
+
+/// The score of a part as the cause: its share of the added latency, discounted when
+/// the part barely grew against its own baseline (a 5% wobble of a big part is not a
+/// fault), and, for a model call, by how much its own attributes (adapter, instance …)
+/// explain the bad requests — then they are the more specific cause.
+fn part_score(p: &PartShift, call_explained: f64) -> f64 {
+    let growth = (p.during_ms - p.before_ms) / p.before_ms.max(1.0);
+    let settled = 1.0 - (-2.0 * growth).exp();
+    let own = if p.model_call {
+        1.0 - call_explained
+    } else {
+        1.0
+    };
+    (p.share.clamp(0.0, 1.0) * settled * own).clamp(0.0, 1.0)
+}
+
+fn ms(v: f64) -> String {
+    if v >= 1000.0 {
+        format!("{:.2} s", v / 1000.0)
+    } else {
+        format!("{v:.0} ms")
+    }
+}
+
+/// A metric value in its unit, for explanations.
+fn show(metric: Metric, v: Option<f64>) -> String {
+    match (v, metric.unit()) {
+        (None, _) => "none".into(),
+        (Some(v), "ms") => ms(v),
+        (Some(v), "ratio") => format!("{:.1}%", v * 100.0),
+        (Some(v), unit) => format!("{v:.1} {unit}"),
+    }
+}
+
+fn contrast_line(metric: Metric, subject: &str, c: &Contrast) -> String {
+    format!(
+        "{subject}: {:.0}% of the bad requests on {:.0}% of the traffic (before {:.0}%); {} {} → {}",
+        c.recall * 100.0,
+        c.share_window * 100.0,
+        c.share_baseline * 100.0,
+        metric.as_str(),
+        show(metric, c.metric_baseline),
+        show(metric, c.metric_window),
+    )
+}
+
 /// Ranks the candidates, best first.
 pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
     let contrasts = contrasts(input);
@@ -373,6 +502,23 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
         let dim = via.as_ref().map(|(d, _)| *d);
         let (r, rules) = rule_boost(input, dominant.as_deref(), dim, Some(&change.kind));
         let confidence = 1.0 - (1.0 - c) * (1.0 - p / 2.0) * (1.0 - r);
+        let minutes = input.onset_minute - change.at_minute;
+        let when = match minutes {
+            0 => "at the onset".to_owned(),
+            m if m > 0 => format!("{m} min before the onset"),
+            m => format!("{} min after the onset", -m),
+        };
+        let backing = match via.as_ref().and_then(|a| contrasts.get(a).map(|c| (a, c))) {
+            Some(((d, v), ctr)) if ctr.score > 0.0 => {
+                contrast_line(input.metric, &format!("{}={v}", d.as_str()), ctr)
+            }
+            _ => "the bad requests are not concentrated on what it changed".to_owned(),
+        };
+        let explanation = format!(
+            "{} {} {when}; {backing}",
+            change.kind.replace('_', " "),
+            change.subject
+        );
         let evidence = serde_json::json!({
             "changed_at_minute": change.at_minute,
             "minutes_before_onset": input.onset_minute - change.at_minute,
@@ -389,6 +535,8 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
             contrast: c,
             proximity: p,
             rule: r,
+            time_share: 0.0,
+            explanation,
             evidence,
             attribute: via,
         });
@@ -401,16 +549,80 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
         let confidence = 1.0 - (1.0 - c.score) * (1.0 - r);
         let mut evidence = contrast_json(c);
         evidence["rules"] = serde_json::json!(rules);
+        let subject = format!("{}={value}", dim.as_str());
         out.push(Candidate {
             kind: "attribute".into(),
-            subject: format!("{}={value}", dim.as_str()),
+            explanation: contrast_line(input.metric, &subject, c),
+            subject,
             confidence,
             contrast: c.score,
             proximity: 0.0,
             rule: r,
+            time_share: 0.0,
             evidence,
             attribute: Some((*dim, value.clone())),
         });
+    }
+    // Where the time went: the parts of the requests whose time grew.
+    let merged = |cells: &[(SeriesKey, RollupCell)]| cells.iter().map(|(_, c)| c).collect();
+    let (base_all, window_all): (RollupCell, RollupCell) =
+        (merged(input.baseline), merged(input.window));
+    let parts = decomposition(input.metric, &base_all, &window_all);
+    // How much the model call's own attributes explain the bad requests.
+    let call_explained = contrasts
+        .iter()
+        .filter(|((d, _), _)| CALL_DIMENSIONS.contains(d))
+        .map(|(_, c)| c.score)
+        .fold(0.0, f64::max);
+    let breakdown: Vec<serde_json::Value> = parts
+        .iter()
+        .take(5)
+        .map(|p| {
+            serde_json::json!({
+                "service": p.slot.service, "span": p.slot.name,
+                "ms_per_request_before": p.before_ms, "ms_per_request_during": p.during_ms,
+                "share_of_added_latency": p.share,
+            })
+        })
+        .collect();
+    for p in parts.iter().take(3) {
+        let d = part_score(p, call_explained);
+        if d <= 0.0 {
+            continue;
+        }
+        // No lineage change or rule speaks for a part: its share is its confidence.
+        let confidence = d;
+        out.push(Candidate {
+            kind: "span".into(),
+            subject: format!("service={} span={}", p.slot.service, p.slot.name),
+            confidence,
+            contrast: 0.0,
+            proximity: 0.0,
+            rule: 0.0,
+            time_share: d,
+            explanation: format!(
+                "{} on {}: {} → {} per request on the critical path, {:.0}% of the added latency",
+                p.slot.name,
+                p.slot.service,
+                ms(p.before_ms),
+                ms(p.during_ms),
+                p.share * 100.0
+            ),
+            evidence: serde_json::json!({
+                "service": p.slot.service,
+                "span": p.slot.name,
+                "ms_per_request_before": p.before_ms,
+                "ms_per_request_during": p.during_ms,
+                "share_of_added_latency": p.share,
+                "model_call": p.model_call,
+            }),
+            attribute: None,
+        });
+    }
+    if !breakdown.is_empty() {
+        for cand in &mut out {
+            cand.evidence["where_the_time_went"] = serde_json::json!(breakdown);
+        }
     }
     if let Some(reason) = &dominant {
         for cand in &mut out {
@@ -536,6 +748,126 @@ mod tests {
         });
         assert_eq!(ranked[0].subject, "instance=i-2", "{ranked:#?}");
         assert!(ranked[0].rule > 0.0);
+    }
+
+    /// A request cell of `n` requests: retrieval `retrieve_ms`, model call `call_ms`,
+    /// the gateway's own 20 ms; latency their sum (lognormal-ish spread).
+    fn request_cell(n: u64, retrieve_ms: f64, call_ms: f64) -> RollupCell {
+        let mut c = RollupCell::default();
+        let mut add = |service: &str, name: &str, ms: f64, model_call: bool| {
+            c.span_time.insert(
+                SpanSlot {
+                    service: service.into(),
+                    name: name.into(),
+                },
+                crate::cell::SlotTime {
+                    critical_ms: ms * n as f64,
+                    spans: n,
+                    model_call,
+                },
+            );
+        };
+        add("docs-index", "search_docs", retrieve_ms, false);
+        add("vllm", "chat llama", call_ms, true);
+        add("gateway", "POST /v1/chat", 20.0, false);
+        for i in 0..n {
+            c.requests += 1;
+            let spread = 0.7 + 0.6 * i as f64 / n as f64;
+            c.latency_ms.add((retrieve_ms + call_ms + 20.0) * spread);
+        }
+        c
+    }
+
+    #[test]
+    fn a_slower_retriever_is_named_as_where_the_time_went_over_a_harmless_change() {
+        let k = |i: &str| key(i, "fin@6", "v2", "img:1");
+        let baseline: Vec<_> = ["i-1", "i-2"]
+            .iter()
+            .map(|i| (k(i), request_cell(300, 70.0, 500.0)))
+            .collect();
+        let window: Vec<_> = ["i-1", "i-2"]
+            .iter()
+            .map(|i| {
+                (
+                    key(i, "fin@6", "v3", "img:1"),
+                    request_cell(300, 560.0, 500.0),
+                )
+            })
+            .collect();
+        let rules = FaultRules::default_rules();
+        let ranked = rank(&RcaInput {
+            metric: Metric::P99Latency,
+            co_anomalies: vec![],
+            onset_minute: 100,
+            baseline: &baseline,
+            window: &window,
+            changes: vec![change(
+                "prompt_version",
+                "prompt:chat@v3",
+                100,
+                (Dimension::PromptVersion, "v3"),
+            )],
+            rules: &rules,
+        });
+        let top = &ranked[0];
+        assert_eq!(
+            (top.kind.as_str(), top.subject.as_str()),
+            ("span", "service=docs-index span=search_docs"),
+            "{ranked:#?}"
+        );
+        assert!(top.confidence > 0.8, "{top:#?}");
+        assert!(
+            top.explanation.contains("70 ms → 560 ms") && top.explanation.contains("100%"),
+            "{}",
+            top.explanation
+        );
+        let prompt = ranked.iter().find(|c| c.kind == "prompt_version").unwrap();
+        assert!(prompt.confidence <= 0.5, "{prompt:#?}");
+        assert!(ranked.iter().all(|c| !c.explanation.is_empty()));
+    }
+
+    #[test]
+    fn a_slower_model_call_on_a_swapped_adapter_blames_the_adapter_before_the_call() {
+        let baseline: Vec<_> = ["i-1", "i-2", "i-3", "i-4"]
+            .iter()
+            .map(|i| {
+                (
+                    key(i, "fin@6", "v2", "img:1"),
+                    request_cell(300, 70.0, 500.0),
+                )
+            })
+            .collect();
+        let window: Vec<_> = [
+            ("i-1", "fin@6", 500.0),
+            ("i-2", "fin@6", 500.0),
+            ("i-3", "fin@7", 1500.0),
+            ("i-4", "fin@7", 1500.0),
+        ]
+        .iter()
+        .map(|(i, a, ms)| (key(i, a, "v2", "img:1"), request_cell(300, 70.0, *ms)))
+        .collect();
+        let rules = FaultRules::default_rules();
+        let ranked = rank(&RcaInput {
+            metric: Metric::P99Latency,
+            co_anomalies: vec![],
+            onset_minute: 100,
+            baseline: &baseline,
+            window: &window,
+            changes: vec![change(
+                "adapter_rollout",
+                "adapter:fin@7",
+                99,
+                (Dimension::Adapter, "fin@7"),
+            )],
+            rules: &rules,
+        });
+        assert_eq!(ranked[0].subject, "adapter:fin@7", "{ranked:#?}");
+        let call = ranked.iter().find(|c| c.kind == "span");
+        assert!(
+            call.is_none_or(|c| c.confidence < ranked[0].confidence),
+            "{ranked:#?}"
+        );
+        assert!(ranked[0].evidence["where_the_time_went"][0]["span"] == "chat llama");
     }
 
     #[test]

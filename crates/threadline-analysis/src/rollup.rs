@@ -159,8 +159,9 @@ impl SeriesKey {
     pub fn to_text(&self) -> String {
         match self.level {
             Level::Call => serde_json::to_string(&self.dims).unwrap_or_default(),
-            Level::Request => serde_json::json!({"level": self.level.as_str(), "dims": self.dims})
-                .to_string(),
+            Level::Request => {
+                serde_json::json!({"level": self.level.as_str(), "dims": self.dims}).to_string()
+            }
         }
     }
 
@@ -395,7 +396,10 @@ mod tests {
         let spans = vec![gateway, retriever, call, tool];
         let found = observe(&spans);
         assert_eq!(found.len(), 2, "{found:#?}");
-        let req = found.iter().find(|o| o.key.level() == Level::Request).unwrap();
+        let req = found
+            .iter()
+            .find(|o| o.key.level() == Level::Request)
+            .unwrap();
         assert_eq!(req.span, 0);
         assert_eq!(req.call, Some(2));
         let k = &req.key;

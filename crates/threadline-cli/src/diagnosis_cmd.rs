@@ -107,6 +107,9 @@ pub(crate) fn candidate_lines(candidates: &Value, indent: &str) -> String {
             out.push_str(&format!("  e.g. trace {t}"));
         }
         out.push('\n');
+        if let Some(why) = c["explanation"].as_str().filter(|w| !w.is_empty()) {
+            out.push_str(&format!("{indent}      {why}\n"));
+        }
     }
     out
 }

@@ -131,7 +131,12 @@ impl MetricsQuery {
             )));
         }
         let level = level.unwrap_or_else(|| {
-            Level::implied_by(group_by.iter().copied().chain(filter.iter().map(|(d, _)| *d)))
+            Level::implied_by(
+                group_by
+                    .iter()
+                    .copied()
+                    .chain(filter.iter().map(|(d, _)| *d)),
+            )
         });
         Ok(Self {
             metric,

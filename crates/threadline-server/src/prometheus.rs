@@ -23,7 +23,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
-use threadline_analysis::{Dimension, Observed};
+use threadline_analysis::{Dimension, Level, Observed};
 use threadline_model::{SpanRecord, TenantId};
 use threadline_store::SqliteStore;
 
@@ -43,6 +43,7 @@ pub(crate) struct LlmObservation {
     labels: Labels,
     duration_s: f64,
     ttft_s: Option<f64>,
+    /// Model calls only: a request's tokens are its calls', counted once.
     input_tokens: u64,
     output_tokens: u64,
     error: bool,
@@ -51,13 +52,16 @@ pub(crate) struct LlmObservation {
 impl LlmObservation {
     /// One per request and model call `threadline_analysis::observe` found among
     /// `spans`, labelled with its level: a route's requests end to end, model calls on
-    /// their own (a request's tokens are its calls': counted at both levels, once each).
+    /// their own (a request's tokens are its calls': counted on the calls only).
     pub(crate) fn of_observed(spans: &[SpanRecord], observed: &[Observed]) -> Vec<Self> {
         observed
             .iter()
             .map(|o| {
                 let key = &o.key;
-                let (input_tokens, output_tokens) = o.tokens(spans);
+                let (input_tokens, output_tokens) = match key.level() {
+                    Level::Call => o.tokens(spans),
+                    Level::Request => (0, 0),
+                };
                 let label = |d: Dimension| (d.as_str().to_owned(), key.get(d).to_owned());
                 Self {
                     labels: vec![
@@ -97,7 +101,7 @@ impl TenantFamilies {
         let tokens = Family::<Labels, Counter>::default();
         registry.register(
             "threadline_llm_request_duration_seconds",
-            "Duration of LLM request spans, by service, route and model",
+            "Duration of LLM requests (level=request: a route's entry span, end to end) and model calls (level=call), by service, route and model",
             duration.clone(),
         );
         registry.register(
@@ -137,12 +141,14 @@ impl TenantFamilies {
         self.requests
             .get_or_create(&with("status", if o.error { "error" } else { "ok" }))
             .inc();
-        self.tokens
-            .get_or_create(&with("direction", "input"))
-            .inc_by(o.input_tokens);
-        self.tokens
-            .get_or_create(&with("direction", "output"))
-            .inc_by(o.output_tokens);
+        if o.input_tokens + o.output_tokens > 0 {
+            self.tokens
+                .get_or_create(&with("direction", "input"))
+                .inc_by(o.input_tokens);
+            self.tokens
+                .get_or_create(&with("direction", "output"))
+                .inc_by(o.output_tokens);
+        }
     }
 }
 

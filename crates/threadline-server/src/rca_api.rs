@@ -13,8 +13,8 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use threadline_analysis::{
-    changes_upstream, matches_at, rank, Dimension, FaultRules, Level, Metric, RcaInput,
-    RollupCell, SeriesKey, BUCKET_NS,
+    changes_upstream, matches_at, rank, Dimension, FaultRules, Level, Metric, RcaInput, RollupCell,
+    SeriesKey, BUCKET_NS,
 };
 use threadline_model::{Direction, NodeId, NodeKind, TenantId};
 use threadline_store::{ExemplarQuery, SqliteStore, WalkLimits};
@@ -324,7 +324,13 @@ pub(crate) fn diagnose(
             "kind": c.kind,
             "subject": c.subject,
             "confidence": (c.confidence * 1000.0).round() / 1000.0,
-            "scores": {"contrast": c.contrast, "proximity": c.proximity, "rule": c.rule},
+            "explanation": c.explanation,
+            "scores": {
+                "contrast": c.contrast,
+                "time_share": c.time_share,
+                "proximity": c.proximity,
+                "rule": c.rule,
+            },
             "evidence": evidence,
         }));
     }
@@ -362,7 +368,7 @@ pub(crate) fn diagnose(
             "before": reason_shares(&base_all),
             "during": reason_shares(&window_all),
         },
-        "confidence_formula": "1 - (1 - contrast) * (1 - proximity / 2) * (1 - rule)",
+        "confidence_formula": "1 - (1 - contrast) * (1 - time_share) * (1 - proximity / 2) * (1 - rule)",
         "candidates": candidates,
     }))
 }

@@ -250,10 +250,12 @@ fn prometheus_exposition_passes_promtool_and_counts_committed_llm_requests() {
     let text = resp.text().unwrap();
     for line in [
         "threadline_spans_ingested_total 8",
-        // The gateway span and the chat span under it are one request, on the chat span.
-        "threadline_llm_requests_total{service=\"gw\",route=\"/v1/chat/completions\",model=\"gpt-4o\",status=\"ok\"} 3",
-        "threadline_llm_tokens_total{service=\"gw\",route=\"/v1/chat/completions\",model=\"gpt-4o\",direction=\"input\"} 360",
-        "threadline_llm_request_duration_seconds_count{service=\"gw\",route=\"/v1/chat/completions\",model=\"gpt-4o\"} 3",
+        // The gateway span is the request, end to end, with the model of the chat span
+        // under it; the chat span the model call, which alone counts the tokens.
+        "threadline_llm_requests_total{level=\"request\",service=\"gw\",route=\"/v1/chat/completions\",model=\"gpt-4o\",status=\"ok\"} 3",
+        "threadline_llm_requests_total{level=\"call\",service=\"gw\",route=\"/v1/chat/completions\",model=\"gpt-4o\",status=\"ok\"} 3",
+        "threadline_llm_tokens_total{level=\"call\",service=\"gw\",route=\"/v1/chat/completions\",model=\"gpt-4o\",direction=\"input\"} 360",
+        "threadline_llm_request_duration_seconds_count{level=\"request\",service=\"gw\",route=\"/v1/chat/completions\",model=\"gpt-4o\"} 3",
         "threadline_instances_bound{kind=\"route\",node=\"/v1/chat\"} 2",
         "threadline_instances_bound{kind=\"image\",node=\"ghcr.io/acme/vllm:0.6\"} 2",
         "threadline_instances_bound{kind=\"model\",node=\"llama-3-8b\"} 2",
@@ -703,9 +705,9 @@ fn diagnosis_is_per_tenant_on_every_endpoint() {
             .text()
             .unwrap()
     };
-    assert!(
-        scrape(acme).contains("threadline_llm_requests_total{service=\"vllm\",route=\"/v1/chat\"")
-    );
+    assert!(scrape(acme).contains(
+        "threadline_llm_requests_total{level=\"request\",service=\"vllm\",route=\"/v1/chat\""
+    ));
     let other = scrape(globex);
     assert!(!other.contains("/v1/chat"), "{other}");
     assert_eq!(

@@ -19,6 +19,7 @@ mod openlineage;
 mod python_sdk;
 mod tenants;
 mod tidy;
+mod time_went;
 mod ui;
 #[path = "../../src/webdriver.rs"]
 mod webdriver;
