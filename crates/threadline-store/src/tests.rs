@@ -502,6 +502,63 @@ fn rollups_cover_every_acked_span_and_are_rebuilt_after_a_lost_flush() {
     );
 }
 
+/// A store from before migration 17 counted a request on its model call: its cells
+/// are dropped and recomputed from the stored spans at open, a route's request on its
+/// entry span (whole, with the time of each part) beside the model call.
+#[test]
+fn migration_17_recomputes_the_rollups_at_both_levels() {
+    use threadline_analysis::{Dimension, Level};
+    let dir = tempfile::tempdir().unwrap();
+    let minute = 29_000_000i64;
+    let start = (minute * 60 * 1_000_000_000) as u64;
+    let mut gateway = span(1, 1, None, start, None);
+    gateway.end_time_unix_nano = start + 900_000_000;
+    gateway.llm = Some(LlmView {
+        route: Some("/v1/chat".into()),
+        ..LlmView::default()
+    });
+    let mut call = span(1, 2, Some(1), start + 100_000_000, Some("llama-3"));
+    call.service = "vllm".into();
+    call.end_time_unix_nano = start + 800_000_000;
+    {
+        let store = SqliteStore::open(dir.path(), SqliteConfig::default()).unwrap();
+        store.write_blocking(&acme(), &[gateway, call]).unwrap();
+        store.flush_rollups().unwrap().wait_blocking().unwrap();
+    }
+    // As a version-16 store left them: a series key of the old shape, a cell it wrote.
+    let conn = rusqlite::Connection::open(dir.path().join(DB_FILE_NAME)).unwrap();
+    conn.execute_batch(
+        r#"DELETE FROM rollups; DELETE FROM rollup_series;
+           INSERT INTO rollup_series (id, tenant_id, dims) VALUES (77, 1, '["vllm","/v1/chat","llama-3"]');
+           INSERT INTO rollups (tenant_id, minute, series_id, cell) VALUES (1, 29000000, 77, x'0102');
+           UPDATE store_marks SET value = 999 WHERE name = 'rollups_through_block';
+           PRAGMA user_version = 16;"#,
+    )
+    .unwrap();
+    drop(conn);
+    let store = SqliteStore::open(dir.path(), SqliteConfig::default()).unwrap();
+    let cells = store.rollup_cells(&acme(), minute, minute).unwrap();
+    assert_eq!(cells.len(), 2, "{cells:?}");
+    let at = |level| {
+        cells
+            .iter()
+            .find(|(_, k, _)| k.level() == level)
+            .unwrap_or_else(|| panic!("no {level:?} cell"))
+    };
+    let (_, request, cell) = at(Level::Request);
+    assert_eq!(
+        (request.get(Dimension::Service), request.get(Dimension::Model)),
+        ("gateway", "llama-3")
+    );
+    let p50 = cell.latency_ms.quantile(0.5).unwrap().unwrap();
+    assert!((p50 - 900.0).abs() < 10.0, "{p50}");
+    assert_eq!(cell.span_time.len(), 2);
+    let (_, call_key, call_cell) = at(Level::Call);
+    assert_eq!(call_key.get(Dimension::Route), "/v1/chat");
+    let p50 = call_cell.latency_ms.quantile(0.5).unwrap().unwrap();
+    assert!((p50 - 700.0).abs() < 8.0, "{p50}");
+}
+
 /// A run that wrote a version of an artifact dataset produced the asset claiming it,
 /// whichever came first; inputs without a version read the newest version.
 #[test]
