@@ -220,8 +220,8 @@ pub fn rca(data_dir: &Path, size: RcaBenchSize) -> Result<Value, crate::ApiError
                 })
                 .collect();
             left -= batch.len();
-            let observed = threadline_analysis::observe(&batch);
-            let mut prepared = store.prepare(&tenant, &batch, observed)?;
+            let mut observed = threadline_analysis::observe(&batch);
+            let mut prepared = store.prepare(&tenant, &batch, &mut observed)?;
             prepared.attach_graph(threadline_model::GraphUpdate {
                 edges: threadline_lineage::span_bindings(&batch),
                 ..Default::default()

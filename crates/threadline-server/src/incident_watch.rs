@@ -327,8 +327,8 @@ mod tests {
             let batch: Vec<_> = (0..20)
                 .map(|n| crate::bench_diagnosis::request(&mut rng, n, hour_ns, minute))
                 .collect();
-            let observed = threadline_analysis::observe(&batch);
-            let prepared = store.prepare(tenant, &batch, observed).unwrap();
+            let mut observed = threadline_analysis::observe(&batch);
+            let prepared = store.prepare(tenant, &batch, &mut observed).unwrap();
             store.submit(prepared).unwrap().wait_blocking().unwrap();
         }
     }
@@ -345,8 +345,8 @@ mod tests {
                     crate::bench_diagnosis::request(&mut rng, n, hour_ns, minute)
                 })
                 .collect();
-            let observed = threadline_analysis::observe(&batch);
-            let prepared = store.prepare(tenant, &batch, observed).unwrap();
+            let mut observed = threadline_analysis::observe(&batch);
+            let prepared = store.prepare(tenant, &batch, &mut observed).unwrap();
             store.submit(prepared).unwrap().wait_blocking().unwrap();
         }
     }

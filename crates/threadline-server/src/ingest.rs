@@ -112,14 +112,13 @@ impl Signal for Traces {
             rejected_spans: converted.rejected_spans as i64,
             error_message: converted.error_message(),
         });
-        let observed = threadline_analysis::observe(&converted.spans);
-        let observations =
-            crate::prometheus::LlmObservation::of_observed(&converted.spans, &observed);
+        let mut observed = threadline_analysis::observe(&converted.spans);
         let prepared = if converted.spans.is_empty() {
             None
         } else {
+            // Leaves out of `observed` what a retried export repeats.
             let mut prepared = store
-                .prepare(tenant, &converted.spans, observed)
+                .prepare(tenant, &converted.spans, &mut observed)
                 .map_err(|e| IngestFailure::Unavailable(e.to_string()))?;
             prepared.attach_graph(threadline_model::GraphUpdate {
                 edges: threadline_lineage::span_bindings(&converted.spans),
@@ -127,6 +126,8 @@ impl Signal for Traces {
             });
             Some(prepared)
         };
+        let observations =
+            crate::prometheus::LlmObservation::of_observed(&converted.spans, &observed);
         Ok(ReadyBatch {
             prepared,
             tenant: tenant.clone(),

@@ -15,6 +15,7 @@ mod incidents;
 mod logs;
 mod newest_first;
 mod query;
+mod retries;
 mod rollups;
 mod schema;
 mod search;
@@ -106,6 +107,9 @@ pub struct SqliteConfig {
     pub trace_index: TraceIndexConfig,
     /// When the full-text indexer takes the newest blocks.
     pub text_index: TextIndexConfig,
+    /// The most recent spans whose identities are remembered, so that a retried
+    /// export's requests are not rolled up twice (`retries`).
+    pub retry_window_spans: usize,
 }
 
 impl Default for SqliteConfig {
@@ -118,6 +122,7 @@ impl Default for SqliteConfig {
             drift: threadline_analysis::DriftConfig::default(),
             trace_index: TraceIndexConfig::default(),
             text_index: TextIndexConfig::default(),
+            retry_window_spans: 2_000_000,
         }
     }
 }
@@ -132,6 +137,8 @@ struct Inner {
     path: PathBuf,
     writer: writer::WriterHandle,
     readers: Mutex<Vec<Connection>>,
+    /// Identities of the most recent spans, prepared or stored.
+    recent: Mutex<retries::RecentSpans>,
 }
 
 impl SqliteStore {
@@ -145,6 +152,7 @@ impl SqliteStore {
         let mut conn = schema::open_connection(&path)?;
         schema::migrate(&mut conn, &path)?;
         let replayed = rollups::replay(&mut conn)?;
+        let recent = rollups::recent_spans(&conn, config.retry_window_spans)?;
         if replayed > 0 {
             tracing::info!(
                 blocks = replayed,
@@ -162,6 +170,7 @@ impl SqliteStore {
             path,
             writer,
             readers: Mutex::new(Vec::new()),
+            recent: Mutex::new(recent),
         });
         trace_compactor::spawn(
             schema::open_background_reader(&inner.path)?,
@@ -183,21 +192,38 @@ impl SqliteStore {
 
     /// Encodes spans for the writer. CPU-bound: call it off the async runtime.
     /// `observed` are the requests and model calls among the spans, as
-    /// `threadline_analysis::observe` finds them (the caller may need them too, so it
-    /// finds them once): they are rolled up in the same commit.
+    /// `threadline_analysis::observe` finds them: they are rolled up in the same
+    /// commit, but for those whose span a recent batch already had (a retried export:
+    /// the spans are stored again, readers show the first copy), which are removed
+    /// from `observed` so the caller's own counts leave them out too.
     pub fn prepare(
         &self,
         tenant: &TenantId,
         spans: &[SpanRecord],
-        observed: Vec<threadline_analysis::Observed>,
+        observed: &mut Vec<threadline_analysis::Observed>,
     ) -> Result<PreparedBatch, StoreError> {
-        writer::PreparedBatch::encode(tenant, spans, observed)
+        let (repeated, marked) = self
+            .inner
+            .recent
+            .lock()
+            .map_err(|_| StoreError::Corrupt("recent spans lock poisoned".into()))?
+            .mark_batch(tenant, spans.iter().map(|s| (s.trace_id, s.span_id)));
+        observed.retain(|o| !repeated[o.span]);
+        let mut batch = writer::PreparedBatch::encode(tenant, spans, observed.clone())?;
+        batch.marked = marked;
+        Ok(batch)
     }
 
     /// Queues a batch; the returned ack resolves once the batch is committed (durable).
-    /// Refuses with `QueueFull` instead of buffering without bound.
+    /// Refuses with `QueueFull` instead of buffering without bound (the batch's spans
+    /// then count as new when they are sent again).
     pub fn submit(&self, batch: PreparedBatch) -> Result<WriteAck, StoreError> {
-        self.inner.writer.submit(batch)
+        let marked = batch.marked.clone();
+        self.inner.writer.submit(batch).inspect_err(|_| {
+            if let Ok(mut recent) = self.inner.recent.lock() {
+                recent.forget(&marked);
+            }
+        })
     }
 
     /// Encodes log records for the writer (CPU-bound: call it off the async runtime).
@@ -235,8 +261,8 @@ impl SqliteStore {
         tenant: &TenantId,
         spans: &[SpanRecord],
     ) -> Result<(), StoreError> {
-        let observed = threadline_analysis::observe(spans);
-        let ack = self.submit(self.prepare(tenant, spans, observed)?)?;
+        let mut observed = threadline_analysis::observe(spans);
+        let ack = self.submit(self.prepare(tenant, spans, &mut observed)?)?;
         ack.wait_blocking().map(|_| ())
     }
 

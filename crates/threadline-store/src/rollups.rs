@@ -274,6 +274,46 @@ fn block_requests(
     Ok(spans)
 }
 
+/// The identities of the newest `capacity` stored spans, oldest first: what a retry
+/// arriving after a restart is recognized by.
+pub(crate) fn recent_spans(
+    conn: &Connection,
+    capacity: usize,
+) -> Result<crate::retries::RecentSpans, StoreError> {
+    let err = |e| sqlite_err(conn, e);
+    let mut recent = crate::retries::RecentSpans::new(capacity);
+    let mut stmt = conn
+        .prepare(
+            "SELECT t.name, s.trace_id, s.span_id FROM spans s JOIN tenants t ON t.id = s.tenant_id
+             ORDER BY s.rowid DESC LIMIT ?1",
+        )
+        .map_err(err)?;
+    let rows = stmt
+        .query_map([capacity as i64], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, Vec<u8>>(1)?,
+                r.get::<_, Vec<u8>>(2)?,
+            ))
+        })
+        .map_err(err)?;
+    let mut newest_first = Vec::new();
+    for row in rows {
+        let (tenant, trace, span) = row.map_err(err)?;
+        let (Ok(trace), Ok(span)) = (
+            <[u8; 16]>::try_from(trace.as_slice()),
+            <[u8; 8]>::try_from(span.as_slice()),
+        ) else {
+            continue;
+        };
+        newest_first.push((tenant, TraceId(trace), SpanId(span)));
+    }
+    for (tenant, trace, span) in newest_first.iter().rev() {
+        recent.remember(tenant, trace, span);
+    }
+    Ok(recent)
+}
+
 /// Stored cells of a tenant with minutes in `from..=to`.
 pub(crate) fn cells_between(
     conn: &Connection,

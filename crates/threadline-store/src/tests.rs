@@ -502,6 +502,54 @@ fn rollups_cover_every_acked_span_and_are_rebuilt_after_a_lost_flush() {
     );
 }
 
+/// A retried export (the same trace and span ids) is stored again — readers show the
+/// first copy — but its requests are rolled up once, also when the retry comes after a
+/// restart; a batch the queue refused counts when it is sent again.
+#[test]
+fn a_retried_export_is_rolled_up_once_even_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let minute = 29_000_000i64;
+    let at = |s: i64| ((minute * 60 + s) * 1_000_000_000) as u64;
+    let batch: Vec<SpanRecord> = (0..10u8)
+        .map(|i| span(i, i, None, at(i64::from(i)), Some("llama-3")))
+        .collect();
+    let requests = |store: &SqliteStore| -> u64 {
+        store.flush_rollups().unwrap().wait_blocking().unwrap();
+        store
+            .rollup_cells(&acme(), minute, minute)
+            .unwrap()
+            .iter()
+            .map(|(_, _, c)| c.requests)
+            .sum()
+    };
+    {
+        let store = SqliteStore::open(dir.path(), SqliteConfig::default()).unwrap();
+        store.write_blocking(&acme(), &batch).unwrap();
+        store.write_blocking(&acme(), &batch).unwrap();
+        assert_eq!(requests(&store), 10);
+        // Half new, half repeated: the new half counts.
+        let mixed: Vec<SpanRecord> = (5..15u8)
+            .map(|i| span(i, i, None, at(i64::from(i)), Some("llama-3")))
+            .collect();
+        store.write_blocking(&acme(), &mixed).unwrap();
+        assert_eq!(requests(&store), 15);
+    }
+    let store = SqliteStore::open(dir.path(), SqliteConfig::default()).unwrap();
+    store.write_blocking(&acme(), &batch).unwrap();
+    assert_eq!(requests(&store), 15, "the window is rebuilt at open");
+    // Another tenant's spans with the same ids are its own.
+    let globex = TenantId::new("globex").unwrap();
+    store.write_blocking(&globex, &batch).unwrap();
+    store.flush_rollups().unwrap().wait_blocking().unwrap();
+    let theirs: u64 = store
+        .rollup_cells(&globex, minute, minute)
+        .unwrap()
+        .iter()
+        .map(|(_, _, c)| c.requests)
+        .sum();
+    assert_eq!(theirs, 10);
+}
+
 /// A store from before migration 17 counted a request on its model call: its cells
 /// are dropped and recomputed from the stored spans at open, a route's request on its
 /// entry span (whole, with the time of each part) beside the model call.
@@ -547,7 +595,10 @@ fn migration_17_recomputes_the_rollups_at_both_levels() {
     };
     let (_, request, cell) = at(Level::Request);
     assert_eq!(
-        (request.get(Dimension::Service), request.get(Dimension::Model)),
+        (
+            request.get(Dimension::Service),
+            request.get(Dimension::Model)
+        ),
         ("gateway", "llama-3")
     );
     let p50 = cell.latency_ms.quantile(0.5).unwrap().unwrap();
@@ -788,7 +839,7 @@ fn the_wal_starts_over_under_continuous_writes() {
             })
             .collect();
         written += 100 * 1024;
-        let prepared = store.prepare(&acme(), &spans, Vec::new()).unwrap();
+        let prepared = store.prepare(&acme(), &spans, &mut Vec::new()).unwrap();
         acks.push(store.submit(prepared).unwrap());
     }
     for ack in acks {

@@ -62,6 +62,8 @@ struct SpanRow {
 /// Spans of one request, encoded and ready for the writer.
 pub struct PreparedBatch {
     tenant: TenantId,
+    /// Identities of the spans this batch is the first to bring (`retries`).
+    pub(crate) marked: Vec<u64>,
     rows: Vec<SpanRow>,
     origins: Vec<(i64, Vec<u8>)>,
     /// Compressed details of all rows; each row points at its slot.
@@ -183,6 +185,7 @@ impl PreparedBatch {
         encoded_bytes += origins.bytes() + values.bytes();
         Ok(Self {
             tenant: tenant.clone(),
+            marked: Vec::new(),
             min_start_ns: rows.iter().map(|r| r.start_ns).min().unwrap_or(0),
             max_start_ns: rows.iter().map(|r| r.start_ns).max().unwrap_or(0),
             trace_ids: ids.concat(),

@@ -1,0 +1,128 @@
+//! Retried exports: an exporter that got no answer in time sends the same spans again.
+//! Readers keep the first stored copy of a (trace id, span id); rollups must not count
+//! the request twice either. `RecentSpans` remembers the identities of the most recent
+//! spans (prepared, committed or rebuilt at open from the newest stored rows), so a
+//! request or model call whose span was seen is left out of the rollups of the batch
+//! that repeats it. Bounded: a retry of a span older than the last `capacity` spans
+//! (2 M by default: minutes of traffic at full speed, hours at common rates) is counted
+//! again; SDK and Collector retries come within seconds to minutes.
+
+use std::collections::{HashSet, VecDeque};
+use std::hash::{BuildHasher, Hash, Hasher};
+
+use threadline_model::{SpanId, TenantId, TraceId};
+
+pub(crate) struct RecentSpans {
+    seen: HashSet<u64>,
+    order: VecDeque<u64>,
+    capacity: usize,
+    hasher: foldhash::fast::RandomState,
+}
+
+impl RecentSpans {
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self {
+            seen: HashSet::with_capacity(capacity.min(1 << 16)),
+            order: VecDeque::new(),
+            capacity,
+            hasher: foldhash::fast::RandomState::default(),
+        }
+    }
+
+    /// A span's identity: 64 bits of a per-process keyed hash of tenant, trace and
+    /// span id (a collision among 2 M spans has odds of about 10⁻⁷).
+    pub(crate) fn key(&self, tenant: &str, trace: &TraceId, span: &SpanId) -> u64 {
+        let mut h = self.hasher.build_hasher();
+        tenant.hash(&mut h);
+        trace.0.hash(&mut h);
+        span.0.hash(&mut h);
+        h.finish()
+    }
+
+    /// Remembers `key`; whether it was already known.
+    fn mark(&mut self, key: u64) -> bool {
+        if self.capacity == 0 || !self.seen.insert(key) {
+            return self.capacity > 0;
+        }
+        self.order.push_back(key);
+        if self.order.len() > self.capacity {
+            if let Some(old) = self.order.pop_front() {
+                self.seen.remove(&old);
+            }
+        }
+        false
+    }
+
+    /// Marks the spans of one batch: for each, whether it was seen before. The keys
+    /// this batch added are returned, to be forgotten if the batch is not stored.
+    pub(crate) fn mark_batch(
+        &mut self,
+        tenant: &TenantId,
+        ids: impl Iterator<Item = (TraceId, SpanId)>,
+    ) -> (Vec<bool>, Vec<u64>) {
+        let mut repeated = Vec::new();
+        let mut added = Vec::new();
+        for (trace, span) in ids {
+            let key = self.key(tenant.as_str(), &trace, &span);
+            let seen = self.mark(key);
+            if !seen {
+                added.push(key);
+            }
+            repeated.push(seen);
+        }
+        (repeated, added)
+    }
+
+    /// Remembers one stored span (rebuilding the window at open).
+    pub(crate) fn remember(&mut self, tenant: &str, trace: &TraceId, span: &SpanId) {
+        let key = self.key(tenant, trace, span);
+        self.mark(key);
+    }
+
+    /// A batch that was refused: its spans were not stored after all.
+    pub(crate) fn forget(&mut self, keys: &[u64]) {
+        for k in keys {
+            // Its place in `order` stays: when it comes round, it only shortens the
+            // window of a span sent again since.
+            self.seen.remove(k);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(n: u8) -> impl Iterator<Item = (TraceId, SpanId)> {
+        (0..n).map(|i| (TraceId([i; 16]), SpanId([i; 8])))
+    }
+
+    #[test]
+    fn a_repeated_span_is_known_until_it_leaves_the_window_and_a_refused_batch_is_forgotten() {
+        let tenant = TenantId::default_tenant();
+        let mut recent = RecentSpans::new(4);
+        let (repeated, added) = recent.mark_batch(&tenant, ids(3));
+        assert_eq!((repeated, added.len()), (vec![false; 3], 3));
+        let (repeated, added) = recent.mark_batch(&tenant, ids(3));
+        assert_eq!((repeated, added.len()), (vec![true; 3], 0));
+        // Another tenant's ids are its own.
+        let other = TenantId::new("globex").unwrap();
+        assert_eq!(recent.mark_batch(&other, ids(1)).0, vec![false]);
+        // Span 3 and 4 push spans 0 and 1 out of a window of 4.
+        let more = (3..5u8).map(|i| (TraceId([i; 16]), SpanId([i; 8])));
+        recent.mark_batch(&tenant, more);
+        let one = |i: u8| [(TraceId([i; 16]), SpanId([i; 8]))].into_iter();
+        assert_eq!(recent.mark_batch(&tenant, one(2)).0, vec![true]);
+        assert_eq!(recent.mark_batch(&tenant, one(0)).0, vec![false]);
+        let (_, added) =
+            recent.mark_batch(&tenant, [(TraceId([9; 16]), SpanId([9; 8]))].into_iter());
+        recent.forget(&added);
+        assert_eq!(
+            recent
+                .mark_batch(&tenant, [(TraceId([9; 16]), SpanId([9; 8]))].into_iter())
+                .0,
+            vec![false]
+        );
+        assert!(!RecentSpans::new(0).mark(1) && !RecentSpans::new(0).mark(1));
+    }
+}
