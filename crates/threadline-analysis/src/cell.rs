@@ -237,6 +237,36 @@ impl RollupCell {
         }
     }
 
+    /// The cell with `subject` replaced by `with` in its span names, services and
+    /// rejection reasons (an erasure); `None` when none holds it.
+    pub fn redacted(&self, subject: &str, with: &str) -> Option<RollupCell> {
+        let names_it = !subject.is_empty()
+            && (self
+                .span_time
+                .keys()
+                .any(|s| s.service.contains(subject) || s.name.contains(subject))
+                || self.rejections.keys().any(|r| r.contains(subject)));
+        if !names_it {
+            return None;
+        }
+        let mut out = self.clone();
+        out.span_time = BTreeMap::new();
+        for (slot, time) in &self.span_time {
+            let slot = SpanSlot {
+                service: slot.service.replace(subject, with),
+                name: slot.name.replace(subject, with),
+            };
+            out.add_span_time(slot, time);
+        }
+        out.rejections = BTreeMap::new();
+        for (reason, n) in &self.rejections {
+            *out.rejections
+                .entry(reason.replace(subject, with))
+                .or_default() += n;
+        }
+        Some(out)
+    }
+
     /// Prices the cell's tokens as those of `model` (a series key's model).
     pub fn price(&mut self, model: &str, table: &crate::PriceTable) {
         self.cost_usd = table.cost_usd(

@@ -153,6 +153,19 @@ impl SeriesKey {
         out
     }
 
+    /// The key with `subject` replaced by `with` in every dimension value (an erased
+    /// id inside a route like `/v1/users/ID/chat`); `None` when no value holds it.
+    pub fn redacted(&self, subject: &str, with: &str) -> Option<SeriesKey> {
+        if subject.is_empty() || !self.dims.iter().any(|v| v.contains(subject)) {
+            return None;
+        }
+        let mut out = self.clone();
+        for v in &mut out.dims {
+            *v = v.replace(subject, with);
+        }
+        Some(out)
+    }
+
     /// A canonical text form, for storage: model-call keys a JSON array of the
     /// dimension values (as every key was before levels), request keys an object
     /// `{"level": "request", "dims": [...]}`.
@@ -212,6 +225,27 @@ impl Rollups {
                 .observe(spans, &o);
         }
         out
+    }
+
+    /// `subject` replaced by `with` in every key and cell that holds it (keys that then
+    /// coincide merge): an erasure's copy in cells not stored yet. How many changed.
+    pub fn redact(&mut self, subject: &str, with: &str) -> usize {
+        let named: Vec<(i64, SeriesKey)> = self
+            .cells
+            .iter()
+            .filter(|((_, k), c)| {
+                k.redacted(subject, with).is_some() || c.redacted(subject, with).is_some()
+            })
+            .map(|(at, _)| at.clone())
+            .collect();
+        for (minute, key) in &named {
+            if let Some(cell) = self.cells.remove(&(*minute, key.clone())) {
+                let cell = cell.redacted(subject, with).unwrap_or(cell);
+                let key = key.redacted(subject, with).unwrap_or_else(|| key.clone());
+                self.cells.entry((*minute, key)).or_default().merge(&cell);
+            }
+        }
+        named.len()
     }
 
     pub fn absorb(&mut self, other: Rollups) {

@@ -256,6 +256,31 @@ pub(crate) async fn erase(args: EraseArgs) -> anyhow::Result<()> {
             report["logs_deleted"], report["blocks_rewritten"],
             report["subject_sha256"].as_str().unwrap_or("?")
         );
+        let copies = &report["copies"];
+        let rewritten: Vec<String> = [
+            ("resources", "resources"),
+            ("rollup_series", "rollup series"),
+            ("rollup_cells", "rollup cells"),
+            ("lineage_nodes", "lineage nodes"),
+            ("names", "listed names"),
+            ("incidents", "incidents"),
+            ("metric_series", "metric series"),
+        ]
+        .iter()
+        .filter_map(|(k, label)| {
+            let n = copies[*k].as_u64().unwrap_or(0);
+            (n > 0).then(|| format!("{n} {label}"))
+        })
+        .collect();
+        if !rewritten.is_empty() {
+            crate::out::outln!(
+                "copies of the id removed or rewritten: {}",
+                rewritten.join(", ")
+            );
+        }
+        if let Some(note) = report["note"].as_str() {
+            crate::out::outln!("{note}");
+        }
     }
     Ok(())
 }

@@ -19,6 +19,8 @@ use crate::error::ApiError;
 pub(crate) struct ErasureState {
     pub(crate) store: SqliteStore,
     pub(crate) auth: Arc<Authenticator>,
+    /// Prometheus series whose labels may name the subject.
+    pub(crate) llm: Arc<crate::prometheus::LlmMetrics>,
 }
 
 pub(crate) fn router(state: ErasureState) -> Router {
@@ -67,6 +69,7 @@ async fn erase(
     let now = crate::query_api::now_ns();
     let kind = subject.kind();
     let digest = subject.digest();
+    let metric_series = state.llm.erase(&tenant, subject.value());
     let ack = state
         .store
         .submit_erasure(&tenant, subject, &requested_by, now)?;
@@ -78,9 +81,14 @@ async fn erase(
     // The subject id is never logged; its digest identifies the audit row.
     tracing::info!(tenant = %tenant, subject_kind = kind, subject_sha256 = %digest,
         spans = report.spans_deleted, "erasure done");
+    let copies = &report.copies;
+    let matched = report.matched_anything() || metric_series > 0;
     Ok((
         StatusCode::CREATED,
         Json(json!({
+            "note": (!matched).then_some(
+                "nothing matched: no span, log record, resource, rollup series, lineage node or metric names this id (the erasure is logged all the same)"
+            ),
             "erasure_id": report.erasure_id,
             "subject_kind": kind,
             "subject_sha256": digest,
@@ -90,6 +98,16 @@ async fn erase(
             "logs_deleted": report.logs_deleted,
             "blocks_rewritten": report.blocks_rewritten,
             "wal_truncated": report.wal_truncated,
+            "copies": {
+                "resources": copies.origins,
+                "rollup_series": copies.rollup_series,
+                "rollup_cells": copies.rollup_cells,
+                "lineage_nodes": copies.lineage_nodes,
+                "lineage_edges": copies.lineage_edges,
+                "names": copies.names,
+                "incidents": copies.incidents,
+                "metric_series": metric_series,
+            },
         })),
     ))
 }

@@ -189,6 +189,7 @@ pub async fn serve_reporting(
     .merge(erasure_api::router(erasure_api::ErasureState {
         store: store.clone(),
         auth: Arc::clone(&auth),
+        llm: Arc::clone(&ctx.llm_metrics),
     }))
     .merge(impact_api::router(impact_api::ImpactState {
         store: store.clone(),

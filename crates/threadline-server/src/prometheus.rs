@@ -84,6 +84,9 @@ impl LlmObservation {
 /// The LLM metric families of one tenant.
 struct TenantFamilies {
     registry: Registry,
+    /// The label sets observed (level, service, route, model), so an erasure can take
+    /// those naming its subject out of every family.
+    seen: std::sync::Mutex<std::collections::HashSet<Labels>>,
     duration: Family<Labels, Histogram, fn() -> Histogram>,
     ttft: Family<Labels, Histogram, fn() -> Histogram>,
     requests: Family<Labels, Counter>,
@@ -121,6 +124,7 @@ impl TenantFamilies {
         );
         Self {
             registry,
+            seen: Default::default(),
             duration,
             ttft,
             requests,
@@ -129,6 +133,11 @@ impl TenantFamilies {
     }
 
     fn record(&self, o: &LlmObservation) {
+        if let Ok(mut seen) = self.seen.lock() {
+            if !seen.contains(&o.labels) {
+                seen.insert(o.labels.clone());
+            }
+        }
         self.duration.get_or_create(&o.labels).observe(o.duration_s);
         if let Some(t) = o.ttft_s {
             self.ttft.get_or_create(&o.labels).observe(t);
@@ -182,6 +191,39 @@ impl LlmMetrics {
         for o in observations {
             families.record(o);
         }
+    }
+
+    /// Removes every series whose labels name `subject` (an erasure): a scrape shows
+    /// it no more. How many label sets went.
+    pub(crate) fn erase(&self, tenant: &TenantId, subject: &str) -> usize {
+        let Some(families) = self.of(tenant) else {
+            return 0;
+        };
+        let Ok(mut seen) = families.seen.lock() else {
+            return 0;
+        };
+        let naming: Vec<Labels> = seen
+            .iter()
+            .filter(|l| l.iter().any(|(_, v)| v.contains(subject)))
+            .cloned()
+            .collect();
+        for labels in &naming {
+            seen.remove(labels);
+            families.duration.remove(labels);
+            families.ttft.remove(labels);
+            for (key, values) in [
+                ("status", ["ok", "error"]),
+                ("direction", ["input", "output"]),
+            ] {
+                for v in values {
+                    let mut l = labels.clone();
+                    l.push((key.to_owned(), v.to_owned()));
+                    families.requests.remove(&l);
+                    families.tokens.remove(&l);
+                }
+            }
+        }
+        naming.len()
     }
 
     fn of(&self, tenant: &TenantId) -> Option<Arc<TenantFamilies>> {

@@ -34,7 +34,8 @@ impl ErasureSubject {
         }
     }
 
-    fn value(&self) -> &str {
+    /// The id itself (never to be logged).
+    pub fn value(&self) -> &str {
         match self {
             ErasureSubject::UserId(v) | ErasureSubject::SessionId(v) => v,
         }
@@ -58,6 +59,15 @@ pub struct ErasureReport {
     /// Whether the WAL could be truncated right away (false when a long read held it;
     /// the background checkpointer truncates it later).
     pub wal_truncated: bool,
+    /// Copies of the id outside the traces, removed or rewritten.
+    pub copies: crate::erase_copies::CopiesErased,
+}
+
+impl ErasureReport {
+    /// Whether the erasure found the subject anywhere.
+    pub fn matched_anything(&self) -> bool {
+        self.traces_matched + self.logs_deleted + self.copies.total() > 0
+    }
 }
 
 /// Deletes the subject's traces inside the caller's transaction and logs the erasure.
@@ -69,23 +79,54 @@ pub(crate) fn erase(
     requested_ns: i64,
 ) -> rusqlite::Result<ErasureReport> {
     // Whole traces: the subject's id sits on some spans (usually the root), while the
-    // prompt and response text it wrote sits on their children.
+    // prompt and response text it wrote sits on their children. A trace goes when a
+    // span names the subject (its view's user or session, from the span, its baggage
+    // or its resource), when a span's route holds it (`/v1/users/ID/chat`), or when it
+    // was sent with a resource that names it anywhere.
     let column = subject.kind();
-    let rows: Vec<(i64, Vec<u8>, i64, u32, u32)> = tx
+    let origins = crate::erase_copies::origins_naming(tx, tenant_id, subject.value())?;
+    // Hashes read from this database: integers, inlined.
+    let by_origin = if origins.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " OR origin_hash IN ({})",
+            origins
+                .iter()
+                .map(i64::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        )
+    };
+    let rows: Vec<(i64, Vec<u8>, i64, u32, u32, i64)> = tx
         .prepare(&format!(
-            "SELECT rowid, trace_id, block_id, block_offset, block_len FROM spans
+            "SELECT rowid, trace_id, block_id, block_offset, block_len, start_ns FROM spans
              WHERE tenant_id = ?1 AND trace_id IN
-                (SELECT trace_id FROM spans WHERE tenant_id = ?1 AND {column} = ?2)"
+                (SELECT trace_id FROM spans WHERE tenant_id = ?1
+                 AND ({column} = ?2 OR instr(route, ?2) > 0{by_origin}))"
         ))?
         .query_map(params![tenant_id, subject.value()], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
         })?
         .collect::<Result<_, _>>()?;
+    let minutes = rows
+        .iter()
+        .map(|r| threadline_analysis::minute_of(r.5))
+        .fold(None, |acc: Option<(i64, i64)>, m| {
+            Some(acc.map_or((m, m), |(a, b)| (a.min(m), b.max(m))))
+        });
     let mut traces: Vec<&Vec<u8>> = rows.iter().map(|r| &r.1).collect();
     traces.sort();
     traces.dedup();
     let mut by_block: BTreeMap<i64, Vec<(u32, u32)>> = BTreeMap::new();
-    for (_, _, block, offset, len) in &rows {
+    for (_, _, block, offset, len, _) in &rows {
         by_block.entry(*block).or_default().push((*offset, *len));
     }
     // The full-text documents of the groups indexed, as they are before the erasure.
@@ -133,6 +174,8 @@ pub(crate) fn erase(
         .execute([])?;
     let logs_deleted =
         crate::logs::erase(tx, tenant_id, &traces, column, subject.value()).map_err(store_error)?;
+    let copies =
+        crate::erase_copies::erase_copies(tx, tenant_id, subject.value(), &origins, minutes)?;
     let report = ErasureReport {
         erasure_id: 0,
         traces_matched: traces.len() as u64,
@@ -140,6 +183,7 @@ pub(crate) fn erase(
         logs_deleted,
         blocks_rewritten: by_block.len() as u64,
         wal_truncated: false,
+        copies,
     };
     tx.prepare_cached(
         "INSERT INTO erasures (tenant_id, requested_by, requested_ns, subject_kind,

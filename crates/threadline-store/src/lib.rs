@@ -10,6 +10,7 @@ mod block_values;
 mod checkpoint;
 mod codec;
 mod erase;
+mod erase_copies;
 mod graph;
 mod incidents;
 mod logs;
@@ -38,6 +39,7 @@ use threadline_model::{
 };
 
 pub use erase::{ErasureRecord, ErasureReport, ErasureSubject};
+pub use erase_copies::{CopiesErased, ERASED};
 pub use graph::{PreparedGraph, WalkLimits};
 pub use logs::{LogCursor, LogPage, LogQuery, PreparedLogs, StoredLog};
 pub use query::{ExemplarQuery, RequestsServed, ServiceSummary};

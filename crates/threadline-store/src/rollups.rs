@@ -75,6 +75,16 @@ impl RollupLedger {
         self.pending_cells = self.pending.values().map(Rollups::len).sum();
     }
 
+    /// After an erasure: cells not stored yet lose the subject's id as the stored ones
+    /// did, and series ids are looked up again (the erasure rewrote or merged series).
+    /// How many cells changed.
+    pub(crate) fn erased(&mut self, tenant_id: i64, subject: &str) -> usize {
+        self.series.clear();
+        self.pending
+            .get_mut(&tenant_id)
+            .map_or(0, |r| r.redact(subject, crate::ERASED))
+    }
+
     /// After a failed commit: series rows it inserted are gone.
     pub(crate) fn rolled_back(&mut self) {
         self.series.clear();

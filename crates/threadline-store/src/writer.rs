@@ -846,6 +846,11 @@ fn commit_jobs(
                     &job.requested_by,
                     job.requested_ns,
                 )?;
+                // Cells not flushed yet, this transaction's too, hold the id as well.
+                ledger.erased(tenant_id, job.subject.value());
+                if let Some(r) = staged.get_mut(&tenant_id) {
+                    r.redact(job.subject.value(), crate::ERASED);
+                }
                 Applied {
                     changed: true,
                     assets: Vec::new(),

@@ -10,6 +10,7 @@ mod cost;
 mod crash;
 mod diagnosis;
 mod erasure;
+mod erasure_paths;
 mod grpc;
 mod harness;
 mod http_ingest;
