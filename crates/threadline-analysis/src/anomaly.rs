@@ -286,13 +286,16 @@ impl Incident {
         }
     }
 
-    /// Whether an anomaly with this onset joins this incident.
+    /// Whether an anomaly with this onset joins this incident: one that starts near
+    /// its onset, while it is open, or within `group_minutes` of its end (a fault that
+    /// flaps — a minute back under the threshold — reopens its incident rather than
+    /// opening a new one).
     pub fn takes(&self, onset_minute: i64, cfg: &DetectorConfig) -> bool {
         let near = (onset_minute - self.onset_minute).abs() <= cfg.group_minutes;
         let recent = self
             .end_minute
             .is_none_or(|end| onset_minute - end <= cfg.group_minutes);
-        near || (self.is_open() && recent)
+        near || recent
     }
 }
 
@@ -391,5 +394,10 @@ mod tests {
         incident.close("kv_cache_hit_ratio", 111);
         assert_eq!(incident.end_minute, Some(111));
         assert!(!incident.takes(200, &cfg));
+        // A fault that flaps: back within five minutes of the end, the same incident.
+        assert!(incident.takes(115, &cfg) && !incident.takes(117, &cfg));
+        incident.attach(onset("error_rate", 115));
+        assert!(incident.is_open() && incident.end_minute.is_none());
+        assert_eq!(incident.onset_minute, 98);
     }
 }

@@ -38,7 +38,6 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cell::SpanSlot;
 use crate::metric::Metric;
 use crate::rollup::{Dimension, RollupCell, SeriesKey};
 
@@ -371,91 +370,11 @@ fn contrast_json(c: &Contrast) -> serde_json::Value {
     })
 }
 
-/// How one part of the requests (a span name in a service) moved between the baseline
-/// and the anomaly window: its mean time on the critical path per request.
-#[derive(Clone, Debug)]
-struct PartShift {
-    slot: SpanSlot,
-    before_ms: f64,
-    during_ms: f64,
-    /// (during − before) over the requests' added mean latency.
-    share: f64,
-    model_call: bool,
-}
-
-/// Where the added latency went (latency metrics of request series): the parts whose
-/// time grew, largest first. The parts of a request's critical path add up to its
-/// latency, so their mean shifts add up to its mean shift.
-fn decomposition(metric: Metric, base: &RollupCell, window: &RollupCell) -> Vec<PartShift> {
-    if metric.latency_quantile().is_none() || base.requests == 0 || window.requests == 0 {
-        return Vec::new();
-    }
-    let (Some(mean_before), Some(mean_during)) = (base.mean_latency_ms(), window.mean_latency_ms())
-    else {
-        return Vec::new();
-    };
-    let added = mean_during - mean_before;
-    if added <= 0.0 {
-        return Vec::new();
-    }
-    let per_request = |cell: &RollupCell, slot: &SpanSlot| {
-        cell.span_time
-            .get(slot)
-            .map_or(0.0, |t| t.critical_ms / cell.requests as f64)
-    };
-    let mut out: Vec<PartShift> = window
-        .span_time
-        .iter()
-        .filter(|(slot, _)| !slot.is_other())
-        .map(|(slot, t)| {
-            let (before_ms, during_ms) = (per_request(base, slot), per_request(window, slot));
-            PartShift {
-                slot: slot.clone(),
-                before_ms,
-                during_ms,
-                share: (during_ms - before_ms) / added,
-                model_call: t.model_call,
-            }
-        })
-        // A part that already was (nearly) the whole request says nothing about where
-        // the time went: a request of one span, or one part around all the others.
-        .filter(|p| p.share > 0.0 && p.before_ms < WHOLE_REQUEST * mean_before)
-        .collect();
-    out.sort_by(|a, b| b.share.total_cmp(&a.share));
-    out
-}
-
-/// The share of a request's baseline latency above which a part is the request.
-const WHOLE_REQUEST: f64 = 0.9;
-
-/// The score of a part as the cause: its share of the added latency, discounted when
-/// the part barely grew against its own baseline (a 5% wobble of a big part is not a
-/// fault), and, for a model call, by how much its own attributes (adapter, instance …)
-/// explain the bad requests — then they are the more specific cause.
-fn part_score(p: &PartShift, call_explained: f64) -> f64 {
-    let growth = (p.during_ms - p.before_ms) / p.before_ms.max(1.0);
-    let settled = 1.0 - (-2.0 * growth).exp();
-    let own = if p.model_call {
-        1.0 - call_explained
-    } else {
-        1.0
-    };
-    (p.share.clamp(0.0, 1.0) * settled * own).clamp(0.0, 1.0)
-}
-
-fn ms(v: f64) -> String {
-    if v >= 1000.0 {
-        format!("{:.2} s", v / 1000.0)
-    } else {
-        format!("{v:.0} ms")
-    }
-}
-
 /// A metric value in its unit, for explanations.
 fn show(metric: Metric, v: Option<f64>) -> String {
     match (v, metric.unit()) {
         (None, _) => "none".into(),
-        (Some(v), "ms") => ms(v),
+        (Some(v), "ms") => crate::time_went::ms(v),
         (Some(v), "ratio") => format!("{:.1}%", v * 100.0),
         (Some(v), unit) => format!("{v:.1} {unit}"),
     }
@@ -564,61 +483,13 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
         });
     }
     // Where the time went: the parts of the requests whose time grew.
-    let merged = |cells: &[(SeriesKey, RollupCell)]| cells.iter().map(|(_, c)| c).collect();
-    let (base_all, window_all): (RollupCell, RollupCell) =
-        (merged(input.baseline), merged(input.window));
-    let parts = decomposition(input.metric, &base_all, &window_all);
-    // How much the model call's own attributes explain the bad requests.
     let call_explained = contrasts
         .iter()
         .filter(|((d, _), _)| CALL_DIMENSIONS.contains(d))
         .map(|(_, c)| c.score)
         .fold(0.0, f64::max);
-    let breakdown: Vec<serde_json::Value> = parts
-        .iter()
-        .take(5)
-        .map(|p| {
-            serde_json::json!({
-                "service": p.slot.service, "span": p.slot.name,
-                "ms_per_request_before": p.before_ms, "ms_per_request_during": p.during_ms,
-                "share_of_added_latency": p.share,
-            })
-        })
-        .collect();
-    for p in parts.iter().take(3) {
-        let d = part_score(p, call_explained);
-        if d <= 0.0 {
-            continue;
-        }
-        // No lineage change or rule speaks for a part: its share is its confidence.
-        let confidence = d;
-        out.push(Candidate {
-            kind: "span".into(),
-            subject: format!("service={} span={}", p.slot.service, p.slot.name),
-            confidence,
-            contrast: 0.0,
-            proximity: 0.0,
-            rule: 0.0,
-            time_share: d,
-            explanation: format!(
-                "{} on {}: {} → {} per request on the critical path, {:.0}% of the added latency",
-                p.slot.name,
-                p.slot.service,
-                ms(p.before_ms),
-                ms(p.during_ms),
-                p.share * 100.0
-            ),
-            evidence: serde_json::json!({
-                "service": p.slot.service,
-                "span": p.slot.name,
-                "ms_per_request_before": p.before_ms,
-                "ms_per_request_during": p.during_ms,
-                "share_of_added_latency": p.share,
-                "model_call": p.model_call,
-            }),
-            attribute: None,
-        });
-    }
+    let (parts, breakdown) = crate::time_went::candidates(input, call_explained);
+    out.extend(parts);
     if !breakdown.is_empty() {
         for cand in &mut out {
             cand.evidence["where_the_time_went"] = serde_json::json!(breakdown);
@@ -640,6 +511,7 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cell::SpanSlot;
 
     fn key(instance: &str, adapter: &str, prompt: &str, image: &str) -> SeriesKey {
         SeriesKey::default()

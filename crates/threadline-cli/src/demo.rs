@@ -1,7 +1,7 @@
 //! `threadline demo`: starts the server on the embedded store, loads a synthetic LLM
 //! platform — datasets and versions, fine-tune runs, base models, adapters, prompt
 //! templates, four routes on ten instances — with hours of traffic compressed in time
-//! (span times in the past, loaded in seconds), injects four incidents among harmless
+//! (span times in the past, loaded in seconds), injects five incidents among harmless
 //! changes, then prints the incidents Threadline found, their ranked causes, and
 //! whether each injected cause ranked first.
 //!
@@ -68,6 +68,10 @@ const C_TRAIN_END: i64 = 150;
 const C_ON: i64 = 160;
 /// Incident D: the KV-cache hit ratio collapses on instance i-6 (/v1/support).
 const D_ON: i64 = 200;
+/// Incident E: the document index /v1/chat retrieves from slows down (an upstream
+/// service, no LLM attribute at all); a harmless image rollout on i-3 and i-4 lands
+/// two minutes before.
+const E_ON: i64 = 215;
 
 /// One injected incident and the cause RCA should rank first.
 struct Injected {
@@ -103,6 +107,12 @@ fn injected() -> Vec<Injected> {
             onset: D_ON,
             cause: "instance=i-6".into(),
         },
+        Injected {
+            name: "the retriever's document index slows /v1/chat",
+            route: "/v1/chat",
+            onset: E_ON,
+            cause: "service=docs-index span=search_docs".into(),
+        },
     ]
 }
 
@@ -126,6 +136,8 @@ struct Shape {
     rejection: Option<(&'static str, f64)>,
     /// Share of requests failing output validation.
     quality_errors: f64,
+    /// Typical time of the document search before the model call, if the route has one.
+    retrieval_ms: Option<f64>,
 }
 
 /// Routes: (route, requests per minute, instances).
@@ -152,13 +164,19 @@ fn shape(route: &'static str, instance: &'static str, t: i64) -> Shape {
                 model: BASE_MODEL,
                 instance,
                 adapter: Some(if swapped { "fin-lora@7" } else { "fin-lora@6" }.into()),
-                // Harmless, close to A: a new image on i-1 and i-2, a prompt bump.
-                image: vllm(matches!(instance, "i-1" | "i-2").then_some(A_ON - 4)),
+                // Harmless, close to A: a new image on i-1 and i-2, a prompt bump; close
+                // to E: a newer image on i-3 and i-4.
+                image: if matches!(instance, "i-3" | "i-4") && t >= E_ON - 2 {
+                    "ghcr.io/acme/vllm:0.6.2".to_owned()
+                } else {
+                    vllm(matches!(instance, "i-1" | "i-2").then_some(A_ON - 4))
+                },
                 prompt: Some(("chat-system", if t >= A_ON - 3 { "v6" } else { "v5" })),
                 base_ms: if swapped { 2400.0 } else { 900.0 },
                 kv: Some(0.82),
                 rejection: None,
                 quality_errors: 0.0,
+                retrieval_ms: Some(if t >= E_ON { 650.0 } else { 60.0 }),
             }
         }
         "/v1/support" => {
@@ -183,6 +201,7 @@ fn shape(route: &'static str, instance: &'static str, t: i64) -> Shape {
                 kv: Some(if kv_drop { 0.18 } else { 0.85 }),
                 rejection: overflow.then_some(("context_overflow", 0.18)),
                 quality_errors: 0.0,
+                retrieval_ms: None,
             }
         }
         "/v1/summarize" => {
@@ -199,6 +218,7 @@ fn shape(route: &'static str, instance: &'static str, t: i64) -> Shape {
                 kv: Some(0.78),
                 rejection: None,
                 quality_errors: if v4 { 0.15 } else { 0.0 },
+                retrieval_ms: None,
             }
         }
         _ => Shape {
@@ -220,6 +240,7 @@ fn shape(route: &'static str, instance: &'static str, t: i64) -> Shape {
             kv: None,
             rejection: None,
             quality_errors: 0.0,
+            retrieval_ms: None,
         },
     }
 }
@@ -237,10 +258,41 @@ fn gauss(rng: &mut StdRng) -> f64 {
     (0..12).map(|_| rng.random::<f64>()).sum::<f64>() - 6.0
 }
 
-/// One request: the gateway span and the inference span under it.
-fn request_spans(rng: &mut StdRng, sh: &Shape, start_ns: u64) -> (Span, Span) {
+/// The spans of one request.
+struct RequestSpans {
+    gateway: Span,
+    /// The document search before the model call (plain span, service docs-index).
+    retrieval: Option<Span>,
+    inference: Span,
+}
+
+/// One request: the gateway span, the document search if the route has one, and the
+/// inference span under it.
+fn request_spans(rng: &mut StdRng, sh: &Shape, start_ns: u64) -> RequestSpans {
     let trace_id = nonzero_id::<16>(rng).to_vec();
     let gateway_id = nonzero_id::<8>(rng).to_vec();
+    let retrieval = sh.retrieval_ms.map(|typical| {
+        let ms = typical * (0.25 * gauss(rng)).exp();
+        let from = start_ns + 3_000_000;
+        Span {
+            trace_id: trace_id.clone(),
+            span_id: nonzero_id::<8>(rng).to_vec(),
+            parent_span_id: gateway_id.clone(),
+            name: "search_docs".into(),
+            kind: 3,
+            start_time_unix_nano: from,
+            end_time_unix_nano: from + (ms * 1e6) as u64,
+            attributes: vec![
+                s("db.system.name", "elasticsearch"),
+                s("db.operation.name", "search"),
+                s("server.address", "docs-index.internal"),
+            ],
+            ..Default::default()
+        }
+    });
+    let after_retrieval = retrieval
+        .as_ref()
+        .map_or(start_ns, |r| r.end_time_unix_nano);
     let latency_ms = sh.base_ms * (0.22 * gauss(rng)).exp();
     let rejected = sh.rejection.filter(|(_, p)| rng.random::<f64>() < *p);
     let failed = rng.random::<f64>() < sh.quality_errors + 0.003;
@@ -249,7 +301,7 @@ fn request_spans(rng: &mut StdRng, sh: &Shape, start_ns: u64) -> (Span, Span) {
     } else {
         latency_ms
     };
-    let infer_start = start_ns + 8_000_000;
+    let infer_start = after_retrieval + 8_000_000;
     let infer_end = infer_start + (ms * 1e6) as u64;
     let mut attrs = vec![
         s(
@@ -328,17 +380,38 @@ fn request_spans(rng: &mut StdRng, sh: &Shape, start_ns: u64) -> (Span, Span) {
         status,
         ..Default::default()
     };
-    (gateway, inference)
+    RequestSpans {
+        gateway,
+        retrieval,
+        inference,
+    }
 }
 
-fn export(gateway: Vec<Span>, inference: Vec<Span>) -> ExportTraceServiceRequest {
-    let resource_spans =
-        |service: &str, spans: Vec<Span>| crate::loadgen::service_spans(service, "demo", spans);
-    ExportTraceServiceRequest {
-        resource_spans: vec![
-            resource_spans("llm-gateway", gateway),
-            resource_spans("vllm", inference),
-        ],
+/// The spans of one export request, by service.
+#[derive(Default)]
+struct ExportSpans {
+    gateway: Vec<Span>,
+    retrieval: Vec<Span>,
+    inference: Vec<Span>,
+}
+
+impl ExportSpans {
+    fn push(&mut self, r: RequestSpans) {
+        self.gateway.push(r.gateway);
+        self.retrieval.extend(r.retrieval);
+        self.inference.push(r.inference);
+    }
+
+    fn export(self) -> ExportTraceServiceRequest {
+        let resource_spans =
+            |service: &str, spans: Vec<Span>| crate::loadgen::service_spans(service, "demo", spans);
+        ExportTraceServiceRequest {
+            resource_spans: vec![
+                resource_spans("llm-gateway", self.gateway),
+                resource_spans("docs-index", self.retrieval),
+                resource_spans("vllm", self.inference),
+            ],
+        }
     }
 }
 
@@ -352,7 +425,7 @@ fn traffic(
 ) -> Vec<ExportTraceServiceRequest> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut out = Vec::new();
-    let (mut gateway, mut inference) = (Vec::new(), Vec::new());
+    let mut spans = ExportSpans::default();
     for m in 0..minutes {
         let t = m - offset;
         let daily = 1.0 + 0.2 * ((m as f64) / 90.0 * std::f64::consts::PI).sin();
@@ -363,16 +436,11 @@ fn traffic(
                 let sh = shape(route, instance, t);
                 let at = ((start_minute + m) * 60) as u64 * 1_000_000_000
                     + rng.random_range(0..59_000_000_000u64);
-                let (g, i) = request_spans(&mut rng, &sh, at);
-                gateway.push(g);
-                inference.push(i);
+                spans.push(request_spans(&mut rng, &sh, at));
             }
         }
-        if gateway.len() >= 400 || m == minutes - 1 {
-            out.push(export(
-                std::mem::take(&mut gateway),
-                std::mem::take(&mut inference),
-            ));
+        if spans.gateway.len() >= 400 || m == minutes - 1 {
+            out.push(std::mem::take(&mut spans).export());
         }
     }
     out

@@ -282,7 +282,7 @@ fn prometheus_exposition_passes_promtool_and_counts_committed_llm_requests() {
 fn demo_finds_every_injected_incident_and_ranks_its_true_cause_first() {
     let report = cli_json(&["demo", "--no-serve", "--json"]);
     let injected = report["injected"].as_array().unwrap();
-    assert_eq!(injected.len(), 4);
+    assert_eq!(injected.len(), 5);
     for case in injected {
         assert_eq!(case["true_cause_rank"], 1, "{case}\n{report:#}");
     }

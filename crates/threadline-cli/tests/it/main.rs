@@ -16,6 +16,7 @@ mod harness;
 mod http_ingest;
 mod jaeger;
 mod lineage_chain;
+mod openai_instrumentors;
 mod openlineage;
 mod python_sdk;
 mod tenants;

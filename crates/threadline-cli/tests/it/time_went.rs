@@ -152,7 +152,7 @@ fn only_a_slower_retriever_raises_a_route_incident_that_names_it() {
         top["subject"], "service=docs-index span=search_docs",
         "{rca:#}"
     );
-    let share = top["evidence"]["share_of_added_latency"].as_f64().unwrap();
+    let share = top["evidence"]["share_of_added"].as_f64().unwrap();
     assert!(share > 0.9, "{top}");
     assert!(
         top["explanation"]

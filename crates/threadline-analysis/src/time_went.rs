@@ -1,0 +1,176 @@
+//! Where the time went: for latency and TTFT incidents of request series, the growth
+//! of each part of the requests (a span name in a service, on the critical path) over
+//! the requests' added mean time, as candidates of kind `span` with their time share
+//! `D` (see `rca`).
+
+use crate::cell::SpanSlot;
+use crate::metric::Metric;
+use crate::rca::{Candidate, RcaInput};
+use crate::rollup::{RollupCell, SeriesKey};
+
+/// How one part of the requests (a span name in a service) moved between the baseline
+/// and the anomaly window: its mean time on the critical path per request.
+#[derive(Clone, Debug)]
+struct PartShift {
+    slot: SpanSlot,
+    before_ms: f64,
+    during_ms: f64,
+    /// (during − before) over the requests' added mean latency (or time to first token).
+    share: f64,
+    model_call: bool,
+    /// What was added: "latency", or "time to first token".
+    of: &'static str,
+}
+
+/// Where the added time went (request series): the parts whose time grew, largest
+/// first. The parts of a request's critical path add up to its latency, so their mean
+/// shifts add up to its mean shift. For a latency incident (or one whose latency moved
+/// too) the shift is the mean latency's; for a TTFT incident the mean TTFT's, over the
+/// parts that are no model call (what comes before the first token: retrieval, tools,
+/// queueing upstream).
+fn decomposition(
+    metric: Metric,
+    co_anomalies: &[Metric],
+    base: &RollupCell,
+    window: &RollupCell,
+) -> Vec<PartShift> {
+    let latency = |m: &Metric| m.latency_quantile().is_some();
+    let ttft = metric == Metric::TtftP99 && !co_anomalies.iter().any(latency);
+    if !(latency(&metric) || ttft || co_anomalies.iter().any(latency))
+        || base.requests == 0
+        || window.requests == 0
+    {
+        return Vec::new();
+    }
+    let mean = |s: &sketches_ddsketch::DDSketch| {
+        (s.count() > 0).then(|| s.sum().unwrap_or(0.0) / s.count() as f64)
+    };
+    let (before, during) = if ttft {
+        (mean(&base.ttft_ms), mean(&window.ttft_ms))
+    } else {
+        (base.mean_latency_ms(), window.mean_latency_ms())
+    };
+    let (Some(mean_before), Some(mean_during)) = (before, during) else {
+        return Vec::new();
+    };
+    let added = mean_during - mean_before;
+    if added <= 0.0 {
+        return Vec::new();
+    }
+    let per_request = |cell: &RollupCell, slot: &SpanSlot| {
+        cell.span_time
+            .get(slot)
+            .map_or(0.0, |t| t.critical_ms / cell.requests as f64)
+    };
+    let mut out: Vec<PartShift> = window
+        .span_time
+        .iter()
+        .filter(|(slot, t)| !(slot.is_other() || ttft && t.model_call))
+        .map(|(slot, t)| {
+            let (before_ms, during_ms) = (per_request(base, slot), per_request(window, slot));
+            PartShift {
+                slot: slot.clone(),
+                before_ms,
+                during_ms,
+                share: (during_ms - before_ms) / added,
+                model_call: t.model_call,
+                of: if ttft {
+                    "time to first token"
+                } else {
+                    "latency"
+                },
+            }
+        })
+        // A part that already was (nearly) the whole request says nothing about where
+        // the time went: a request of one span, or one part around all the others.
+        .filter(|p| p.share > 0.0 && p.before_ms < WHOLE_REQUEST * mean_before)
+        .collect();
+    out.sort_by(|a, b| b.share.total_cmp(&a.share));
+    out
+}
+
+/// The share of a request's baseline latency above which a part is the request.
+const WHOLE_REQUEST: f64 = 0.9;
+
+/// The score of a part as the cause: its share of the added latency, discounted when
+/// the part barely grew against its own baseline (a 5% wobble of a big part is not a
+/// fault), and, for a model call, by how much its own attributes (adapter, instance …)
+/// explain the bad requests — then they are the more specific cause.
+fn part_score(p: &PartShift, call_explained: f64) -> f64 {
+    let growth = (p.during_ms - p.before_ms) / p.before_ms.max(1.0);
+    let settled = 1.0 - (-2.0 * growth).exp();
+    let own = if p.model_call {
+        1.0 - call_explained
+    } else {
+        1.0
+    };
+    (p.share.clamp(0.0, 1.0) * settled * own).clamp(0.0, 1.0)
+}
+
+pub(crate) fn ms(v: f64) -> String {
+    if v >= 1000.0 {
+        format!("{:.2} s", v / 1000.0)
+    } else {
+        format!("{v:.0} ms")
+    }
+}
+
+/// The `span` candidates (the three parts whose time grew most, scored by
+/// `part_score`) and the breakdown every candidate carries as evidence.
+pub(crate) fn candidates(
+    input: &RcaInput<'_>,
+    call_explained: f64,
+) -> (Vec<Candidate>, Vec<serde_json::Value>) {
+    let merged = |cells: &[(SeriesKey, RollupCell)]| cells.iter().map(|(_, c)| c).collect();
+    let (base_all, window_all): (RollupCell, RollupCell) =
+        (merged(input.baseline), merged(input.window));
+    let parts = decomposition(input.metric, &input.co_anomalies, &base_all, &window_all);
+    let breakdown = parts
+        .iter()
+        .take(5)
+        .map(|p| {
+            serde_json::json!({
+                "service": p.slot.service, "span": p.slot.name,
+                "ms_per_request_before": p.before_ms, "ms_per_request_during": p.during_ms,
+                "share_of_added": p.share, "added": p.of,
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for p in parts.iter().take(3) {
+        let d = part_score(p, call_explained);
+        if d <= 0.0 {
+            continue;
+        }
+        out.push(Candidate {
+            kind: "span".into(),
+            subject: format!("service={} span={}", p.slot.service, p.slot.name),
+            // No lineage change or rule speaks for a part: its share is its confidence.
+            confidence: d,
+            contrast: 0.0,
+            proximity: 0.0,
+            rule: 0.0,
+            time_share: d,
+            explanation: format!(
+                "{} on {}: {} → {} per request on the critical path, {:.0}% of the added {}",
+                p.slot.name,
+                p.slot.service,
+                ms(p.before_ms),
+                ms(p.during_ms),
+                p.share * 100.0,
+                p.of,
+            ),
+            evidence: serde_json::json!({
+                "service": p.slot.service,
+                "span": p.slot.name,
+                "ms_per_request_before": p.before_ms,
+                "ms_per_request_during": p.during_ms,
+                "share_of_added": p.share,
+                "added": p.of,
+                "model_call": p.model_call,
+            }),
+            attribute: None,
+        });
+    }
+    (out, breakdown)
+}
