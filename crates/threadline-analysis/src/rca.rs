@@ -20,6 +20,14 @@
 //!   match the incident's metric, its co-anomalies, the candidate's kind, and
 //!   optionally a rejection reason that dominates.
 //!
+//! - **Before/after `B`** (per attribute value): the window against the baseline
+//!   before it, for a change that took over all (or much) of the traffic at once and
+//!   so has nothing to be contrasted with inside the window:
+//!   `B = gained × recall × (1 − rate_before / rate)` for `rate > rate_before`, where
+//!   `gained` is the value's share of requests now minus before, `rate` the bad rate
+//!   of its requests now and `rate_before` that of all requests before. A harmless
+//!   change rolled out at the same minute on part of the traffic gains less and holds
+//!   less of the bad mass than the one whose requests went bad.
 //! - **Time share `D`** (per part of the requests — a span name in a service — for
 //!   latency metrics of request series): the requests' critical paths add up to their
 //!   latency, so the growth of each part's mean time per request over the added mean
@@ -29,7 +37,7 @@
 //!   dimensions (an adapter or instance that explains the bad requests is the more
 //!   specific cause of a slower model call).
 //!
-//! `confidence = 1 − (1 − C) · (1 − D) · (1 − P/2) · (1 − R)`, each term 0 where it does
+//! `confidence = 1 − (1 − C) · (1 − B) · (1 − D) · (1 − P/2) · (1 − R)`, each term 0 where it does
 //! not apply. A change with nothing behind it (a harmless rollout near the onset)
 //! scores at most 0.5; a value that explains the bad requests and arrived with a change
 //! near the onset scores above that, as does a part that took most of the added time.
@@ -151,6 +159,9 @@ pub struct Candidate {
     pub subject: String,
     pub confidence: f64,
     pub contrast: f64,
+    /// Before/after contrast: a value that took over traffic since the baseline and
+    /// carries the bad requests.
+    pub before_after: f64,
     pub proximity: f64,
     pub rule: f64,
     /// Share of the added latency the candidate's part of the request accounts for
@@ -168,6 +179,9 @@ pub struct Candidate {
 #[derive(Clone, Debug, Default)]
 struct Contrast {
     score: f64,
+    /// Before/after: how much the value's arrival (its share grown since the
+    /// baseline) carries the bad requests.
+    before_after: f64,
     recall: f64,
     lift: f64,
     share_window: f64,
@@ -228,6 +242,17 @@ fn contrasts(input: &RcaInput<'_>) -> BTreeMap<(Dimension, String), Contrast> {
         .iter()
         .map(|(_, c)| bad_mass(input.metric, c, &base_all))
         .fold((0.0, 0.0), |(b, t), (x, y)| (b + x, t + y));
+    // How often a request was bad before: the rate a value's requests are held to.
+    let (bad_before, total_before) = input
+        .baseline
+        .iter()
+        .map(|(_, c)| bad_mass(input.metric, c, &base_all))
+        .fold((0.0, 0.0), |(b, t), (x, y)| (b + x, t + y));
+    let rate_before = if total_before > 0.0 {
+        bad_before / total_before
+    } else {
+        0.0
+    };
     let base_requests: f64 = input.baseline.iter().map(|(_, c)| c.requests as f64).sum();
     let window_requests: f64 = input.window.iter().map(|(_, c)| c.requests as f64).sum();
     let mut out = BTreeMap::new();
@@ -268,15 +293,27 @@ fn contrasts(input: &RcaInput<'_>) -> BTreeMap<(Dimension, String), Contrast> {
             let in_base = baseline
                 .get(value)
                 .map(|c| c.iter().copied().collect::<RollupCell>());
+            let share_window = in_window.requests as f64 / window_requests.max(1.0);
+            let share_baseline =
+                in_base.as_ref().map_or(0.0, |b| b.requests as f64) / base_requests.max(1.0);
+            // A value that took over traffic since the baseline (all of it, for a
+            // change on every instance) and whose requests are worse than requests
+            // were before: within the window it has nothing to be contrasted with.
+            let gained = (share_window - share_baseline).max(0.0);
+            let excess = if rate > rate_before && rate > 0.0 {
+                1.0 - rate_before / rate
+            } else {
+                0.0
+            };
             out.insert(
                 (dim, value.to_owned()),
                 Contrast {
                     score: score.clamp(0.0, 1.0),
+                    before_after: (gained * recall * excess).clamp(0.0, 1.0),
                     recall,
                     lift,
-                    share_window: in_window.requests as f64 / window_requests.max(1.0),
-                    share_baseline: in_base.as_ref().map_or(0.0, |b| b.requests as f64)
-                        / base_requests.max(1.0),
+                    share_window,
+                    share_baseline,
                     metric_baseline: in_base.and_then(|b| input.metric.value(&b, 60.0)),
                     metric_window: input.metric.value(&in_window, 60.0),
                 },
@@ -285,6 +322,77 @@ fn contrasts(input: &RcaInput<'_>) -> BTreeMap<(Dimension, String), Contrast> {
     }
     out
 }
+
+/// A value that took over the traffic is only as good a cause as the window lets it
+/// be. When the bad requests concentrate on a value of another dimension (an adapter
+/// on half the instances), a value that arrived everywhere (an image on all of them)
+/// is judged on its requests without that value: what it explains beyond it. And when
+/// the added time went into spans that are no model call (a retriever), a model
+/// call's own attributes (prompt, adapter, image …) explain it only by the model
+/// calls' share of it.
+fn discount_before_after(
+    input: &RcaInput<'_>,
+    contrasts: &mut BTreeMap<(Dimension, String), Contrast>,
+) {
+    let leader = contrasts
+        .iter()
+        .max_by(|a, b| a.1.score.total_cmp(&b.1.score))
+        .filter(|(_, c)| c.score > LEADS)
+        .map(|(k, _)| k.clone());
+    let base_all = input
+        .baseline
+        .iter()
+        .map(|(_, c)| c)
+        .collect::<RollupCell>();
+    let bad_all: f64 = input
+        .window
+        .iter()
+        .map(|(_, c)| bad_mass(input.metric, c, &base_all).0)
+        .sum();
+    let (bad_before, total_before) = input
+        .baseline
+        .iter()
+        .map(|(_, c)| bad_mass(input.metric, c, &base_all))
+        .fold((0.0, 0.0), |(b, t), (x, y)| (b + x, t + y));
+    let rate_before = if total_before > 0.0 {
+        bad_before / total_before
+    } else {
+        0.0
+    };
+    let call_share = crate::time_went::model_call_share(input);
+    for ((dim, value), c) in contrasts.iter_mut() {
+        if c.before_after <= 0.0 {
+            continue;
+        }
+        if let Some((lead_dim, lead_value)) = &leader {
+            if lead_dim != dim {
+                // The value's requests that do not carry the leading value.
+                let (bad, total) = input
+                    .window
+                    .iter()
+                    .filter(|(k, _)| k.get(*dim) == value && k.get(*lead_dim) != lead_value)
+                    .map(|(_, cell)| bad_mass(input.metric, cell, &base_all))
+                    .fold((0.0, 0.0), |(b, t), (x, y)| (b + x, t + y));
+                let rate = if total > 0.0 { bad / total } else { 0.0 };
+                let recall = if bad_all > 0.0 { bad / bad_all } else { 0.0 };
+                let excess = if rate > rate_before {
+                    1.0 - rate_before / rate
+                } else {
+                    0.0
+                };
+                let gained = (c.share_window - c.share_baseline).max(0.0);
+                c.before_after = (gained * recall * excess).clamp(0.0, 1.0);
+            }
+        }
+        if CALL_DIMENSIONS.contains(dim) {
+            c.before_after *= call_share.unwrap_or(1.0);
+        }
+    }
+}
+
+/// The within-window contrast above which a value leads: other values are then judged
+/// without its requests.
+const LEADS: f64 = 0.2;
 
 /// The rejection reason behind most rejections in the window, if any.
 fn dominant_rejection(window: &[(SeriesKey, RollupCell)]) -> Option<String> {
@@ -361,6 +469,7 @@ fn proximity(change: &Change, onset: i64) -> f64 {
 fn contrast_json(c: &Contrast) -> serde_json::Value {
     serde_json::json!({
         "contrast": c.score,
+        "before_after": c.before_after,
         "share_of_bad": c.recall,
         "lift": c.lift,
         "share_of_requests": c.share_window,
@@ -394,7 +503,8 @@ fn contrast_line(metric: Metric, subject: &str, c: &Contrast) -> String {
 
 /// Ranks the candidates, best first.
 pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
-    let contrasts = contrasts(input);
+    let mut contrasts = contrasts(input);
+    discount_before_after(input, &mut contrasts);
     let dominant = dominant_rejection(input.window);
     let mut out: Vec<Candidate> = Vec::new();
     let mut explained: std::collections::HashSet<(Dimension, String)> = Default::default();
@@ -403,24 +513,29 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
         if p <= 0.0 {
             continue;
         }
-        // Its own value's contrast, else the best of the values it feeds.
-        let (c, via) = match &change.attribute {
-            Some(a) => (
-                contrasts.get(a).map_or(0.0, |c| c.score),
-                change.attribute.clone(),
-            ),
+        // Its own value's contrasts, else those of the best of the values it feeds.
+        let both = |c: &Contrast| 1.0 - (1.0 - c.score) * (1.0 - c.before_after);
+        let via = match &change.attribute {
+            Some(a) => change
+                .attribute
+                .clone()
+                .filter(|_| contrasts.contains_key(a)),
             None => change
                 .feeds
                 .iter()
-                .filter_map(|f| contrasts.get(f).map(|c| (c.score, Some(f.clone()))))
-                .fold((0.0, None), |best, x| if x.0 > best.0 { x } else { best }),
+                .filter_map(|f| contrasts.get(f).map(|c| (both(c), f)))
+                .filter(|(score, _)| *score > 0.0)
+                .max_by(|a, b| a.0.total_cmp(&b.0))
+                .map(|(_, f)| f.clone()),
         };
+        let backed = via.as_ref().and_then(|a| contrasts.get(a));
+        let (c, b) = backed.map_or((0.0, 0.0), |x| (x.score, x.before_after));
         if let Some(a) = &change.attribute {
             explained.insert(a.clone());
         }
         let dim = via.as_ref().map(|(d, _)| *d);
         let (r, rules) = rule_boost(input, dominant.as_deref(), dim, Some(&change.kind));
-        let confidence = 1.0 - (1.0 - c) * (1.0 - p / 2.0) * (1.0 - r);
+        let confidence = 1.0 - (1.0 - c) * (1.0 - b) * (1.0 - p / 2.0) * (1.0 - r);
         let minutes = input.onset_minute - change.at_minute;
         let when = match minutes {
             0 => "at the onset".to_owned(),
@@ -428,7 +543,7 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
             m => format!("{} min after the onset", -m),
         };
         let backing = match via.as_ref().and_then(|a| contrasts.get(a).map(|c| (a, c))) {
-            Some(((d, v), ctr)) if ctr.score > 0.0 => {
+            Some(((d, v), ctr)) if ctr.score > 0.0 || ctr.before_after > 0.0 => {
                 contrast_line(input.metric, &format!("{}={v}", d.as_str()), ctr)
             }
             _ => "the bad requests are not concentrated on what it changed".to_owned(),
@@ -452,6 +567,7 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
             subject: change.subject.clone(),
             confidence,
             contrast: c,
+            before_after: b,
             proximity: p,
             rule: r,
             time_share: 0.0,
@@ -461,11 +577,12 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
         });
     }
     for ((dim, value), c) in &contrasts {
-        if c.score <= 0.0 || explained.contains(&(*dim, value.clone())) {
+        let some = c.score > 0.0 || c.before_after > 0.0;
+        if !some || explained.contains(&(*dim, value.clone())) {
             continue;
         }
         let (r, rules) = rule_boost(input, dominant.as_deref(), Some(*dim), None);
-        let confidence = 1.0 - (1.0 - c.score) * (1.0 - r);
+        let confidence = 1.0 - (1.0 - c.score) * (1.0 - c.before_after) * (1.0 - r);
         let mut evidence = contrast_json(c);
         evidence["rules"] = serde_json::json!(rules);
         let subject = format!("{}={value}", dim.as_str());
@@ -475,6 +592,7 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
             subject,
             confidence,
             contrast: c.score,
+            before_after: c.before_after,
             proximity: 0.0,
             rule: r,
             time_share: 0.0,
@@ -740,6 +858,57 @@ mod tests {
             "{ranked:#?}"
         );
         assert!(ranked[0].evidence["where_the_time_went"][0]["span"] == "chat llama");
+    }
+
+    /// A new image on every instance slows every request: nothing to contrast it with
+    /// inside the window, so the window is compared with the baseline before it; a
+    /// harmless adapter swapped onto half the instances in the same minute loses.
+    #[test]
+    fn a_change_on_all_traffic_is_ranked_by_before_and_after_over_a_harmless_one() {
+        let baseline: Vec<_> = ["i-1", "i-2", "i-3", "i-4"]
+            .iter()
+            .map(|i| (key(i, "fin@6", "v2", "img:1"), cell(500.0, 300, 0.8)))
+            .collect();
+        let window: Vec<_> = [
+            ("i-1", "fin@6"),
+            ("i-2", "fin@6"),
+            ("i-3", "fin@7"),
+            ("i-4", "fin@7"),
+        ]
+        .iter()
+        .map(|(i, a)| (key(i, a, "v2", "img:2"), cell(1300.0, 300, 0.8)))
+        .collect();
+        let rules = FaultRules::default_rules();
+        let ranked = rank(&RcaInput {
+            metric: Metric::P99Latency,
+            co_anomalies: vec![],
+            onset_minute: 100,
+            baseline: &baseline,
+            window: &window,
+            changes: vec![
+                change(
+                    "image_rollout",
+                    "image:img:2",
+                    100,
+                    (Dimension::Image, "img:2"),
+                ),
+                change(
+                    "adapter_rollout",
+                    "adapter:fin@7",
+                    100,
+                    (Dimension::Adapter, "fin@7"),
+                ),
+            ],
+            rules: &rules,
+        });
+        assert_eq!(ranked[0].subject, "image:img:2", "{ranked:#?}");
+        assert!(ranked[0].before_after > 0.9, "{:#?}", ranked[0]);
+        let adapter = ranked
+            .iter()
+            .find(|c| c.subject == "adapter:fin@7")
+            .unwrap();
+        assert!(adapter.before_after < 0.5, "{adapter:#?}");
+        assert!(adapter.confidence < ranked[0].confidence);
     }
 
     #[test]

@@ -115,6 +115,26 @@ pub(crate) fn ms(v: f64) -> String {
     }
 }
 
+/// The share of the requests' added time that went into model calls, when the
+/// decomposition applies: what a change to a model call's own attributes (prompt,
+/// adapter, image …) can explain at most.
+pub(crate) fn model_call_share(input: &RcaInput<'_>) -> Option<f64> {
+    let merged = |cells: &[(SeriesKey, RollupCell)]| cells.iter().map(|(_, c)| c).collect();
+    let (base_all, window_all): (RollupCell, RollupCell) =
+        (merged(input.baseline), merged(input.window));
+    let parts = decomposition(input.metric, &input.co_anomalies, &base_all, &window_all);
+    if parts.is_empty() {
+        return None;
+    }
+    let total: f64 = parts.iter().map(|p| p.share.max(0.0)).sum();
+    let calls: f64 = parts
+        .iter()
+        .filter(|p| p.model_call)
+        .map(|p| p.share.max(0.0))
+        .sum();
+    (total > 0.0).then(|| (calls / total).clamp(0.0, 1.0))
+}
+
 /// The `span` candidates (the three parts whose time grew most, scored by
 /// `part_score`) and the breakdown every candidate carries as evidence.
 pub(crate) fn candidates(
@@ -148,6 +168,7 @@ pub(crate) fn candidates(
             // No lineage change or rule speaks for a part: its share is its confidence.
             confidence: d,
             contrast: 0.0,
+            before_after: 0.0,
             proximity: 0.0,
             rule: 0.0,
             time_share: d,

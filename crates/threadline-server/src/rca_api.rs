@@ -327,6 +327,7 @@ pub(crate) fn diagnose(
             "explanation": c.explanation,
             "scores": {
                 "contrast": c.contrast,
+                "before_after": c.before_after,
                 "time_share": c.time_share,
                 "proximity": c.proximity,
                 "rule": c.rule,
@@ -368,7 +369,7 @@ pub(crate) fn diagnose(
             "before": reason_shares(&base_all),
             "during": reason_shares(&window_all),
         },
-        "confidence_formula": "1 - (1 - contrast) * (1 - time_share) * (1 - proximity / 2) * (1 - rule)",
+        "confidence_formula": "1 - (1 - contrast) * (1 - before_after) * (1 - time_share) * (1 - proximity / 2) * (1 - rule)",
         "candidates": candidates,
     }))
 }
