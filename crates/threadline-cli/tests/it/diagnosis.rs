@@ -338,7 +338,7 @@ fn demo_finds_every_injected_incident_and_ranks_its_true_cause_first() {
 fn demo_serves_and_the_cli_lists_incidents_ranks_causes_and_scores_health() {
     let demo = crate::harness::Demo::start();
     let (report, base) = (demo.report.clone(), demo.api.clone());
-    assert!(report.contains("Incidents found: 4"), "{report}");
+    assert!(report.contains("Incidents found: 5"), "{report}");
     // Every command the demo suggests runs as printed and finds something.
     assert!(demo.commands.len() >= 10, "{report}");
     for command in &demo.commands {
@@ -361,7 +361,7 @@ fn demo_serves_and_the_cli_lists_incidents_ranks_causes_and_scores_health() {
             "{command}: {stdout}"
         );
     }
-    assert_eq!(report.matches("  ok   ").count(), 4, "{report}");
+    assert_eq!(report.matches("  ok   ").count(), 5, "{report}");
     let cli = |args: &[&str]| cli_at(&base, args);
     let (ok, listed, err) = cli(&["incidents", "--json"]);
     assert!(ok, "{err}");

@@ -179,11 +179,16 @@ fn every_page_renders_from_its_url_and_clicks_lead_where_they_say() {
         // Incidents: the list, one incident, and one of its exemplar traces.
         b.open(&format!("{base}/incidents"), "a.incident-link")
             .await;
-        assert_eq!(b.count("a.incident-link").await, 4);
+        assert_eq!(b.count("a.incident-link").await, 5);
         b.screenshot("incidents").await;
         b.open(demo.page("incident"), ".cause").await;
         let first = b.text(".cause").await;
         assert!(first.contains("adapter:fin-lora@7"), "{first}");
+        // Each cause says in a line what its evidence is.
+        assert!(
+            first.contains("of the bad requests on"),
+            "the explanation is shown: {first}"
+        );
         b.wait_for(".chart .uplot").await;
         b.screenshot("incident").await;
         b.click(".cause a.exemplar").await;

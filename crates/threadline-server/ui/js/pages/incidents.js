@@ -84,6 +84,7 @@ export function IncidentPage({ id }) {
             ${node ? html`<a class="chip changed-node" href=${lineageUrl(node)}>${c.subject}</a>` : html`<code>${c.subject}</code>`}
             <span class="conf" style=${`width:${Math.round(c.confidence * 120)}px`} aria-hidden="true"></span>
             <span>confidence ${c.confidence.toFixed(2)}</span></div>
+          ${c.explanation ? html`<div class="explanation">${c.explanation}</div>` : null}
           <div class="muted" style="font-size:12px">
             ${Object.entries(c.scores || {}).map(([k, v]) => `${k} ${Number(v).toFixed(2)}`).join(' · ')}
             ${ev.changed_at ? ` · changed ${ev.changed_at} (${ev.minutes_before_onset} min before onset)` : ''}
