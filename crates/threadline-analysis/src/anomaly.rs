@@ -65,7 +65,7 @@ pub struct MinuteValue {
 /// An anomaly that opened: when, against what baseline, how far out.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AnomalyOnset {
-    pub metric: String,
+    pub metric: Metric,
     pub onset_minute: i64,
     /// The minute whose close confirmed it.
     pub detected_minute: i64,
@@ -214,7 +214,7 @@ impl SeriesDetector {
         self.last_bad_minute = point.minute;
         self.normal_streak = 0;
         Some(DetectorEvent::Opened(AnomalyOnset {
-            metric: self.metric.as_str().to_owned(),
+            metric: self.metric,
             onset_minute: first.minute,
             detected_minute: point.minute,
             baseline: median,
@@ -243,13 +243,13 @@ pub struct Incident {
     /// The last anomalous minute once every anomaly closed; `None` while open.
     pub end_minute: Option<i64>,
     /// The first anomaly's metric: what the incident is about.
-    pub metric: String,
+    pub metric: Metric,
     pub anomalies: Vec<AnomalyOnset>,
     /// The largest anomaly score.
     pub score: f64,
     /// Open anomalies (by metric) of this incident.
     #[serde(default)]
-    pub open: Vec<String>,
+    pub open: Vec<Metric>,
 }
 
 impl Incident {
@@ -270,17 +270,17 @@ impl Incident {
     pub fn attach(&mut self, anomaly: AnomalyOnset) {
         if anomaly.onset_minute < self.onset_minute {
             self.onset_minute = anomaly.onset_minute;
-            self.metric = anomaly.metric.clone();
+            self.metric = anomaly.metric;
         }
         self.score = self.score.max(anomaly.score);
         self.end_minute = None;
-        self.open.push(anomaly.metric.clone());
+        self.open.push(anomaly.metric);
         self.anomalies.push(anomaly);
     }
 
     /// An anomaly of this incident closed; the incident ends with its last one.
-    pub fn close(&mut self, metric: &str, last_minute: i64) {
-        self.open.retain(|m| m != metric);
+    pub fn close(&mut self, metric: Metric, last_minute: i64) {
+        self.open.retain(|m| *m != metric);
         if self.open.is_empty() {
             self.end_minute = Some(last_minute.max(self.onset_minute));
         }
@@ -363,7 +363,7 @@ mod tests {
     fn anomalies_close_in_time_group_into_one_incident_with_the_earliest_onset() {
         let cfg = DetectorConfig::default();
         let onset = |metric: &str, minute: i64| AnomalyOnset {
-            metric: metric.into(),
+            metric: Metric::parse(metric).unwrap(),
             onset_minute: minute,
             detected_minute: minute + 1,
             baseline: 1.0,
@@ -378,10 +378,10 @@ mod tests {
             onset_minute: 100,
             detected_minute: 101,
             end_minute: None,
-            metric: "p99_latency".into(),
+            metric: Metric::P99Latency,
             anomalies: vec![onset("p99_latency", 100)],
             score: 5.0,
-            open: vec!["p99_latency".into()],
+            open: vec![Metric::P99Latency],
         };
         assert!(incident.takes(98, &cfg));
         incident.attach(onset("kv_cache_hit_ratio", 98));
@@ -389,9 +389,9 @@ mod tests {
             (incident.onset_minute, incident.metric.as_str()),
             (98, "kv_cache_hit_ratio")
         );
-        incident.close("p99_latency", 110);
+        incident.close(Metric::parse("p99_latency").unwrap(), 110);
         assert!(incident.is_open());
-        incident.close("kv_cache_hit_ratio", 111);
+        incident.close(Metric::parse("kv_cache_hit_ratio").unwrap(), 111);
         assert_eq!(incident.end_minute, Some(111));
         assert!(!incident.takes(200, &cfg));
         // A fault that flaps: back within five minutes of the end, the same incident.

@@ -2,8 +2,12 @@
 
 use crate::cell::RollupCell;
 
-/// A metric of the `/api/v1/metrics` contract.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// A metric of the `/api/v1/metrics` contract. Serialized by its API name (stored
+/// incidents carry it so).
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
 pub enum Metric {
     RequestRate,
     ErrorRate,
@@ -18,6 +22,12 @@ pub enum Metric {
     RejectionRate,
     /// USD spent on tokens in the step (cells priced when read).
     Cost,
+}
+
+impl std::fmt::Display for Metric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl Metric {
@@ -174,6 +184,10 @@ mod tests {
             }
         }
         assert_eq!(Metric::RequestRate.value(&cell, 60.0), Some(0.0));
+        // Stored incidents name metrics as the API does.
+        for m in Metric::ALL {
+            assert_eq!(serde_json::to_value(m).unwrap(), m.as_str());
+        }
         assert_eq!(Metric::Cost.value(&cell, 60.0), Some(0.0));
     }
 }

@@ -16,15 +16,10 @@
 //! each level. Parts of a request sent in other export requests (another process's
 //! spans) are not joined to it.
 
-// Seeded per process: keys come from senders, so a fixed hash could be flooded.
-use foldhash::HashMap;
-
-use threadline_model::{trace_tree, LlmView, SpanId, SpanRecord};
+use threadline_model::trace_tree::{self, Tree};
+use threadline_model::{LlmView, SpanRecord};
 
 use crate::rollup::{Dimension, Level, SeriesKey};
-
-/// Ancestors followed at most (parent links in bad input may form a cycle).
-const MAX_DEPTH: usize = 64;
 
 /// One span on a request's critical path and the time it accounts for.
 #[derive(Clone, Debug, PartialEq)]
@@ -83,60 +78,6 @@ impl Observed {
     }
 }
 
-/// Parent and children of each span within the export request.
-struct Tree {
-    parent: Vec<Option<usize>>,
-    children: Vec<Vec<usize>>,
-}
-
-impl Tree {
-    fn of(spans: &[SpanRecord]) -> Self {
-        let by_id: HashMap<SpanId, usize> = spans
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (s.span_id, i))
-            .collect();
-        let parent: Vec<Option<usize>> = spans
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                s.parent_span_id
-                    .and_then(|p| by_id.get(&p).copied())
-                    .filter(|&p| p != i)
-            })
-            .collect();
-        let mut children = vec![Vec::new(); spans.len()];
-        for (i, p) in parent.iter().enumerate() {
-            if let Some(p) = p {
-                children[*p].push(i);
-            }
-        }
-        Self { parent, children }
-    }
-
-    /// Ancestors within the export request, nearest first.
-    fn ancestors(&self, i: usize) -> impl Iterator<Item = usize> + '_ {
-        std::iter::successors(self.parent[i], move |&p| self.parent[p]).take(MAX_DEPTH)
-    }
-
-    /// `i` and the spans below it, in depth-first order (bounded as `ancestors` is).
-    fn subtree(&self, i: usize) -> Vec<usize> {
-        let mut out = Vec::new();
-        let mut stack = vec![(i, 0usize)];
-        let mut seen = vec![false; self.parent.len()];
-        while let Some((j, depth)) = stack.pop() {
-            if std::mem::replace(&mut seen[j], true) {
-                continue;
-            }
-            out.push(j);
-            if depth < MAX_DEPTH {
-                stack.extend(self.children[j].iter().map(|&c| (c, depth + 1)));
-            }
-        }
-        out
-    }
-}
-
 fn view(span: &SpanRecord) -> Option<&LlmView> {
     span.llm.as_ref()
 }
@@ -151,7 +92,7 @@ fn reports_tokens(span: &SpanRecord) -> bool {
 
 /// Every request and model call among `spans`.
 pub fn observe(spans: &[SpanRecord]) -> Vec<Observed> {
-    let tree = Tree::of(spans);
+    let tree = Tree::of(spans.iter().map(|s| (s.span_id, s.parent_span_id)));
     let has_route = |j: usize| view(&spans[j]).is_some_and(|l| l.route.is_some());
     let entries: Vec<usize> = (0..spans.len())
         .filter(|&i| has_route(i) && !tree.ancestors(i).any(has_route))

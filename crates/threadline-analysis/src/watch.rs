@@ -118,7 +118,7 @@ impl Watch {
                                     onset_minute: anomaly.onset_minute,
                                     detected_minute: anomaly.detected_minute,
                                     end_minute: None,
-                                    metric: anomaly.metric.clone(),
+                                    metric: anomaly.metric,
                                     anomalies: Vec::new(),
                                     score: 0.0,
                                     open: Vec::new(),
@@ -131,10 +131,12 @@ impl Watch {
                         changed.push(index);
                     }
                     Some(DetectorEvent::Closed { last_minute }) => {
-                        if let Some(i) = self.recent.iter().position(|(s, i)| {
-                            s == scope && i.open.iter().any(|m| m == metric.as_str())
-                        }) {
-                            self.recent[i].1.close(metric.as_str(), last_minute);
+                        if let Some(i) = self
+                            .recent
+                            .iter()
+                            .position(|(s, i)| s == scope && i.open.contains(&metric))
+                        {
+                            self.recent[i].1.close(metric, last_minute);
                             changed.push(i);
                         }
                     }

@@ -3,6 +3,98 @@
 //! the time of a request went. Spans are given as (start, end) pairs with child lists;
 //! what they are is the caller's.
 
+use std::collections::HashMap;
+
+use crate::SpanId;
+
+/// Ancestor chains followed at most (a tree from bad input can be very deep).
+const MAX_DEPTH: usize = 64;
+
+/// Each span's parent and children, by index into a list of spans (a parent outside
+/// the list, or one closing a cycle, makes the span a root).
+pub struct Tree {
+    pub parent: Vec<Option<usize>>,
+    pub children: Vec<Vec<usize>>,
+}
+
+impl Tree {
+    /// From each span's (id, parent id), in list order.
+    pub fn of(links: impl Iterator<Item = (SpanId, Option<SpanId>)>) -> Self {
+        let links: Vec<(SpanId, Option<SpanId>)> = links.collect();
+        let position: HashMap<SpanId, usize> = links
+            .iter()
+            .enumerate()
+            .map(|(i, (id, _))| (*id, i))
+            .collect();
+        let parent: Vec<Option<usize>> = links
+            .iter()
+            .enumerate()
+            .map(|(i, (_, p))| {
+                p.and_then(|p| position.get(&p).copied())
+                    .filter(|&p| p != i)
+            })
+            .collect();
+        let parent = break_cycles(parent);
+        let mut children: Vec<Vec<usize>> = vec![Vec::new(); links.len()];
+        for (i, p) in parent.iter().enumerate() {
+            if let Some(p) = *p {
+                children[p].push(i);
+            }
+        }
+        Self { parent, children }
+    }
+
+    /// Ancestors, nearest first (at most 64).
+    pub fn ancestors(&self, i: usize) -> impl Iterator<Item = usize> + '_ {
+        std::iter::successors(self.parent[i], move |&p| self.parent[p]).take(MAX_DEPTH)
+    }
+
+    /// `i` and the spans below it, depth first (64 levels at most).
+    pub fn subtree(&self, i: usize) -> Vec<usize> {
+        let mut out = Vec::new();
+        let mut stack = vec![(i, 0usize)];
+        while let Some((j, depth)) = stack.pop() {
+            out.push(j);
+            if depth < MAX_DEPTH {
+                stack.extend(self.children[j].iter().map(|&c| (c, depth + 1)));
+            }
+        }
+        out
+    }
+}
+
+/// Parent links with any cycle cut (bad input may form one): a span whose ancestor
+/// chain returns to itself becomes a root.
+fn break_cycles(mut parent: Vec<Option<usize>>) -> Vec<Option<usize>> {
+    let n = parent.len();
+    // 0 = unvisited, 1 = on the current walk, 2 = known to reach a root.
+    let mut state = vec![0u8; n];
+    for start in 0..n {
+        let mut walk = Vec::new();
+        let mut at = start;
+        loop {
+            match state[at] {
+                2 => break,
+                1 => {
+                    parent[at] = None;
+                    break;
+                }
+                _ => {}
+            }
+            state[at] = 1;
+            walk.push(at);
+            match parent[at] {
+                Some(p) => at = p,
+                None => break,
+            }
+        }
+        for w in walk {
+            state[w] = 2;
+        }
+    }
+    parent
+}
+
 /// The earliest start and the latest end of (start, end) pairs; (0, 0) for none.
 pub fn time_bounds(spans: impl Iterator<Item = (u64, u64)>) -> (u64, u64) {
     spans
@@ -81,7 +173,29 @@ pub fn critical_path(
 
 #[cfg(test)]
 mod tests {
-    use super::{critical_path, self_time};
+    use super::{critical_path, self_time, Tree};
+    use crate::SpanId;
+
+    #[test]
+    fn a_tree_keeps_its_links_and_cuts_cycles() {
+        let id = |n: u8| SpanId([n; 8]);
+        let chain =
+            Tree::of([(id(1), None), (id(2), Some(id(1))), (id(3), Some(id(2)))].into_iter());
+        assert_eq!(chain.parent, [None, Some(0), Some(1)]);
+        assert_eq!(chain.ancestors(2).collect::<Vec<_>>(), [1, 0]);
+        assert_eq!(chain.subtree(0), [0, 1, 2]);
+        // 1 → 2 → 1, and a parent outside the list.
+        let bad = Tree::of(
+            [
+                (id(1), Some(id(2))),
+                (id(2), Some(id(1))),
+                (id(3), Some(id(9))),
+            ]
+            .into_iter(),
+        );
+        assert_eq!(bad.parent.iter().filter(|p| p.is_none()).count(), 2);
+        assert!(bad.ancestors(0).count() <= 1);
+    }
 
     #[test]
     fn the_critical_path_takes_the_child_that_ended_last_and_adds_up() {

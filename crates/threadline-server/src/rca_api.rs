@@ -73,12 +73,11 @@ impl Target {
         } else {
             filter.push((Dimension::Route, incident.route.clone()));
         }
-        let metric = Metric::parse(&incident.metric)
-            .ok_or_else(|| ApiError::Internal(format!("incident metric {:?}", incident.metric)))?;
+        let metric = incident.metric;
         let co_anomalies = incident
             .anomalies
             .iter()
-            .filter_map(|a| Metric::parse(&a.metric))
+            .map(|a| a.metric)
             .filter(|m| *m != metric)
             .collect();
         let end = incident

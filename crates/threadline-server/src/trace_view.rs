@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use serde_json::{json, Value};
 use threadline_analysis::PriceTable;
-use threadline_model::{LogRecord, SpanId, SpanRecord};
+use threadline_model::{LogRecord, SpanRecord};
 use threadline_store::SkeletonSpan;
 
 use crate::dto;
@@ -38,28 +38,11 @@ pub(crate) struct Tree {
 
 impl Tree {
     pub(crate) fn of(spans: &[SkeletonSpan]) -> Self {
-        let position: HashMap<SpanId, usize> = spans
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (s.span_id, i))
-            .collect();
-        let parent: Vec<Option<usize>> = spans
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                s.parent_span_id
-                    .and_then(|p| position.get(&p).copied())
-                    .filter(|&p| p != i)
-            })
-            .collect();
-        let parent = break_cycles(parent);
-        let mut children: Vec<Vec<usize>> = vec![Vec::new(); spans.len()];
-        for (i, p) in parent.iter().enumerate() {
-            if let Some(p) = *p {
-                children[p].push(i);
-            }
+        let t = trace_tree::Tree::of(spans.iter().map(|s| (s.span_id, s.parent_span_id)));
+        Self {
+            parent: t.parent,
+            children: t.children,
         }
-        Self { parent, children }
     }
 
     /// Self time of span `i` (ns): its duration not covered by its children.
@@ -174,38 +157,6 @@ pub(crate) fn skeleton(trace_id: &str, spans: &[SkeletonSpan], prices: &PriceTab
     })
 }
 
-/// Parent links with any cycle cut (bad input may form one): a span whose ancestor
-/// chain returns to itself becomes a root.
-fn break_cycles(mut parent: Vec<Option<usize>>) -> Vec<Option<usize>> {
-    let n = parent.len();
-    // 0 = unvisited, 1 = on the current walk, 2 = known to reach a root.
-    let mut state = vec![0u8; n];
-    for start in 0..n {
-        let mut walk = Vec::new();
-        let mut at = start;
-        loop {
-            match state[at] {
-                2 => break,
-                1 => {
-                    parent[at] = None;
-                    break;
-                }
-                _ => {}
-            }
-            state[at] = 1;
-            walk.push(at);
-            match parent[at] {
-                Some(p) => at = p,
-                None => break,
-            }
-        }
-        for w in walk {
-            state[w] = 2;
-        }
-    }
-    parent
-}
-
 /// Spans on the critical path (1) of each root (`trace_tree::critical_path`).
 fn critical_path(
     spans: &[SkeletonSpan],
@@ -251,7 +202,7 @@ pub(crate) fn span_detail(span: &SpanRecord, logs: &[LogRecord], prices: &PriceT
 #[cfg(test)]
 mod tests {
     use super::*;
-    use threadline_model::SpanKind;
+    use threadline_model::{SpanId, SpanKind};
 
     fn s(id: u8, parent: Option<u8>, start: u64, end: u64) -> SkeletonSpan {
         SkeletonSpan {
@@ -315,10 +266,6 @@ mod tests {
             parents.iter().filter(|&&p| p == -1).count(),
             1,
             "{parents:?}"
-        );
-        assert_eq!(
-            break_cycles(vec![None, Some(0), Some(1)]),
-            [None, Some(0), Some(1)]
         );
     }
 }
