@@ -623,6 +623,80 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
             .total_cmp(&a.confidence)
             .then_with(|| a.subject.cmp(&b.subject))
     });
+    fold_co_moving(input.window, out)
+}
+
+/// Requests of the window carrying `a` that also carry `b`, over those carrying `a`.
+fn overlap(
+    window: &[(SeriesKey, RollupCell)],
+    a: &(Dimension, String),
+    b: &(Dimension, String),
+) -> f64 {
+    let (mut with_a, mut both) = (0u64, 0u64);
+    for (k, c) in window {
+        if k.get(a.0) == a.1 {
+            with_a += c.requests;
+            if k.get(b.0) == b.1 {
+                both += c.requests;
+            }
+        }
+    }
+    if with_a == 0 {
+        0.0
+    } else {
+        both as f64 / with_a as f64
+    }
+}
+
+/// Share of a value's requests that must also carry a better-ranked value for the two
+/// to move together.
+const CO_MOVING: f64 = 0.9;
+
+/// Values that move together — an adapter loaded only on some instances, the image
+/// those instances still run — are one cause, not rivals splitting the confidence:
+/// a candidate whose requests (nearly) all carry the value of a better-ranked one is
+/// folded into it, listed under its `co_moving` evidence; the better-ranked, more
+/// specific one (a lineage change before a bare attribute, then by confidence) stays.
+fn fold_co_moving(window: &[(SeriesKey, RollupCell)], ranked: Vec<Candidate>) -> Vec<Candidate> {
+    let total: u64 = window.iter().map(|(_, c)| c.requests).sum();
+    // A value on (nearly) every request holds every other one: that is no co-movement.
+    let partial = |a: &(Dimension, String)| {
+        let with: u64 = window
+            .iter()
+            .filter(|(k, _)| k.get(a.0) == a.1)
+            .map(|(_, c)| c.requests)
+            .sum();
+        total > 0 && (with as f64) < CO_MOVING * total as f64
+    };
+    let mut out: Vec<Candidate> = Vec::with_capacity(ranked.len());
+    for cand in ranked {
+        let host = cand.attribute.as_ref().and_then(|b| {
+            out.iter().position(|kept| {
+                kept.attribute
+                    .as_ref()
+                    .is_some_and(|a| a.0 != b.0 && partial(a) && overlap(window, b, a) >= CO_MOVING)
+            })
+        });
+        match host {
+            Some(i) => {
+                let entry = serde_json::json!({
+                    "kind": cand.kind,
+                    "subject": cand.subject,
+                    "confidence": cand.confidence,
+                    "explanation": cand.explanation,
+                });
+                match out[i]
+                    .evidence
+                    .get_mut("co_moving")
+                    .and_then(|v| v.as_array_mut())
+                {
+                    Some(list) => list.push(entry),
+                    None => out[i].evidence["co_moving"] = serde_json::json!([entry]),
+                }
+            }
+            None => out.push(cand),
+        }
+    }
     out
 }
 
@@ -712,8 +786,21 @@ mod tests {
         assert!(ranked[0].confidence > 0.7);
         let prompt = ranked.iter().find(|c| c.kind == "prompt_version").unwrap();
         assert!(prompt.confidence <= 0.5 && prompt.contrast == 0.0);
-        let i3 = ranked.iter().find(|c| c.subject == "instance=i-3").unwrap();
-        assert!(i3.confidence < ranked[0].confidence);
+        // i-3 and i-4 run fin@7 and nothing else: they move with it, one cause.
+        assert!(
+            ranked.iter().all(|c| c.subject != "instance=i-3"),
+            "{ranked:#?}"
+        );
+        let folded: Vec<&str> = ranked[0].evidence["co_moving"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["subject"].as_str().unwrap())
+            .collect();
+        assert!(
+            folded.contains(&"instance=i-3") && folded.contains(&"instance=i-4"),
+            "{folded:?}"
+        );
     }
 
     #[test]
