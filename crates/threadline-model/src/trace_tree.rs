@@ -3,7 +3,8 @@
 //! the time of a request went. Spans are given as (start, end) pairs with child lists;
 //! what they are is the caller's.
 
-use std::collections::HashMap;
+// Seeded per process: span ids come from senders, so a fixed hash could be flooded.
+use foldhash::HashMap;
 
 use crate::SpanId;
 

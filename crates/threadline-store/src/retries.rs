@@ -8,12 +8,34 @@
 //! again; SDK and Collector retries come within seconds to minutes.
 
 use std::collections::{HashSet, VecDeque};
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
 
 use threadline_model::{SpanId, TenantId, TraceId};
 
+/// The identities are already the output of a per-process keyed hash: the set uses
+/// them as they are instead of hashing them again.
+#[derive(Default)]
+struct AsIs(u64);
+
+impl Hasher for AsIs {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u64 keys are hashed here; anything else folds in byte by byte.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
 pub(crate) struct RecentSpans {
-    seen: HashSet<u64>,
+    seen: HashSet<u64, BuildHasherDefault<AsIs>>,
     order: VecDeque<u64>,
     capacity: usize,
     hasher: foldhash::fast::RandomState,
@@ -22,7 +44,7 @@ pub(crate) struct RecentSpans {
 impl RecentSpans {
     pub(crate) fn new(capacity: usize) -> Self {
         Self {
-            seen: HashSet::with_capacity(capacity.min(1 << 16)),
+            seen: HashSet::with_capacity_and_hasher(capacity.min(1 << 16), Default::default()),
             order: VecDeque::new(),
             capacity,
             hasher: foldhash::fast::RandomState::default(),
