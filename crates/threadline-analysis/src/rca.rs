@@ -998,6 +998,58 @@ mod tests {
         assert!(adapter.confidence < ranked[0].confidence);
     }
 
+    /// The same change on every instance, on requests that are (nearly) all model
+    /// call: the added time went into model calls, so an image on all of them keeps
+    /// its before/after contrast.
+    #[test]
+    fn a_change_on_all_traffic_keeps_its_before_and_after_when_the_call_is_the_request() {
+        let baseline: Vec<_> = ["i-1", "i-2"]
+            .iter()
+            .map(|i| {
+                (
+                    key(i, "fin@6", "v2", "img:1"),
+                    request_cell(300, 5.0, 500.0),
+                )
+            })
+            .collect();
+        // The retrieval wobbles up a little too (5 → 8 ms).
+        let window: Vec<_> = ["i-1", "i-2"]
+            .iter()
+            .map(|i| {
+                (
+                    key(i, "fin@6", "v2", "img:2"),
+                    request_cell(300, 8.0, 1300.0),
+                )
+            })
+            .collect();
+        let rules = FaultRules::default_rules();
+        let ranked = rank(&RcaInput {
+            metric: Metric::P99Latency,
+            co_anomalies: vec![],
+            onset_minute: 100,
+            baseline: &baseline,
+            window: &window,
+            changes: vec![change(
+                "image_rollout",
+                "image:img:2",
+                100,
+                (Dimension::Image, "img:2"),
+            )],
+            rules: &rules,
+        });
+        assert_eq!(ranked[0].subject, "image:img:2", "{ranked:#?}");
+        assert!(ranked[0].before_after > 0.9, "{:#?}", ranked[0]);
+        // The model call was the whole request: no span candidate names it, and the
+        // retrieval's wobble is no cause.
+        assert!(
+            ranked
+                .iter()
+                .all(|c| c.kind != "span"
+                    || (!c.subject.contains("chat llama") && c.confidence < 0.1)),
+            "{ranked:#?}"
+        );
+    }
+
     #[test]
     fn shipped_rules_parse_and_bad_rules_are_refused() {
         assert!(FaultRules::default_rules().rules.len() >= 5);

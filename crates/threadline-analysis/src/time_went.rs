@@ -20,6 +20,10 @@ struct PartShift {
     model_call: bool,
     /// What was added: "latency", or "time to first token".
     of: &'static str,
+    /// The part already was (nearly) the whole request before: it says nothing about
+    /// where the time went (a request of one span, or one part around all the others),
+    /// though it still counts for whether the time went into model calls.
+    whole: bool,
 }
 
 /// Where the added time went (request series): the parts whose time grew, largest
@@ -79,11 +83,10 @@ fn decomposition(
                 } else {
                     "latency"
                 },
+                whole: before_ms >= WHOLE_REQUEST * mean_before,
             }
         })
-        // A part that already was (nearly) the whole request says nothing about where
-        // the time went: a request of one span, or one part around all the others.
-        .filter(|p| p.share > 0.0 && p.before_ms < WHOLE_REQUEST * mean_before)
+        .filter(|p| p.share > 0.0)
         .collect();
     out.sort_by(|a, b| b.share.total_cmp(&a.share));
     out
@@ -144,7 +147,11 @@ pub(crate) fn candidates(
     let merged = |cells: &[(SeriesKey, RollupCell)]| cells.iter().map(|(_, c)| c).collect();
     let (base_all, window_all): (RollupCell, RollupCell) =
         (merged(input.baseline), merged(input.window));
-    let parts = decomposition(input.metric, &input.co_anomalies, &base_all, &window_all);
+    let parts: Vec<PartShift> =
+        decomposition(input.metric, &input.co_anomalies, &base_all, &window_all)
+            .into_iter()
+            .filter(|p| !p.whole)
+            .collect();
     let breakdown = parts
         .iter()
         .take(5)
