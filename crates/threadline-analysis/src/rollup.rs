@@ -210,11 +210,11 @@ pub struct Rollups {
 impl Rollups {
     /// The requests and model calls among `spans`, by minute and series.
     pub fn of_spans(spans: &[SpanRecord]) -> Self {
-        Self::of_observed(spans, observe(spans))
+        Self::of_observed(spans, &observe(spans))
     }
 
     /// `observed` (what `observe` found among `spans`), by minute and series.
-    pub fn of_observed(spans: &[SpanRecord], observed: Vec<Observed>) -> Self {
+    pub fn of_observed(spans: &[SpanRecord], observed: &[Observed]) -> Self {
         let mut out = Self::default();
         for o in observed {
             let span = &spans[o.span];
@@ -222,7 +222,7 @@ impl Rollups {
             out.cells
                 .entry((minute, o.key.clone()))
                 .or_default()
-                .observe(spans, &o);
+                .observe(spans, o);
         }
         out
     }
@@ -458,7 +458,7 @@ mod tests {
             ],
             ["vllm", "/v1/chat", "B", "gateway"]
         );
-        let rollups = Rollups::of_observed(&spans, found);
+        let rollups = Rollups::of_observed(&spans, &found);
         let request_cell = rollups
             .iter()
             .find(|((_, k), _)| k.level() == Level::Request)

@@ -211,7 +211,7 @@ impl SqliteStore {
             .map_err(|_| StoreError::Corrupt("recent spans lock poisoned".into()))?
             .mark_batch(tenant, spans.iter().map(|s| (s.trace_id, s.span_id)));
         observed.retain(|o| !repeated[o.span]);
-        let mut batch = writer::PreparedBatch::encode(tenant, spans, observed.clone())?;
+        let mut batch = writer::PreparedBatch::encode(tenant, spans, observed)?;
         batch.marked = marked;
         Ok(batch)
     }

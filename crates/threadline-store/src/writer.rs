@@ -96,7 +96,7 @@ impl PreparedBatch {
     pub(crate) fn encode(
         tenant: &TenantId,
         spans: &[SpanRecord],
-        observed: Vec<threadline_analysis::Observed>,
+        observed: &[threadline_analysis::Observed],
     ) -> Result<Self, StoreError> {
         let mut origins = codec::BatchOrigins::default();
         let mut rows = Vec::with_capacity(spans.len());
