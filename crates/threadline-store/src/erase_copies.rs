@@ -127,21 +127,6 @@ fn read_cell(
         .transpose()
 }
 
-fn write_cell(
-    tx: &Connection,
-    tenant_id: i64,
-    minute: i64,
-    series: i64,
-    cell: &RollupCell,
-) -> rusqlite::Result<()> {
-    let blob = codec::encode_cell(cell).map_err(store_error)?;
-    tx.prepare_cached(
-        "INSERT OR REPLACE INTO rollups (tenant_id, minute, series_id, cell) VALUES (?1, ?2, ?3, ?4)",
-    )?
-    .execute(params![tenant_id, minute, series, blob])?;
-    Ok(())
-}
-
 /// Series whose dimension values name the subject get them rewritten (merged into the
 /// series the rewritten key already has, if any); cells of `minutes` whose span names
 /// name it are rewritten. The writer's ledger was flushed first (see `Work::Erase`).
@@ -188,7 +173,7 @@ fn rollups(
                     let cell = codec::decode_cell(&blob).map_err(store_error)?;
                     let mut merged = read_cell(tx, tenant_id, minute, into)?.unwrap_or_default();
                     merged.merge(&cell);
-                    write_cell(tx, tenant_id, minute, into, &merged)?;
+                    crate::rollups::write_cell(tx, tenant_id, minute, into, &merged)?;
                 }
                 tx.execute(
                     "DELETE FROM rollups WHERE tenant_id = ?1 AND series_id = ?2",
@@ -208,7 +193,7 @@ fn rollups(
         for (minute, series, blob) in cells {
             let cell = codec::decode_cell(&blob).map_err(store_error)?;
             if let Some(rewritten) = cell.redacted(subject, ERASED) {
-                write_cell(tx, tenant_id, minute, series, &rewritten)?;
+                crate::rollups::write_cell(tx, tenant_id, minute, series, &rewritten)?;
                 cells_done += 1;
             }
         }

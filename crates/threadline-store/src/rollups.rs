@@ -158,7 +158,18 @@ fn merge_cell(
         }
         None => cell.clone(),
     };
-    let blob = codec::encode_cell(&merged)
+    write_cell(tx, tenant_id, minute, series_id, &merged)
+}
+
+/// Stores `cell` as the series' cell of `minute`, replacing what was there.
+pub(crate) fn write_cell(
+    tx: &Connection,
+    tenant_id: i64,
+    minute: i64,
+    series_id: i64,
+    cell: &RollupCell,
+) -> rusqlite::Result<()> {
+    let blob = codec::encode_cell(cell)
         .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
     tx.prepare_cached(
         "INSERT OR REPLACE INTO rollups (tenant_id, minute, series_id, cell) VALUES (?1, ?2, ?3, ?4)",
