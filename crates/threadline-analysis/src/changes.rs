@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use threadline_model::{EdgeKind, LineageGraph, NodeId, NodeKind};
 
-use crate::rca::Change;
+use crate::rca::{CandidateKind, Change};
 use crate::rollup::{minute_of, Dimension};
 
 /// How far before the onset a binding or run counts as a change; drift: a day.
@@ -35,13 +35,15 @@ pub fn attribute_of(id: &NodeId) -> Option<(Dimension, String)> {
     Some((dim, id.key.clone()))
 }
 
-fn change_kind(src: &NodeId, edge: EdgeKind) -> Option<&'static str> {
+fn change_kind(src: &NodeId, edge: EdgeKind) -> Option<CandidateKind> {
     match (src.kind, edge) {
-        (NodeKind::Adapter, EdgeKind::ServedBy) => Some("adapter_rollout"),
-        (NodeKind::Model | NodeKind::ModelVersion, EdgeKind::ServedBy) => Some("model_rollout"),
-        (NodeKind::Image, EdgeKind::RunsOn) => Some("image_rollout"),
-        (NodeKind::Prompt, EdgeKind::PromptFor) => Some("prompt_version"),
-        (NodeKind::Instance, EdgeKind::Answers) => Some("instance_added"),
+        (NodeKind::Adapter, EdgeKind::ServedBy) => Some(CandidateKind::AdapterRollout),
+        (NodeKind::Model | NodeKind::ModelVersion, EdgeKind::ServedBy) => {
+            Some(CandidateKind::ModelRollout)
+        }
+        (NodeKind::Image, EdgeKind::RunsOn) => Some(CandidateKind::ImageRollout),
+        (NodeKind::Prompt, EdgeKind::PromptFor) => Some(CandidateKind::PromptVersion),
+        (NodeKind::Instance, EdgeKind::Answers) => Some(CandidateKind::InstanceAdded),
         _ => None,
     }
 }
@@ -111,7 +113,7 @@ pub fn changes_upstream(graph: &LineageGraph, affected: &NodeId, onset_minute: i
         m >= onset_minute - before && m <= onset_minute + AFTER_MINUTES
     };
     // Bindings: per node, the earliest edge of its kind first seen in the window.
-    let mut bindings: BTreeMap<(&NodeId, &'static str), (i64, Vec<String>)> = BTreeMap::new();
+    let mut bindings: BTreeMap<(&NodeId, CandidateKind), (i64, Vec<String>)> = BTreeMap::new();
     for e in &graph.edges {
         let Some(kind) = change_kind(&e.src, e.kind) else {
             continue;
@@ -128,7 +130,7 @@ pub fn changes_upstream(graph: &LineageGraph, affected: &NodeId, onset_minute: i
     let mut out = Vec::new();
     for ((node, kind), (first_ns, bound_to)) in bindings {
         out.push(Change {
-            kind: kind.to_owned(),
+            kind,
             subject: node.to_string(),
             at_minute: minute_of(first_ns),
             attribute: attribute_of(node),
@@ -144,7 +146,7 @@ pub fn changes_upstream(graph: &LineageGraph, affected: &NodeId, onset_minute: i
                 let ended = n.props.get("ended_at_ns").and_then(|t| t.as_i64());
                 match (state, ended) {
                     (Some("COMPLETE"), Some(t)) if near(t, CHANGE_WINDOW_MINUTES) => Some((
-                        "run_completed",
+                        CandidateKind::RunCompleted,
                         t,
                         serde_json::json!({ "state": "COMPLETE" }),
                     )),
@@ -159,7 +161,7 @@ pub fn changes_upstream(graph: &LineageGraph, affected: &NodeId, onset_minute: i
                 });
                 match drift {
                     Some(d) if near(n.first_seen_ns, DRIFT_WINDOW_MINUTES) => {
-                        Some(("dataset_drift", n.first_seen_ns, d.clone()))
+                        Some((CandidateKind::DatasetDrift, n.first_seen_ns, d.clone()))
                     }
                     _ => None,
                 }
@@ -168,7 +170,7 @@ pub fn changes_upstream(graph: &LineageGraph, affected: &NodeId, onset_minute: i
         };
         if let Some((kind, at_ns, detail)) = change {
             out.push(Change {
-                kind: kind.to_owned(),
+                kind,
                 subject: n.id.to_string(),
                 at_minute: minute_of(at_ns),
                 attribute: None,

@@ -26,7 +26,7 @@ pub use cost::{ModelPrice, PriceTable};
 pub use drift::{drift, drift_between, DriftConfig, DriftProfile};
 pub use metric::Metric;
 pub use observe::{observe, Observed};
-pub use rca::{rank, Candidate, Change, FaultRule, FaultRules, RcaInput};
+pub use rca::{rank, Candidate, CandidateKind, Change, FaultRule, FaultRules, RcaInput};
 pub use rollup::{
     group_cells, matches, matches_at, minute_of, Dimension, Level, RollupCell, Rollups, SeriesKey,
     BUCKET_NS,

@@ -60,12 +60,46 @@ const CALL_DIMENSIONS: [Dimension; 6] = [
     Dimension::Provider,
 ];
 
+/// What a candidate cause is: a value of an attribute, a span on the critical path,
+/// or a kind of change seen in the lineage graph. Serialized (API, fault rules) in
+/// snake case: `attribute`, `span`, `adapter_rollout` …
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CandidateKind {
+    /// A value of a dimension (`instance=i-6`) that the bad requests concentrate on.
+    Attribute,
+    /// A (service, span name) whose share of the critical path grew.
+    Span,
+    AdapterRollout,
+    ModelRollout,
+    ImageRollout,
+    PromptVersion,
+    InstanceAdded,
+    RunCompleted,
+    DatasetDrift,
+}
+
+impl CandidateKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CandidateKind::Attribute => "attribute",
+            CandidateKind::Span => "span",
+            CandidateKind::AdapterRollout => "adapter_rollout",
+            CandidateKind::ModelRollout => "model_rollout",
+            CandidateKind::ImageRollout => "image_rollout",
+            CandidateKind::PromptVersion => "prompt_version",
+            CandidateKind::InstanceAdded => "instance_added",
+            CandidateKind::RunCompleted => "run_completed",
+            CandidateKind::DatasetDrift => "dataset_drift",
+        }
+    }
+}
+
 /// A change seen in the lineage graph upstream of the affected series.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Change {
-    /// `adapter_rollout`, `image_rollout`, `model_rollout`, `prompt_version`,
-    /// `instance_added`, `run_completed`, `dataset_drift`.
-    pub kind: String,
+    /// One of the change kinds (never `Attribute` or `Span`).
+    pub kind: CandidateKind,
     /// The lineage node (`kind:key`).
     pub subject: String,
     pub at_minute: i64,
@@ -97,7 +131,7 @@ pub struct FaultRule {
     pub blames: Option<String>,
     /// Candidate change kind it blames (`prompt_version`, `dataset_drift` …).
     #[serde(default)]
-    pub change: Option<String>,
+    pub change: Option<CandidateKind>,
     pub boost: f64,
     pub explain: String,
 }
@@ -153,8 +187,7 @@ pub struct RcaInput<'a> {
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Candidate {
-    /// `attribute` or the change kind.
-    pub kind: String,
+    pub kind: CandidateKind,
     /// `dimension=value` for attributes, the node id for changes.
     pub subject: String,
     pub confidence: f64,
@@ -414,7 +447,7 @@ fn rule_boost(
     input: &RcaInput<'_>,
     dominant: Option<&str>,
     dimension: Option<Dimension>,
-    change: Option<&str>,
+    change: Option<CandidateKind>,
 ) -> (f64, Vec<String>) {
     let mut best = 0.0f64;
     let mut matched = Vec::new();
@@ -438,7 +471,7 @@ fn rule_boost(
             .blames
             .as_ref()
             .is_none_or(|d| dimension.is_some_and(|x| x.as_str() == d));
-        let changes = r.change.as_ref().is_none_or(|c| change == Some(c.as_str()));
+        let changes = r.change.is_none_or(|c| change == Some(c));
         let targets_something = r.blames.is_some() || r.change.is_some();
         if when && with && reason && blames && changes && targets_something {
             best = best.max(r.boost);
@@ -449,7 +482,7 @@ fn rule_boost(
 }
 
 fn proximity(change: &Change, onset: i64) -> f64 {
-    let earliest = if change.kind == "dataset_drift" {
+    let earliest = if change.kind == CandidateKind::DatasetDrift {
         24 * 60
     } else {
         30
@@ -458,7 +491,7 @@ fn proximity(change: &Change, onset: i64) -> f64 {
     if d > 5 || d < -earliest {
         return 0.0;
     }
-    if change.kind == "dataset_drift" {
+    if change.kind == CandidateKind::DatasetDrift {
         // Drift acts through training and deployment: its time is far from the onset
         // by nature, so it counts fully within the day before.
         return 1.0;
@@ -534,7 +567,7 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
             explained.insert(a.clone());
         }
         let dim = via.as_ref().map(|(d, _)| *d);
-        let (r, rules) = rule_boost(input, dominant.as_deref(), dim, Some(&change.kind));
+        let (r, rules) = rule_boost(input, dominant.as_deref(), dim, Some(change.kind));
         let confidence = 1.0 - (1.0 - c) * (1.0 - b) * (1.0 - p / 2.0) * (1.0 - r);
         let minutes = input.onset_minute - change.at_minute;
         let when = match minutes {
@@ -550,7 +583,7 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
         };
         let explanation = format!(
             "{} {} {when}; {backing}",
-            change.kind.replace('_', " "),
+            change.kind.as_str().replace('_', " "),
             change.subject
         );
         let evidence = serde_json::json!({
@@ -563,7 +596,7 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
             "detail": change.detail,
         });
         out.push(Candidate {
-            kind: change.kind.clone(),
+            kind: change.kind,
             subject: change.subject.clone(),
             confidence,
             contrast: c,
@@ -587,7 +620,7 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
         evidence["rules"] = serde_json::json!(rules);
         let subject = format!("{}={value}", dim.as_str());
         out.push(Candidate {
-            kind: "attribute".into(),
+            kind: CandidateKind::Attribute,
             explanation: contrast_line(input.metric, &subject, c),
             subject,
             confidence,
@@ -705,6 +738,18 @@ mod tests {
     use super::*;
     use crate::cell::SpanSlot;
 
+    #[test]
+    fn fault_rules_name_known_change_kinds() {
+        let rules = FaultRules::parse(DEFAULT_RULES).unwrap();
+        assert!(rules
+            .rules
+            .iter()
+            .any(|r| r.change == Some(CandidateKind::DatasetDrift)));
+        let typo = "[[rule]]\nname = \"x\"\nwhen = [\"error_rate\"]\nchange = \"adapter_rolout\"\nboost = 0.5\nexplain = \"x\"\n";
+        let err = FaultRules::parse(typo).unwrap_err();
+        assert!(err.contains("adapter_rolout"), "{err}");
+    }
+
     fn key(instance: &str, adapter: &str, prompt: &str, image: &str) -> SeriesKey {
         SeriesKey::default()
             .with(Dimension::Service, "gw")
@@ -728,7 +773,7 @@ mod tests {
 
     fn change(kind: &str, subject: &str, at: i64, attr: (Dimension, &str)) -> Change {
         Change {
-            kind: kind.into(),
+            kind: serde_json::from_value(serde_json::json!(kind)).unwrap(),
             subject: subject.into(),
             at_minute: at,
             attribute: Some((attr.0, attr.1.into())),
@@ -784,7 +829,10 @@ mod tests {
         });
         assert_eq!(ranked[0].subject, "adapter:fin@7", "{ranked:#?}");
         assert!(ranked[0].confidence > 0.7);
-        let prompt = ranked.iter().find(|c| c.kind == "prompt_version").unwrap();
+        let prompt = ranked
+            .iter()
+            .find(|c| c.kind == CandidateKind::PromptVersion)
+            .unwrap();
         assert!(prompt.confidence <= 0.5 && prompt.contrast == 0.0);
         // i-3 and i-4 run fin@7 and nothing else: they move with it, one cause.
         assert!(
@@ -898,7 +946,10 @@ mod tests {
             "{}",
             top.explanation
         );
-        let prompt = ranked.iter().find(|c| c.kind == "prompt_version").unwrap();
+        let prompt = ranked
+            .iter()
+            .find(|c| c.kind == CandidateKind::PromptVersion)
+            .unwrap();
         assert!(prompt.confidence <= 0.5, "{prompt:#?}");
         assert!(ranked.iter().all(|c| !c.explanation.is_empty()));
     }
@@ -939,7 +990,7 @@ mod tests {
             rules: &rules,
         });
         assert_eq!(ranked[0].subject, "adapter:fin@7", "{ranked:#?}");
-        let call = ranked.iter().find(|c| c.kind == "span");
+        let call = ranked.iter().find(|c| c.kind == CandidateKind::Span);
         assert!(
             call.is_none_or(|c| c.confidence < ranked[0].confidence),
             "{ranked:#?}"
@@ -1042,10 +1093,8 @@ mod tests {
         // The model call was the whole request: no span candidate names it, and the
         // retrieval's wobble is no cause.
         assert!(
-            ranked
-                .iter()
-                .all(|c| c.kind != "span"
-                    || (!c.subject.contains("chat llama") && c.confidence < 0.1)),
+            ranked.iter().all(|c| c.kind != CandidateKind::Span
+                || (!c.subject.contains("chat llama") && c.confidence < 0.1)),
             "{ranked:#?}"
         );
     }

@@ -5,7 +5,7 @@
 
 use crate::cell::SpanSlot;
 use crate::metric::Metric;
-use crate::rca::{Candidate, RcaInput};
+use crate::rca::{Candidate, CandidateKind, RcaInput};
 use crate::rollup::{RollupCell, SeriesKey};
 
 /// How one part of the requests (a span name in a service) moved between the baseline
@@ -170,7 +170,7 @@ pub(crate) fn candidates(
             continue;
         }
         out.push(Candidate {
-            kind: "span".into(),
+            kind: CandidateKind::Span,
             subject: format!("service={} span={}", p.slot.service, p.slot.name),
             // No lineage change or rule speaks for a part: its share is its confidence.
             confidence: d,
