@@ -48,6 +48,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::metric::Metric;
 use crate::rollup::{Dimension, RollupCell, SeriesKey};
+use crate::time_went::TimeWent;
 
 /// The dimensions a model call carries itself: when one of them explains the bad
 /// requests, it is a more specific cause than the call's span.
@@ -365,6 +366,7 @@ fn contrasts(input: &RcaInput<'_>) -> BTreeMap<(Dimension, String), Contrast> {
 /// calls' share of it.
 fn discount_before_after(
     input: &RcaInput<'_>,
+    time_went: &TimeWent,
     contrasts: &mut BTreeMap<(Dimension, String), Contrast>,
 ) {
     let leader = contrasts
@@ -392,7 +394,7 @@ fn discount_before_after(
     } else {
         0.0
     };
-    let call_share = crate::time_went::model_call_share(input);
+    let call_share = time_went.model_call_share();
     for ((dim, value), c) in contrasts.iter_mut() {
         if c.before_after <= 0.0 {
             continue;
@@ -536,8 +538,9 @@ fn contrast_line(metric: Metric, subject: &str, c: &Contrast) -> String {
 
 /// Ranks the candidates, best first.
 pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
+    let time_went = TimeWent::of(input);
     let mut contrasts = contrasts(input);
-    discount_before_after(input, &mut contrasts);
+    discount_before_after(input, &time_went, &mut contrasts);
     let dominant = dominant_rejection(input.window);
     let mut out: Vec<Candidate> = Vec::new();
     let mut explained: std::collections::HashSet<(Dimension, String)> = Default::default();
@@ -639,7 +642,7 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
         .filter(|((d, _), _)| CALL_DIMENSIONS.contains(d))
         .map(|(_, c)| c.score)
         .fold(0.0, f64::max);
-    let (parts, breakdown) = crate::time_went::candidates(input, call_explained);
+    let (parts, breakdown) = time_went.candidates(call_explained);
     out.extend(parts);
     if !breakdown.is_empty() {
         for cand in &mut out {

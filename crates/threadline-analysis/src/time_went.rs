@@ -118,87 +118,94 @@ pub(crate) fn ms(v: f64) -> String {
     }
 }
 
-/// The share of the requests' added time that went into model calls, when the
-/// decomposition applies: what a change to a model call's own attributes (prompt,
-/// adapter, image …) can explain at most.
-pub(crate) fn model_call_share(input: &RcaInput<'_>) -> Option<f64> {
-    let merged = |cells: &[(SeriesKey, RollupCell)]| cells.iter().map(|(_, c)| c).collect();
-    let (base_all, window_all): (RollupCell, RollupCell) =
-        (merged(input.baseline), merged(input.window));
-    let parts = decomposition(input.metric, &input.co_anomalies, &base_all, &window_all);
-    if parts.is_empty() {
-        return None;
-    }
-    let total: f64 = parts.iter().map(|p| p.share.max(0.0)).sum();
-    let calls: f64 = parts
-        .iter()
-        .filter(|p| p.model_call)
-        .map(|p| p.share.max(0.0))
-        .sum();
-    (total > 0.0).then(|| (calls / total).clamp(0.0, 1.0))
+/// Where the added time of the incident's requests went, decomposed once per ranking
+/// (the merged baseline and window, over every series in scope).
+pub(crate) struct TimeWent {
+    parts: Vec<PartShift>,
 }
 
-/// The `span` candidates (the three parts whose time grew most, scored by
-/// `part_score`) and the breakdown every candidate carries as evidence.
-pub(crate) fn candidates(
-    input: &RcaInput<'_>,
-    call_explained: f64,
-) -> (Vec<Candidate>, Vec<serde_json::Value>) {
-    let merged = |cells: &[(SeriesKey, RollupCell)]| cells.iter().map(|(_, c)| c).collect();
-    let (base_all, window_all): (RollupCell, RollupCell) =
-        (merged(input.baseline), merged(input.window));
-    let parts: Vec<PartShift> =
-        decomposition(input.metric, &input.co_anomalies, &base_all, &window_all)
-            .into_iter()
-            .filter(|p| !p.whole)
-            .collect();
-    let breakdown = parts
-        .iter()
-        .take(5)
-        .map(|p| {
-            serde_json::json!({
-                "service": p.slot.service, "span": p.slot.name,
-                "ms_per_request_before": p.before_ms, "ms_per_request_during": p.during_ms,
-                "share_of_added": p.share, "added": p.of,
-            })
-        })
-        .collect();
-    let mut out = Vec::new();
-    for p in parts.iter().take(3) {
-        let d = part_score(p, call_explained);
-        if d <= 0.0 {
-            continue;
+impl TimeWent {
+    pub(crate) fn of(input: &RcaInput<'_>) -> Self {
+        let merged = |cells: &[(SeriesKey, RollupCell)]| cells.iter().map(|(_, c)| c).collect();
+        let (base_all, window_all): (RollupCell, RollupCell) =
+            (merged(input.baseline), merged(input.window));
+        Self {
+            parts: decomposition(input.metric, &input.co_anomalies, &base_all, &window_all),
         }
-        out.push(Candidate {
-            kind: CandidateKind::Span,
-            subject: format!("service={} span={}", p.slot.service, p.slot.name),
-            // No lineage change or rule speaks for a part: its share is its confidence.
-            confidence: d,
-            contrast: 0.0,
-            before_after: 0.0,
-            proximity: 0.0,
-            rule: 0.0,
-            time_share: d,
-            explanation: format!(
-                "{} on {}: {} → {} per request on the critical path, {:.0}% of the added {}",
-                p.slot.name,
-                p.slot.service,
-                ms(p.before_ms),
-                ms(p.during_ms),
-                p.share * 100.0,
-                p.of,
-            ),
-            evidence: serde_json::json!({
-                "service": p.slot.service,
-                "span": p.slot.name,
-                "ms_per_request_before": p.before_ms,
-                "ms_per_request_during": p.during_ms,
-                "share_of_added": p.share,
-                "added": p.of,
-                "model_call": p.model_call,
-            }),
-            attribute: None,
-        });
     }
-    (out, breakdown)
+
+    /// The share of the requests' added time that went into model calls, when the
+    /// decomposition applies: what a change to a model call's own attributes (prompt,
+    /// adapter, image …) can explain at most.
+    pub(crate) fn model_call_share(&self) -> Option<f64> {
+        if self.parts.is_empty() {
+            return None;
+        }
+        let total: f64 = self.parts.iter().map(|p| p.share.max(0.0)).sum();
+        let calls: f64 = self
+            .parts
+            .iter()
+            .filter(|p| p.model_call)
+            .map(|p| p.share.max(0.0))
+            .sum();
+        (total > 0.0).then(|| (calls / total).clamp(0.0, 1.0))
+    }
+
+    /// The `span` candidates (the three parts whose time grew most, scored by
+    /// `part_score`) and the breakdown every candidate carries as evidence.
+    pub(crate) fn candidates(
+        &self,
+        call_explained: f64,
+    ) -> (Vec<Candidate>, Vec<serde_json::Value>) {
+        let parts: Vec<&PartShift> = self.parts.iter().filter(|p| !p.whole).collect();
+        let breakdown = parts
+            .iter()
+            .take(5)
+            .map(|p| {
+                serde_json::json!({
+                    "service": p.slot.service, "span": p.slot.name,
+                    "ms_per_request_before": p.before_ms, "ms_per_request_during": p.during_ms,
+                    "share_of_added": p.share, "added": p.of,
+                })
+            })
+            .collect();
+        let mut out = Vec::new();
+        for p in parts.iter().take(3) {
+            let d = part_score(p, call_explained);
+            if d <= 0.0 {
+                continue;
+            }
+            out.push(Candidate {
+                kind: CandidateKind::Span,
+                subject: format!("service={} span={}", p.slot.service, p.slot.name),
+                // No lineage change or rule speaks for a part: its share is its confidence.
+                confidence: d,
+                contrast: 0.0,
+                before_after: 0.0,
+                proximity: 0.0,
+                rule: 0.0,
+                time_share: d,
+                explanation: format!(
+                    "{} on {}: {} → {} per request on the critical path, {:.0}% of the added {}",
+                    p.slot.name,
+                    p.slot.service,
+                    ms(p.before_ms),
+                    ms(p.during_ms),
+                    p.share * 100.0,
+                    p.of,
+                ),
+                evidence: serde_json::json!({
+                    "service": p.slot.service,
+                    "span": p.slot.name,
+                    "ms_per_request_before": p.before_ms,
+                    "ms_per_request_during": p.during_ms,
+                    "share_of_added": p.share,
+                    "added": p.of,
+                    "model_call": p.model_call,
+                }),
+                attribute: None,
+            });
+        }
+        (out, breakdown)
+    }
 }
