@@ -264,29 +264,54 @@ fn bad_mass(metric: Metric, cell: &RollupCell, base: &RollupCell) -> (f64, f64) 
     }
 }
 
+/// What the whole scope looked like, computed once per ranking: the merged baseline,
+/// the window's bad mass and total, and how often a request was bad before (the rate
+/// a value's requests are held to).
+struct Scope {
+    base_all: RollupCell,
+    bad_all: f64,
+    total_all: f64,
+    rate_before: f64,
+}
+
+impl Scope {
+    fn of(input: &RcaInput<'_>) -> Self {
+        let base_all = input
+            .baseline
+            .iter()
+            .map(|(_, c)| c)
+            .collect::<RollupCell>();
+        let mass = |cells: &[(SeriesKey, RollupCell)]| {
+            cells
+                .iter()
+                .map(|(_, c)| bad_mass(input.metric, c, &base_all))
+                .fold((0.0, 0.0), |(b, t), (x, y)| (b + x, t + y))
+        };
+        let (bad_all, total_all) = mass(input.window);
+        let (bad_before, total_before) = mass(input.baseline);
+        let rate_before = if total_before > 0.0 {
+            bad_before / total_before
+        } else {
+            0.0
+        };
+        Self {
+            base_all,
+            bad_all,
+            total_all,
+            rate_before,
+        }
+    }
+}
+
 /// Contrast of every attribute value present in the window.
-fn contrasts(input: &RcaInput<'_>) -> BTreeMap<(Dimension, String), Contrast> {
-    let base_all = input
-        .baseline
-        .iter()
-        .map(|(_, c)| c)
-        .collect::<RollupCell>();
-    let (bad_all, total_all) = input
-        .window
-        .iter()
-        .map(|(_, c)| bad_mass(input.metric, c, &base_all))
-        .fold((0.0, 0.0), |(b, t), (x, y)| (b + x, t + y));
-    // How often a request was bad before: the rate a value's requests are held to.
-    let (bad_before, total_before) = input
-        .baseline
-        .iter()
-        .map(|(_, c)| bad_mass(input.metric, c, &base_all))
-        .fold((0.0, 0.0), |(b, t), (x, y)| (b + x, t + y));
-    let rate_before = if total_before > 0.0 {
-        bad_before / total_before
-    } else {
-        0.0
-    };
+fn contrasts(input: &RcaInput<'_>, scope: &Scope) -> BTreeMap<(Dimension, String), Contrast> {
+    let Scope {
+        base_all,
+        bad_all,
+        total_all,
+        rate_before,
+    } = scope;
+    let (bad_all, total_all, rate_before) = (*bad_all, *total_all, *rate_before);
     let base_requests: f64 = input.baseline.iter().map(|(_, c)| c.requests as f64).sum();
     let window_requests: f64 = input.window.iter().map(|(_, c)| c.requests as f64).sum();
     let mut out = BTreeMap::new();
@@ -308,7 +333,7 @@ fn contrasts(input: &RcaInput<'_>) -> BTreeMap<(Dimension, String), Contrast> {
         for (value, cells) in window {
             let (bad, total) = cells
                 .iter()
-                .map(|c| bad_mass(input.metric, c, &base_all))
+                .map(|c| bad_mass(input.metric, c, base_all))
                 .fold((0.0, 0.0), |(b, t), (x, y)| (b + x, t + y));
             let recall = if bad_all > 0.0 { bad / bad_all } else { 0.0 };
             let rate = if total > 0.0 { bad / total } else { 0.0 };
@@ -366,6 +391,7 @@ fn contrasts(input: &RcaInput<'_>) -> BTreeMap<(Dimension, String), Contrast> {
 /// calls' share of it.
 fn discount_before_after(
     input: &RcaInput<'_>,
+    scope: &Scope,
     time_went: &TimeWent,
     contrasts: &mut BTreeMap<(Dimension, String), Contrast>,
 ) {
@@ -374,26 +400,13 @@ fn discount_before_after(
         .max_by(|a, b| a.1.score.total_cmp(&b.1.score))
         .filter(|(_, c)| c.score > LEADS)
         .map(|(k, _)| k.clone());
-    let base_all = input
-        .baseline
-        .iter()
-        .map(|(_, c)| c)
-        .collect::<RollupCell>();
-    let bad_all: f64 = input
-        .window
-        .iter()
-        .map(|(_, c)| bad_mass(input.metric, c, &base_all).0)
-        .sum();
-    let (bad_before, total_before) = input
-        .baseline
-        .iter()
-        .map(|(_, c)| bad_mass(input.metric, c, &base_all))
-        .fold((0.0, 0.0), |(b, t), (x, y)| (b + x, t + y));
-    let rate_before = if total_before > 0.0 {
-        bad_before / total_before
-    } else {
-        0.0
-    };
+    let Scope {
+        base_all,
+        bad_all,
+        rate_before,
+        ..
+    } = scope;
+    let (bad_all, rate_before) = (*bad_all, *rate_before);
     let call_share = time_went.model_call_share();
     for ((dim, value), c) in contrasts.iter_mut() {
         if c.before_after <= 0.0 {
@@ -406,7 +419,7 @@ fn discount_before_after(
                     .window
                     .iter()
                     .filter(|(k, _)| k.get(*dim) == value && k.get(*lead_dim) != lead_value)
-                    .map(|(_, cell)| bad_mass(input.metric, cell, &base_all))
+                    .map(|(_, cell)| bad_mass(input.metric, cell, base_all))
                     .fold((0.0, 0.0), |(b, t), (x, y)| (b + x, t + y));
                 let rate = if total > 0.0 { bad / total } else { 0.0 };
                 let recall = if bad_all > 0.0 { bad / bad_all } else { 0.0 };
@@ -539,8 +552,9 @@ fn contrast_line(metric: Metric, subject: &str, c: &Contrast) -> String {
 /// Ranks the candidates, best first.
 pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
     let time_went = TimeWent::of(input);
-    let mut contrasts = contrasts(input);
-    discount_before_after(input, &time_went, &mut contrasts);
+    let scope = Scope::of(input);
+    let mut contrasts = contrasts(input, &scope);
+    discount_before_after(input, &scope, &time_went, &mut contrasts);
     let dominant = dominant_rejection(input.window);
     let mut out: Vec<Candidate> = Vec::new();
     let mut explained: std::collections::HashSet<(Dimension, String)> = Default::default();

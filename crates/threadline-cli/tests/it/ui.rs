@@ -128,6 +128,8 @@ fn every_page_renders_from_its_url_and_clicks_lead_where_they_say() {
         b.screenshot("session").await;
         b.click("a.trace-link").await;
         b.wait_path("/traces/").await;
+        // The waterfall renders after the trace's skeleton arrives.
+        b.wait_for_text(".wf-row", "chat gpt-4o-mini").await;
         let calls = b.client.find_all(Locator::Css(".wf-row")).await.unwrap();
         let mut chat_rows = Vec::new();
         for row in calls {
