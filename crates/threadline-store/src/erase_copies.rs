@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 
 use rusqlite::{params, Connection, OptionalExtension};
-use threadline_analysis::{RollupCell, SeriesKey};
+use threadline_analysis::SeriesKey;
 
 use crate::{codec, StoreError};
 
@@ -111,22 +111,6 @@ pub(crate) fn erase_copies(
     Ok(out)
 }
 
-fn read_cell(
-    tx: &Connection,
-    tenant_id: i64,
-    minute: i64,
-    series: i64,
-) -> rusqlite::Result<Option<RollupCell>> {
-    let blob: Option<Vec<u8>> = tx
-        .prepare_cached(
-            "SELECT cell FROM rollups WHERE tenant_id = ?1 AND minute = ?2 AND series_id = ?3",
-        )?
-        .query_row(params![tenant_id, minute, series], |r| r.get(0))
-        .optional()?;
-    blob.map(|b| codec::decode_cell(&b).map_err(store_error))
-        .transpose()
-}
-
 /// Series whose dimension values name the subject get them rewritten (merged into the
 /// series the rewritten key already has, if any); cells of `minutes` whose span names
 /// name it are rewritten. The writer's ledger was flushed first (see `Work::Erase`).
@@ -171,9 +155,7 @@ fn rollups(
                     .collect::<Result<_, _>>()?;
                 for (minute, blob) in cells {
                     let cell = codec::decode_cell(&blob).map_err(store_error)?;
-                    let mut merged = read_cell(tx, tenant_id, minute, into)?.unwrap_or_default();
-                    merged.merge(&cell);
-                    crate::rollups::write_cell(tx, tenant_id, minute, into, &merged)?;
+                    crate::rollups::merge_cell(tx, tenant_id, minute, into, &cell)?;
                 }
                 tx.execute(
                     "DELETE FROM rollups WHERE tenant_id = ?1 AND series_id = ?2",

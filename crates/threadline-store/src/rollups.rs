@@ -133,7 +133,8 @@ fn series_id(
     Ok(id)
 }
 
-fn merge_cell(
+/// Merges `cell` into the series' stored cell of `minute` (or stores it, if none).
+pub(crate) fn merge_cell(
     tx: &Connection,
     tenant_id: i64,
     minute: i64,
