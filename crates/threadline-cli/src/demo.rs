@@ -10,7 +10,7 @@
 //! `--hours` beyond 4 adds quiet traffic before).
 
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
 use clap::Args;
@@ -24,6 +24,7 @@ use serde_json::{json, Value};
 
 use crate::client::ApiClient;
 use crate::loadgen::{d, i, s};
+use crate::synth::{dataset_input, gauss, nonzero_id, rfc3339, training_run};
 
 #[derive(Args)]
 pub(crate) struct DemoArgs {
@@ -245,19 +246,6 @@ fn shape(route: &'static str, instance: &'static str, t: i64) -> Shape {
     }
 }
 
-fn nonzero_id<const N: usize>(rng: &mut StdRng) -> [u8; N] {
-    let mut id = [0u8; N];
-    while id.iter().all(|b| *b == 0) {
-        rng.fill(&mut id[..]);
-    }
-    id
-}
-
-/// Approximately normal (sum of uniforms), mean 0, sd 1.
-fn gauss(rng: &mut StdRng) -> f64 {
-    (0..12).map(|_| rng.random::<f64>()).sum::<f64>() - 6.0
-}
-
 /// The spans of one request.
 struct RequestSpans {
     gateway: Span,
@@ -446,11 +434,6 @@ fn traffic(
     out
 }
 
-fn rfc3339(minute: i64) -> String {
-    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs((minute * 60) as u64))
-        .to_string()
-}
-
 /// Registry manifest: models, adapters (with the artifacts their training runs write)
 /// and prompt template versions.
 fn manifest() -> Value {
@@ -471,54 +454,6 @@ fn manifest() -> Value {
             prompt("support-answer", "v4"), prompt("summarize", "v1"), prompt("summarize", "v2"),
         ],
     })
-}
-
-/// A dataset read with its version, schema and quality facets.
-fn dataset_input(name: &str, version: &str, fields: &[&str], rows: u64, nulls: u64) -> Value {
-    json!({
-        "namespace": "warehouse", "name": name,
-        "facets": {
-            "version": {"_producer": "demo", "_schemaURL": "s", "datasetVersion": version},
-            "schema": {"_producer": "demo", "_schemaURL": "s",
-                "fields": fields.iter().map(|f| json!({"name": f, "type": "string"})).collect::<Vec<_>>()},
-        },
-        "inputFacets": {"dataQualityMetrics": {"_producer": "demo", "_schemaURL": "s",
-            "rowCount": rows,
-            "columnMetrics": {"summary": {"nullCount": nulls, "distinctCount": rows * 9 / 10}}}}
-    })
-}
-
-/// START and COMPLETE of one fine-tune run.
-fn training_run(
-    n: u32,
-    job: &str,
-    input: Value,
-    artifact: &str,
-    start: i64,
-    end: i64,
-) -> Vec<Value> {
-    let run_id = format!("01935a2e-0000-7000-8000-{n:012}");
-    let (ns, name) = artifact.split_at("s3://models".len());
-    ["START", "COMPLETE"]
-        .iter()
-        .zip([start, end])
-        .map(|(event_type, minute)| {
-            json!({
-                "eventType": event_type,
-                "eventTime": rfc3339(minute),
-                "producer": "https://github.com/acme/trainer",
-                "schemaURL": "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent",
-                "run": {"runId": run_id},
-                "job": {"namespace": "training", "name": job},
-                "inputs": [input.clone()],
-                "outputs": if *event_type == "COMPLETE" {
-                    json!([{"namespace": ns, "name": name.trim_start_matches('/')}])
-                } else {
-                    json!([])
-                },
-            })
-        })
-        .collect()
 }
 
 fn lineage_events(s0: i64) -> Vec<Value> {
@@ -587,15 +522,7 @@ async fn load(
             .await?;
     }
     let batches = traffic(seed, s0 - offset, minutes, offset);
-    let spans: usize = batches
-        .iter()
-        .map(|b| {
-            b.resource_spans
-                .iter()
-                .map(|r| r.scope_spans[0].spans.len())
-                .sum::<usize>()
-        })
-        .sum();
+    let spans: usize = batches.iter().map(crate::synth::span_count).sum();
     let bar = if quiet {
         ProgressBar::hidden()
     } else {
@@ -606,57 +533,16 @@ async fn load(
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     bar.set_message(format!("{} h of traffic", minutes / 60));
-    let http = reqwest::Client::new();
-    let url = format!("http://{otlp}/v1/traces");
-    // Four exports in flight, as a collector's exporters would send them.
-    let mut in_flight = tokio::task::JoinSet::new();
-    for batch in batches {
-        if in_flight.len() >= 4 {
-            if let Some(done) = in_flight.join_next().await {
-                bar.inc(done.context("upload task failed")?? as u64);
-            }
-        }
-        let n: usize = batch
-            .resource_spans
-            .iter()
-            .map(|r| r.scope_spans[0].spans.len())
-            .sum();
-        let (http, url, body) = (http.clone(), url.clone(), batch.encode_to_vec());
-        in_flight.spawn(async move {
-            let resp = http
-                .post(&url)
-                .header("content-type", "application/x-protobuf")
-                .body(body)
-                .send()
-                .await
-                .with_context(|| format!("cannot reach {url}"))?;
-            if !resp.status().is_success() {
-                bail!("{url} answered {}", resp.status());
-            }
-            Ok::<usize, anyhow::Error>(n)
-        });
-    }
-    while let Some(done) = in_flight.join_next().await {
-        bar.inc(done.context("upload task failed")?? as u64);
-    }
+    crate::synth::upload_traces(otlp, batches, &bar).await?;
     bar.finish_and_clear();
     let showcase =
         crate::demo_showcase::showcase(seed, ((s0 + WINDOW) * 60) as u64 * 1_000_000_000);
-    let logs_url = format!("http://{otlp}/v1/logs");
-    for (url, body) in [
-        (&url, showcase.traces.encode_to_vec()),
-        (&logs_url, showcase.logs.encode_to_vec()),
+    let http = reqwest::Client::new();
+    for (path, body) in [
+        ("traces", showcase.traces.encode_to_vec()),
+        ("logs", showcase.logs.encode_to_vec()),
     ] {
-        let resp = http
-            .post(url)
-            .header("content-type", "application/x-protobuf")
-            .body(body)
-            .send()
-            .await
-            .with_context(|| format!("cannot reach {url}"))?;
-        if !resp.status().is_success() {
-            bail!("{url} answered {}", resp.status());
-        }
+        crate::synth::post_protobuf(&http, &format!("http://{otlp}/v1/{path}"), body).await?;
     }
     Ok((
         spans / 2,

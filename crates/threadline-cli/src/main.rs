@@ -13,6 +13,7 @@ mod local_server;
 mod out;
 mod prov_cmd;
 mod render;
+mod synth;
 mod webdriver;
 
 use std::path::PathBuf;
