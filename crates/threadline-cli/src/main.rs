@@ -2,6 +2,7 @@
 //! JSON API (`trace`, `search`, `register`, `lineage`) or OTLP (`loadgen`). Thin:
 //! parsing, output, exit codes.
 
+mod bench_diagnosis;
 mod bench_ui;
 mod client;
 mod demo;
@@ -129,6 +130,10 @@ enum BenchWhat {
         #[arg(long, default_value_t = 200)]
         requests_per_minute: usize,
     },
+    /// The fault simulator: generated platforms with one injected fault each (16 kinds
+    /// in turn), decoys and healthy routes, sent to a server of their own; scores the
+    /// incidents found and the rank of the true cause.
+    Diagnosis(bench_diagnosis::DiagnosisBenchArgs),
     /// One hour of request spans with a latency incident through the real write path,
     /// then the time to detect it and to rank its causes.
     Rca {
@@ -377,6 +382,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 chromium,
             }))?;
             crate::out::outln!("{}", serde_json::to_string_pretty(&report)?);
+            Ok(())
+        }
+        Command::Bench(BenchWhat::Diagnosis(args)) => {
+            let report = runtime.block_on(bench_diagnosis::run(args))?;
+            crate::out::outln!("{report}");
             Ok(())
         }
         Command::Bench(BenchWhat::Rca {

@@ -1,0 +1,212 @@
+//! `threadline bench diagnosis`: the fault simulator. Each scenario draws a platform
+//! (routes on fleets of inference instances or on hosted providers, steps around the
+//! model call, adapters trained on datasets, prompt templates, A/B arms, a canary
+//! tag), two hours of traffic with realistic noise (daily rate cycle, lognormal
+//! latency, bursts of errors), one injected fault of a given kind with random onset,
+//! magnitude and share of the traffic, decoy changes near the onset and harmless
+//! changes on healthy routes. It sends everything to a real server of its own (OTLP
+//! over HTTP, OpenLineage events, the registry manifest), then scores what the server
+//! found: an incident on the faulty route, none on the healthy ones, the detection
+//! delay, and the rank of the injected cause in the RCA.
+//!
+//! Scenario `k` of seed `s` is the same on every run, whatever else runs; the fault
+//! kinds take turns, so any `--scenarios` multiple of 16 covers them evenly.
+
+mod platform;
+mod score;
+mod traffic;
+
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use serde_json::{json, Value};
+
+use crate::client::ApiClient;
+use platform::FaultKind;
+use score::Outcome;
+
+#[derive(Args)]
+pub(crate) struct DiagnosisBenchArgs {
+    /// Seed of the generated scenarios (tune on one, report another too).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Scenarios to generate and score; the fault kinds take turns.
+    #[arg(long, default_value_t = 32)]
+    scenarios: usize,
+    /// Only these fault kinds (comma-separated) [default: all 16].
+    #[arg(long, value_delimiter = ',')]
+    kinds: Vec<FaultKind>,
+    /// Print the figures as a Markdown table (for BENCHMARKS.md) instead of JSON.
+    #[arg(long)]
+    markdown: bool,
+}
+
+fn now_minute() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64 / 60)
+}
+
+/// One scenario against a fresh server.
+async fn run_one(seed: u64, k: usize, kind: FaultKind) -> anyhow::Result<(Outcome, usize)> {
+    let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(1_000_003).wrapping_add(k as u64));
+    let scenario = platform::generate(&mut rng, kind);
+    let temp = tempfile::tempdir().context("cannot create a temporary directory")?;
+    let any_port = Some("127.0.0.1:0".to_owned());
+    let overrides = threadline_server::ConfigOverrides {
+        otlp_http: any_port.clone(),
+        otlp_grpc: any_port.clone(),
+        http: any_port,
+        data_dir: Some(temp.path().join("data")),
+        allow_unauthenticated: false,
+    };
+    let config = threadline_server::ServerConfig::load(None, &overrides)?;
+    let server = crate::local_server::LocalServer::start(config).await?;
+    let api = ApiClient::local(&format!("http://{}", server.addrs.http))?;
+    // The last simulated minute ends now.
+    let s0 = now_minute() - platform::MINUTES;
+    api.send_json(
+        reqwest::Method::PUT,
+        "/api/v1/assets",
+        &traffic::manifest(&scenario),
+    )
+    .await?;
+    for event in traffic::lineage_events(&scenario, s0) {
+        api.send_json(reqwest::Method::POST, "/api/v1/lineage", &event)
+            .await?;
+    }
+    let batches = traffic::traffic(&mut rng, &scenario, s0);
+    let spans = batches.iter().map(crate::synth::span_count).sum();
+    crate::synth::upload_traces(
+        &server.addrs.otlp_http.to_string(),
+        batches,
+        &ProgressBar::hidden(),
+    )
+    .await?;
+    let outcome = score::score(&api, k, &scenario, s0).await?;
+    server.stop().await?;
+    Ok((outcome, spans))
+}
+
+/// Totals over some outcomes.
+fn totals(outcomes: &[&Outcome]) -> Value {
+    let n = outcomes.len();
+    let count = |f: &dyn Fn(&Outcome) -> bool| outcomes.iter().filter(|o| f(o)).count();
+    let delays: Vec<i64> = outcomes
+        .iter()
+        .filter_map(|o| o.detection_delay_minutes)
+        .collect();
+    let mut rca: Vec<f64> = outcomes.iter().filter_map(|o| o.rca_ms).collect();
+    rca.sort_by(f64::total_cmp);
+    let pct = |k: usize| {
+        if n == 0 {
+            0.0
+        } else {
+            (1000.0 * k as f64 / n as f64).round() / 10.0
+        }
+    };
+    let top1 = count(&|o| o.rank == Some(1));
+    let top3 = count(&|o| o.rank.is_some_and(|r| r <= 3));
+    let found = count(&|o| o.found);
+    json!({
+        "scenarios": n,
+        "faulty_route_found": found,
+        "top1": top1,
+        "top3": top3,
+        "top1_pct": pct(top1),
+        "top3_pct": pct(top3),
+        "false_incidents": outcomes.iter().map(|o| o.false_incidents).sum::<usize>(),
+        "early_incidents": outcomes.iter().map(|o| o.early_incidents).sum::<usize>(),
+        "other_incidents": outcomes.iter().map(|o| o.other_incidents).sum::<usize>(),
+        "detection_delay_minutes_max": delays.iter().max(),
+        "detection_delay_minutes_mean": (!delays.is_empty())
+            .then(|| (10.0 * delays.iter().sum::<i64>() as f64 / delays.len() as f64).round() / 10.0),
+        "detected_within_2_minutes": delays.iter().filter(|d| **d <= 2).count(),
+        "rca_ms_p50": rca.get(rca.len() / 2).map(|v| v.round()),
+        "rca_ms_max": rca.last().map(|v| v.round()),
+    })
+}
+
+fn markdown(report: &Value) -> String {
+    let mut out = String::from(
+        "| fault kind | scenarios | route found | top-1 | top-3 | false incidents | delay mean / max (min) | RCA p50 (ms) |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    let row = |name: &str, t: &Value| {
+        format!(
+            "| {name} | {} | {} | {} ({}%) | {} ({}%) | {} | {} / {} | {} |\n",
+            t["scenarios"],
+            t["faulty_route_found"],
+            t["top1"],
+            t["top1_pct"],
+            t["top3"],
+            t["top3_pct"],
+            t["false_incidents"],
+            t["detection_delay_minutes_mean"],
+            t["detection_delay_minutes_max"],
+            t["rca_ms_p50"],
+        )
+    };
+    for (kind, t) in report["by_kind"].as_object().into_iter().flatten() {
+        out.push_str(&row(kind, t));
+    }
+    out.push_str(&row("**all**", &report["totals"]));
+    out
+}
+
+pub(crate) async fn run(args: DiagnosisBenchArgs) -> anyhow::Result<String> {
+    let kinds = if args.kinds.is_empty() {
+        FaultKind::ALL.to_vec()
+    } else {
+        args.kinds.clone()
+    };
+    let bar = ProgressBar::new(args.scenarios as u64);
+    bar.set_style(
+        ProgressStyle::with_template("scenarios {wide_bar} {pos}/{len} ({eta} left) {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let started = Instant::now();
+    let mut outcomes = Vec::new();
+    let mut spans = 0;
+    for k in 0..args.scenarios {
+        let kind = kinds[k % kinds.len()];
+        bar.set_message(kind.as_str());
+        let (outcome, n) = run_one(args.seed, k, kind)
+            .await
+            .with_context(|| format!("scenario {k} ({})", kind.as_str()))?;
+        spans += n;
+        outcomes.push(outcome);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let mut by_kind = serde_json::Map::new();
+    for kind in &kinds {
+        let of: Vec<&Outcome> = outcomes
+            .iter()
+            .filter(|o| o.kind == kind.as_str())
+            .collect();
+        if !of.is_empty() {
+            by_kind.insert(kind.as_str().to_owned(), totals(&of));
+        }
+    }
+    let misses: Vec<&Outcome> = outcomes
+        .iter()
+        .filter(|o| o.rank != Some(1) || o.false_incidents > 0 || o.early_incidents > 0)
+        .collect();
+    let report = json!({
+        "seed": args.seed,
+        "spans": spans,
+        "seconds": (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
+        "totals": totals(&outcomes.iter().collect::<Vec<_>>()),
+        "by_kind": by_kind,
+        "misses": misses,
+    });
+    Ok(if args.markdown {
+        markdown(&report)
+    } else {
+        serde_json::to_string_pretty(&report)?
+    })
+}

@@ -1,0 +1,109 @@
+//! How a scenario fared: the incidents the server raised (on the faulty route near the
+//! onset, on healthy routes, elsewhere), the detection delay, and where the injected
+//! cause ranked in the RCA of the faulty route's incident.
+
+use std::time::{Instant, UNIX_EPOCH};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::platform::Scenario;
+use crate::client::ApiClient;
+
+/// How far (minutes) an incident's onset may be from the injected onset to be its.
+const ONSET_SLACK: i64 = 5;
+
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct Outcome {
+    pub(crate) scenario: usize,
+    pub(crate) kind: &'static str,
+    pub(crate) route: String,
+    pub(crate) cause: String,
+    /// An incident on the faulty route with its onset near the injected one.
+    pub(crate) found: bool,
+    pub(crate) metric: Option<String>,
+    /// Minutes from the injected onset to the end of the minute that confirmed it.
+    pub(crate) detection_delay_minutes: Option<i64>,
+    /// 1-based rank of the injected cause in the incident's RCA.
+    pub(crate) rank: Option<usize>,
+    /// The first three candidates' subjects.
+    pub(crate) top: Vec<String>,
+    /// Incidents on healthy routes.
+    pub(crate) false_incidents: usize,
+    /// Incidents on the faulty route that began before the fault.
+    pub(crate) early_incidents: usize,
+    /// Incidents of series without a route (model, service).
+    pub(crate) other_incidents: usize,
+    pub(crate) rca_ms: Option<f64>,
+}
+
+fn minute_of_rfc3339(v: &Value) -> Option<i64> {
+    let t = humantime::parse_rfc3339(v.as_str()?).ok()?;
+    Some(t.duration_since(UNIX_EPOCH).ok()?.as_secs() as i64 / 60)
+}
+
+/// Reads the incidents since Unix minute `s0` and the RCA of the faulty route's.
+pub(crate) async fn score(
+    api: &ApiClient,
+    id: usize,
+    scenario: &Scenario,
+    s0: i64,
+) -> anyhow::Result<Outcome> {
+    let fault = &scenario.fault;
+    let route = scenario.routes[fault.route].path.clone();
+    let onset = s0 + fault.onset;
+    let listed = api
+        .get("/api/v1/incidents", &[("from".into(), (s0 * 60).to_string())])
+        .await?;
+    let incidents = listed["incidents"].as_array().cloned().unwrap_or_default();
+    let mut outcome = Outcome {
+        scenario: id,
+        kind: fault.kind.as_str(),
+        route: route.clone(),
+        cause: fault.cause.clone(),
+        found: false,
+        metric: None,
+        detection_delay_minutes: None,
+        rank: None,
+        top: Vec::new(),
+        false_incidents: 0,
+        early_incidents: 0,
+        other_incidents: 0,
+        rca_ms: None,
+    };
+    let mut first: Option<(i64, &Value)> = None;
+    for incident in &incidents {
+        let on = incident["onset_unix"].as_i64().unwrap_or(0) / 60;
+        match incident["route"].as_str().filter(|r| !r.is_empty()) {
+            None => outcome.other_incidents += 1,
+            Some(r) if r != route => outcome.false_incidents += 1,
+            Some(_) if on < onset - ONSET_SLACK => outcome.early_incidents += 1,
+            Some(_) if on <= onset + ONSET_SLACK => {
+                let detected = minute_of_rfc3339(&incident["detected_at"]).unwrap_or(i64::MAX);
+                if first.is_none_or(|(d, _)| detected < d) {
+                    first = Some((detected, incident));
+                }
+            }
+            // Later incidents on the faulty route: the fault going on.
+            Some(_) => {}
+        }
+    }
+    if let Some((detected, incident)) = first {
+        outcome.found = true;
+        outcome.metric = incident["metric"].as_str().map(str::to_owned);
+        outcome.detection_delay_minutes = Some(detected - onset);
+        let id = incident["id"].as_str().unwrap_or_default().to_owned();
+        let started = Instant::now();
+        let rca = api.get("/api/v1/rca", &[("incident".into(), id)]).await?;
+        outcome.rca_ms = Some(started.elapsed().as_secs_f64() * 1e3);
+        let subjects: Vec<String> = rca["candidates"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["subject"].as_str().map(str::to_owned))
+            .collect();
+        outcome.rank = subjects.iter().position(|s| *s == fault.cause).map(|p| p + 1);
+        outcome.top = subjects.into_iter().take(3).collect();
+    }
+    Ok(outcome)
+}
