@@ -95,14 +95,22 @@ pub struct SeriesDetector {
     normal_streak: usize,
 }
 
-/// Median and MAD of a small window.
-fn median_mad(values: &VecDeque<f64>) -> (f64, f64) {
+/// Median, MAD and the spread of the worse tail (90th percentile above the median, or
+/// 10th below it when lower is worse) of a small window.
+fn median_mad_tail(values: &VecDeque<f64>, higher_is_worse: bool) -> (f64, f64, f64) {
     let mut v: Vec<f64> = values.iter().copied().collect();
     v.sort_by(f64::total_cmp);
     let median = middle(&v);
+    let tail = if v.is_empty() {
+        0.0
+    } else if higher_is_worse {
+        v[(v.len() - 1) * 9 / 10] - median
+    } else {
+        median - v[(v.len() - 1) / 10]
+    };
     let mut dev: Vec<f64> = v.iter().map(|x| (x - median).abs()).collect();
     dev.sort_by(f64::total_cmp);
-    (median, middle(&dev))
+    (median, middle(&dev), tail.max(0.0))
 }
 
 fn middle(sorted: &[f64]) -> f64 {
@@ -137,17 +145,24 @@ impl SeriesDetector {
         self.active
     }
 
-    /// (baseline, robust sigma) for a minute resting on `count` observations.
+    /// (baseline, robust sigma) for a minute resting on `count` observations. For
+    /// values that are no share, the sigma is the larger of the MAD's and the worse
+    /// tail's (its 90th percentile is 1.28 sigma out for a normal series): a
+    /// per-minute P99 of a few dozen requests is nearly their maximum, skewed towards
+    /// the worse side, and the MAD alone puts ordinary high minutes several sigmas
+    /// out.
     fn baseline(&self, count: u64) -> (f64, f64) {
-        let (median, mad) = median_mad(&self.history);
+        let (median, mad, tail) = median_mad_tail(&self.history, self.metric.higher_is_worse());
         let floor = if self.metric.is_ratio() {
-            // Binomial noise of a share measured on `count` requests.
+            // Binomial noise of a share measured on `count` requests (the tail of a
+            // share that is mostly 0 is a request or two: binomial noise already).
             let p = median.clamp(1.0 / count.max(1) as f64, 0.5);
             (p * (1.0 - p) / count.max(1) as f64).sqrt()
         } else {
-            0.05 * median.abs()
+            (0.05 * median.abs()).max(tail / 1.2816)
         };
-        (median, (1.4826 * mad).max(floor).max(1e-9))
+        let sigma = (1.4826 * mad).max(floor).max(1e-9);
+        (median, sigma)
     }
 
     /// Feeds one closed minute; minutes must come in time order.

@@ -3,6 +3,8 @@
 //! the requests' added mean time, as candidates of kind `span` with their time share
 //! `D` (see `rca`).
 
+use std::collections::BTreeMap;
+
 use crate::cell::SpanSlot;
 use crate::metric::Metric;
 use crate::rca::{Candidate, CandidateKind, RcaInput};
@@ -61,23 +63,24 @@ fn decomposition(
     if added <= 0.0 {
         return Vec::new();
     }
-    let per_request = |cell: &RollupCell, slot: &SpanSlot| {
-        cell.span_time
+    let (base_parts, window_parts) = (parts_of(base), parts_of(window));
+    let per_request = |parts: &BTreeMap<SpanSlot, (f64, bool)>, requests: u64, slot: &SpanSlot| {
+        parts
             .get(slot)
-            .map_or(0.0, |t| t.critical_ms / cell.requests as f64)
+            .map_or(0.0, |(critical_ms, _)| critical_ms / requests as f64)
     };
-    let mut out: Vec<PartShift> = window
-        .span_time
+    let mut out: Vec<PartShift> = window_parts
         .iter()
-        .filter(|(slot, t)| !(slot.is_other() || ttft && t.model_call))
-        .map(|(slot, t)| {
-            let (before_ms, during_ms) = (per_request(base, slot), per_request(window, slot));
+        .filter(|(slot, (_, model_call))| !(slot.is_other() || ttft && *model_call))
+        .map(|(slot, (_, model_call))| {
+            let before_ms = per_request(&base_parts, base.requests, slot);
+            let during_ms = per_request(&window_parts, window.requests, slot);
             PartShift {
                 slot: slot.clone(),
                 before_ms,
                 during_ms,
                 share: (during_ms - before_ms) / added,
-                model_call: t.model_call,
+                model_call: *model_call,
                 of: if ttft {
                     "time to first token"
                 } else {
@@ -89,6 +92,31 @@ fn decomposition(
         .filter(|p| p.share > 0.0)
         .collect();
     out.sort_by(|a, b| b.share.total_cmp(&a.share));
+    out
+}
+
+/// The name of the part that holds a service's model calls.
+pub(crate) const MODEL_CALLS: &str = "(model calls)";
+
+/// A cell's parts: (critical-path milliseconds, model calls?) by part. A service's
+/// model calls are one part whatever their span names — GenAI names them after the
+/// model (`chat gpt-4o`), so a model swap is the calls growing, not a new part
+/// appearing beside one that vanished.
+fn parts_of(cell: &RollupCell) -> BTreeMap<SpanSlot, (f64, bool)> {
+    let mut out: BTreeMap<SpanSlot, (f64, bool)> = BTreeMap::new();
+    for (slot, time) in &cell.span_time {
+        let slot = if time.model_call {
+            SpanSlot {
+                service: slot.service.clone(),
+                name: MODEL_CALLS.to_owned(),
+            }
+        } else {
+            slot.clone()
+        };
+        let part = out.entry(slot).or_default();
+        part.0 += time.critical_ms;
+        part.1 |= time.model_call;
+    }
     out
 }
 

@@ -12,6 +12,7 @@
 //! Scenario `k` of seed `s` is the same on every run, whatever else runs; the fault
 //! kinds take turns, so any `--scenarios` multiple of 16 covers them evenly.
 
+mod faults;
 mod platform;
 mod score;
 mod traffic;
@@ -40,6 +41,10 @@ pub(crate) struct DiagnosisBenchArgs {
     /// Only these fault kinds (comma-separated) [default: all 16].
     #[arg(long, value_delimiter = ',')]
     kinds: Vec<FaultKind>,
+    /// Run only scenario N of the seed and print it: its platform, changes, and every
+    /// incident with its first candidates.
+    #[arg(long, value_name = "N")]
+    only: Option<usize>,
     /// Print the figures as a Markdown table (for BENCHMARKS.md) instead of JSON.
     #[arg(long)]
     markdown: bool,
@@ -52,9 +57,14 @@ fn now_minute() -> i64 {
 }
 
 /// One scenario against a fresh server.
-async fn run_one(seed: u64, k: usize, kind: FaultKind) -> anyhow::Result<(Outcome, usize)> {
+async fn run_one(
+    seed: u64,
+    k: usize,
+    kind: FaultKind,
+    detail: bool,
+) -> anyhow::Result<(Outcome, usize, Option<Value>)> {
     let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(1_000_003).wrapping_add(k as u64));
-    let scenario = platform::generate(&mut rng, kind);
+    let scenario = faults::generate(&mut rng, kind);
     let temp = tempfile::tempdir().context("cannot create a temporary directory")?;
     let any_port = Some("127.0.0.1:0".to_owned());
     let overrides = threadline_server::ConfigOverrides {
@@ -88,8 +98,13 @@ async fn run_one(seed: u64, k: usize, kind: FaultKind) -> anyhow::Result<(Outcom
     )
     .await?;
     let outcome = score::score(&api, k, &scenario, s0).await?;
+    let details = if detail {
+        Some(score::details(&api, &scenario, s0).await?)
+    } else {
+        None
+    };
     server.stop().await?;
-    Ok((outcome, spans))
+    Ok((outcome, spans, details))
 }
 
 /// Totals over some outcomes.
@@ -163,6 +178,13 @@ pub(crate) async fn run(args: DiagnosisBenchArgs) -> anyhow::Result<String> {
     } else {
         args.kinds.clone()
     };
+    if let Some(k) = args.only {
+        let kind = kinds[k % kinds.len()];
+        let (outcome, _, details) = run_one(args.seed, k, kind, true).await?;
+        let mut out = details.unwrap_or_default();
+        out["outcome"] = serde_json::to_value(&outcome)?;
+        return Ok(serde_json::to_string_pretty(&out)?);
+    }
     let bar = ProgressBar::new(args.scenarios as u64);
     bar.set_style(
         ProgressStyle::with_template("scenarios {wide_bar} {pos}/{len} ({eta} left) {msg}")
@@ -174,7 +196,7 @@ pub(crate) async fn run(args: DiagnosisBenchArgs) -> anyhow::Result<String> {
     for k in 0..args.scenarios {
         let kind = kinds[k % kinds.len()];
         bar.set_message(kind.as_str());
-        let (outcome, n) = run_one(args.seed, k, kind)
+        let (outcome, n, _) = run_one(args.seed, k, kind, false)
             .await
             .with_context(|| format!("scenario {k} ({})", kind.as_str()))?;
         spans += n;

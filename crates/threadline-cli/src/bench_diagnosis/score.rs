@@ -53,7 +53,10 @@ pub(crate) async fn score(
     let route = scenario.routes[fault.route].path.clone();
     let onset = s0 + fault.onset;
     let listed = api
-        .get("/api/v1/incidents", &[("from".into(), (s0 * 60).to_string())])
+        .get(
+            "/api/v1/incidents",
+            &[("from".into(), (s0 * 60).to_string())],
+        )
         .await?;
     let incidents = listed["incidents"].as_array().cloned().unwrap_or_default();
     let mut outcome = Outcome {
@@ -102,8 +105,64 @@ pub(crate) async fn score(
             .flatten()
             .filter_map(|c| c["subject"].as_str().map(str::to_owned))
             .collect();
-        outcome.rank = subjects.iter().position(|s| *s == fault.cause).map(|p| p + 1);
+        outcome.rank = subjects
+            .iter()
+            .position(|s| *s == fault.cause)
+            .map(|p| p + 1);
         outcome.top = subjects.into_iter().take(3).collect();
     }
     Ok(outcome)
+}
+
+/// Every incident since Unix minute `s0` (minutes relative to it) with its first
+/// candidates, and the scenario's changes: what `--only` prints to look into one.
+pub(crate) async fn details(
+    api: &ApiClient,
+    scenario: &Scenario,
+    s0: i64,
+) -> anyhow::Result<Value> {
+    let listed = api
+        .get(
+            "/api/v1/incidents",
+            &[("from".into(), (s0 * 60).to_string())],
+        )
+        .await?;
+    let mut incidents = Vec::new();
+    for incident in listed["incidents"].as_array().cloned().unwrap_or_default() {
+        let id = incident["id"].as_str().unwrap_or_default().to_owned();
+        let rca = api.get("/api/v1/rca", &[("incident".into(), id)]).await?;
+        let candidates: Vec<Value> = rca["candidates"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .take(5)
+            .map(|c| serde_json::json!([c["subject"], c["confidence"], c["explanation"]]))
+            .collect();
+        incidents.push(serde_json::json!({
+            "route": incident["route"],
+            "service": incident["service"],
+            "model": incident["model"],
+            "metric": incident["metric"],
+            "onset": incident["onset_unix"].as_i64().unwrap_or(0) / 60 - s0,
+            "detected": minute_of_rfc3339(&incident["detected_at"]).map(|m| m - s0),
+            "anomalies": incident["anomalies"],
+            "candidates": candidates,
+        }));
+    }
+    let changes: Vec<String> = scenario
+        .changes
+        .iter()
+        .map(|c| {
+            format!(
+                "minute {} {} {:?} {:?} {:?}",
+                c.at, scenario.routes[c.route].path, c.scope, c.set, c.effect
+            )
+        })
+        .collect();
+    Ok(serde_json::json!({
+        "fault": format!("{:?}", scenario.fault),
+        "routes": scenario.routes.iter().map(|r| format!("{r:?}")).collect::<Vec<_>>(),
+        "changes": changes,
+        "incidents": incidents,
+    }))
 }

@@ -91,20 +91,24 @@ fn request(
         end_time_unix_nano: from + (ms * NS_PER_MS) as u64,
         ..Default::default()
     };
-    let step_span = |rng: &mut StdRng, step: Step, at: &mut u64, child: &mut dyn FnMut(&mut StdRng, String, i32, u64, f64) -> Span| {
-        let ms = lognormal(rng, step.typical_ms(), 0.3) * state.step_factor[step as usize];
-        let mut span = child(rng, step.span().to_owned(), 2, *at, ms);
-        span.attributes = match step {
-            Step::Profile => vec![s("http.request.method", "GET"), s("url.path", "/profile")],
-            Step::Retrieval => vec![
-                s("db.system.name", "elasticsearch"),
-                s("db.operation.name", "search"),
-            ],
-            Step::Tool => vec![s("rpc.method", "LookupAccount")],
+    let step_span =
+        |rng: &mut StdRng,
+         step: Step,
+         at: &mut u64,
+         child: &mut dyn FnMut(&mut StdRng, String, i32, u64, f64) -> Span| {
+            let ms = lognormal(rng, step.typical_ms(), 0.3) * state.step_factor[step as usize];
+            let mut span = child(rng, step.span().to_owned(), 2, *at, ms);
+            span.attributes = match step {
+                Step::Profile => vec![s("http.request.method", "GET"), s("url.path", "/profile")],
+                Step::Retrieval => vec![
+                    s("db.system.name", "elasticsearch"),
+                    s("db.operation.name", "search"),
+                ],
+                Step::Tool => vec![s("rpc.method", "LookupAccount")],
+            };
+            *at = span.end_time_unix_nano + 1_000_000;
+            span
         };
-        *at = span.end_time_unix_nano + 1_000_000;
-        span
-    };
     for step in [Step::Profile, Step::Retrieval] {
         if route.steps.contains(&step) {
             let span = step_span(rng, step, &mut at, &mut child);
@@ -135,10 +139,7 @@ fn request(
     let mut attrs = vec![
         s("gen_ai.operation.name", "chat"),
         s("gen_ai.request.model", state.model.clone()),
-        s(
-            "llm.prompt_template.id",
-            route.prompt_template.clone(),
-        ),
+        s("llm.prompt_template.id", route.prompt_template.clone()),
         s("llm.prompt.version", format!("v{}", state.prompt_version)),
         i("gen_ai.usage.input_tokens", rng.random_range(300..1500)),
     ];
@@ -155,7 +156,10 @@ fn request(
         }
         Backend::Providers(p) => {
             attrs.push(s("gen_ai.provider.name", p[who.provider].name));
-            attrs.push(s("server.address", format!("api.{}.example", p[who.provider].name)));
+            attrs.push(s(
+                "server.address",
+                format!("api.{}.example", p[who.provider].name),
+            ));
         }
     }
     let mut status = None;
@@ -176,9 +180,15 @@ fn request(
             attrs.push(s("gen_ai.response.model", state.model.clone()));
             attrs.push(i("gen_ai.usage.output_tokens", rng.random_range(50..400)));
             let ttft = call_ms * state.ttft_share * (0.15 * gauss(rng)).exp();
-            attrs.push(d("gen_ai.server.time_to_first_token", ttft.min(call_ms) / 1e3));
+            attrs.push(d(
+                "gen_ai.server.time_to_first_token",
+                ttft.min(call_ms) / 1e3,
+            ));
             if let Some(kv) = state.kv {
-                attrs.push(d("llm.kvcache.hit_ratio", (kv + 0.04 * gauss(rng)).clamp(0.0, 1.0)));
+                attrs.push(d(
+                    "llm.kvcache.hit_ratio",
+                    (kv + 0.04 * gauss(rng)).clamp(0.0, 1.0),
+                ));
             }
             if failed {
                 status = status_error("output failed schema validation");
@@ -227,15 +237,19 @@ fn per_minute(rng: &mut StdRng, route: &Route, phase: f64, t: i64) -> usize {
 
 /// The scenario's traffic from Unix minute `s0` on, as export requests of whole
 /// minutes (at least 400 requests each).
-pub(crate) fn traffic(rng: &mut StdRng, scenario: &Scenario, s0: i64) -> Vec<ExportTraceServiceRequest> {
+pub(crate) fn traffic(
+    rng: &mut StdRng,
+    scenario: &Scenario,
+    s0: i64,
+) -> Vec<ExportTraceServiceRequest> {
     let phase = rng.random_range(0.0..1440.0);
     let mut out = Vec::new();
     let mut batch = Batch::default();
     for t in 0..MINUTES {
         for (r, route) in scenario.routes.iter().enumerate() {
             for _ in 0..per_minute(rng, route, phase, t) {
-                let start = ((s0 + t) * 60) as u64 * 1_000_000_000
-                    + rng.random_range(0..58_000_000_000u64);
+                let start =
+                    ((s0 + t) * 60) as u64 * 1_000_000_000 + rng.random_range(0..58_000_000_000u64);
                 request(rng, scenario, r, t, start, &mut batch);
             }
         }
@@ -276,7 +290,11 @@ pub(crate) fn manifest(scenario: &Scenario) -> Value {
                 .routes
                 .iter()
                 .find_map(|r| match &r.backend {
-                    Backend::Fleet(f) if f.adapter.as_ref().is_some_and(|a| a.name == run.adapter.name) => {
+                    Backend::Fleet(f)
+                        if f.adapter
+                            .as_ref()
+                            .is_some_and(|a| a.name == run.adapter.name) =>
+                    {
                         Some(f.model.clone())
                     }
                     _ => None,
@@ -311,9 +329,21 @@ pub(crate) fn lineage_events(scenario: &Scenario, s0: i64) -> Vec<Value> {
         .enumerate()
         .flat_map(|(n, run)| {
             let input = if run.drifted {
-                dataset_input(&run.adapter.dataset, &format!("v{}", run.dataset_version), &drifted, 31_000, 7_800)
+                dataset_input(
+                    &run.adapter.dataset,
+                    &format!("v{}", run.dataset_version),
+                    &drifted,
+                    31_000,
+                    7_800,
+                )
             } else {
-                dataset_input(&run.adapter.dataset, &format!("v{}", run.dataset_version), &fields, 30_000, 90)
+                dataset_input(
+                    &run.adapter.dataset,
+                    &format!("v{}", run.dataset_version),
+                    &fields,
+                    30_000,
+                    90,
+                )
             };
             training_run(
                 n as u32 + 1,
