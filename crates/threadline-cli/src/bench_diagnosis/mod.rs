@@ -232,3 +232,59 @@ pub(crate) async fn run(args: DiagnosisBenchArgs) -> anyhow::Result<String> {
         serde_json::to_string_pretty(&report)?
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(kind: &'static str, rank: Option<usize>, delay: Option<i64>) -> Outcome {
+        Outcome {
+            scenario: 0,
+            kind,
+            route: "/v1/chat".into(),
+            cause: "adapter:a@2".into(),
+            found: delay.is_some(),
+            metric: Some("p99_latency".into()),
+            detection_delay_minutes: delay,
+            rank,
+            top: Vec::new(),
+            false_incidents: usize::from(rank.is_none()),
+            early_incidents: 0,
+            other_incidents: 0,
+            rca_ms: delay.map(|d| d as f64 * 10.0),
+        }
+    }
+
+    #[test]
+    fn totals_count_ranks_delays_and_false_incidents() {
+        let all = [
+            outcome("a", Some(1), Some(1)),
+            outcome("a", Some(3), Some(2)),
+            outcome("b", None, None),
+            outcome("b", Some(2), Some(4)),
+        ];
+        let t = totals(&all.iter().collect::<Vec<_>>());
+        assert_eq!(t["scenarios"], 4);
+        assert_eq!(t["faulty_route_found"], 3);
+        assert_eq!((t["top1"].as_u64(), t["top3"].as_u64()), (Some(1), Some(3)));
+        assert_eq!(t["top3_pct"], 75.0);
+        assert_eq!(t["false_incidents"], 1);
+        assert_eq!(t["detection_delay_minutes_max"], 4);
+        assert_eq!(t["detected_within_2_minutes"], 2);
+        let report =
+            json!({"by_kind": {"a": totals(&all[..2].iter().collect::<Vec<_>>())}, "totals": t});
+        let table = markdown(&report);
+        assert!(
+            table
+                .lines()
+                .nth(2)
+                .unwrap()
+                .starts_with("| a | 2 | 2 | 1 (50.0%) | 2 (100.0%) | 0 |"),
+            "{table}"
+        );
+        assert!(
+            table.lines().last().unwrap().starts_with("| **all** | 4 |"),
+            "{table}"
+        );
+    }
+}

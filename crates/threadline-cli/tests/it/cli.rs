@@ -224,3 +224,29 @@ fn an_empty_window_says_so() {
         "{metrics}"
     );
 }
+
+/// `bench diagnosis` generates scenarios, sends them to servers of their own and
+/// scores them: here two faults of different sources (a lineage change on part of a
+/// fleet, a plain upstream span), each found on its route with its cause in the top 3.
+#[test]
+fn bench_diagnosis_scores_generated_faults_end_to_end() {
+    let report = cli_json(&[
+        "bench",
+        "diagnosis",
+        "--seed",
+        "11",
+        "--scenarios",
+        "2",
+        "--kinds",
+        "adapter_hot_swap,retriever_slow",
+    ]);
+    let totals = &report["totals"];
+    assert_eq!(totals["scenarios"], 2, "{report}");
+    assert!(report["spans"].as_u64().unwrap() > 50_000, "{report}");
+    assert_eq!(totals["faulty_route_found"], 2, "{report}");
+    assert_eq!(totals["top3"], 2, "{report}");
+    assert_eq!(totals["false_incidents"], 0, "{report}");
+    for kind in ["adapter_hot_swap", "retriever_slow"] {
+        assert_eq!(report["by_kind"][kind]["scenarios"], 1, "{report}");
+    }
+}
