@@ -84,6 +84,9 @@ pub enum DetectorEvent {
     },
 }
 
+/// The least sigma of a cache hit ratio (a mean of per-request ratios): a point.
+const CACHE_RATIO_FLOOR: f64 = 0.01;
+
 /// The detector of one metric of one series.
 #[derive(Clone, Debug)]
 pub struct SeriesDetector {
@@ -153,13 +156,18 @@ impl SeriesDetector {
     /// out.
     fn baseline(&self, count: u64) -> (f64, f64) {
         let (median, mad, tail) = median_mad_tail(&self.history, self.metric.higher_is_worse());
-        let floor = if self.metric.is_ratio() {
-            // Binomial noise of a share measured on `count` requests (the tail of a
-            // share that is mostly 0 is a request or two: binomial noise already).
-            let p = median.clamp(1.0 / count.max(1) as f64, 0.5);
-            (p * (1.0 - p) / count.max(1) as f64).sqrt()
-        } else {
-            (0.05 * median.abs()).max(tail / 1.2816)
+        let floor = match self.metric {
+            // Binomial noise of a share of `count` requests (the tail of a share that is
+            // mostly 0 is a request or two: binomial noise already).
+            Metric::ErrorRate | Metric::RejectionRate => {
+                let p = median.clamp(1.0 / count.max(1) as f64, 0.5);
+                (p * (1.0 - p) / count.max(1) as f64).sqrt()
+            }
+            // A mean of per-request hit ratios: no binomial noise, its own spread.
+            Metric::KvCacheHitRatio | Metric::PromptCacheHitRatio => {
+                CACHE_RATIO_FLOOR.max(tail / 1.2816)
+            }
+            _ => (0.05 * median.abs()).max(tail / 1.2816),
         };
         let sigma = (1.4826 * mad).max(floor).max(1e-9);
         (median, sigma)
