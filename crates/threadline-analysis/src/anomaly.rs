@@ -41,7 +41,7 @@ pub struct DetectorConfig {
 impl Default for DetectorConfig {
     fn default() -> Self {
         Self {
-            window: 30,
+            window: 60,
             min_baseline: 10,
             min_count: 20,
             sensitivity: 4.0,
@@ -91,8 +91,10 @@ const CACHE_RATIO_FLOOR: f64 = 0.01;
 #[derive(Clone, Debug)]
 pub struct SeriesDetector {
     metric: Metric,
-    history: VecDeque<f64>,
+    history: VecDeque<MinuteValue>,
     pending: Vec<(MinuteValue, f64)>,
+    /// The minute pushed last (judged: enough requests), for shares pooled over two.
+    last: Option<MinuteValue>,
     active: bool,
     last_bad_minute: i64,
     normal_streak: usize,
@@ -100,8 +102,8 @@ pub struct SeriesDetector {
 
 /// Median, MAD and the spread of the worse tail (90th percentile above the median, or
 /// 10th below it when lower is worse) of a small window.
-fn median_mad_tail(values: &VecDeque<f64>, higher_is_worse: bool) -> (f64, f64, f64) {
-    let mut v: Vec<f64> = values.iter().copied().collect();
+fn median_mad_tail(values: &VecDeque<MinuteValue>, higher_is_worse: bool) -> (f64, f64, f64) {
+    let mut v: Vec<f64> = values.iter().map(|p| p.value).collect();
     v.sort_by(f64::total_cmp);
     let median = middle(&v);
     let tail = if v.is_empty() {
@@ -133,6 +135,7 @@ impl SeriesDetector {
         Self {
             metric,
             history: VecDeque::new(),
+            last: None,
             pending: Vec::new(),
             active: false,
             last_bad_minute: 0,
@@ -176,10 +179,69 @@ impl SeriesDetector {
     /// Feeds one closed minute; minutes must come in time order.
     pub fn push(&mut self, cfg: &DetectorConfig, point: MinuteValue) -> Option<DetectorEvent> {
         if point.count < cfg.min_count || !point.value.is_finite() {
+            self.last = None;
             return None;
         }
+        let event = self.judge(cfg, point);
+        self.last = Some(point);
+        event
+    }
+
+    /// The share of bad requests over the baseline's minutes (errors or rejections
+    /// over requests), at least half a request's worth.
+    fn baseline_share(&self, before_minute: i64) -> f64 {
+        let (bad, n) = self
+            .history
+            .iter()
+            .filter(|p| p.minute < before_minute)
+            .fold((0.0, 0u64), |(b, n), p| {
+                (b + p.value * p.count as f64, n + p.count)
+            });
+        (bad / n.max(1) as f64).max(0.5 / n.max(1) as f64)
+    }
+
+    /// For shares of requests (error, rejection rate): whether the last minute and this
+    /// one, pooled, hold more bad requests than the baseline's share makes plausible
+    /// (Poisson tail below α, the normal tail at `sensitivity`), each minute out at √α
+    /// and together `min_ratio_change` above the baseline. A share's evidence adds up
+    /// over minutes: 3 errors in each of two minutes of 45 requests against a 0.3%
+    /// baseline are as sure as 4 in one.
+    /// Returns (previous minute, pooled share, score).
+    fn pooled_share(
+        &self,
+        cfg: &DetectorConfig,
+        point: &MinuteValue,
+    ) -> Option<(MinuteValue, f64, f64)> {
+        if !matches!(self.metric, Metric::ErrorRate | Metric::RejectionRate) {
+            return None;
+        }
+        let prev = self.last.filter(|p| p.minute == point.minute - 1)?;
+        let p0 = self.baseline_share(prev.minute);
+        let alpha = crate::tails::normal_tail(cfg.sensitivity);
+        // Each minute out on its own at √α (two independent minutes: α together), so
+        // that a burst of one minute beside an ordinary one is no onset: bad requests
+        // come in bursts, not as Poisson's independent arrivals.
+        let out = |p: &MinuteValue| {
+            let bad = (p.value * p.count as f64).round() as u64;
+            crate::tails::poisson_tail(bad, p0 * p.count as f64) < alpha.sqrt()
+        };
+        if !(out(&prev) && out(point)) {
+            return None;
+        }
+        let n = prev.count + point.count;
+        let bad = (prev.value * prev.count as f64 + point.value * point.count as f64).round();
+        let pooled = bad / n as f64;
+        if pooled - p0 < cfg.min_ratio_change {
+            return None;
+        }
+        let surprise = crate::tails::poisson_tail(bad as u64, p0 * n as f64);
+        let sigma = (p0 * (1.0 - p0) / n as f64).sqrt().max(1e-9);
+        (surprise < alpha).then_some((prev, pooled, (pooled - p0) / sigma))
+    }
+
+    fn judge(&mut self, cfg: &DetectorConfig, point: MinuteValue) -> Option<DetectorEvent> {
         if self.history.len() < cfg.min_baseline {
-            self.remember(cfg, point.value);
+            self.remember(cfg, point);
             return None;
         }
         let (median, sigma) = self.baseline(point.count);
@@ -203,7 +265,7 @@ impl SeriesDetector {
                 return None;
             }
             self.normal_streak += 1;
-            self.remember(cfg, point.value);
+            self.remember(cfg, point);
             if self.normal_streak >= cfg.recover {
                 self.active = false;
                 self.normal_streak = 0;
@@ -213,12 +275,33 @@ impl SeriesDetector {
             }
             return None;
         }
+        let waiting = !bad || self.pending.len() + 1 < cfg.confirm;
+        if let Some((prev, pooled, pooled_score)) =
+            self.pooled_share(cfg, &point).filter(|_| waiting)
+        {
+            // The previous minute went into the baseline as normal: take it back out.
+            if self.history.back().is_some_and(|p| p.minute == prev.minute) {
+                self.history.pop_back();
+            }
+            self.pending.clear();
+            self.active = true;
+            self.last_bad_minute = point.minute;
+            self.normal_streak = 0;
+            return Some(DetectorEvent::Opened(AnomalyOnset {
+                metric: self.metric,
+                onset_minute: prev.minute,
+                detected_minute: point.minute,
+                baseline: self.baseline_share(prev.minute),
+                observed: pooled,
+                score: pooled_score.max(score),
+            }));
+        }
         if !bad {
             // A lone outlier that was not confirmed is ordinary noise after all.
             for (p, _) in std::mem::take(&mut self.pending) {
-                self.remember(cfg, p.value);
+                self.remember(cfg, p);
             }
-            self.remember(cfg, point.value);
+            self.remember(cfg, point);
             return None;
         }
         self.pending.push((point, score));
@@ -246,8 +329,8 @@ impl SeriesDetector {
         }))
     }
 
-    fn remember(&mut self, cfg: &DetectorConfig, value: f64) {
-        self.history.push_back(value);
+    fn remember(&mut self, cfg: &DetectorConfig, point: MinuteValue) {
+        self.history.push_back(point);
         while self.history.len() > cfg.window {
             self.history.pop_front();
         }
@@ -378,6 +461,89 @@ mod tests {
         v.extend([0.6, 0.6]);
         assert!(matches!(
             feed(&mut kv, &cfg, &v, 0).as_slice(),
+            [DetectorEvent::Opened(_)]
+        ));
+    }
+
+    /// Errors in minutes of 45 requests: (minute, errors).
+    fn errors(
+        det: &mut SeriesDetector,
+        cfg: &DetectorConfig,
+        minutes: &[(i64, u64)],
+    ) -> Vec<DetectorEvent> {
+        minutes
+            .iter()
+            .filter_map(|&(minute, bad)| {
+                let point = MinuteValue {
+                    minute,
+                    value: bad as f64 / 45.0,
+                    count: 45,
+                };
+                det.push(cfg, point)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_share_two_minutes_out_together_opens_though_neither_alone_is() {
+        let cfg = DetectorConfig::default();
+        // 0.3% errors: one error every ~7 minutes.
+        let base: Vec<(i64, u64)> = (0..60).map(|m| (m, u64::from(m % 7 == 0))).collect();
+        let mut det = SeriesDetector::new(Metric::ErrorRate);
+        assert!(errors(&mut det, &cfg, &base).is_empty());
+        // 3 and 3 errors: neither minute alone is 4 sigma out at this volume.
+        let events = errors(&mut det, &cfg, &[(60, 3), (61, 3)]);
+        let [DetectorEvent::Opened(a)] = events.as_slice() else {
+            panic!("{events:?}")
+        };
+        assert_eq!((a.onset_minute, a.detected_minute), (60, 61));
+        assert!((a.observed - 6.0 / 90.0).abs() < 1e-9, "{a:?}");
+
+        // A burst of one minute beside an ordinary one is no onset; nor is a minute
+        // barely above the baseline after another.
+        let mut det = SeriesDetector::new(Metric::ErrorRate);
+        assert!(errors(&mut det, &cfg, &base).is_empty());
+        assert!(errors(
+            &mut det,
+            &cfg,
+            &[(60, 3), (61, 1), (62, 0), (63, 1), (64, 2)]
+        )
+        .is_empty());
+        // Latency is no share: nothing pooled.
+        let mut det = SeriesDetector::new(Metric::P99Latency);
+        let _ = feed(&mut det, &cfg, &[500.0; 30], 0);
+        assert!(det
+            .pooled_share(
+                &cfg,
+                &MinuteValue {
+                    minute: 30,
+                    value: 900.0,
+                    count: 45
+                }
+            )
+            .is_none());
+    }
+
+    #[test]
+    fn a_skewed_quantile_series_is_judged_against_its_worse_tail() {
+        let cfg = DetectorConfig::default();
+        // A per-minute P99 of few requests: mostly ~500 ms, one minute in eight ~640 ms.
+        let values: Vec<f64> = (0..60)
+            .map(|i| {
+                if i % 8 == 3 {
+                    640.0
+                } else {
+                    500.0 + (i % 4) as f64 * 5.0
+                }
+            })
+            .collect();
+        let mut det = SeriesDetector::new(Metric::P99Latency);
+        assert!(feed(&mut det, &cfg, &values, 0).is_empty());
+        // Two high minutes like the tail's are no anomaly (the MAD alone, ~7 ms, would
+        // put them 13 sigmas out); a real step still is.
+        assert!(feed(&mut det, &cfg, &[650.0, 650.0, 500.0], 60).is_empty());
+        assert!(matches!(
+            feed(&mut det, &cfg, &[1200.0, 1200.0], 63).as_slice(),
             [DetectorEvent::Opened(_)]
         ));
     }

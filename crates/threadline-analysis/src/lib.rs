@@ -14,6 +14,7 @@ pub mod observe;
 pub mod rca;
 pub mod rollup;
 pub mod slo;
+mod tails;
 mod time_went;
 pub mod watch;
 
