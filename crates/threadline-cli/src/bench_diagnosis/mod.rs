@@ -32,16 +32,16 @@ use score::Outcome;
 
 #[derive(Args)]
 pub(crate) struct DiagnosisBenchArgs {
-    /// Seed of the generated scenarios (tune on one, report another too).
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Scenarios to generate and score; the fault kinds take turns.
+    /// Seeds of the generated scenarios, comma-separated (tune on one, report others).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    seed: Vec<u64>,
+    /// Scenarios to generate and score per seed; the fault kinds take turns.
     #[arg(long, default_value_t = 32)]
     scenarios: usize,
     /// Only these fault kinds (comma-separated) [default: all 16].
     #[arg(long, value_delimiter = ',')]
     kinds: Vec<FaultKind>,
-    /// Run only scenario N of the seed and print it: its platform, changes, and every
+    /// Run only scenario N of the (first) seed and print it: its platform, changes, and every
     /// incident with its first candidates.
     #[arg(long, value_name = "N")]
     only: Option<usize>,
@@ -180,12 +180,13 @@ pub(crate) async fn run(args: DiagnosisBenchArgs) -> anyhow::Result<String> {
     };
     if let Some(k) = args.only {
         let kind = kinds[k % kinds.len()];
-        let (outcome, _, details) = run_one(args.seed, k, kind, true).await?;
+        let seed = args.seed.first().copied().unwrap_or(1);
+        let (outcome, _, details) = run_one(seed, k, kind, true).await?;
         let mut out = details.unwrap_or_default();
         out["outcome"] = serde_json::to_value(&outcome)?;
         return Ok(serde_json::to_string_pretty(&out)?);
     }
-    let bar = ProgressBar::new(args.scenarios as u64);
+    let bar = ProgressBar::new((args.scenarios * args.seed.len()) as u64);
     bar.set_style(
         ProgressStyle::with_template("scenarios {wide_bar} {pos}/{len} ({eta} left) {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
@@ -193,15 +194,18 @@ pub(crate) async fn run(args: DiagnosisBenchArgs) -> anyhow::Result<String> {
     let started = Instant::now();
     let mut outcomes = Vec::new();
     let mut spans = 0;
-    for k in 0..args.scenarios {
-        let kind = kinds[k % kinds.len()];
-        bar.set_message(kind.as_str());
-        let (outcome, n, _) = run_one(args.seed, k, kind, false)
-            .await
-            .with_context(|| format!("scenario {k} ({})", kind.as_str()))?;
-        spans += n;
-        outcomes.push(outcome);
-        bar.inc(1);
+    for &seed in &args.seed {
+        for k in 0..args.scenarios {
+            let kind = kinds[k % kinds.len()];
+            bar.set_message(format!("seed {seed}: {}", kind.as_str()));
+            let (mut outcome, n, _) = run_one(seed, k, kind, false)
+                .await
+                .with_context(|| format!("seed {seed}, scenario {k} ({})", kind.as_str()))?;
+            outcome.seed = seed;
+            spans += n;
+            outcomes.push(outcome);
+            bar.inc(1);
+        }
     }
     bar.finish_and_clear();
     let mut by_kind = serde_json::Map::new();
@@ -219,7 +223,7 @@ pub(crate) async fn run(args: DiagnosisBenchArgs) -> anyhow::Result<String> {
         .filter(|o| o.rank != Some(1) || o.false_incidents > 0 || o.early_incidents > 0)
         .collect();
     let report = json!({
-        "seed": args.seed,
+        "seeds": args.seed,
         "spans": spans,
         "seconds": (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
         "totals": totals(&outcomes.iter().collect::<Vec<_>>()),
@@ -239,6 +243,7 @@ mod tests {
 
     fn outcome(kind: &'static str, rank: Option<usize>, delay: Option<i64>) -> Outcome {
         Outcome {
+            seed: 1,
             scenario: 0,
             kind,
             route: "/v1/chat".into(),

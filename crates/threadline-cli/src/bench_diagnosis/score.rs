@@ -15,6 +15,7 @@ const ONSET_SLACK: i64 = 5;
 
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct Outcome {
+    pub(crate) seed: u64,
     pub(crate) scenario: usize,
     pub(crate) kind: &'static str,
     pub(crate) route: String,
@@ -60,6 +61,7 @@ pub(crate) async fn score(
         .await?;
     let incidents = listed["incidents"].as_array().cloned().unwrap_or_default();
     let mut outcome = Outcome {
+        seed: 0,
         scenario: id,
         kind: fault.kind.as_str(),
         route: route.clone(),
