@@ -10,7 +10,6 @@
 //! `--hours` beyond 4 adds quiet traffic before).
 
 use std::path::PathBuf;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
 use clap::Args;
@@ -560,12 +559,6 @@ struct Showcase {
     large_trace: String,
 }
 
-fn now_minute() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64 / 60)
-}
-
 /// The incidents found, their causes, and how each injected incident fared.
 async fn report(
     api: &ApiClient,
@@ -798,7 +791,7 @@ pub(crate) async fn run(
     let addrs = server.addrs;
     let base = format!("http://{}", addrs.http);
     let api = ApiClient::local(&base)?;
-    let s0 = now_minute() - WINDOW;
+    let s0 = crate::synth::now_minute() - WINDOW;
     let offset = i64::from(args.hours) * 60 - WINDOW;
     let (requests, spans, showcase) = load(
         &api,

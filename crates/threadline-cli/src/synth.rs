@@ -2,7 +2,7 @@
 //! ids and noise, OpenLineage fine-tune runs, and the upload of OTLP exports to a
 //! server as a collector would send them.
 
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
 use indicatif::ProgressBar;
@@ -24,6 +24,13 @@ pub(crate) fn nonzero_id<const N: usize>(rng: &mut StdRng) -> [u8; N] {
 /// Approximately normal (sum of uniforms), mean 0, sd 1.
 pub(crate) fn gauss(rng: &mut StdRng) -> f64 {
     (0..12).map(|_| rng.random::<f64>()).sum::<f64>() - 6.0
+}
+
+/// The current Unix minute.
+pub(crate) fn now_minute() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64 / 60)
 }
 
 /// A Unix minute as RFC 3339 (UTC, seconds).

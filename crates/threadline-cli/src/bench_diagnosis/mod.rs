@@ -17,7 +17,7 @@ mod platform;
 mod score;
 mod traffic;
 
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args;
@@ -50,12 +50,6 @@ pub(crate) struct DiagnosisBenchArgs {
     markdown: bool,
 }
 
-fn now_minute() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64 / 60)
-}
-
 /// One scenario against a fresh server.
 async fn run_one(
     seed: u64,
@@ -78,7 +72,7 @@ async fn run_one(
     let server = crate::local_server::LocalServer::start(config).await?;
     let api = ApiClient::local(&format!("http://{}", server.addrs.http))?;
     // The last simulated minute ends now.
-    let s0 = now_minute() - platform::MINUTES;
+    let s0 = crate::synth::now_minute() - platform::MINUTES;
     api.send_json(
         reqwest::Method::PUT,
         "/api/v1/assets",
