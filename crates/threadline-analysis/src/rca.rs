@@ -61,6 +61,11 @@ const CALL_DIMENSIONS: [Dimension; 6] = [
     Dimension::Provider,
 ];
 
+/// Request-context dimensions that pick a variant of the model call (an A/B arm, a
+/// canary): when one of them explains the bad requests, it too is a more specific
+/// cause than the model calls' time.
+const VARIANT_DIMENSIONS: [Dimension; 2] = [Dimension::AbGroup, Dimension::GrayTag];
+
 /// What a candidate cause is: a value of an attribute, a span on the critical path,
 /// or a kind of change seen in the lineage graph. Serialized (API, fault rules) in
 /// snake case: `attribute`, `span`, `adapter_rollout` …
@@ -653,7 +658,7 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
     // Where the time went: the parts of the requests whose time grew.
     let call_explained = contrasts
         .iter()
-        .filter(|((d, _), _)| CALL_DIMENSIONS.contains(d))
+        .filter(|((d, _), _)| CALL_DIMENSIONS.contains(d) || VARIANT_DIMENSIONS.contains(d))
         .map(|(_, c)| c.score)
         .fold(0.0, f64::max);
     let (parts, breakdown) = time_went.candidates(call_explained);
