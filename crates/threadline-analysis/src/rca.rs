@@ -1024,6 +1024,39 @@ mod tests {
         );
     }
 
+    /// Arm B of an A/B test slows its model calls: the arm, not "the model calls took
+    /// the time", is the cause — it picks the variant of the call that slowed.
+    #[test]
+    fn a_slower_ab_arm_is_ranked_before_the_model_calls_it_slowed() {
+        let arm =
+            |group: &str, i: &str| key(i, "fin@6", "v2", "img:1").with(Dimension::AbGroup, group);
+        let mut baseline = Vec::new();
+        let mut window = Vec::new();
+        for i in ["i-1", "i-2"] {
+            for group in ["A", "B"] {
+                baseline.push((arm(group, i), request_cell(300, 70.0, 500.0)));
+                let ms = if group == "B" { 1400.0 } else { 500.0 };
+                window.push((arm(group, i), request_cell(300, 70.0, ms)));
+            }
+        }
+        let rules = FaultRules::default_rules();
+        let ranked = rank(&RcaInput {
+            metric: Metric::P99Latency,
+            co_anomalies: vec![],
+            onset_minute: 100,
+            baseline: &baseline,
+            window: &window,
+            changes: vec![],
+            rules: &rules,
+        });
+        assert_eq!(ranked[0].subject, "ab_group=B", "{ranked:#?}");
+        let calls = ranked.iter().find(|c| c.kind == CandidateKind::Span);
+        assert!(
+            calls.is_none_or(|c| c.confidence < ranked[0].confidence),
+            "{ranked:#?}"
+        );
+    }
+
     /// A new image on every instance slows every request: nothing to contrast it with
     /// inside the window, so the window is compared with the baseline before it; a
     /// harmless adapter swapped onto half the instances in the same minute loses.
