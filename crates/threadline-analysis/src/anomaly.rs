@@ -206,12 +206,12 @@ impl SeriesDetector {
     /// and together `min_ratio_change` above the baseline. A share's evidence adds up
     /// over minutes: 3 errors in each of two minutes of 45 requests against a 0.3%
     /// baseline are as sure as 4 in one.
-    /// Returns (previous minute, pooled share, score).
+    /// Returns (previous minute, baseline share, pooled share, score).
     fn pooled_share(
         &self,
         cfg: &DetectorConfig,
         point: &MinuteValue,
-    ) -> Option<(MinuteValue, f64, f64)> {
+    ) -> Option<(MinuteValue, f64, f64, f64)> {
         if !matches!(self.metric, Metric::ErrorRate | Metric::RejectionRate) {
             return None;
         }
@@ -236,7 +236,7 @@ impl SeriesDetector {
         }
         let surprise = crate::tails::poisson_tail(bad as u64, p0 * n as f64);
         let sigma = (p0 * (1.0 - p0) / n as f64).sqrt().max(1e-9);
-        (surprise < alpha).then_some((prev, pooled, (pooled - p0) / sigma))
+        (surprise < alpha).then_some((prev, p0, pooled, (pooled - p0) / sigma))
     }
 
     fn judge(&mut self, cfg: &DetectorConfig, point: MinuteValue) -> Option<DetectorEvent> {
@@ -276,9 +276,12 @@ impl SeriesDetector {
             return None;
         }
         let waiting = !bad || self.pending.len() + 1 < cfg.confirm;
-        if let Some((prev, pooled, pooled_score)) =
-            self.pooled_share(cfg, &point).filter(|_| waiting)
-        {
+        let pooled = if waiting {
+            self.pooled_share(cfg, &point)
+        } else {
+            None
+        };
+        if let Some((prev, p0, pooled, pooled_score)) = pooled {
             // The previous minute went into the baseline as normal: take it back out.
             if self.history.back().is_some_and(|p| p.minute == prev.minute) {
                 self.history.pop_back();
@@ -291,7 +294,7 @@ impl SeriesDetector {
                 metric: self.metric,
                 onset_minute: prev.minute,
                 detected_minute: point.minute,
-                baseline: self.baseline_share(prev.minute),
+                baseline: p0,
                 observed: pooled,
                 score: pooled_score.max(score),
             }));
