@@ -793,6 +793,25 @@ mod tests {
         c
     }
 
+    /// Ranks with the shipped rules for an incident of `metric` at minute 100.
+    fn rank_at_onset(
+        metric: Metric,
+        co_anomalies: Vec<Metric>,
+        baseline: &[(SeriesKey, RollupCell)],
+        window: &[(SeriesKey, RollupCell)],
+        changes: Vec<Change>,
+    ) -> Vec<Candidate> {
+        rank(&RcaInput {
+            metric,
+            co_anomalies,
+            onset_minute: 100,
+            baseline,
+            window,
+            changes,
+            rules: &FaultRules::default_rules(),
+        })
+    }
+
     fn change(kind: &str, subject: &str, at: i64, attr: (Dimension, &str)) -> Change {
         Change {
             kind: serde_json::from_value(serde_json::json!(kind)).unwrap(),
@@ -820,14 +839,12 @@ mod tests {
         .iter()
         .map(|(i, a, ms)| (key(i, a, "v3", "img:2"), cell(*ms, 300, 0.8)))
         .collect();
-        let rules = FaultRules::default_rules();
-        let ranked = rank(&RcaInput {
-            metric: Metric::P99Latency,
-            co_anomalies: vec![],
-            onset_minute: 100,
-            baseline: &baseline,
-            window: &window,
-            changes: vec![
+        let ranked = rank_at_onset(
+            Metric::P99Latency,
+            vec![],
+            &baseline,
+            &window,
+            vec![
                 change(
                     "adapter_rollout",
                     "adapter:fin@7",
@@ -847,8 +864,7 @@ mod tests {
                     (Dimension::Image, "img:2"),
                 ),
             ],
-            rules: &rules,
-        });
+        );
         assert_eq!(ranked[0].subject, "adapter:fin@7", "{ranked:#?}");
         assert!(ranked[0].confidence > 0.7);
         let prompt = ranked
@@ -883,16 +899,13 @@ mod tests {
             .iter()
             .map(|(i, kv)| (key(i, "", "", ""), cell(500.0, 300, *kv)))
             .collect();
-        let rules = FaultRules::default_rules();
-        let ranked = rank(&RcaInput {
-            metric: Metric::KvCacheHitRatio,
-            co_anomalies: vec![Metric::P99Latency],
-            onset_minute: 100,
-            baseline: &baseline,
-            window: &window,
-            changes: vec![],
-            rules: &rules,
-        });
+        let ranked = rank_at_onset(
+            Metric::KvCacheHitRatio,
+            vec![Metric::P99Latency],
+            &baseline,
+            &window,
+            vec![],
+        );
         assert_eq!(ranked[0].subject, "instance=i-2", "{ranked:#?}");
         assert!(ranked[0].rule > 0.0);
     }
@@ -941,21 +954,18 @@ mod tests {
                 )
             })
             .collect();
-        let rules = FaultRules::default_rules();
-        let ranked = rank(&RcaInput {
-            metric: Metric::P99Latency,
-            co_anomalies: vec![],
-            onset_minute: 100,
-            baseline: &baseline,
-            window: &window,
-            changes: vec![change(
+        let ranked = rank_at_onset(
+            Metric::P99Latency,
+            vec![],
+            &baseline,
+            &window,
+            vec![change(
                 "prompt_version",
                 "prompt:chat@v3",
                 100,
                 (Dimension::PromptVersion, "v3"),
             )],
-            rules: &rules,
-        });
+        );
         let top = &ranked[0];
         assert_eq!(
             (top.kind.as_str(), top.subject.as_str()),
@@ -996,21 +1006,18 @@ mod tests {
         .iter()
         .map(|(i, a, ms)| (key(i, a, "v2", "img:1"), request_cell(300, 70.0, *ms)))
         .collect();
-        let rules = FaultRules::default_rules();
-        let ranked = rank(&RcaInput {
-            metric: Metric::P99Latency,
-            co_anomalies: vec![],
-            onset_minute: 100,
-            baseline: &baseline,
-            window: &window,
-            changes: vec![change(
+        let ranked = rank_at_onset(
+            Metric::P99Latency,
+            vec![],
+            &baseline,
+            &window,
+            vec![change(
                 "adapter_rollout",
                 "adapter:fin@7",
                 99,
                 (Dimension::Adapter, "fin@7"),
             )],
-            rules: &rules,
-        });
+        );
         assert_eq!(ranked[0].subject, "adapter:fin@7", "{ranked:#?}");
         let call = ranked.iter().find(|c| c.kind == CandidateKind::Span);
         assert!(
@@ -1039,16 +1046,7 @@ mod tests {
                 window.push((arm(group, i), request_cell(300, 70.0, ms)));
             }
         }
-        let rules = FaultRules::default_rules();
-        let ranked = rank(&RcaInput {
-            metric: Metric::P99Latency,
-            co_anomalies: vec![],
-            onset_minute: 100,
-            baseline: &baseline,
-            window: &window,
-            changes: vec![],
-            rules: &rules,
-        });
+        let ranked = rank_at_onset(Metric::P99Latency, vec![], &baseline, &window, vec![]);
         assert_eq!(ranked[0].subject, "ab_group=B", "{ranked:#?}");
         let calls = ranked.iter().find(|c| c.kind == CandidateKind::Span);
         assert!(
@@ -1075,14 +1073,12 @@ mod tests {
         .iter()
         .map(|(i, a)| (key(i, a, "v2", "img:2"), cell(1300.0, 300, 0.8)))
         .collect();
-        let rules = FaultRules::default_rules();
-        let ranked = rank(&RcaInput {
-            metric: Metric::P99Latency,
-            co_anomalies: vec![],
-            onset_minute: 100,
-            baseline: &baseline,
-            window: &window,
-            changes: vec![
+        let ranked = rank_at_onset(
+            Metric::P99Latency,
+            vec![],
+            &baseline,
+            &window,
+            vec![
                 change(
                     "image_rollout",
                     "image:img:2",
@@ -1096,8 +1092,7 @@ mod tests {
                     (Dimension::Adapter, "fin@7"),
                 ),
             ],
-            rules: &rules,
-        });
+        );
         assert_eq!(ranked[0].subject, "image:img:2", "{ranked:#?}");
         assert!(ranked[0].before_after > 0.9, "{:#?}", ranked[0]);
         let adapter = ranked
@@ -1132,21 +1127,18 @@ mod tests {
                 )
             })
             .collect();
-        let rules = FaultRules::default_rules();
-        let ranked = rank(&RcaInput {
-            metric: Metric::P99Latency,
-            co_anomalies: vec![],
-            onset_minute: 100,
-            baseline: &baseline,
-            window: &window,
-            changes: vec![change(
+        let ranked = rank_at_onset(
+            Metric::P99Latency,
+            vec![],
+            &baseline,
+            &window,
+            vec![change(
                 "image_rollout",
                 "image:img:2",
                 100,
                 (Dimension::Image, "img:2"),
             )],
-            rules: &rules,
-        });
+        );
         assert_eq!(ranked[0].subject, "image:img:2", "{ranked:#?}");
         assert!(ranked[0].before_after > 0.9, "{:#?}", ranked[0]);
         // The model call was the whole request: no span candidate names it, and the
