@@ -2,7 +2,9 @@
 //! JSON API (`trace`, `search`, `register`, `lineage`) or OTLP (`loadgen`). Thin:
 //! parsing, output, exit codes.
 
+mod bench_detector;
 mod bench_diagnosis;
+mod bench_lineage;
 mod bench_ui;
 mod client;
 mod demo;
@@ -333,9 +335,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             data_dir,
         }) => {
             let (_temp, dir) = bench_data_dir(data_dir)?;
-            let report = threadline_server::bench::lineage(
+            let report = bench_lineage::lineage(
                 &dir,
-                threadline_server::bench::LineageBenchSize {
+                bench_lineage::LineageBenchSize {
                     nodes,
                     edges,
                     samples,
@@ -359,13 +361,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             hours,
             requests_per_minute,
         }) => {
-            let report = threadline_server::bench_diagnosis::detector(
-                threadline_server::bench_diagnosis::DetectorBenchSize {
-                    series,
-                    hours,
-                    requests_per_minute,
-                },
-            );
+            let report = bench_detector::detector(bench_detector::DetectorBenchSize {
+                series,
+                hours,
+                requests_per_minute,
+            });
             crate::out::outln!("{}", serde_json::to_string_pretty(&report)?);
             Ok(())
         }
@@ -395,10 +395,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             data_dir,
         }) => {
             let (_temp, dir) = bench_data_dir(data_dir)?;
-            let report = threadline_server::bench_diagnosis::rca(
-                &dir,
-                threadline_server::bench_diagnosis::RcaBenchSize { spans, samples },
-            )?;
+            let report =
+                bench_detector::rca(&dir, bench_detector::RcaBenchSize { spans, samples })?;
             crate::out::outln!("{}", serde_json::to_string_pretty(&report)?);
             Ok(())
         }

@@ -8,11 +8,13 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use threadline_analysis::{DetectorConfig, Incident, SloEvent, SloRule};
+use threadline_diagnosis::{IncidentListener, IncidentNews};
 use threadline_model::TenantId;
 use tokio::sync::mpsc;
 
 use crate::config::{AlertFormat, AlertsConfig};
 use crate::incidents_api::{incident_json, minute_rfc3339};
+use crate::rca_api::cause_json;
 
 /// Alerts waiting for delivery before new ones are dropped (and logged).
 const QUEUE: usize = 1024;
@@ -56,6 +58,31 @@ impl AlertSink {
     pub(crate) fn send(&self, alert: Alert) {
         if let Err(e) = self.tx.try_send(alert) {
             tracing::warn!(error = %e, "alert queue full or closed: alert dropped");
+        }
+    }
+}
+
+/// The incident watcher's news, queued as alerts.
+impl IncidentListener for AlertSink {
+    fn notify(
+        &self,
+        tenant: &TenantId,
+        incidents: Vec<IncidentNews>,
+        slo_events: Vec<(SloRule, SloEvent)>,
+    ) {
+        for news in incidents {
+            self.send(Alert::Incident {
+                tenant: tenant.clone(),
+                causes: news.causes.iter().map(cause_json).collect(),
+                incident: news.incident,
+            });
+        }
+        for (rule, event) in slo_events {
+            self.send(Alert::Slo {
+                tenant: tenant.clone(),
+                rule,
+                event,
+            });
         }
     }
 }

@@ -73,6 +73,18 @@ impl From<threadline_store::StoreError> for ApiError {
     }
 }
 
+/// A missing incident or trace is a 404, a target that names no series a 400.
+impl From<threadline_diagnosis::DiagnosisError> for ApiError {
+    fn from(e: threadline_diagnosis::DiagnosisError) -> Self {
+        use threadline_diagnosis::DiagnosisError;
+        match e {
+            DiagnosisError::Store(e) => e.into(),
+            DiagnosisError::NotFound(m) => ApiError::NotFound(m),
+            DiagnosisError::InvalidTarget(m) => ApiError::BadRequest(m),
+        }
+    }
+}
+
 /// Runs blocking work (store reads, graph walks) off the async runtime; a task that
 /// panicked is an internal error.
 pub(crate) async fn blocking<T: Send + 'static>(

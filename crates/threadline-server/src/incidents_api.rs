@@ -13,7 +13,7 @@ use threadline_analysis::{DetectorConfig, Incident, BUCKET_NS};
 
 use crate::auth::Authenticator;
 use crate::error::ApiError;
-use crate::incident_watch::IncidentWatcher;
+use threadline_diagnosis::IncidentWatcher;
 
 #[derive(Clone)]
 pub(crate) struct IncidentsState {

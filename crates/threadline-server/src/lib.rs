@@ -4,8 +4,6 @@
 mod alerts;
 mod assets_api;
 pub mod auth;
-pub mod bench;
-pub mod bench_diagnosis;
 pub mod config;
 mod cpu_pool;
 mod dto;
@@ -13,7 +11,6 @@ mod erasure_api;
 mod error;
 mod health_api;
 mod impact_api;
-mod incident_watch;
 mod incidents_api;
 mod ingest;
 mod jaeger_api;
@@ -29,7 +26,6 @@ mod prometheus;
 mod prov_api;
 mod query_api;
 mod rca_api;
-mod trace_lineage;
 mod trace_stream;
 mod trace_view;
 mod ui;
@@ -61,6 +57,25 @@ pub enum ServeError {
     Listener { what: &'static str, message: String },
     #[error("cannot start the ingest worker threads: {0}")]
     IngestThreads(std::io::Error),
+}
+
+/// How often the background detector pass runs.
+const INCIDENT_WATCH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The incident watcher's background pass, every few seconds, until the server stops.
+fn spawn_incident_watch(watcher: Arc<threadline_diagnosis::IncidentWatcher>) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(INCIDENT_WATCH_INTERVAL);
+        loop {
+            tick.tick().await;
+            let watcher = Arc::clone(&watcher);
+            match tokio::task::spawn_blocking(move || watcher.background_pass()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "incident detection failed"),
+                Err(e) => tracing::warn!(error = %e, "incident detection task failed"),
+            }
+        }
+    });
 }
 
 /// Opens the store, binds the three listeners (logging one line each, with the real
@@ -154,13 +169,18 @@ pub async fn serve_reporting(
         )
     });
     let rca_rules = Arc::new(config.rca_rules.clone());
-    let watcher = Arc::new(incident_watch::IncidentWatcher::new(
+    let slo_rules = alert_sink
+        .as_ref()
+        .map(|sink| sink.rules.clone())
+        .unwrap_or_default();
+    let watcher = Arc::new(threadline_diagnosis::IncidentWatcher::new(
         store.clone(),
         config.detector.clone(),
         Arc::clone(&rca_rules),
-        alert_sink,
+        slo_rules,
+        alert_sink.map(|sink| sink as Arc<dyn threadline_diagnosis::IncidentListener>),
     ));
-    Arc::clone(&watcher).spawn();
+    spawn_incident_watch(Arc::clone(&watcher));
 
     let otlp_http_app = otlp_http::router(otlp_http::OtlpHttpState {
         ctx: ctx.clone(),

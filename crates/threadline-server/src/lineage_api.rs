@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
+use threadline_diagnosis::trace_lineage::{trace_lineage, TraceFacts, TraceLineage};
 use threadline_ingest::BodyLimits;
 use threadline_model::{Direction, EdgeKind, NodeId, NodeKind, TenantId};
 use threadline_store::{SqliteStore, WalkLimits};
@@ -284,12 +285,34 @@ async fn trace_chain(
     let trace_id = crate::error::parse_trace_id(&raw_id)?;
     let store = state.store.clone();
     blocking(move || {
-        let facts = crate::trace_lineage::TraceFacts::of_trace(&store, &tenant, trace_id)?;
-        Ok(Json(crate::trace_lineage::trace_lineage(
+        let facts = TraceFacts::of_trace(&store, &tenant, trace_id)?;
+        Ok(Json(trace_lineage_json(&trace_lineage(
             &store, &tenant, facts,
-        )?))
+        )?)))
     })
     .await
+}
+
+/// The lineage chain of a trace as the API shows it.
+fn trace_lineage_json(lineage: &TraceLineage) -> Value {
+    let root = &lineage.root;
+    let bindings = lineage
+        .bindings
+        .iter()
+        .map(|b| json!({"src": b.src, "dst": b.dst, "kind": b.kind}));
+    json!({
+        "trace_id": lineage.trace_id.to_string(),
+        "request": {
+            "id": lineage.request_id,
+            "name": root.name,
+            "service": root.service,
+            "start_time_unix_nano": root.start_time_unix_nano.to_string(),
+            "duration_ms": root.end_time_unix_nano.saturating_sub(root.start_time_unix_nano) as f64 / 1e6,
+        },
+        "chain": lineage.summary,
+        "nodes": lineage.graph.nodes.iter().map(dto::lineage_node).collect::<Vec<_>>(),
+        "edges": lineage.graph.edges.iter().map(dto::lineage_edge).chain(bindings).collect::<Vec<_>>(),
+    })
 }
 
 /// `GET /api/v1/column-lineage?nodeId=dataset:NS:NAME|datasetField:NS:NAME:FIELD&depth=N`

@@ -192,6 +192,13 @@ impl SqliteStore {
         &self.inner.path
     }
 
+    /// Bytes committed but not yet copied into the database file by the background
+    /// checkpointer (the write-ahead log's size): a bulk load has settled when this
+    /// is small again.
+    pub fn uncheckpointed_bytes(&self) -> u64 {
+        std::fs::metadata(self.inner.path.with_extension("db-wal")).map_or(0, |m| m.len())
+    }
+
     /// Encodes spans for the writer. CPU-bound: call it off the async runtime.
     /// `observed` are the requests and model calls among the spans, as
     /// `threadline_analysis::observe` finds them: they are rolled up in the same

@@ -1,20 +1,19 @@
-//! `GET /api/v1/traces/{trace_id}/lineage`: the chain behind one request — request →
+//! The lineage chain behind one request — request →
 //! route → instance → adapter / model version → base model → training run → dataset
 //! versions (with their quality facets) and the prompt template version. The request's
 //! own spans say which route, instance, adapter, model and prompt served it; from
 //! those the graph is walked upstream. (Walking up from the instance would also bring
 //! in adapters it served for *other* requests, so the trace's own adapter is the start.)
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 
-use serde_json::{json, Value};
 use threadline_model::{
     Direction, EdgeKind, LineageEdge, LineageGraph, LineageNode, NodeId, NodeKind, SpanRecord,
     TenantId, TraceId,
 };
 use threadline_store::{SkeletonSpan, SpanReader, SqliteStore, StoreError, WalkLimits};
 
-use crate::dto;
+use crate::DiagnosisError;
 
 /// From the adapter / model: base models, model versions, the training run, the
 /// artifact (two hops covers adapter ← base model version ← its model).
@@ -28,13 +27,13 @@ const SOURCE_EDGES: [EdgeKind; 4] = [
 const RUN_EDGES: [EdgeKind; 3] = [EdgeKind::InputTo, EdgeKind::HasRun, EdgeKind::ParentOf];
 
 /// What the request's spans say served it.
-pub(crate) struct ServedBy {
-    pub(crate) routes: Vec<NodeId>,
-    pub(crate) instances: Vec<NodeId>,
+pub struct ServedBy {
+    pub routes: Vec<NodeId>,
+    pub instances: Vec<NodeId>,
     /// Adapters, models, prompt versions, images.
-    pub(crate) sources: Vec<NodeId>,
+    pub sources: Vec<NodeId>,
     /// OpenLineage runs whose events carried this trace id.
-    pub(crate) traced_runs: Vec<NodeId>,
+    pub traced_runs: Vec<NodeId>,
 }
 
 impl ServedBy {
@@ -48,7 +47,7 @@ impl ServedBy {
     }
 
     /// Every span of `spans`.
-    pub(crate) fn of(spans: &[SpanRecord]) -> Self {
+    pub fn of(spans: &[SpanRecord]) -> Self {
         let mut s = Self::new();
         for span in spans {
             s.add(span);
@@ -92,20 +91,20 @@ impl ServedBy {
 
 /// What a request's lineage needs of its trace, gathered one span at a time (a trace
 /// of any size is never held whole).
-pub(crate) struct TraceFacts {
-    pub(crate) trace_id: TraceId,
+pub struct TraceFacts {
+    pub trace_id: TraceId,
     /// The span that stands for the request: the root, else the earliest.
-    pub(crate) root: SkeletonSpan,
-    pub(crate) start_ns: u64,
-    pub(crate) end_ns: u64,
-    pub(crate) served: ServedBy,
+    pub root: SkeletonSpan,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub served: ServedBy,
     /// The first user id a span names.
-    pub(crate) user_id: Option<String>,
+    pub user_id: Option<String>,
 }
 
 impl TraceFacts {
     /// The facts of a non-empty trace: its skeleton and each span opened in turn.
-    pub(crate) fn gather(
+    pub fn gather(
         trace_id: TraceId,
         spans: &[SkeletonSpan],
         reader: &mut SpanReader,
@@ -140,13 +139,15 @@ impl TraceFacts {
         })
     }
 
-    /// The facts of the tenant's trace `trace_id`, or 404.
-    pub(crate) fn of_trace(
+    /// The facts of the tenant's trace `trace_id`; not found when the tenant has none.
+    pub fn of_trace(
         store: &SqliteStore,
         tenant: &TenantId,
         trace_id: TraceId,
-    ) -> Result<Self, crate::error::ApiError> {
-        let (spans, mut reader) = crate::trace_stream::opened_trace(store, tenant, trace_id)?;
+    ) -> Result<Self, DiagnosisError> {
+        let (spans, mut reader) = store
+            .open_trace(tenant, trace_id)?
+            .ok_or_else(|| DiagnosisError::NotFound(format!("trace {trace_id} not found")))?;
         Ok(Self::gather(trace_id, &spans, &mut reader)?)
     }
 }
@@ -178,7 +179,7 @@ impl Merged {
 
 /// The graph behind what served trace `trace_id`, and the OpenLineage runs that named
 /// the trace (set on `served`).
-pub(crate) fn chain(
+pub fn chain(
     store: &SqliteStore,
     tenant: &TenantId,
     trace_id: TraceId,
@@ -268,30 +269,56 @@ pub(crate) fn chain(
     })
 }
 
-/// The lineage chain of a trace as the API shows it.
-pub(crate) fn trace_lineage(
+/// A binding the request's own spans made (request ← route ← instance ← adapter …),
+/// between nodes of the chain or the request itself (`request:TRACE_ID`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChainBinding {
+    pub src: String,
+    pub dst: String,
+    /// `handled`, `answers`, `traced_run`, `served_by` or `runs_on`.
+    pub kind: &'static str,
+}
+
+/// The lineage chain of one request.
+#[derive(Clone, Debug)]
+pub struct TraceLineage {
+    pub trace_id: TraceId,
+    /// `request:TRACE_ID`, the request's node in `bindings`.
+    pub request_id: String,
+    /// The span that stands for the request.
+    pub root: SkeletonSpan,
+    /// Node ids of the chain by role: routes, instances, adapters, model_versions,
+    /// models, training_runs, traced_runs, dataset_versions, datasets, prompts,
+    /// images, deployments.
+    pub summary: BTreeMap<&'static str, Vec<String>>,
+    pub graph: LineageGraph,
+    pub bindings: Vec<ChainBinding>,
+}
+
+/// The lineage chain of the request `facts` describe. Blocking (graph walks).
+pub fn trace_lineage(
     store: &SqliteStore,
     tenant: &TenantId,
     mut facts: TraceFacts,
-) -> Result<Value, StoreError> {
+) -> Result<TraceLineage, StoreError> {
     let graph = chain(store, tenant, facts.trace_id, &mut facts.served)?;
     let served = &facts.served;
     let node_ids: HashSet<NodeId> = graph.nodes.iter().map(|n| n.id.clone()).collect();
     // The request's own bindings, as this trace saw them.
-    let root = &facts.root;
     let request_id = format!("request:{}", facts.trace_id);
-    let mut chain_edges: Vec<Value> = Vec::new();
+    let mut bindings = Vec::new();
+    let mut bind = |src: String, dst: String, kind: &'static str| {
+        bindings.push(ChainBinding { src, dst, kind });
+    };
     let present = |id: &NodeId| node_ids.contains(id);
     for route in served.routes.iter().filter(|r| present(r)) {
-        chain_edges.push(json!({"src": route.to_string(), "dst": request_id, "kind": "handled"}));
+        bind(route.to_string(), request_id.clone(), "handled");
         for instance in served.instances.iter().filter(|i| present(i)) {
-            chain_edges.push(
-                json!({"src": instance.to_string(), "dst": route.to_string(), "kind": "answers"}),
-            );
+            bind(instance.to_string(), route.to_string(), "answers");
         }
     }
     for run in served.traced_runs.iter().filter(|r| present(r)) {
-        chain_edges.push(json!({"src": request_id, "dst": run.to_string(), "kind": "traced_run"}));
+        bind(request_id.clone(), run.to_string(), "traced_run");
     }
     for instance in served.instances.iter().filter(|i| present(i)) {
         for source in served.sources.iter().filter(|s| present(s)) {
@@ -300,9 +327,7 @@ pub(crate) fn trace_lineage(
                 NodeKind::Prompt => continue,
                 _ => "served_by",
             };
-            chain_edges.push(
-                json!({"src": source.to_string(), "dst": instance.to_string(), "kind": kind}),
-            );
+            bind(source.to_string(), instance.to_string(), kind);
         }
     }
     let by_kind = |kind: NodeKind| -> Vec<String> {
@@ -313,7 +338,7 @@ pub(crate) fn trace_lineage(
             .map(|n| n.id.to_string())
             .collect()
     };
-    let summary: HashMap<&str, Vec<String>> = [
+    let summary: BTreeMap<&'static str, Vec<String>> = [
         ("routes", by_kind(NodeKind::Route)),
         ("instances", by_kind(NodeKind::Instance)),
         ("adapters", by_kind(NodeKind::Adapter)),
@@ -338,17 +363,12 @@ pub(crate) fn trace_lineage(
     ]
     .into_iter()
     .collect();
-    Ok(json!({
-        "trace_id": facts.trace_id.to_string(),
-        "request": {
-            "id": request_id,
-            "name": root.name,
-            "service": root.service,
-            "start_time_unix_nano": root.start_time_unix_nano.to_string(),
-            "duration_ms": root.end_time_unix_nano.saturating_sub(root.start_time_unix_nano) as f64 / 1e6,
-        },
-        "chain": summary,
-        "nodes": graph.nodes.iter().map(dto::lineage_node).collect::<Vec<_>>(),
-        "edges": graph.edges.iter().map(dto::lineage_edge).chain(chain_edges).collect::<Vec<_>>(),
-    }))
+    Ok(TraceLineage {
+        trace_id: facts.trace_id,
+        request_id,
+        root: facts.root,
+        summary,
+        graph,
+        bindings,
+    })
 }

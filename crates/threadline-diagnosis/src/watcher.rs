@@ -1,15 +1,14 @@
-//! Runs the streaming incident detector over each tenant's rollups: a background task
-//! every few seconds, and on demand before incidents are read (so a client that just
+//! Runs the streaming incident detector over each tenant's rollups: a background pass
+//! (the server runs one every few seconds), and on demand before incidents are read (so a client that just
 //! loaded traffic sees what it caused). A minute is closed once span time has moved
 //! past it (a newer minute holds cells; for the background pass, a minute newer than
 //! any it saw at its previous pass, see `Pass`); the detector's progress is stored with the
 //! incidents, so a restart resumes where it stopped. The same pass evaluates the SLO
 //! rules and hands new and resolved incidents (with their top causes) and SLO
-//! breaches to the alert sink.
+//! breaches to a listener (the server's alert sink).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use threadline_analysis::{
     DetectorConfig, FaultRules, Incident, SloEvent, SloRule, SloState, Watch,
@@ -17,29 +16,47 @@ use threadline_analysis::{
 use threadline_model::TenantId;
 use threadline_store::{SqliteStore, StoreError};
 
-use crate::alerts::{Alert, AlertSink};
+use crate::rca::{top_causes, RankedCause};
 
 /// Minutes replayed (without reporting) to rebuild detector baselines after a restart.
 const WARM_MINUTES: i64 = 120;
 /// Minutes read from the store at a time.
 const CHUNK_MINUTES: i64 = 360;
-const INTERVAL: Duration = Duration::from_secs(5);
-/// Top causes an incident alert carries.
-const ALERT_CAUSES: usize = 3;
+/// Top causes an incident's news carries.
+const NEWS_CAUSES: usize = 3;
+
+/// An incident that opened or resolved, with its top causes.
+#[derive(Clone, Debug)]
+pub struct IncidentNews {
+    pub incident: Incident,
+    pub causes: Vec<RankedCause>,
+}
+
+/// Told of incidents that opened or resolved and of SLO events, once each, from the
+/// detector's pass (which it must not hold up: queue, do not deliver).
+pub trait IncidentListener: Send + Sync {
+    fn notify(
+        &self,
+        tenant: &TenantId,
+        incidents: Vec<IncidentNews>,
+        slo_events: Vec<(SloRule, SloEvent)>,
+    );
+}
 
 struct TenantWatch {
     watch: Watch,
     slo: Vec<(SloRule, SloState)>,
     processed: i64,
-    /// Open incidents whose opening was alerted (their resolution is alerted next).
-    alerted_open: HashSet<String>,
+    /// Open incidents whose opening was told (their resolution is told next).
+    told_open: HashSet<String>,
 }
 
-pub(crate) struct IncidentWatcher {
+pub struct IncidentWatcher {
     store: SqliteStore,
     cfg: DetectorConfig,
     rca_rules: Arc<FaultRules>,
-    alerts: Option<Arc<AlertSink>>,
+    slo_rules: Vec<SloRule>,
+    listener: Option<Arc<dyn IncidentListener>>,
     tenants: Mutex<HashMap<TenantId, Arc<Mutex<TenantWatch>>>>,
     /// Per tenant, the newest rollup minute the previous background pass saw.
     newest_at_last_pass: Mutex<HashMap<TenantId, i64>>,
@@ -66,17 +83,21 @@ fn poisoned() -> StoreError {
 }
 
 impl IncidentWatcher {
-    pub(crate) fn new(
+    /// A watcher over `store`; SLO rules are evaluated and news is told to `listener`
+    /// when there is one.
+    pub fn new(
         store: SqliteStore,
         cfg: DetectorConfig,
         rca_rules: Arc<FaultRules>,
-        alerts: Option<Arc<AlertSink>>,
+        slo_rules: Vec<SloRule>,
+        listener: Option<Arc<dyn IncidentListener>>,
     ) -> Self {
         Self {
             store,
             cfg,
             rca_rules,
-            alerts,
+            slo_rules,
+            listener,
             tenants: Mutex::new(HashMap::new()),
             newest_at_last_pass: Mutex::new(HashMap::new()),
             #[cfg(test)]
@@ -84,17 +105,30 @@ impl IncidentWatcher {
         }
     }
 
-    pub(crate) fn config(&self) -> &DetectorConfig {
+    pub fn config(&self) -> &DetectorConfig {
         &self.cfg
     }
 
-    pub(crate) fn store(&self) -> &SqliteStore {
+    pub fn store(&self) -> &SqliteStore {
         &self.store
     }
 
+    /// The fault rules the news' causes are ranked with.
+    pub fn rca_rules(&self) -> &FaultRules {
+        &self.rca_rules
+    }
+
     /// Runs the detector over every closed minute not yet seen. Blocking.
-    pub(crate) fn catch_up(&self, tenant: &TenantId) -> Result<(), StoreError> {
+    pub fn catch_up(&self, tenant: &TenantId) -> Result<(), StoreError> {
         self.catch_up_through(tenant, Pass::OnDemand)
+    }
+
+    /// One background pass over every tenant. Blocking.
+    pub fn background_pass(&self) -> Result<(), StoreError> {
+        for tenant in self.store.tenants()? {
+            self.catch_up_through(&tenant, Pass::Background)?;
+        }
+        Ok(())
     }
 
     fn catch_up_through(&self, tenant: &TenantId, pass: Pass) -> Result<(), StoreError> {
@@ -157,8 +191,11 @@ impl IncidentWatcher {
             return Err(e);
         }
         state.processed = closed;
-        if let Some(sink) = &self.alerts {
-            self.alert(sink, tenant, &mut state.alerted_open, changed, slo_events);
+        if let Some(listener) = &self.listener {
+            let news = self.news(tenant, &mut state.told_open, changed);
+            if !news.is_empty() || !slo_events.is_empty() {
+                listener.notify(tenant, news, slo_events);
+            }
         }
         Ok(())
     }
@@ -182,49 +219,28 @@ impl IncidentWatcher {
             .map(|_| ())
     }
 
-    /// Alerts for incidents that opened or resolved, and SLO events. Blocking (RCA).
-    fn alert(
+    /// Incidents that opened or resolved since they were last told, with their top
+    /// causes. Blocking (RCA).
+    fn news(
         &self,
-        sink: &AlertSink,
         tenant: &TenantId,
-        alerted_open: &mut HashSet<String>,
+        told_open: &mut HashSet<String>,
         changed: Vec<Incident>,
-        slo_events: Vec<(SloRule, SloEvent)>,
-    ) {
-        for incident in changed {
-            let news = if incident.is_open() {
-                alerted_open.insert(incident.id.clone())
-            } else {
-                alerted_open.remove(&incident.id)
-            };
-            if !news {
-                continue;
-            }
-            let causes = crate::rca_api::Target::of_incident(&incident, &self.cfg)
-                .and_then(|t| crate::rca_api::diagnose(&self.store, tenant, &self.rca_rules, t))
-                .map(|r| {
-                    r["candidates"]
-                        .as_array()
-                        .map(|c| c.iter().take(ALERT_CAUSES).cloned().collect())
-                        .unwrap_or_default()
-                })
-                .unwrap_or_else(|e| {
-                    tracing::warn!(incident = %incident.id, error = %e, "no causes for the alert");
-                    Vec::new()
-                });
-            sink.send(Alert::Incident {
-                tenant: tenant.clone(),
+    ) -> Vec<IncidentNews> {
+        changed
+            .into_iter()
+            .filter(|incident| {
+                if incident.is_open() {
+                    told_open.insert(incident.id.clone())
+                } else {
+                    told_open.remove(&incident.id)
+                }
+            })
+            .map(|incident| IncidentNews {
+                causes: top_causes(&self.store, tenant, &self.rca_rules, &incident, NEWS_CAUSES),
                 incident,
-                causes,
-            });
-        }
-        for (rule, event) in slo_events {
-            sink.send(Alert::Slo {
-                tenant: tenant.clone(),
-                rule,
-                event,
-            });
-        }
+            })
+            .collect()
     }
 
     /// A watch for a tenant seen for the first time since start: baselines and SLO
@@ -233,9 +249,8 @@ impl IncidentWatcher {
     fn resume(&self, tenant: &TenantId, first: i64) -> Result<TenantWatch, StoreError> {
         let mut watch = Watch::new(self.cfg.clone());
         let mut slo: Vec<(SloRule, SloState)> = self
-            .alerts
+            .slo_rules
             .iter()
-            .flat_map(|a| a.rules.iter())
             .filter(|r| r.tenant.as_deref().is_none_or(|t| t == tenant.as_str()))
             .map(|r| (r.clone(), SloState::default()))
             .collect();
@@ -247,7 +262,7 @@ impl IncidentWatcher {
             }
             None => first - 1,
         };
-        let alerted_open = self
+        let told_open = self
             .store
             .incidents(tenant, i64::MIN, i64::MAX)?
             .into_iter()
@@ -258,31 +273,8 @@ impl IncidentWatcher {
             watch,
             slo,
             processed,
-            alerted_open,
+            told_open,
         })
-    }
-
-    /// The background loop: every tenant, every few seconds, until the server stops.
-    pub(crate) fn spawn(self: Arc<Self>) {
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(INTERVAL);
-            loop {
-                tick.tick().await;
-                let watcher = Arc::clone(&self);
-                let result = tokio::task::spawn_blocking(move || {
-                    for tenant in watcher.store.tenants()? {
-                        watcher.catch_up_through(&tenant, Pass::Background)?;
-                    }
-                    Ok::<_, StoreError>(())
-                })
-                .await;
-                match result {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => tracing::warn!(error = %e, "incident detection failed"),
-                    Err(e) => tracing::warn!(error = %e, "incident detection task failed"),
-                }
-            }
-        });
     }
 }
 
@@ -319,38 +311,7 @@ mod tests {
     use super::*;
     use threadline_store::SqliteConfig;
 
-    /// Writes `minutes` of request spans starting at minute `from` of the hour at
-    /// `hour_ns`, acknowledged.
-    fn load(store: &SqliteStore, tenant: &TenantId, hour_ns: i64, from: usize, minutes: usize) {
-        // Seeded by the first minute: every call brings spans of its own ids.
-        let mut rng = crate::bench::Rng(7 + from as u64);
-        for minute in from..from + minutes {
-            let batch: Vec<_> = (0..20)
-                .map(|n| crate::bench_diagnosis::request(&mut rng, n, hour_ns, minute))
-                .collect();
-            let mut observed = threadline_analysis::observe(&batch);
-            let prepared = store.prepare(tenant, &batch, &mut observed).unwrap();
-            store.submit(prepared).unwrap().wait_blocking().unwrap();
-        }
-    }
-
-    /// Writes `minutes` of `per_minute` request spans from minute `from` (the route
-    /// `/v1/chat` slows on two instances from minute 40).
-    fn load_busy(store: &SqliteStore, tenant: &TenantId, hour_ns: i64, minutes: usize) {
-        let mut rng = crate::bench::Rng(11);
-        let mut n = 0;
-        for minute in 0..minutes {
-            let batch: Vec<_> = (0..400)
-                .map(|_| {
-                    n += 1;
-                    crate::bench_diagnosis::request(&mut rng, n, hour_ns, minute)
-                })
-                .collect();
-            let mut observed = threadline_analysis::observe(&batch);
-            let prepared = store.prepare(tenant, &batch, &mut observed).unwrap();
-            store.submit(prepared).unwrap().wait_blocking().unwrap();
-        }
-    }
+    use crate::test_traffic::load;
 
     /// Incidents the store refused to save (a full write queue) are not lost: the mark
     /// stays where the store has it, and the next pass opens them again.
@@ -364,9 +325,10 @@ mod tests {
             store.clone(),
             DetectorConfig::default(),
             Arc::new(FaultRules::default_rules()),
+            Vec::new(),
             None,
         );
-        load_busy(&store, &tenant, hour_ns, 55);
+        load(&store, &tenant, hour_ns, 0, 55, 400);
         watcher
             .refuse_saves
             .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -409,16 +371,17 @@ mod tests {
             store.clone(),
             DetectorConfig::default(),
             Arc::new(FaultRules::default_rules()),
+            Vec::new(),
             None,
         );
-        load(&store, &tenant, hour_ns, 0, 10);
+        load(&store, &tenant, hour_ns, 0, 10, 20);
         watcher.catch_up_through(&tenant, Pass::Background).unwrap();
         assert_eq!(
             processed(&watcher, &tenant),
             None,
             "the first pass only looks"
         );
-        load(&store, &tenant, hour_ns, 10, 10);
+        load(&store, &tenant, hour_ns, 10, 10, 20);
         watcher.catch_up_through(&tenant, Pass::Background).unwrap();
         // The newest minute at the first pass was minute 9: minutes up to 8 are judged.
         assert_eq!(processed(&watcher, &tenant), Some(first_minute + 8));

@@ -15,22 +15,26 @@ use serde_json::{json, Value};
 use threadline_analysis::{
     DetectorConfig, Dimension, FaultRules, Level, Metric, RollupCell, SeriesKey, Watch,
 };
+use threadline_diagnosis::{diagnose, IncidentWatcher, RcaTarget};
 use threadline_model::{LlmView, SpanDetail, SpanId, SpanKind, SpanRecord, TenantId, TraceId};
 use threadline_store::{SqliteConfig, SqliteStore};
 
-use crate::bench::Rng;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::synth::gauss;
 
 #[derive(Clone, Copy, Debug)]
-pub struct DetectorBenchSize {
-    pub series: usize,
-    pub hours: usize,
-    pub requests_per_minute: usize,
+pub(crate) struct DetectorBenchSize {
+    pub(crate) series: usize,
+    pub(crate) hours: usize,
+    pub(crate) requests_per_minute: usize,
 }
 
 /// One minute of one series: lognormal latency (σ 0.3), 0.5% errors, KV hits around
 /// 0.8, tokens; the rate swings ±30% over the day.
 fn minute_cell(
-    rng: &mut Rng,
+    rng: &mut StdRng,
     size: &DetectorBenchSize,
     minute: usize,
     latency_factor: f64,
@@ -39,14 +43,14 @@ fn minute_cell(
     let n = ((size.requests_per_minute as f64) * (1.0 + 0.3 * day)) as usize;
     let mut cell = RollupCell::default();
     for _ in 0..n {
-        let ms = 800.0 * latency_factor * (0.3 * rng.gauss()).exp();
+        let ms = 800.0 * latency_factor * (0.3 * gauss(rng)).exp();
         cell.requests += 1;
         cell.latency_ms.add(ms);
         cell.ttft_ms.add(ms * 0.15);
-        if rng.unit() < 0.005 {
+        if rng.random::<f64>() < 0.005 {
             cell.errors += 1;
         }
-        cell.kv_hit_sum += (0.8 + 0.03 * rng.gauss()).clamp(0.0, 1.0);
+        cell.kv_hit_sum += (0.8 + 0.03 * gauss(rng)).clamp(0.0, 1.0);
         cell.kv_hit_count += 1;
         cell.gen_tokens += 200;
         cell.gen_seconds += ms * 0.85 / 1e3;
@@ -69,7 +73,7 @@ fn simulate(
     step: &dyn Fn(usize) -> Option<usize>,
     seed: u64,
 ) -> (Vec<(usize, i64, i64, String)>, f64) {
-    let mut rng = Rng(seed);
+    let mut rng = StdRng::seed_from_u64(seed);
     let mut watch = Watch::new(DetectorConfig::default());
     let keys: Vec<SeriesKey> = (0..size.series).map(series_key).collect();
     let mut found = Vec::new();
@@ -102,7 +106,7 @@ fn simulate(
     (found, watch_seconds)
 }
 
-pub fn detector(size: DetectorBenchSize) -> Value {
+pub(crate) fn detector(size: DetectorBenchSize) -> Value {
     let minutes = size.hours * 60;
     let (clean, clean_seconds) = simulate(&size, minutes, &|_| None, 0x5eed);
     let per_series_per_day = clean.len() as f64 / size.series as f64 / (size.hours as f64 / 24.0);
@@ -148,29 +152,30 @@ pub fn detector(size: DetectorBenchSize) -> Value {
 }
 
 #[derive(Clone, Copy, Debug)]
-pub struct RcaBenchSize {
-    pub spans: usize,
-    pub samples: usize,
+pub(crate) struct RcaBenchSize {
+    pub(crate) spans: usize,
+    pub(crate) samples: usize,
 }
 
 const ROUTES: [&str; 4] = ["/v1/chat", "/v1/support", "/v1/summarize", "/v1/embed"];
 
 /// One request span at `minute` (0..60) of the hour starting at `hour_ns`.
-pub(crate) fn request(rng: &mut Rng, n: u64, hour_ns: i64, minute: usize) -> SpanRecord {
-    let route_ix = rng.below(ROUTES.len());
+pub(crate) fn request(rng: &mut StdRng, n: u64, hour_ns: i64, minute: usize) -> SpanRecord {
+    let route_ix = rng.random_range(0..ROUTES.len());
     let route = ROUTES[route_ix];
-    let instance_ix = route_ix * 4 + rng.below(4);
+    let instance_ix = route_ix * 4 + rng.random_range(0..4);
     let swapped = route_ix == 0 && (instance_ix == 2 || instance_ix == 3) && minute >= 40;
     let adapter = match (route_ix, swapped) {
         (0, true) => "fin-lora@7".to_owned(),
         (0, false) => "fin-lora@6".to_owned(),
         (r, _) => format!("lora-{r}@1"),
     };
-    let ms = if swapped { 2500.0 } else { 900.0 } * (0.25 * rng.gauss()).exp();
-    let start = hour_ns + minute as i64 * 60_000_000_000 + rng.below(59_000) as i64 * 1_000_000;
+    let ms = if swapped { 2500.0 } else { 900.0 } * (0.25 * gauss(rng)).exp();
+    let start =
+        hour_ns + minute as i64 * 60_000_000_000 + rng.random_range(0..59_000) as i64 * 1_000_000;
     let mut trace = [0u8; 16];
     trace[..8].copy_from_slice(&(n + 1).to_be_bytes());
-    trace[8..].copy_from_slice(&rng.0.to_be_bytes());
+    trace[8..].copy_from_slice(&rng.random::<u64>().to_be_bytes());
     SpanRecord {
         trace_id: TraceId(trace),
         span_id: SpanId((n + 1).to_be_bytes()),
@@ -199,14 +204,14 @@ pub(crate) fn request(rng: &mut Rng, n: u64, hour_ns: i64, minute: usize) -> Spa
     }
 }
 
-pub fn rca(data_dir: &Path, size: RcaBenchSize) -> Result<Value, crate::ApiError> {
+pub(crate) fn rca(data_dir: &Path, size: RcaBenchSize) -> anyhow::Result<Value> {
     let store = SqliteStore::open(data_dir, SqliteConfig::default())?;
     let tenant = TenantId::default_tenant();
     let now_minute = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64 / 60);
     let hour_ns = (now_minute - 120) * 60_000_000_000;
-    let mut rng = Rng(0x00c0_ffee);
+    let mut rng = StdRng::seed_from_u64(0x00c0_ffee);
     let per_minute = size.spans.div_ceil(60);
     let started = Instant::now();
     let mut acks = std::collections::VecDeque::new();
@@ -241,10 +246,11 @@ pub fn rca(data_dir: &Path, size: RcaBenchSize) -> Result<Value, crate::ApiError
     let load_seconds = started.elapsed().as_secs_f64();
 
     let rules = Arc::new(FaultRules::default_rules());
-    let watcher = crate::incident_watch::IncidentWatcher::new(
+    let watcher = IncidentWatcher::new(
         store.clone(),
         DetectorConfig::default(),
         Arc::clone(&rules),
+        Vec::new(),
         None,
     );
     let started = Instant::now();
@@ -255,19 +261,19 @@ pub fn rca(data_dir: &Path, size: RcaBenchSize) -> Result<Value, crate::ApiError
 
     let at = (hour_ns / 60_000_000_000 + 40) * 60;
     let mut times = Vec::new();
-    let mut top = Value::Null;
+    let mut top = None;
     for _ in 0..size.samples.max(1) {
-        let params = vec![
-            ("route".to_owned(), "/v1/chat".to_owned()),
-            ("metric".to_owned(), Metric::P99Latency.as_str().to_owned()),
-            ("at".to_owned(), at.to_string()),
-        ];
         let started = Instant::now();
-        let target = crate::rca_api::parse_target(&watcher, &tenant, &params)?;
-        let report = crate::rca_api::diagnose(&store, &tenant, &rules, target)?;
+        let target = RcaTarget::of_series(
+            vec![(Dimension::Route, "/v1/chat".to_owned())],
+            Metric::P99Latency,
+            at,
+        )?;
+        let report = diagnose(&store, &tenant, &rules, target)?;
         times.push(started.elapsed().as_secs_f64() * 1e3);
-        top = report["candidates"][0].clone();
+        top = report.causes.into_iter().next();
     }
+    let top = top.map(|c| c.candidate);
     times.sort_by(f64::total_cmp);
     let bytes =
         std::fs::metadata(data_dir.join(threadline_store::DB_FILE_NAME)).map_or(0, |m| m.len());
@@ -282,7 +288,7 @@ pub fn rca(data_dir: &Path, size: RcaBenchSize) -> Result<Value, crate::ApiError
         "incident_on_chat": chat.map(|i| json!({"id": i.id, "metric": i.metric, "onset_minute_of_hour": i.onset_minute - hour_ns / 60_000_000_000})),
         "rca_ms_p50": times[times.len() / 2],
         "rca_ms_max": times.last(),
-        "rca_top_candidate": {"kind": top["kind"], "subject": top["subject"], "confidence": top["confidence"]},
+        "rca_top_candidate": top.map(|c| json!({"kind": c.kind, "subject": c.subject, "confidence": (c.confidence * 1000.0).round() / 1000.0})),
         "target": {"rca_ms": "< 1000"},
     }))
 }

@@ -9,6 +9,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
 use serde_json::{json, Value};
 use threadline_model::{
     Direction, EdgeEnd, EdgeKind, EdgeUpsert, GraphUpdate, LlmView, NodeId, NodeKind, NodeUpsert,
@@ -18,37 +21,11 @@ use threadline_store::{SqliteConfig, SqliteStore, StoreError, WalkLimits};
 
 /// Sizes of the synthetic graph.
 #[derive(Clone, Copy, Debug)]
-pub struct LineageBenchSize {
-    pub nodes: usize,
-    pub edges: usize,
+pub(crate) struct LineageBenchSize {
+    pub(crate) nodes: usize,
+    pub(crate) edges: usize,
     /// Queries timed per measurement.
-    pub samples: usize,
-}
-
-/// A small deterministic generator (xorshift): the same data on every run.
-pub(crate) struct Rng(pub(crate) u64);
-
-impl Rng {
-    pub(crate) fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    /// Uniform in [0, 1).
-    pub(crate) fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Approximately standard normal (sum of twelve uniforms).
-    pub(crate) fn gauss(&mut self) -> f64 {
-        (0..12).map(|_| self.unit()).sum::<f64>() - 6.0
-    }
+    pub(crate) samples: usize,
 }
 
 struct Layout {
@@ -113,7 +90,7 @@ fn edge(src: NodeId, dst: NodeId, kind: EdgeKind, seen_ns: i64) -> EdgeUpsert {
 }
 
 /// Every edge of the synthetic graph, in a fixed order.
-fn edges(layout: &Layout, total: usize, rng: &mut Rng) -> Vec<EdgeUpsert> {
+fn edges(layout: &Layout, total: usize, rng: &mut StdRng) -> Vec<EdgeUpsert> {
     let l = layout;
     let mut out = Vec::with_capacity(total);
     for v in 0..l.versions {
@@ -131,7 +108,7 @@ fn edges(layout: &Layout, total: usize, rng: &mut Rng) -> Vec<EdgeUpsert> {
     // Versions past each dataset's first are written by some run.
     for v in l.datasets..l.versions {
         out.push(edge(
-            run(rng.below(l.runs)),
+            run(rng.random_range(0..l.runs)),
             version(l, v),
             EdgeKind::Produced,
             T0,
@@ -141,7 +118,7 @@ fn edges(layout: &Layout, total: usize, rng: &mut Rng) -> Vec<EdgeUpsert> {
         let model = NodeId::new(NodeKind::Model, format!("base-{}", a % l.models));
         out.push(edge(model, adapter(a), EdgeKind::BaseOf, T0));
         out.push(edge(
-            run(rng.below(l.runs)),
+            run(rng.random_range(0..l.runs)),
             adapter(a),
             EdgeKind::Produced,
             T0,
@@ -164,8 +141,8 @@ fn edges(layout: &Layout, total: usize, rng: &mut Rng) -> Vec<EdgeUpsert> {
     // The rest: runs reading versions.
     while out.len() < total {
         out.push(edge(
-            version(l, rng.below(l.versions)),
-            run(rng.below(l.runs)),
+            version(l, rng.random_range(0..l.versions)),
+            run(rng.random_range(0..l.runs)),
             EdgeKind::InputTo,
             T0,
         ));
@@ -233,11 +210,11 @@ fn request_spans(trace: u64, adapter_ix: usize, layout: &Layout) -> Vec<SpanReco
 }
 
 /// Builds the graph under `data_dir` and times the queries. Prints progress to stderr.
-pub fn lineage(data_dir: &Path, size: LineageBenchSize) -> Result<Value, StoreError> {
+pub(crate) fn lineage(data_dir: &Path, size: LineageBenchSize) -> Result<Value, StoreError> {
     let store = SqliteStore::open(data_dir, SqliteConfig::default())?;
     let tenant = TenantId::new("bench").expect("valid tenant");
     let layout = Layout::new(size.nodes);
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = StdRng::seed_from_u64(0x9e37_79b9_7f4a_7c15);
     let all_edges = edges(&layout, size.edges, &mut rng);
 
     // A store that already holds this graph (same --data-dir) is reused as it is.
@@ -293,11 +270,10 @@ pub fn lineage(data_dir: &Path, size: LineageBenchSize) -> Result<Value, StoreEr
     }
     let build_s = build.elapsed().as_secs_f64();
     // Queries are timed on the graph at rest: first let the background checkpointer
-    // copy the bulk load's WAL into the database (reported as settle time).
+    // copy the bulk load into the database file (reported as settle time).
     let settle = Instant::now();
-    let wal = store.path().with_extension("db-wal");
     while settle.elapsed() < Duration::from_secs(300)
-        && std::fs::metadata(&wal).map_or(0, |m| m.len()) > 4 * 1024 * 1024
+        && store.uncheckpointed_bytes() > 4 * 1024 * 1024
     {
         std::thread::sleep(Duration::from_millis(250));
     }
@@ -305,7 +281,7 @@ pub fn lineage(data_dir: &Path, size: LineageBenchSize) -> Result<Value, StoreEr
 
     // Request traces bound to random adapters.
     let traces: Vec<(u64, usize)> = (0..size.samples as u64)
-        .map(|t| (t, rng.below(layout.adapters)))
+        .map(|t| (t, rng.random_range(0..layout.adapters)))
         .collect();
     for &(t, a) in &traces {
         store.write_blocking(&tenant, &request_spans(t, a, &layout))?;
@@ -314,7 +290,7 @@ pub fn lineage(data_dir: &Path, size: LineageBenchSize) -> Result<Value, StoreEr
     let mut closure_times = Vec::new();
     let mut closure_sizes = Vec::new();
     for _ in 0..size.samples {
-        let start = dataset(rng.below(layout.datasets));
+        let start = dataset(rng.random_range(0..layout.datasets));
         let began = Instant::now();
         let graph = store.walk(
             &tenant,
@@ -335,8 +311,9 @@ pub fn lineage(data_dir: &Path, size: LineageBenchSize) -> Result<Value, StoreEr
         let trace_id = request_spans(t, 0, &layout)[0].trace_id;
         let began = Instant::now();
         let spans = store.get_trace(&tenant, trace_id)?;
-        let mut served = crate::trace_lineage::ServedBy::of(&spans);
-        let graph = crate::trace_lineage::chain(&store, &tenant, trace_id, &mut served)?;
+        let mut served = threadline_diagnosis::trace_lineage::ServedBy::of(&spans);
+        let graph =
+            threadline_diagnosis::trace_lineage::chain(&store, &tenant, trace_id, &mut served)?;
         chain_times.push(began.elapsed());
         chain_datasets += graph
             .nodes

@@ -1,0 +1,402 @@
+//! Root-cause reports: for a series at an onset, gathers the inputs — rollup cells an
+//! hour before and during the anomaly, the changes in the lineage graph upstream of
+//! the affected route or model, the fault rules — ranks them with
+//! `threadline_analysis::rank`, and adds exemplar traces to the leading candidates.
+
+use std::collections::BTreeMap;
+
+use threadline_analysis::{
+    changes_upstream, matches_at, rank, Candidate, Dimension, FaultRules, Incident, Level, Metric,
+    RcaInput, RollupCell, SeriesKey, BUCKET_NS,
+};
+use threadline_model::{Direction, NodeId, NodeKind, TenantId, TraceId};
+use threadline_store::{ExemplarQuery, SqliteStore, WalkLimits};
+
+use crate::DiagnosisError;
+
+/// Minutes of normal traffic the anomaly is contrasted with.
+pub const BASELINE_MINUTES: i64 = 60;
+/// The anomaly window when the incident has not ended (or no incident was given).
+const DEFAULT_WINDOW_MINUTES: i64 = 10;
+const MAX_WINDOW_MINUTES: i64 = 30;
+const CANDIDATES: usize = 10;
+const EXEMPLAR_CANDIDATES: usize = 5;
+const EXEMPLARS: usize = 5;
+const UPSTREAM_DEPTH: usize = 8;
+const UPSTREAM_NODES: usize = 20_000;
+
+/// What to diagnose: a series (route requests end to end, or a model's calls), the
+/// metric that moved, and the anomaly window.
+#[derive(Clone, Debug)]
+pub struct RcaTarget {
+    pub level: Level,
+    pub filter: Vec<(Dimension, String)>,
+    pub metric: Metric,
+    /// Other metrics the incident moved.
+    pub co_anomalies: Vec<Metric>,
+    pub onset_minute: i64,
+    /// The last minute of the anomaly window (inclusive).
+    pub end_minute: i64,
+    /// The incident diagnosed, when the target is one.
+    pub incident: Option<Incident>,
+}
+
+impl RcaTarget {
+    /// The incident's series (service and route, or model), first metric, onset and
+    /// window; the other metrics it moved are co-anomalies.
+    pub fn of_incident(incident: &Incident) -> Self {
+        let mut filter = vec![(Dimension::Service, incident.service.clone())];
+        if incident.route.is_empty() {
+            filter.push((Dimension::Model, incident.model.clone()));
+        } else {
+            filter.push((Dimension::Route, incident.route.clone()));
+        }
+        let metric = incident.metric;
+        let co_anomalies = incident
+            .anomalies
+            .iter()
+            .map(|a| a.metric)
+            .filter(|m| *m != metric)
+            .collect();
+        let end = incident
+            .end_minute
+            .unwrap_or(incident.onset_minute + DEFAULT_WINDOW_MINUTES - 1);
+        Self {
+            level: Level::implied_by(filter.iter().map(|(d, _)| *d)),
+            filter,
+            metric,
+            co_anomalies,
+            onset_minute: incident.onset_minute,
+            end_minute: end.clamp(
+                incident.onset_minute,
+                incident.onset_minute + MAX_WINDOW_MINUTES,
+            ),
+            incident: Some(incident.clone()),
+        }
+    }
+
+    /// A series named by its dimensions (route, service, model), a metric and the
+    /// onset (unix seconds); the window is the default ten minutes.
+    pub fn of_series(
+        filter: Vec<(Dimension, String)>,
+        metric: Metric,
+        at_unix_seconds: i64,
+    ) -> Result<Self, DiagnosisError> {
+        if filter.is_empty() {
+            return Err(DiagnosisError::InvalidTarget(
+                "a series is required: a route, service or model".into(),
+            ));
+        }
+        let onset_minute = at_unix_seconds.div_euclid(60);
+        Ok(Self {
+            level: Level::implied_by(filter.iter().map(|(d, _)| *d)),
+            filter,
+            metric,
+            co_anomalies: Vec::new(),
+            onset_minute,
+            end_minute: onset_minute + DEFAULT_WINDOW_MINUTES - 1,
+            incident: None,
+        })
+    }
+
+    fn value_of(&self, d: Dimension) -> Option<&str> {
+        self.filter
+            .iter()
+            .find(|(x, _)| *x == d)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The lineage node the series hangs off: its route, else its model, else service.
+    fn affected_node(&self) -> Result<NodeId, DiagnosisError> {
+        let find = |d| self.value_of(d);
+        match (
+            find(Dimension::Route),
+            find(Dimension::Model),
+            find(Dimension::Service),
+        ) {
+            (Some(r), _, _) => Ok(NodeId::new(NodeKind::Route, r)),
+            (None, Some(m), _) => Ok(NodeId::new(NodeKind::Model, m)),
+            (None, None, Some(s)) => Ok(NodeId::new(NodeKind::Service, s)),
+            _ => Err(DiagnosisError::InvalidTarget(
+                "a series is required: a route, service or model".into(),
+            )),
+        }
+    }
+}
+
+/// The series an incident id names, read from the store after the watcher caught up.
+pub fn target_of_incident(
+    watcher: &crate::IncidentWatcher,
+    tenant: &TenantId,
+    id: &str,
+) -> Result<RcaTarget, DiagnosisError> {
+    watcher.catch_up(tenant)?;
+    let incident = watcher
+        .store()
+        .incident(tenant, id)?
+        .ok_or_else(|| DiagnosisError::NotFound(format!("no incident {id:?}")))?;
+    Ok(RcaTarget::of_incident(&incident))
+}
+
+/// One ranked candidate with the traces that show it.
+#[derive(Clone, Debug)]
+pub struct RankedCause {
+    pub rank: usize,
+    pub candidate: Candidate,
+    /// Slow (latency metrics) or failed requests of the candidate's value; `None` when
+    /// none were looked up (later ranks, candidates that are not an attribute value).
+    pub exemplars: Option<Vec<TraceId>>,
+}
+
+/// What a root-cause analysis found.
+#[derive(Clone, Debug)]
+pub struct RcaReport {
+    pub target: RcaTarget,
+    /// The first baseline minute.
+    pub baseline_from_minute: i64,
+    pub metric_before: Option<f64>,
+    pub metric_during: Option<f64>,
+    pub requests_before: u64,
+    pub requests_during: u64,
+    /// Share of requests per rejection reason, before and during.
+    pub rejections_before: BTreeMap<String, f64>,
+    pub rejections_during: BTreeMap<String, f64>,
+    pub causes: Vec<RankedCause>,
+}
+
+impl RcaReport {
+    /// No request of the series in the baseline or the window: nothing was ranked
+    /// because nothing was there.
+    pub fn is_empty_window(&self) -> bool {
+        self.requests_before == 0 && self.requests_during == 0
+    }
+}
+
+/// How the candidates' confidence is combined from their scores.
+pub const CONFIDENCE_FORMULA: &str =
+    "1 - (1 - contrast) * (1 - before_after) * (1 - time_share) * (1 - proximity / 2) * (1 - rule)";
+
+/// Cells of the target merged per series over a minute range.
+fn per_series(
+    cells: &[(i64, SeriesKey, RollupCell)],
+    level: Level,
+    filter: &[(Dimension, String)],
+    from: i64,
+    to: i64,
+) -> Vec<(SeriesKey, RollupCell)> {
+    let mut out: BTreeMap<&SeriesKey, RollupCell> = Default::default();
+    for (minute, key, cell) in cells {
+        if (from..=to).contains(minute) && matches_at(key, level, filter) {
+            out.entry(key).or_default().merge(cell);
+        }
+    }
+    out.into_iter().map(|(k, c)| (k.clone(), c)).collect()
+}
+
+/// The span column an attribute dimension is stored in, for exemplar lookups: the
+/// columns carry the dimensions' names; gray tag, provider and the upstream service
+/// have none.
+fn column_of(dim: Dimension) -> Option<&'static str> {
+    let stored = !matches!(
+        dim,
+        Dimension::GrayTag | Dimension::Provider | Dimension::UpstreamService
+    );
+    stored.then(|| dim.as_str())
+}
+
+fn reason_shares(cell: &RollupCell) -> BTreeMap<String, f64> {
+    let n = cell.requests.max(1) as f64;
+    cell.rejections
+        .iter()
+        .map(|(r, k)| (r.clone(), *k as f64 / n))
+        .collect()
+}
+
+/// Ranks the causes of `target`. Blocking: flushes the writer's rollup cells, reads
+/// them, walks the lineage graph upstream of the series and looks up exemplars.
+pub fn diagnose(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    rules: &FaultRules,
+    target: RcaTarget,
+) -> Result<RcaReport, DiagnosisError> {
+    let affected = target.affected_node()?;
+    store.flush_rollups()?.wait_blocking()?;
+    let from = target.onset_minute - BASELINE_MINUTES;
+    let cells = store.rollup_cells(tenant, from, target.end_minute)?;
+    let baseline = per_series(
+        &cells,
+        target.level,
+        &target.filter,
+        from,
+        target.onset_minute - 1,
+    );
+    let window = per_series(
+        &cells,
+        target.level,
+        &target.filter,
+        target.onset_minute,
+        target.end_minute,
+    );
+    let merged =
+        |series: &[(SeriesKey, RollupCell)]| series.iter().map(|(_, c)| c).collect::<RollupCell>();
+    let (base_all, window_all) = (merged(&baseline), merged(&window));
+    let value = |c: &RollupCell, minutes: i64| target.metric.value(c, (minutes * 60) as f64);
+
+    let upstream = store.walk(
+        tenant,
+        &affected,
+        &WalkLimits {
+            direction: Direction::Upstream,
+            depth: UPSTREAM_DEPTH,
+            max_nodes: UPSTREAM_NODES,
+            edge_kinds: Vec::new(),
+        },
+    )?;
+    let changes = upstream
+        .map(|g| changes_upstream(&g, &affected, target.onset_minute))
+        .unwrap_or_default();
+    let ranked = rank(&RcaInput {
+        metric: target.metric,
+        co_anomalies: target.co_anomalies.clone(),
+        onset_minute: target.onset_minute,
+        baseline: &baseline,
+        window: &window,
+        changes,
+        rules,
+    });
+
+    // Exemplars: the slowest (latency metrics) or failed requests of the candidate's
+    // value, over the baseline's quantile when there is one.
+    let threshold_ms = target
+        .metric
+        .latency_quantile()
+        .and_then(|q| base_all.latency_ms.quantile(q).ok().flatten());
+    let errors_only = matches!(target.metric, Metric::ErrorRate | Metric::RejectionRate);
+    // A request's entry span carries its service and route; its model fields are on
+    // the model call below, with the call's own (shorter) duration: exemplars of those
+    // are looked up on the calls, by route when they carry it.
+    let base_columns: Vec<(&'static str, String)> = target
+        .filter
+        .iter()
+        .filter(|(d, _)| target.level == Level::Call || *d == Dimension::Route)
+        .filter_map(|(d, v)| column_of(*d).map(|c| (c, v.clone())))
+        .collect();
+    let mut causes = Vec::new();
+    for (i, candidate) in ranked.into_iter().take(CANDIDATES).enumerate() {
+        let mut exemplars = None;
+        let attribute = candidate
+            .attribute
+            .as_ref()
+            .filter(|_| i < EXEMPLAR_CANDIDATES);
+        if let Some((dim, v)) = attribute {
+            if let Some(column) = column_of(*dim) {
+                let on_entry = matches!(dim, Dimension::Route | Dimension::AbGroup);
+                let mut query = ExemplarQuery {
+                    columns: base_columns.clone(),
+                    from_ns: target.onset_minute * BUCKET_NS,
+                    to_ns: (target.end_minute + 1) * BUCKET_NS - 1,
+                    min_duration_ns: threshold_ms
+                        .filter(|_| target.level == Level::Call || on_entry)
+                        .map(|t| (t * 1e6) as i64),
+                    errors_only,
+                    limit: EXEMPLARS,
+                };
+                query.columns.push((column, v.clone()));
+                let mut found = store.exemplars(tenant, &query)?;
+                if found.is_empty() {
+                    // The route is often set on the gateway span only (rollups
+                    // inherit it); the model call's span then has no route column.
+                    query
+                        .columns
+                        .retain(|(c, _)| *c != "route" || column == "route");
+                    found = store.exemplars(tenant, &query)?;
+                }
+                exemplars = Some(found.into_iter().map(|(t, _)| t).collect());
+            }
+        }
+        causes.push(RankedCause {
+            rank: i + 1,
+            candidate,
+            exemplars,
+        });
+    }
+    Ok(RcaReport {
+        baseline_from_minute: from,
+        metric_before: value(&base_all, BASELINE_MINUTES),
+        metric_during: value(&window_all, target.end_minute - target.onset_minute + 1),
+        requests_before: base_all.requests,
+        requests_during: window_all.requests,
+        rejections_before: reason_shares(&base_all),
+        rejections_during: reason_shares(&window_all),
+        causes,
+        target,
+    })
+}
+
+/// The top `n` causes of an incident (for alerts); logged and empty when the
+/// analysis fails, so an alert still goes out.
+pub fn top_causes(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    rules: &FaultRules,
+    incident: &Incident,
+    n: usize,
+) -> Vec<RankedCause> {
+    match diagnose(store, tenant, rules, RcaTarget::of_incident(incident)) {
+        Ok(report) => report.causes.into_iter().take(n).collect(),
+        Err(e) => {
+            tracing::warn!(incident = %incident.id, error = %e, "no causes for the alert");
+            Vec::new()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use threadline_store::SqliteConfig;
+
+    use crate::test_traffic::{load, SWAP_MINUTE};
+
+    /// The report of the slowed route: the baseline and window counts, the metric
+    /// before and during, the slow adapter ranked first with exemplar traces of it.
+    #[test]
+    fn a_series_report_ranks_the_slow_adapter_first_with_exemplars() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path(), SqliteConfig::default()).unwrap();
+        let tenant = TenantId::default_tenant();
+        let hour_ns = 28_000_000 * BUCKET_NS;
+        load(&store, &tenant, hour_ns, 0, 50, 60);
+        let onset_s = (hour_ns / BUCKET_NS + SWAP_MINUTE as i64) * 60;
+        let target = RcaTarget::of_series(
+            vec![(Dimension::Route, "/v1/chat".into())],
+            Metric::P99Latency,
+            onset_s,
+        )
+        .unwrap();
+        let report = diagnose(&store, &tenant, &FaultRules::default_rules(), target).unwrap();
+        assert_eq!(report.requests_before, 40 * 60);
+        assert_eq!(report.requests_during, 10 * 60);
+        let (before, during) = (report.metric_before.unwrap(), report.metric_during.unwrap());
+        assert!(during > 2.0 * before, "{before} → {during}");
+        let top = &report.causes[0];
+        assert_eq!(top.rank, 1);
+        assert!(
+            top.candidate.subject.contains("fin-lora@7"),
+            "{:#?}",
+            report.causes
+        );
+        assert!(!top.exemplars.as_ref().unwrap().is_empty());
+        assert!(!report.is_empty_window());
+    }
+
+    #[test]
+    fn a_target_without_a_series_is_refused() {
+        let refused = RcaTarget::of_series(Vec::new(), Metric::ErrorRate, 0).unwrap_err();
+        assert!(
+            matches!(refused, DiagnosisError::InvalidTarget(_)),
+            "{refused}"
+        );
+    }
+}
