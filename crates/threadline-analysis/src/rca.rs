@@ -437,10 +437,50 @@ fn discount_before_after(
                 c.before_after = (gained * recall * excess).clamp(0.0, 1.0);
             }
         }
+        c.before_after *= healthy_before(input, base_all, rate_before, *dim, value);
         if CALL_DIMENSIONS.contains(dim) {
             c.before_after *= call_share.unwrap_or(1.0);
         }
     }
+}
+
+/// Bad requests a value's baseline requests should have shown, were it the cause,
+/// at which the evidence against it is taken as strong (1 − e⁻¹ of full weight).
+const HEALTHY_BEFORE_EVIDENCE: f64 = 3.0;
+
+/// A value that was already serving before the onset, and whose requests then were no
+/// worse than the rest, did not bring the bad requests with it (a harmless prompt bump
+/// two minutes before the real change takes the same traffic). Returns the factor of
+/// its before/after contrast kept: 1 for a value new at the onset, or one whose
+/// baseline requests already showed the window's excess; towards 0 as its healthy
+/// baseline requests grow in number against how bad its window requests are.
+fn healthy_before(
+    input: &RcaInput<'_>,
+    base_all: &RollupCell,
+    rate_before: f64,
+    dim: Dimension,
+    value: &str,
+) -> f64 {
+    let mass = |cells: &[(SeriesKey, RollupCell)]| {
+        cells
+            .iter()
+            .filter(|(k, _)| k.get(dim) == value)
+            .map(|(_, cell)| bad_mass(input.metric, cell, base_all))
+            .fold((0.0, 0.0), |(b, t), (x, y)| (b + x, t + y))
+    };
+    let (bad_before, total_before) = mass(input.baseline);
+    let (bad_during, total_during) = mass(input.window);
+    if total_before <= 0.0 || total_during <= 0.0 {
+        return 1.0;
+    }
+    let effect = bad_during / total_during - rate_before;
+    if effect <= 0.0 {
+        return 1.0;
+    }
+    // How much of the window's excess its baseline requests already had.
+    let shown = ((bad_before / total_before - rate_before) / effect).clamp(0.0, 1.0);
+    let weight = 1.0 - (-total_before * effect / HEALTHY_BEFORE_EVIDENCE).exp();
+    1.0 - weight * (1.0 - shown)
 }
 
 /// The within-window contrast above which a value leads: other values are then judged
@@ -1101,6 +1141,54 @@ mod tests {
             .unwrap();
         assert!(adapter.before_after < 0.5, "{adapter:#?}");
         assert!(adapter.confidence < ranked[0].confidence);
+    }
+
+    /// Two changes take all of a route's traffic: a harmless prompt bump two minutes
+    /// before the onset, then the image that slows every request. Both carry every bad
+    /// request; the prompt's requests before the onset were as fast as the rest, so
+    /// its arrival did not bring them, and the image ranks first.
+    #[test]
+    fn a_value_healthy_before_the_onset_loses_its_before_and_after() {
+        let mut baseline: Vec<_> = ["i-1", "i-2"]
+            .iter()
+            .map(|i| (key(i, "fin@6", "v2", "img:1"), cell(500.0, 1500, 0.8)))
+            .collect();
+        baseline.extend(
+            ["i-1", "i-2"]
+                .iter()
+                .map(|i| (key(i, "fin@6", "v3", "img:1"), cell(500.0, 50, 0.8))),
+        );
+        let window: Vec<_> = ["i-1", "i-2"]
+            .iter()
+            .map(|i| (key(i, "fin@6", "v3", "img:2"), cell(1300.0, 250, 0.8)))
+            .collect();
+        let ranked = rank_at_onset(
+            Metric::P99Latency,
+            vec![],
+            &baseline,
+            &window,
+            vec![
+                change(
+                    "prompt_version",
+                    "prompt:p@v3",
+                    98,
+                    (Dimension::PromptVersion, "v3"),
+                ),
+                change(
+                    "image_rollout",
+                    "image:img:2",
+                    100,
+                    (Dimension::Image, "img:2"),
+                ),
+            ],
+        );
+        assert_eq!(ranked[0].subject, "image:img:2", "{ranked:#?}");
+        let prompt = ranked.iter().find(|c| c.subject == "prompt:p@v3").unwrap();
+        assert!(prompt.before_after < 0.1, "{prompt:#?}");
+        assert!(
+            ranked[0].confidence - prompt.confidence > 0.2,
+            "{ranked:#?}"
+        );
     }
 
     /// The same change on every instance, on requests that are (nearly) all model

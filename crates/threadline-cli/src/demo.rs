@@ -1,7 +1,7 @@
 //! `threadline demo`: starts the server on the embedded store, loads a synthetic LLM
 //! platform — datasets and versions, fine-tune runs, base models, adapters, prompt
 //! templates, four routes on ten instances — with hours of traffic compressed in time
-//! (span times in the past, loaded in seconds), injects five incidents among harmless
+//! (span times in the past, loaded in seconds), injects six incidents among harmless
 //! changes, then prints the incidents Threadline found, their ranked causes, and
 //! whether each injected cause ranked first.
 //!
@@ -58,6 +58,11 @@ const WINDOW: i64 = 240;
 /// Incident A: adapter fin-lora@7 hot-swapped onto i-3 and i-4 (/v1/chat), rolled back.
 const A_ON: i64 = 70;
 const A_OFF: i64 = 100;
+/// Incident F: a new image on every /v1/summarize instance slows it (all traffic at
+/// once: no contrast inside the window, only before / after); a harmless prompt bump
+/// on the same route lands two minutes before. Rolled back.
+const F_ON: i64 = 88;
+const F_OFF: i64 = 112;
 /// Incident B: prompt support-answer v3 (/v1/support) overflows the context; reverted.
 const B_ON: i64 = 115;
 const B_OFF: i64 = 135;
@@ -88,6 +93,12 @@ fn injected() -> Vec<Injected> {
             route: "/v1/chat",
             onset: A_ON,
             cause: "adapter:fin-lora@7".into(),
+        },
+        Injected {
+            name: "a new image on every /v1/summarize instance slows it",
+            route: "/v1/summarize",
+            onset: F_ON,
+            cause: "image:ghcr.io/acme/vllm:0.7.0".into(),
         },
         Injected {
             name: "prompt template bump causes context_overflow rejections",
@@ -206,15 +217,27 @@ fn shape(route: &'static str, instance: &'static str, t: i64) -> Shape {
         }
         "/v1/summarize" => {
             let v4 = t >= C_ON;
+            let new_image = (F_ON..F_OFF).contains(&t);
+            // Harmless: close to F, then close to C.
+            let prompt = if t >= C_ON - 2 {
+                "v3"
+            } else if t >= F_ON - 2 {
+                "v2"
+            } else {
+                "v1"
+            };
             Shape {
                 route,
                 model: BASE_MODEL,
                 instance,
                 adapter: Some(if v4 { "sum-lora@4" } else { "sum-lora@3" }.into()),
-                image: vllm(None),
-                // Harmless, close to C.
-                prompt: Some(("summarize", if t >= C_ON - 2 { "v2" } else { "v1" })),
-                base_ms: 1500.0,
+                image: if new_image {
+                    "ghcr.io/acme/vllm:0.7.0".to_owned()
+                } else {
+                    vllm(None)
+                },
+                prompt: Some(("summarize", prompt)),
+                base_ms: if new_image { 2600.0 } else { 1500.0 },
                 kv: Some(0.78),
                 rejection: None,
                 quality_errors: if v4 { 0.15 } else { 0.0 },
@@ -451,6 +474,7 @@ fn manifest() -> Value {
             prompt("chat-system", "v5"), prompt("chat-system", "v6"),
             prompt("support-answer", "v2"), prompt("support-answer", "v3"),
             prompt("support-answer", "v4"), prompt("summarize", "v1"), prompt("summarize", "v2"),
+            prompt("summarize", "v3"),
         ],
     })
 }

@@ -44,7 +44,7 @@ struct Cli {
 enum Command {
     /// Run the server: OTLP/HTTP, OTLP/gRPC and the JSON API on the embedded store.
     Serve(ServeArgs),
-    /// Start the server with a synthetic LLM platform and five injected incidents, print
+    /// Start the server with a synthetic LLM platform and six injected incidents, print
     /// the incidents found and their root causes, then keep serving (or exit with
     /// --no-serve).
     Demo(Box<demo::DemoArgs>),

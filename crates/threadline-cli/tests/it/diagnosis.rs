@@ -282,7 +282,7 @@ fn prometheus_exposition_passes_promtool_and_counts_committed_llm_requests() {
 fn demo_finds_every_injected_incident_and_ranks_its_true_cause_first() {
     let report = cli_json(&["demo", "--no-serve", "--json"]);
     let injected = report["injected"].as_array().unwrap();
-    assert_eq!(injected.len(), 5);
+    assert_eq!(injected.len(), 6);
     for case in injected {
         assert_eq!(case["true_cause_rank"], 1, "{case}\n{report:#}");
     }
@@ -298,11 +298,15 @@ fn demo_finds_every_injected_incident_and_ranks_its_true_cause_first() {
         .iter()
         .all(|i| i["route"] != "/v1/embed"));
     // Each cause comes with evidence: exemplar traces, and a lineage path for changes.
+    let drift_case = injected
+        .iter()
+        .find(|c| c["true_cause"] == "dataset_version:warehouse:fin-docs@v2")
+        .unwrap();
     let drift = report["incidents"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|i| i["route"] == "/v1/summarize")
+        .find(|i| i["id"] == drift_case["incident"])
         .unwrap();
     let top = &drift["causes"][0];
     assert_eq!(top["kind"], "dataset_drift");
@@ -338,7 +342,7 @@ fn demo_finds_every_injected_incident_and_ranks_its_true_cause_first() {
 fn demo_serves_and_the_cli_lists_incidents_ranks_causes_and_scores_health() {
     let demo = crate::harness::Demo::start();
     let (report, base) = (demo.report.clone(), demo.api.clone());
-    assert!(report.contains("Incidents found: 5"), "{report}");
+    assert!(report.contains("Incidents found: 6"), "{report}");
     // Every command the demo suggests runs as printed and finds something.
     assert!(demo.commands.len() >= 10, "{report}");
     for command in &demo.commands {
@@ -361,7 +365,7 @@ fn demo_serves_and_the_cli_lists_incidents_ranks_causes_and_scores_health() {
             "{command}: {stdout}"
         );
     }
-    assert_eq!(report.matches("  ok   ").count(), 5, "{report}");
+    assert_eq!(report.matches("  ok   ").count(), 6, "{report}");
     let cli = |args: &[&str]| cli_at(&base, args);
     let (ok, listed, err) = cli(&["incidents", "--json"]);
     assert!(ok, "{err}");
