@@ -181,7 +181,7 @@ fn every_page_renders_from_its_url_and_clicks_lead_where_they_say() {
         // Incidents: the list, one incident, and one of its exemplar traces.
         b.open(&format!("{base}/incidents"), "a.incident-link")
             .await;
-        assert_eq!(b.count("a.incident-link").await, 5);
+        assert_eq!(b.count("a.incident-link").await, 6);
         b.screenshot("incidents").await;
         b.open(demo.page("incident"), ".cause").await;
         let first = b.text(".cause").await;
