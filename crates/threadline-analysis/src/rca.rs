@@ -227,6 +227,9 @@ struct Contrast {
     share_baseline: f64,
     metric_baseline: Option<f64>,
     metric_window: Option<f64>,
+    /// The factor of `before_after` its requests before the onset leave it
+    /// (`healthy_before`).
+    healthy_before: f64,
 }
 
 /// (bad mass, total mass) of a cell for `metric`, against the baseline.
@@ -354,9 +357,13 @@ fn contrasts(input: &RcaInput<'_>, scope: &Scope) -> BTreeMap<(Dimension, String
                 0.0
             };
             let in_window = cells.iter().copied().collect::<RollupCell>();
-            let in_base = baseline
-                .get(value)
-                .map(|c| c.iter().copied().collect::<RollupCell>());
+            let base_cells = baseline.get(value);
+            let (bad_base, total_base) = base_cells
+                .into_iter()
+                .flatten()
+                .map(|c| bad_mass(input.metric, c, base_all))
+                .fold((0.0, 0.0), |(b, t), (x, y)| (b + x, t + y));
+            let in_base = base_cells.map(|c| c.iter().copied().collect::<RollupCell>());
             let share_window = in_window.requests as f64 / window_requests.max(1.0);
             let share_baseline =
                 in_base.as_ref().map_or(0.0, |b| b.requests as f64) / base_requests.max(1.0);
@@ -380,6 +387,11 @@ fn contrasts(input: &RcaInput<'_>, scope: &Scope) -> BTreeMap<(Dimension, String
                     share_baseline,
                     metric_baseline: in_base.and_then(|b| input.metric.value(&b, 60.0)),
                     metric_window: input.metric.value(&in_window, 60.0),
+                    healthy_before: healthy_before(
+                        (bad_base, total_base),
+                        (bad, total),
+                        rate_before,
+                    ),
                 },
             );
         }
@@ -437,7 +449,7 @@ fn discount_before_after(
                 c.before_after = (gained * recall * excess).clamp(0.0, 1.0);
             }
         }
-        c.before_after *= healthy_before(input, base_all, rate_before, *dim, value);
+        c.before_after *= c.healthy_before;
         if CALL_DIMENSIONS.contains(dim) {
             c.before_after *= call_share.unwrap_or(1.0);
         }
@@ -455,21 +467,10 @@ const HEALTHY_BEFORE_EVIDENCE: f64 = 3.0;
 /// baseline requests already showed the window's excess; towards 0 as its healthy
 /// baseline requests grow in number against how bad its window requests are.
 fn healthy_before(
-    input: &RcaInput<'_>,
-    base_all: &RollupCell,
+    (bad_before, total_before): (f64, f64),
+    (bad_during, total_during): (f64, f64),
     rate_before: f64,
-    dim: Dimension,
-    value: &str,
 ) -> f64 {
-    let mass = |cells: &[(SeriesKey, RollupCell)]| {
-        cells
-            .iter()
-            .filter(|(k, _)| k.get(dim) == value)
-            .map(|(_, cell)| bad_mass(input.metric, cell, base_all))
-            .fold((0.0, 0.0), |(b, t), (x, y)| (b + x, t + y))
-    };
-    let (bad_before, total_before) = mass(input.baseline);
-    let (bad_during, total_during) = mass(input.window);
     if total_before <= 0.0 || total_during <= 0.0 {
         return 1.0;
     }

@@ -313,14 +313,14 @@ mod tests {
 
     use crate::test_traffic::load;
 
-    /// Incidents the store refused to save (a full write queue) are not lost: the mark
-    /// stays where the store has it, and the next pass opens them again.
-    #[test]
-    fn incidents_a_full_queue_refused_are_found_again_by_the_next_pass() {
+    /// The start of the hour the tests' traffic is in.
+    const HOUR_NS: i64 = 28_000_000 * 60_000_000_000;
+
+    /// An empty store (kept while its directory lives) and a watcher over it without
+    /// SLO rules or listener.
+    fn fresh_watcher() -> (tempfile::TempDir, SqliteStore, IncidentWatcher) {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(dir.path(), SqliteConfig::default()).unwrap();
-        let tenant = TenantId::default_tenant();
-        let hour_ns = 28_000_000 * 60_000_000_000;
         let watcher = IncidentWatcher::new(
             store.clone(),
             DetectorConfig::default(),
@@ -328,6 +328,16 @@ mod tests {
             Vec::new(),
             None,
         );
+        (dir, store, watcher)
+    }
+
+    /// Incidents the store refused to save (a full write queue) are not lost: the mark
+    /// stays where the store has it, and the next pass opens them again.
+    #[test]
+    fn incidents_a_full_queue_refused_are_found_again_by_the_next_pass() {
+        let (_dir, store, watcher) = fresh_watcher();
+        let tenant = TenantId::default_tenant();
+        let hour_ns = HOUR_NS;
         load(&store, &tenant, hour_ns, 0, 55, 400);
         watcher
             .refuse_saves
@@ -362,18 +372,10 @@ mod tests {
     /// the newest.
     #[test]
     fn background_passes_lag_one_pass_behind_the_newest_minute() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(dir.path(), SqliteConfig::default()).unwrap();
+        let (_dir, store, watcher) = fresh_watcher();
         let tenant = TenantId::default_tenant();
-        let hour_ns = 28_000_000 * 60_000_000_000;
+        let hour_ns = HOUR_NS;
         let first_minute = hour_ns / 60_000_000_000;
-        let watcher = IncidentWatcher::new(
-            store.clone(),
-            DetectorConfig::default(),
-            Arc::new(FaultRules::default_rules()),
-            Vec::new(),
-            None,
-        );
         load(&store, &tenant, hour_ns, 0, 10, 20);
         watcher.catch_up_through(&tenant, Pass::Background).unwrap();
         assert_eq!(
