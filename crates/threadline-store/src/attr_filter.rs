@@ -7,17 +7,16 @@
 //!
 //! Values longer than `MAX_INDEXED_VALUE` bytes (prompts, documents) are left out —
 //! they are what full-text search is for; a search for such a value reads every block
-//! as before. Sizing: 10 bits per distinct pair and 7 probes, ≈ 1% false positives.
-//! The hash (`pair_hash`) is our own and fixed forever, since filters are stored; the
-//! probes are derived by double hashing.
+//! as before. The filters are `bloom`'s (≈ 1% false positives); the pair hash
+//! (`pair_hash`) is our own and fixed forever, since filters are stored.
 
 use threadline_model::{AttrValue, Attribute};
 
+pub(crate) use crate::bloom::may_contain;
+use crate::bloom::{splitmix, Bloom};
+
 /// Longest value (bytes of its display string) a filter records.
 pub(crate) const MAX_INDEXED_VALUE: usize = 256;
-
-const BITS_PER_ITEM: usize = 10;
-const PROBES: u8 = 7;
 
 /// The pair's hash: the key's and the value's bytes eight at a time, each followed by
 /// its length (so ("ab", "c") is not ("a", "bc")), then a splitmix64 finish.
@@ -41,19 +40,6 @@ pub(crate) fn pair_hash(key: &str, value: &str) -> u64 {
         h = (h ^ part.len() as u64).wrapping_mul(K);
     }
     splitmix(h)
-}
-
-fn splitmix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// The bit positions probed for `hash` in a filter of `bits` bits.
-fn probes(hash: u64, bits: u64, count: u8) -> impl Iterator<Item = u64> {
-    // A second hash from the first; odd, so the probes differ.
-    let step = splitmix(hash.wrapping_add(0x9e37_79b9_7f4a_7c15)) | 1;
-    (0..u64::from(count)).map(move |i| hash.wrapping_add(i.wrapping_mul(step)) % bits)
 }
 
 /// Collects the pairs of one block.
@@ -92,23 +78,18 @@ impl FilterBuilder {
         self.hashes.push(pair_hash(key, &self.shown));
     }
 
-    /// The filter: one byte of probe count, then the bits. Empty when no pair.
+    /// The filter (`bloom`'s stored form). Empty when no pair.
     pub(crate) fn encode(mut self) -> Vec<u8> {
         self.hashes.sort_unstable();
         self.hashes.dedup();
         if self.hashes.is_empty() {
             return Vec::new();
         }
-        let bytes = (self.hashes.len() * BITS_PER_ITEM).div_ceil(8).max(8);
-        let bits = (bytes * 8) as u64;
-        let mut out = vec![0u8; 1 + bytes];
-        out[0] = PROBES;
+        let mut bloom = Bloom::with_capacity(self.hashes.len());
         for h in &self.hashes {
-            for bit in probes(*h, bits, PROBES) {
-                out[1 + (bit / 8) as usize] |= 1 << (bit % 8);
-            }
+            bloom.insert(*h);
         }
-        out
+        bloom.into_bytes()
     }
 }
 
@@ -160,18 +141,6 @@ pub(crate) fn block_condition(
             .map(|h| rusqlite::types::Value::Integer(*h as i64))
             .collect(),
     )
-}
-
-/// Whether a block whose filter is `filter` may hold the pair hashed to `hash`.
-pub(crate) fn may_contain(filter: &[u8], hash: u64) -> bool {
-    let Some((&count, bitmap)) = filter.split_first() else {
-        return false;
-    };
-    let bits = (bitmap.len() * 8) as u64;
-    if bits == 0 {
-        return false;
-    }
-    probes(hash, bits, count).all(|bit| bitmap[(bit / 8) as usize] & (1 << (bit % 8)) != 0)
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 mod attr_filter;
 mod background;
 mod block_values;
+mod bloom;
 mod checkpoint;
 mod codec;
 mod erase;
@@ -139,6 +140,8 @@ struct Inner {
     path: PathBuf,
     writer: writer::WriterHandle,
     readers: Mutex<Vec<Connection>>,
+    /// The trace-id runs' filters the readers have read.
+    run_filters: trace_index::RunFilters,
     /// Identities of the most recent spans, prepared or stored.
     recent: Mutex<retries::RecentSpans>,
 }
@@ -172,6 +175,7 @@ impl SqliteStore {
             path,
             writer,
             readers: Mutex::new(Vec::new()),
+            run_filters: Default::default(),
             recent: Mutex::new(recent),
         });
         trace_compactor::spawn(
@@ -552,7 +556,7 @@ impl SqliteStore {
         tenant: &TenantId,
         trace_id: TraceId,
     ) -> Result<Vec<SpanRecord>, StoreError> {
-        self.with_reader(|conn| query::get_trace(conn, tenant, trace_id))
+        self.with_reader(|conn| query::get_trace(conn, &self.inner.run_filters, tenant, trace_id))
     }
 
     /// Every span of one trace as a skeleton (no detail opened), in start order.
@@ -561,7 +565,9 @@ impl SqliteStore {
         tenant: &TenantId,
         trace_id: TraceId,
     ) -> Result<Vec<SkeletonSpan>, StoreError> {
-        self.with_reader(|conn| skeleton::trace_skeleton(conn, tenant, trace_id))
+        self.with_reader(|conn| {
+            skeleton::trace_skeleton(conn, &self.inner.run_filters, tenant, trace_id)
+        })
     }
 
     /// A trace opened for a walk of any size: its skeleton (spans in start order, as
@@ -575,7 +581,8 @@ impl SqliteStore {
         let conn = self.take_reader()?;
         let opened = query::tenant_key(&conn, tenant).and_then(|key| match key {
             Some(tenant_id) => {
-                skeleton::trace_skeleton(&conn, tenant, trace_id).map(|s| Some((tenant_id, s)))
+                skeleton::trace_skeleton(&conn, &self.inner.run_filters, tenant, trace_id)
+                    .map(|s| Some((tenant_id, s)))
             }
             None => Ok(None),
         });
@@ -598,12 +605,14 @@ impl SqliteStore {
         trace_id: TraceId,
         span_id: threadline_model::SpanId,
     ) -> Result<Option<SpanRecord>, StoreError> {
-        self.with_reader(|conn| skeleton::get_span(conn, tenant, trace_id, span_id))
+        self.with_reader(|conn| {
+            skeleton::get_span(conn, &self.inner.run_filters, tenant, trace_id, span_id)
+        })
     }
 
     /// Trace summaries matching `query`, newest first, one page at a time.
     pub fn search(&self, tenant: &TenantId, query: &TraceQuery) -> Result<TracePage, StoreError> {
-        self.with_reader(|conn| search::search(conn, tenant, query))
+        self.with_reader(|conn| search::search(conn, &self.inner.run_filters, tenant, query))
     }
 
     pub fn services(&self, tenant: &TenantId) -> Result<Vec<ServiceSummary>, StoreError> {

@@ -12,6 +12,7 @@ use threadline_model::{
 
 use crate::block_values::{BlockProbe, ValueField};
 use crate::newest_first::{spans_in_window, SpanWindow};
+use crate::trace_index::RunFilters;
 use crate::trace_lookup::{self, RowRange};
 use crate::{codec, sqlite_err, StoreError};
 
@@ -30,13 +31,14 @@ pub(crate) fn tenant_key(conn: &Connection, tenant: &TenantId) -> Result<Option<
 /// tenant that has stored nothing.
 pub(crate) fn trace_rows(
     conn: &Connection,
+    filters: &RunFilters,
     tenant: &TenantId,
     trace_id: TraceId,
 ) -> Result<Option<(i64, Vec<RowRange>)>, StoreError> {
     let Some(tenant_id) = tenant_key(conn, tenant)? else {
         return Ok(None);
     };
-    let ranges = trace_lookup::ranges_for(conn, tenant_id, &[trace_id])?
+    let ranges = trace_lookup::ranges_for(conn, filters, tenant_id, &[trace_id])?
         .remove(&trace_id)
         .unwrap_or_default();
     Ok(Some((tenant_id, ranges)))
@@ -44,10 +46,11 @@ pub(crate) fn trace_rows(
 
 pub(crate) fn get_trace(
     conn: &Connection,
+    filters: &RunFilters,
     tenant: &TenantId,
     trace_id: TraceId,
 ) -> Result<Vec<SpanRecord>, StoreError> {
-    let Some((tenant_id, ranges)) = trace_rows(conn, tenant, trace_id)? else {
+    let Some((tenant_id, ranges)) = trace_rows(conn, filters, tenant, trace_id)? else {
         return Ok(Vec::new());
     };
     let mut stmt = conn

@@ -340,6 +340,12 @@ const MIGRATIONS: &[&str] = &[
     "DELETE FROM rollups;
      DELETE FROM rollup_series;
      DELETE FROM store_marks WHERE name = 'rollups_through_block';",
+    // 18: a Bloom filter of each trace-id run's trace ids (`trace_index`), written with
+    //    the run's catalog row; runs listed before get theirs from the compactor.
+    "CREATE TABLE trace_run_filters (
+        run_id INTEGER PRIMARY KEY,
+        filter BLOB NOT NULL
+     );",
 ];
 
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -380,12 +386,13 @@ pub(crate) fn open_connection(path: &Path) -> Result<Connection, StoreError> {
 }
 
 pub(crate) fn open_reader(path: &Path) -> Result<Connection, StoreError> {
-    // Memory-mapped reads: random page reads (graph walks, trace lookups) skip a
-    // read() and a copy each; the OS page cache holds the pages either way.
-    let conn = read_only(
-        path,
-        "PRAGMA cache_size = -32768; PRAGMA mmap_size = 4294967296;",
-    )?;
+    // No memory map: a page the OS no longer caches costs a fault on a mapped file,
+    // and the kernel fills such a fault with read-around of the device's whole
+    // readahead window (8 MB on this project's VMs: 2–4 ms), where a read() of a cold
+    // page reads that page and a little ahead. Cold pages are ordinary: proactive
+    // reclaim (DAMON on these VMs) drops file pages unused for a minute, so a lookup in
+    // a large store meets some. The 32 MB page cache per reader keeps hot pages.
+    let conn = read_only(path, "PRAGMA cache_size = -32768; PRAGMA mmap_size = 0;")?;
     crate::attr_filter::register(&conn).map_err(sqlite(path))?;
     Ok(conn)
 }
@@ -491,6 +498,7 @@ mod tests {
         assert_eq!(operations, 1);
         let page = search(
             &conn,
+            &Default::default(),
             &TenantId::new("acme").unwrap(),
             &TraceQuery {
                 model: Some("llama".into()),

@@ -24,6 +24,7 @@ use crate::query::{tenant_key, tenant_services, BlockCache, DetailSlot, OriginCa
 use crate::span_screen::{PairScreen, TextScreen};
 use crate::text_groups::{self, BlockSet};
 use crate::text_index::TextQuery;
+use crate::trace_index::RunFilters;
 use crate::trace_lookup::{self, RowRange};
 use crate::{sqlite_err, StoreError};
 
@@ -543,6 +544,7 @@ impl Eq for Candidate {}
 
 pub(crate) fn search(
     conn: &Connection,
+    run_filters: &RunFilters,
     tenant: &TenantId,
     q: &TraceQuery,
 ) -> Result<TracePage, StoreError> {
@@ -615,7 +617,7 @@ pub(crate) fn search(
         if let Some(c) = &q.cursor {
             let id = TraceId::from_bytes(&cand.trace_id)
                 .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            let ranges = trace_lookup::ranges_for(conn, tenant_id, &[id])?
+            let ranges = trace_lookup::ranges_for(conn, run_filters, tenant_id, &[id])?
                 .remove(&id)
                 .unwrap_or_default();
             if matched_before_cursor(
@@ -652,7 +654,7 @@ pub(crate) fn search(
         .iter()
         .map(|(_, tid)| TraceId::from_bytes(tid).map_err(|e| StoreError::Corrupt(e.to_string())))
         .collect::<Result<Vec<TraceId>, StoreError>>()?;
-    let ranges = trace_lookup::ranges_for(conn, tenant_id, &ids)?;
+    let ranges = trace_lookup::ranges_for(conn, run_filters, tenant_id, &ids)?;
     let mut traces = Vec::with_capacity(ids.len());
     for trace_id in ids {
         let trace_ranges = ranges.get(&trace_id).map(Vec::as_slice).unwrap_or_default();

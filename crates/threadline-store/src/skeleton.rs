@@ -8,6 +8,7 @@ use rusqlite::{params, Connection};
 use threadline_model::{SpanId, SpanKind, SpanRecord, TenantId, TraceId};
 
 use crate::query::{span_from_row, trace_rows, BlockCache, DetailSlot, OriginCache};
+use crate::trace_index::RunFilters;
 use crate::trace_lookup::RowRange;
 use crate::{sqlite_err, StoreError};
 
@@ -97,10 +98,11 @@ impl Drop for SpanReader {
 /// span id). Empty when the tenant has no such trace.
 pub(crate) fn trace_skeleton(
     conn: &Connection,
+    filters: &RunFilters,
     tenant: &TenantId,
     trace_id: TraceId,
 ) -> Result<Vec<SkeletonSpan>, StoreError> {
-    let Some((tenant_id, ranges)) = trace_rows(conn, tenant, trace_id)? else {
+    let Some((tenant_id, ranges)) = trace_rows(conn, filters, tenant, trace_id)? else {
         return Ok(Vec::new());
     };
     let mut spans = skeleton_rows(conn, tenant_id, trace_id, &ranges)?;
@@ -173,11 +175,12 @@ pub(crate) fn skeleton_rows(
 /// One span of a trace, whole (first stored copy), or `None`.
 pub(crate) fn get_span(
     conn: &Connection,
+    filters: &RunFilters,
     tenant: &TenantId,
     trace_id: TraceId,
     span_id: SpanId,
 ) -> Result<Option<SpanRecord>, StoreError> {
-    let Some((tenant_id, ranges)) = trace_rows(conn, tenant, trace_id)? else {
+    let Some((tenant_id, ranges)) = trace_rows(conn, filters, tenant, trace_id)? else {
         return Ok(None);
     };
     let mut stmt = conn

@@ -580,6 +580,7 @@ fn migration_17_recomputes_the_rollups_at_both_levels() {
            INSERT INTO rollup_series (id, tenant_id, dims) VALUES (77, 1, '["vllm","/v1/chat","llama-3"]');
            INSERT INTO rollups (tenant_id, minute, series_id, cell) VALUES (1, 29000000, 77, x'0102');
            UPDATE store_marks SET value = 999 WHERE name = 'rollups_through_block';
+           DROP TABLE trace_run_filters;
            PRAGMA user_version = 16;"#,
     )
     .unwrap();

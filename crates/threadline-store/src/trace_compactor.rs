@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use crate::trace_index::{self, Chunk, Chunker, Entry, IndexWrite, Run, ENTRY_LEN};
+use crate::trace_index::{
+    self, Chunk, Chunker, Entry, IndexWrite, Run, RunFilterBuilder, ENTRY_LEN,
+};
 use crate::{sqlite_err, StoreError};
 
 /// Shape of the index.
@@ -186,8 +188,37 @@ impl Compactor {
             }
             return Ok(true);
         }
+        if let Some(run) = self.unfiltered(conn, &runs)? {
+            let mut cursor = RunCursor::new(run.run_id);
+            let mut filter = RunFilterBuilder::new(run.entries.max(0) as usize);
+            while let Some(e) = cursor.next(conn)? {
+                filter.push(&e);
+            }
+            sink.write(vec![IndexWrite::Filter {
+                run_id: run.run_id,
+                filter: filter.finish(),
+            }])?;
+            return Ok(true);
+        }
         let covered_through = runs.iter().map(|r| r.last_block).max().unwrap_or(0);
         self.level0(conn, sink.as_ref(), tenant_id, covered_through)
+    }
+
+    /// A listed run without a filter (written before runs had them), if any.
+    fn unfiltered(&self, conn: &Connection, runs: &[Run]) -> Result<Option<Run>, StoreError> {
+        let mut stmt = conn
+            .prepare_cached("SELECT 1 FROM trace_run_filters WHERE run_id = ?1")
+            .map_err(|e| sqlite_err(conn, e))?;
+        for run in runs {
+            let has: Option<i64> = stmt
+                .query_row([run.run_id], |r| r.get(0))
+                .optional()
+                .map_err(|e| sqlite_err(conn, e))?;
+            if has.is_none() {
+                return Ok(Some(run.clone()));
+            }
+        }
+        Ok(None)
     }
 
     /// A level-0 run of the oldest blocks after `covered_through`, when there are enough.
@@ -229,8 +260,10 @@ impl Compactor {
         }
         entries.sort_unstable();
         let mut chunker = Chunker::default();
+        let mut filter = RunFilterBuilder::new(entries.len());
         for e in &entries {
             chunker.push(*e);
+            filter.push(e);
         }
         let run = Run {
             run_id: self.allocate(),
@@ -246,7 +279,7 @@ impl Compactor {
             },
             IndexWrite::Publish {
                 tenant_id,
-                run: Some(run),
+                run: Some((run, filter.finish())),
                 replaces: Vec::new(),
                 relabel: Vec::new(),
             },
@@ -272,6 +305,8 @@ impl Compactor {
             heads.push(c.next(conn)?);
         }
         let mut chunker = Chunker::default();
+        let mut filter =
+            RunFilterBuilder::new(inputs.iter().map(|r| r.entries.max(0) as usize).sum());
         let mut entries = 0i64;
         while let Some(i) = (0..heads.len())
             .filter(|&i| heads[i].is_some())
@@ -279,6 +314,7 @@ impl Compactor {
         {
             if let Some(e) = heads[i] {
                 chunker.push(e);
+                filter.push(&e);
                 entries += 1;
             }
             heads[i] = cursors[i].next(conn)?;
@@ -311,7 +347,7 @@ impl Compactor {
             },
             IndexWrite::Publish {
                 tenant_id,
-                run: Some(run),
+                run: Some((run, filter.finish())),
                 replaces: inputs.iter().map(|r| r.run_id).collect(),
                 relabel: Vec::new(),
             },

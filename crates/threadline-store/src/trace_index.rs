@@ -8,18 +8,29 @@
 //! into the next level, up to `MAX_RUN_ENTRIES`, so the number of runs grows with the
 //! logarithm of the store, then by one per `MAX_RUN_ENTRIES` traces.
 //!
+//! Each run has a Bloom filter of its trace ids (`trace_run_filters`, 10 bits a trace,
+//! written with its catalog row), which readers keep in memory once read (`RunFilters`,
+//! ≈ 1.25 bytes a stored trace): a lookup seeks only the runs whose filter may hold
+//! the id — about one for a known id, about none for an unknown one — instead of
+//! every run, so its page reads do not grow with the number of runs. (A cold page is
+//! a disk read: the runs' chunks were most of a first lookup's reads.) Runs listed
+//! before the filters existed get theirs from the compactor, and are sought until then.
+//!
 //! Tables: `trace_runs` (the catalog: tenant, level, the block range it covers, its
-//! entry count) and `trace_run_chunks` (run, first trace id, entries). A run exists
+//! entry count), `trace_run_chunks` (run, first trace id, entries) and
+//! `trace_run_filters` (run, filter). A run exists
 //! for readers once its catalog row does: its chunks are written first, in pieces, and
 //! a merge's inputs leave the catalog in the transaction that adds their output, their
 //! chunks being purged afterwards. Chunks without a catalog row are leftovers of a
 //! merge cut short, purged when the compactor starts.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use rusqlite::{params, Connection, OptionalExtension};
 use threadline_model::TraceId;
 
+use crate::bloom::{self, splitmix, Bloom};
 use crate::{sqlite_err, StoreError};
 
 /// Bytes of one entry: the trace id, then the block id big-endian (so entries sort
@@ -51,6 +62,101 @@ impl Entry {
     fn encode_into(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.trace_id);
         out.extend_from_slice(&self.block_id.to_be_bytes());
+    }
+}
+
+/// A trace id's hash in the runs' filters (fixed forever: filters are stored). Both
+/// halves count: some tracers leave the high half zero.
+pub(crate) fn id_hash(trace_id: &[u8; 16]) -> u64 {
+    let half = |b: &[u8]| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(b);
+        u64::from_le_bytes(w)
+    };
+    splitmix(half(&trace_id[..8]) ^ splitmix(half(&trace_id[8..])))
+}
+
+/// The filter of a run of at most `entries` entries, filled as they come.
+pub(crate) struct RunFilterBuilder {
+    bloom: Bloom,
+    last: Option<[u8; 16]>,
+}
+
+impl RunFilterBuilder {
+    pub(crate) fn new(entries: usize) -> Self {
+        Self {
+            bloom: Bloom::with_capacity(entries),
+            last: None,
+        }
+    }
+
+    /// Records an entry's trace (entries come sorted: a trace's entries are hashed once).
+    pub(crate) fn push(&mut self, entry: &Entry) {
+        if self.last != Some(entry.trace_id) {
+            self.bloom.insert(id_hash(&entry.trace_id));
+            self.last = Some(entry.trace_id);
+        }
+    }
+
+    pub(crate) fn finish(self) -> Vec<u8> {
+        self.bloom.into_bytes()
+    }
+}
+
+/// Run filters read so far, shared by the store's readers. A run's filter never changes,
+/// so it is read once per process; `None` is kept for a run that has none yet.
+#[derive(Default)]
+pub(crate) struct RunFilters {
+    loaded: Mutex<HashMap<i64, RunFilter>>,
+}
+
+struct RunFilter {
+    tenant_id: i64,
+    filter: Option<Arc<[u8]>>,
+}
+
+impl RunFilters {
+    /// Whether `run` may hold a trace hashed to `hash`: false only when its filter
+    /// rules it out.
+    fn may_hold(
+        &self,
+        conn: &Connection,
+        tenant_id: i64,
+        run: &Run,
+        listed: &[Run],
+        hash: u64,
+    ) -> Result<bool, StoreError> {
+        let cached = self
+            .loaded
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&run.run_id).map(|f| f.filter.clone()));
+        let filter = match cached {
+            // A run without a filter is asked again: the compactor may have written one.
+            Some(Some(filter)) => Some(filter),
+            _ => {
+                let stored: Option<Vec<u8>> = conn
+                    .prepare_cached("SELECT filter FROM trace_run_filters WHERE run_id = ?1")
+                    .and_then(|mut s| s.query_row([run.run_id], |r| r.get(0)).optional())
+                    .map_err(|e| sqlite_err(conn, e))?;
+                let filter: Option<Arc<[u8]>> = stored.map(Arc::from);
+                if let Ok(mut loaded) = self.loaded.lock() {
+                    // Runs merged away since are forgotten (their ids never come back).
+                    loaded.retain(|id, f| {
+                        f.tenant_id != tenant_id || listed.iter().any(|r| r.run_id == *id)
+                    });
+                    loaded.insert(
+                        run.run_id,
+                        RunFilter {
+                            tenant_id,
+                            filter: filter.clone(),
+                        },
+                    );
+                }
+                filter
+            }
+        };
+        Ok(filter.is_none_or(|f| bloom::may_contain(&f, hash)))
     }
 }
 
@@ -161,6 +267,7 @@ pub(crate) fn runs(conn: &Connection, tenant_id: i64) -> Result<Vec<Run>, StoreE
 /// last block the runs cover (blocks after it are in no run yet).
 pub(crate) fn indexed_blocks(
     conn: &Connection,
+    filters: &RunFilters,
     tenant_id: i64,
     ids: &[TraceId],
 ) -> Result<(HashMap<TraceId, Vec<u64>>, i64), StoreError> {
@@ -175,7 +282,11 @@ pub(crate) fn indexed_blocks(
     let mut found: HashMap<TraceId, Vec<u64>> = HashMap::new();
     for id in ids {
         let mut blocks = Vec::new();
+        let hash = id_hash(&id.0);
         for run in &runs {
+            if !filters.may_hold(conn, tenant_id, run, &runs, hash)? {
+                continue;
+            }
             let chunk: Option<Vec<u8>> = stmt
                 .query_row(params![run.run_id, &id.0[..]], |r| r.get(0))
                 .optional()
@@ -199,12 +310,19 @@ pub(crate) enum IndexWrite {
         run_id: i64,
         chunks: Vec<Chunk>,
     },
-    /// Lists `run` and unlists `replaces` (a merge's inputs), or relabels runs in place.
+    /// Lists `run` with its filter and unlists `replaces` (a merge's inputs, their
+    /// filters deleted), or relabels runs in place.
     Publish {
         tenant_id: i64,
-        run: Option<Run>,
+        run: Option<(Run, Vec<u8>)>,
         replaces: Vec<i64>,
         relabel: Vec<(i64, i64)>,
+    },
+    /// The filter of a listed run that had none (written before filters existed);
+    /// dropped if the run is no longer listed.
+    Filter {
+        run_id: i64,
+        filter: Vec<u8>,
     },
     /// Deletes up to `limit` chunks of each of `run_ids` (which no catalog row lists).
     Purge {
@@ -219,14 +337,17 @@ impl IndexWrite {
             IndexWrite::Chunks { chunks, .. } => {
                 chunks.iter().map(|c| c.entries.len() + 64).sum::<usize>()
             }
-            IndexWrite::Publish { .. } | IndexWrite::Purge { .. } => 256,
+            IndexWrite::Publish { run, .. } => 256 + run.as_ref().map_or(0, |(_, f)| f.len()),
+            IndexWrite::Filter { filter, .. } => 64 + filter.len(),
+            IndexWrite::Purge { .. } => 256,
         }
     }
 
     pub(crate) fn rows(&self) -> usize {
         match self {
             IndexWrite::Chunks { chunks, .. } => chunks.len(),
-            IndexWrite::Publish { replaces, .. } => 1 + replaces.len(),
+            IndexWrite::Publish { replaces, .. } => 2 + 2 * replaces.len(),
+            IndexWrite::Filter { .. } => 1,
             IndexWrite::Purge { run_ids, limit } => run_ids.len() * limit,
         }
     }
@@ -251,15 +372,22 @@ pub(crate) fn apply(tx: &Connection, write: &IndexWrite) -> rusqlite::Result<()>
             relabel,
         } => {
             let mut unlist = tx.prepare_cached("DELETE FROM trace_runs WHERE run_id = ?1")?;
+            let mut unfilter =
+                tx.prepare_cached("DELETE FROM trace_run_filters WHERE run_id = ?1")?;
             for id in replaces {
                 unlist.execute([id])?;
+                unfilter.execute([id])?;
             }
             let mut level =
                 tx.prepare_cached("UPDATE trace_runs SET level = ?2 WHERE run_id = ?1")?;
             for (id, to) in relabel {
                 level.execute([id, to])?;
             }
-            if let Some(run) = run {
+            if let Some((run, filter)) = run {
+                tx.prepare_cached(
+                    "INSERT OR REPLACE INTO trace_run_filters (run_id, filter) VALUES (?1, ?2)",
+                )?
+                .execute(params![run.run_id, filter])?;
                 tx.prepare_cached(
                     "INSERT INTO trace_runs (run_id, tenant_id, level, first_block, last_block,
                         entries) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -273,6 +401,14 @@ pub(crate) fn apply(tx: &Connection, write: &IndexWrite) -> rusqlite::Result<()>
                     run.entries
                 ])?;
             }
+            Ok(())
+        }
+        IndexWrite::Filter { run_id, filter } => {
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO trace_run_filters (run_id, filter)
+                 SELECT ?1, ?2 WHERE EXISTS (SELECT 1 FROM trace_runs WHERE run_id = ?1)",
+            )?
+            .execute(params![run_id, filter])?;
             Ok(())
         }
         IndexWrite::Purge { run_ids, limit } => {

@@ -159,3 +159,139 @@ fn lookups_stay_exact_while_runs_are_built_merged_and_purged() {
     settled(&store, tenant_id);
     check(&store);
 }
+
+/// Filters of the listed runs: (run id, filter) for every run of the tenant.
+fn run_filters(store: &SqliteStore, tenant_id: i64) -> Vec<(i64, Option<Vec<u8>>)> {
+    store
+        .with_reader(|conn| {
+            let runs = crate::trace_index::runs(conn, tenant_id)?;
+            Ok(runs
+                .iter()
+                .map(|r| {
+                    let filter = conn
+                        .query_row(
+                            "SELECT filter FROM trace_run_filters WHERE run_id = ?1",
+                            [r.run_id],
+                            |row| row.get(0),
+                        )
+                        .ok();
+                    (r.run_id, filter)
+                })
+                .collect())
+        })
+        .unwrap()
+}
+
+/// Every run gets a filter of its trace ids with its catalog row, a merged-away run's
+/// filter goes with it, a lookup seeks only the runs whose filter may hold the id, and
+/// runs listed before filters existed get theirs from the compactor (and are sought
+/// until then).
+#[test]
+fn lookups_seek_only_runs_whose_filter_may_hold_the_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = SqliteConfig {
+        trace_index: TraceIndexConfig {
+            level0_blocks: 4,
+            fanout: 2,
+            max_run_entries: 60,
+        },
+        ..SqliteConfig::default()
+    };
+    let store = SqliteStore::open(dir.path(), config.clone()).unwrap();
+    fill(&store, &acme(), 60);
+    let tenant_id = store
+        .with_reader(|conn| crate::query::tenant_key(conn, &acme()))
+        .unwrap()
+        .unwrap();
+    let runs = settled(&store, tenant_id);
+    assert!(runs.len() >= 3, "{runs:?}");
+    let filters = run_filters(&store, tenant_id);
+    assert!(filters.iter().all(|(_, f)| f.is_some()), "{filters:?}");
+    let stored: i64 = store
+        .with_reader(|conn| {
+            Ok(conn
+                .query_row("SELECT COUNT(*) FROM trace_run_filters", [], |r| r.get(0))
+                .unwrap())
+        })
+        .unwrap();
+    assert_eq!(
+        stored as usize,
+        filters.len(),
+        "merged-away runs keep no filter"
+    );
+    // Each run's filter holds the traces of its blocks.
+    for run in &runs {
+        let filter = &filters.iter().find(|(id, _)| *id == run.run_id).unwrap().1;
+        let filter = filter.as_ref().unwrap();
+        let block = run.first_block;
+        let ids: Vec<u8> = store
+            .with_reader(|conn| {
+                Ok(conn
+                    .query_row(
+                        "SELECT trace_ids FROM block_traces WHERE block_id = ?1",
+                        [block],
+                        |r| r.get(0),
+                    )
+                    .unwrap())
+            })
+            .unwrap();
+        for id in ids.chunks_exact(16) {
+            let id: [u8; 16] = id.try_into().unwrap();
+            let hash = crate::trace_index::id_hash(&id);
+            assert!(crate::bloom::may_contain(filter, hash));
+        }
+    }
+    let trace = trace_id(4);
+    assert_eq!(store.get_trace(&acme(), trace).unwrap().len(), 2);
+    drop(store);
+
+    // A filter that rules the trace out keeps its run from being sought: with the
+    // filters of every run emptied of bits, the trace is not found.
+    let db = dir.path().join(crate::DB_FILE_NAME);
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let zeroed: Vec<(i64, Vec<u8>)> = filters
+        .iter()
+        .map(|(id, f)| {
+            let mut empty = vec![0u8; f.as_ref().unwrap().len()];
+            empty[0] = f.as_ref().unwrap()[0];
+            (*id, empty)
+        })
+        .collect();
+    for (id, empty) in &zeroed {
+        conn.execute(
+            "UPDATE trace_run_filters SET filter = ?2 WHERE run_id = ?1",
+            rusqlite::params![id, empty],
+        )
+        .unwrap();
+    }
+    drop(conn);
+    let store = SqliteStore::open(dir.path(), config.clone()).unwrap();
+    assert!(store.get_trace(&acme(), trace).unwrap().is_empty());
+    drop(store);
+
+    // A store from before the filters: the runs are sought, and get their filters.
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute("DELETE FROM trace_run_filters", []).unwrap();
+    drop(conn);
+    let store = SqliteStore::open(dir.path(), config).unwrap();
+    assert_eq!(store.get_trace(&acme(), trace).unwrap().len(), 2);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while run_filters(&store, tenant_id)
+        .iter()
+        .any(|(_, f)| f.is_none())
+    {
+        assert!(Instant::now() < deadline, "the compactor wrote no filters");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for n in (0..180).step_by(5) {
+        assert_eq!(
+            store.get_trace(&acme(), trace_id(n)).unwrap().len(),
+            2,
+            "{n}"
+        );
+    }
+    assert!(store
+        .get_trace(&acme(), trace_id(5_000))
+        .unwrap()
+        .is_empty());
+}

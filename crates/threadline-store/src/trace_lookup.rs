@@ -2,14 +2,15 @@
 //! runs (`trace_index`) and the trace lists of the few newest blocks no run covers
 //! yet; then only those blocks' contiguous rowid ranges are read. Trace ids are
 //! random, so a B-tree index on them would cost one random page write per span on
-//! ingest; the runs are built off the writer's path instead. A lookup costs one seek
-//! per run, whatever the id, known or not.
+//! ingest; the runs are built off the writer's path instead. A lookup seeks the runs
+//! whose filter may hold the id (about one for a known id, about none for an unknown).
 
 use std::collections::HashMap;
 
 use rusqlite::{params, Connection, OptionalExtension};
 use threadline_model::TraceId;
 
+use crate::trace_index::RunFilters;
 use crate::{sqlite_err, trace_index, StoreError};
 
 /// Rows `first..=last` of the `spans` table, all from one block.
@@ -37,13 +38,15 @@ fn sorted_ids_contain(list: &[u8], id: &TraceId) -> bool {
 /// The row ranges that may hold spans of each of `trace_ids`, oldest block first.
 pub(crate) fn ranges_for(
     conn: &Connection,
+    filters: &RunFilters,
     tenant_id: i64,
     trace_ids: &[TraceId],
 ) -> Result<HashMap<TraceId, Vec<RowRange>>, StoreError> {
     let err = |e| sqlite_err(conn, e);
     // One read transaction: the compactor may swap runs between two statements.
     let tx = conn.unchecked_transaction().map_err(err)?;
-    let (mut blocks, covered_through) = trace_index::indexed_blocks(&tx, tenant_id, trace_ids)?;
+    let (mut blocks, covered_through) =
+        trace_index::indexed_blocks(&tx, filters, tenant_id, trace_ids)?;
     let mut tail = tx
         .prepare_cached(
             "SELECT block_id, trace_ids FROM block_traces
