@@ -45,9 +45,12 @@ impl Metric {
         Metric::Cost,
     ];
 
-    /// What anomaly detection watches.
-    pub const WATCHED: [Metric; 6] = [
+    /// What anomaly detection watches. The median is watched beside P99: a step that
+    /// adds the same time to every request (a slower tool or upstream call) moves the
+    /// median out of its narrow band well before it lifts a P99 out of its wide one.
+    pub const WATCHED: [Metric; 7] = [
         Metric::P99Latency,
+        Metric::P50Latency,
         Metric::ErrorRate,
         Metric::TtftP99,
         Metric::TokensPerS,

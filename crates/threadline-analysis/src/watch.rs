@@ -216,6 +216,9 @@ mod tests {
         assert_eq!(last.onset_minute, 40);
         let mut metrics: Vec<&str> = last.anomalies.iter().map(|a| a.metric.as_str()).collect();
         metrics.sort_unstable();
-        assert_eq!(metrics, ["kv_cache_hit_ratio", "p99_latency"]);
+        assert_eq!(
+            metrics,
+            ["kv_cache_hit_ratio", "p50_latency", "p99_latency"]
+        );
     }
 }

@@ -42,8 +42,9 @@ pub struct RcaTarget {
 }
 
 impl RcaTarget {
-    /// The incident's series (service and route, or model), first metric, onset and
-    /// window; the other metrics it moved are co-anomalies.
+    /// The incident's series (service and route, or model), first metric (P99 rather
+    /// than the median when both moved), onset and window; the other metrics it moved
+    /// are co-anomalies.
     pub fn of_incident(incident: &Incident) -> Self {
         let mut filter = vec![(Dimension::Service, incident.service.clone())];
         if incident.route.is_empty() {
@@ -51,7 +52,18 @@ impl RcaTarget {
         } else {
             filter.push((Dimension::Route, incident.route.clone()));
         }
-        let metric = incident.metric;
+        // The median opens first on a step that slows every request (its band is
+        // narrow), but when the tail moved too, its bad mass — requests slower than
+        // nearly all before — tells the slowed requests apart far better than
+        // "slower than the median" does, which half the requests always are.
+        let tail_moved = incident
+            .anomalies
+            .iter()
+            .any(|a| a.metric == Metric::P99Latency);
+        let metric = match incident.metric {
+            Metric::P50Latency if tail_moved => Metric::P99Latency,
+            first => first,
+        };
         let co_anomalies = incident
             .anomalies
             .iter()
