@@ -176,6 +176,33 @@ impl SeriesDetector {
         (median, sigma)
     }
 
+    /// The share of bad requests (errors, rejections) of the baseline's minutes before
+    /// `before_minute`, once the baseline is long enough to judge by.
+    pub fn baseline_share_before(&self, cfg: &DetectorConfig, before_minute: i64) -> Option<f64> {
+        (self.history.len() >= cfg.min_baseline).then(|| self.baseline_share(before_minute))
+    }
+
+    /// Opens an anomaly found by another test of this series (a slice of its requests
+    /// far worse than the rest, `slices`), unless one is open: from then on it closes
+    /// as one of its own does. The onset minute leaves the baseline.
+    pub fn open_found(&mut self, found: AnomalyOnset) -> Option<DetectorEvent> {
+        if self.active {
+            return None;
+        }
+        while self
+            .history
+            .back()
+            .is_some_and(|p| p.minute >= found.onset_minute)
+        {
+            self.history.pop_back();
+        }
+        self.pending.clear();
+        self.active = true;
+        self.last_bad_minute = found.detected_minute;
+        self.normal_streak = 0;
+        Some(DetectorEvent::Opened(found))
+    }
+
     /// Feeds one closed minute; minutes must come in time order.
     pub fn push(&mut self, cfg: &DetectorConfig, point: MinuteValue) -> Option<DetectorEvent> {
         if point.count < cfg.min_count || !point.value.is_finite() {

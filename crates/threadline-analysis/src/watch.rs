@@ -1,14 +1,16 @@
 //! The streaming watch of one tenant: each closed minute's rollup cells are merged per
 //! scope — a route's requests (its entry service + route, measured end to end), or
 //! the model calls of a service + model that no routed request carries — each watched
-//! metric of each scope feeds its detector, and anomalies that open on one scope close
-//! together in time become one incident.
+//! metric of each scope feeds its detector, its slices (instances, canary, A/B arms …)
+//! are tested for one that fails far more than it did (`slices`), and anomalies that
+//! open on one scope close together in time become one incident.
 
 use std::collections::{BTreeMap, HashMap};
 
 use crate::anomaly::{DetectorConfig, DetectorEvent, Incident, MinuteValue, SeriesDetector};
 use crate::metric::Metric;
 use crate::rollup::{Dimension, Level, RollupCell, SeriesKey};
+use crate::slices::{self, Slices};
 
 /// What anomalies are watched on: a request's entry service and route; a model call's
 /// service and model when it has no route. A model call with a route is not watched
@@ -35,6 +37,7 @@ pub struct Watch {
     detectors: HashMap<(SeriesKey, Metric), SeriesDetector>,
     /// Incidents still open or ended recently enough to take a new anomaly.
     recent: Vec<(SeriesKey, Incident)>,
+    slices: Slices,
 }
 
 impl Watch {
@@ -43,6 +46,7 @@ impl Watch {
             cfg,
             detectors: HashMap::new(),
             recent: Vec::new(),
+            slices: Slices::default(),
         }
     }
 
@@ -57,91 +61,51 @@ impl Watch {
         minute: i64,
         cells: impl IntoIterator<Item = (&'a SeriesKey, &'a RollupCell)>,
     ) -> Vec<Incident> {
-        let mut scopes: BTreeMap<SeriesKey, (RollupCell, BTreeMap<String, u64>)> = BTreeMap::new();
+        let mut scopes: BTreeMap<SeriesKey, ScopeMinute<'a>> = BTreeMap::new();
         for (key, cell) in cells {
             let Some(scope) = scope_of(key) else {
                 continue;
             };
-            let (merged, models) = scopes.entry(scope).or_default();
-            merged.merge(cell);
-            *models
+            let this = scopes.entry(scope).or_default();
+            this.merged.merge(cell);
+            *this
+                .models
                 .entry(key.get(Dimension::Model).to_owned())
                 .or_default() += cell.requests;
+            this.members.push((key, cell));
         }
         let mut changed: Vec<usize> = Vec::new();
-        for (scope, (cell, models)) in &scopes {
+        for (scope, this) in &scopes {
             for metric in Metric::WATCHED {
-                let Some(value) = metric.value(cell, 60.0) else {
+                let Some(value) = metric.value(&this.merged, 60.0) else {
                     continue;
                 };
                 let point = MinuteValue {
                     minute,
                     value,
-                    count: metric.support(cell),
+                    count: metric.support(&this.merged),
                 };
-                let detector = self
+                let event = self
                     .detectors
                     .entry((scope.clone(), metric))
-                    .or_insert_with(|| SeriesDetector::new(metric));
-                match detector.push(&self.cfg, point) {
-                    Some(DetectorEvent::Opened(anomaly)) => {
-                        let cfg = &self.cfg;
-                        let at = self
-                            .recent
-                            .iter()
-                            .position(|(s, i)| s == scope && i.takes(anomaly.onset_minute, cfg));
-                        let index = match at {
-                            Some(i) => {
-                                self.recent[i].1.attach(anomaly);
-                                i
-                            }
-                            None => {
-                                let model = models
-                                    .iter()
-                                    .max_by_key(|(_, n)| **n)
-                                    .map(|(m, _)| m.clone())
-                                    .unwrap_or_default();
-                                let id = format!(
-                                    "inc-{}-{:08x}",
-                                    anomaly.onset_minute,
-                                    digest(&scope.to_text())
-                                );
-                                let mut incident = Incident {
-                                    id,
-                                    service: scope.get(Dimension::Service).to_owned(),
-                                    route: scope.get(Dimension::Route).to_owned(),
-                                    model: if scope.get(Dimension::Model).is_empty() {
-                                        model
-                                    } else {
-                                        scope.get(Dimension::Model).to_owned()
-                                    },
-                                    onset_minute: anomaly.onset_minute,
-                                    detected_minute: anomaly.detected_minute,
-                                    end_minute: None,
-                                    metric: anomaly.metric,
-                                    anomalies: Vec::new(),
-                                    score: 0.0,
-                                    open: Vec::new(),
-                                };
-                                incident.attach(anomaly);
-                                self.recent.push((scope.clone(), incident));
-                                self.recent.len() - 1
-                            }
-                        };
-                        changed.push(index);
-                    }
-                    Some(DetectorEvent::Closed { last_minute }) => {
-                        if let Some(i) = self
-                            .recent
-                            .iter()
-                            .position(|(s, i)| s == scope && i.open.contains(&metric))
-                        {
-                            self.recent[i].1.close(metric, last_minute);
-                            changed.push(i);
-                        }
-                    }
-                    None => {}
-                }
+                    .or_insert_with(|| SeriesDetector::new(metric))
+                    .push(&self.cfg, point);
+                changed.extend(self.apply(scope, metric, event, &this.models));
+            }
+            // A slice of the scope's requests failing far more than the rest.
+            let errors = (scope.clone(), Metric::ErrorRate);
+            let share = self
+                .detectors
+                .get(&errors)
+                .and_then(|d| d.baseline_share_before(&self.cfg, minute - 1));
+            let split = slices::split(this.members.iter().copied(), minute);
+            if let Some(found) = self.slices.judge(&self.cfg, scope, split, share) {
+                let event = self
+                    .detectors
+                    .entry(errors)
+                    .or_insert_with(|| SeriesDetector::new(Metric::ErrorRate))
+                    .open_found(found);
+                changed.extend(self.apply(scope, Metric::ErrorRate, event, &this.models));
             }
         }
         changed.sort_unstable();
@@ -152,6 +116,81 @@ impl Watch {
             .retain(|(_, i)| i.end_minute.is_none_or(|end| minute - end <= keep));
         out
     }
+
+    /// Files a detector's event under its scope's incident (a new one, or the recent
+    /// one it joins). Returns the index of the incident it changed.
+    fn apply(
+        &mut self,
+        scope: &SeriesKey,
+        metric: Metric,
+        event: Option<DetectorEvent>,
+        models: &BTreeMap<String, u64>,
+    ) -> Option<usize> {
+        match event? {
+            DetectorEvent::Opened(anomaly) => {
+                let cfg = &self.cfg;
+                let at = self
+                    .recent
+                    .iter()
+                    .position(|(s, i)| s == scope && i.takes(anomaly.onset_minute, cfg));
+                match at {
+                    Some(i) => {
+                        self.recent[i].1.attach(anomaly);
+                        Some(i)
+                    }
+                    None => {
+                        let model = models
+                            .iter()
+                            .max_by_key(|(_, n)| **n)
+                            .map(|(m, _)| m.clone())
+                            .unwrap_or_default();
+                        let id = format!(
+                            "inc-{}-{:08x}",
+                            anomaly.onset_minute,
+                            digest(&scope.to_text())
+                        );
+                        let mut incident = Incident {
+                            id,
+                            service: scope.get(Dimension::Service).to_owned(),
+                            route: scope.get(Dimension::Route).to_owned(),
+                            model: if scope.get(Dimension::Model).is_empty() {
+                                model
+                            } else {
+                                scope.get(Dimension::Model).to_owned()
+                            },
+                            onset_minute: anomaly.onset_minute,
+                            detected_minute: anomaly.detected_minute,
+                            end_minute: None,
+                            metric: anomaly.metric,
+                            anomalies: Vec::new(),
+                            score: 0.0,
+                            open: Vec::new(),
+                        };
+                        incident.attach(anomaly);
+                        self.recent.push((scope.clone(), incident));
+                        Some(self.recent.len() - 1)
+                    }
+                }
+            }
+            DetectorEvent::Closed { last_minute } => {
+                let i = self
+                    .recent
+                    .iter()
+                    .position(|(s, i)| s == scope && i.open.contains(&metric))?;
+                self.recent[i].1.close(metric, last_minute);
+                Some(i)
+            }
+        }
+    }
+}
+
+/// One minute of one scope: its cells merged, requests per model, and the cells
+/// themselves (for its slices).
+#[derive(Default)]
+struct ScopeMinute<'a> {
+    merged: RollupCell,
+    models: BTreeMap<String, u64>,
+    members: Vec<(&'a SeriesKey, &'a RollupCell)>,
 }
 
 #[cfg(test)]
