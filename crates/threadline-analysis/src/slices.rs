@@ -5,8 +5,9 @@
 //! few dozen requests cannot tell from chance; the canary's own requests can.
 //!
 //! Each slice keeps the errors and requests of its last `window` normal minutes. A
-//! slice is failing when, over its last two minutes (each with an error), its errors
-//! are improbable under Poisson at its expected share — its own baseline share once it
+//! slice is failing when, over its last three minutes, each with an error (a fault
+//! persists; a burst of errors is a minute or two), its errors are improbable under
+//! Poisson at its expected share — its own baseline share once it
 //! has `OWN_BASELINE` requests of history, else the scope's — at the detector's α
 //! divided by the number of slices tested (the scope's minute tests them all), and its
 //! share is at least `MIN_SLICE_CHANGE` above that expectation. The scope's error-rate
@@ -47,7 +48,8 @@ pub(crate) struct SliceMinute {
 #[derive(Default)]
 struct SliceState {
     history: VecDeque<SliceMinute>,
-    last: Option<SliceMinute>,
+    /// The last two minutes judged, oldest first.
+    last: [Option<SliceMinute>; 2],
 }
 
 impl SliceState {
@@ -114,13 +116,19 @@ impl Slices {
         for ((dim, value), now) in minute {
             let key = (scope.clone(), dim, value);
             let state = self.state.entry(key.clone()).or_default();
-            let prev = state.last.filter(|p| p.minute == now.minute - 1);
-            state.last = Some(now);
+            // The two minutes before this one, if the slice had requests in both.
+            let before = match state.last {
+                [Some(a), Some(b)] if a.minute == now.minute - 2 && b.minute == now.minute - 1 => {
+                    Some([a, b])
+                }
+                _ => None,
+            };
+            state.last = [state.last[1], Some(now)];
             let expected = state.share().or(scope_share);
-            let found = match (prev, expected) {
-                (Some(prev), Some(p0)) if prev.errors > 0 && now.errors > 0 => {
-                    let errors = prev.errors + now.errors;
-                    let requests = prev.requests + now.requests;
+            let found = match (before, expected) {
+                (Some(before), Some(p0)) if before.iter().chain([&now]).all(|m| m.errors > 0) => {
+                    let errors = before.iter().map(|m| m.errors).sum::<u64>() + now.errors;
+                    let requests = before.iter().map(|m| m.requests).sum::<u64>() + now.requests;
                     let share = errors as f64 / requests.max(1) as f64;
                     let surprise = crate::tails::poisson_tail(errors, p0 * requests as f64);
                     (share - p0 >= MIN_SLICE_CHANGE && surprise < alpha).then(|| {
@@ -129,7 +137,7 @@ impl Slices {
                             surprise,
                             AnomalyOnset {
                                 metric: Metric::ErrorRate,
-                                onset_minute: prev.minute,
+                                onset_minute: before[0].minute,
                                 detected_minute: now.minute,
                                 baseline: p0,
                                 observed: share,
@@ -190,7 +198,7 @@ mod tests {
     }
 
     /// A canary on 12% of 45 requests a minute failing a third of them is found in
-    /// its second minute; the route's own share (+4 points) is inside its noise.
+    /// its third minute; the route's own share (+4 points) is inside its noise.
     #[test]
     fn a_new_canary_failing_a_third_of_its_requests_is_found_in_two_minutes() {
         let cfg = DetectorConfig::default();
@@ -212,7 +220,7 @@ mod tests {
             assert_eq!(got, None, "minute {m}");
         }
         let mut found = None;
-        for m in 60..63 {
+        for m in 60..64 {
             found = found.or(slices.judge(
                 &cfg,
                 &scope(),
@@ -228,7 +236,7 @@ mod tests {
             ));
         }
         let found = found.expect("the canary");
-        assert_eq!((found.onset_minute, found.detected_minute), (60, 61));
+        assert_eq!((found.onset_minute, found.detected_minute), (60, 62));
         assert_eq!(found.metric, Metric::ErrorRate);
     }
 
