@@ -82,17 +82,22 @@ fn settled(store: &SqliteStore, tenant_id: i64) -> Vec<crate::trace_index::Run> 
     }
 }
 
-#[test]
-fn lookups_stay_exact_while_runs_are_built_merged_and_purged() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = SqliteConfig {
+/// Runs of 4 blocks merged two at a time up to 60 entries: many runs and levels soon.
+fn small_runs() -> SqliteConfig {
+    SqliteConfig {
         trace_index: TraceIndexConfig {
             level0_blocks: 4,
             fanout: 2,
             max_run_entries: 60,
         },
         ..SqliteConfig::default()
-    };
+    }
+}
+
+#[test]
+fn lookups_stay_exact_while_runs_are_built_merged_and_purged() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_runs();
     let store = SqliteStore::open(dir.path(), config.clone()).unwrap();
     let other = TenantId::new("other").unwrap();
     fill(&store, &acme(), 90);
@@ -189,14 +194,7 @@ fn run_filters(store: &SqliteStore, tenant_id: i64) -> Vec<(i64, Option<Vec<u8>>
 #[test]
 fn lookups_seek_only_runs_whose_filter_may_hold_the_trace() {
     let dir = tempfile::tempdir().unwrap();
-    let config = SqliteConfig {
-        trace_index: TraceIndexConfig {
-            level0_blocks: 4,
-            fanout: 2,
-            max_run_entries: 60,
-        },
-        ..SqliteConfig::default()
-    };
+    let config = small_runs();
     let store = SqliteStore::open(dir.path(), config.clone()).unwrap();
     fill(&store, &acme(), 60);
     let tenant_id = store
