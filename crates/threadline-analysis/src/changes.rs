@@ -83,7 +83,10 @@ fn path(next: &HashMap<&NodeId, Vec<&NodeId>>, from: &NodeId, to: &NodeId) -> Ve
     Vec::new()
 }
 
-/// Attribute values downstream of `from` (excluding itself), nearest first.
+/// The first attribute values downstream of `from` (excluding itself), nearest first:
+/// what it produced (a run → its adapter; a drifted dataset version → the adapter
+/// trained on it), not what serves those in turn (the adapter's instances, which
+/// serve other things too and would lend a run their own contrast).
 fn feeds(next: &HashMap<&NodeId, Vec<&NodeId>>, from: &NodeId) -> Vec<(Dimension, String)> {
     let mut out = Vec::new();
     let mut queue = VecDeque::from([from]);
@@ -94,6 +97,7 @@ fn feeds(next: &HashMap<&NodeId, Vec<&NodeId>>, from: &NodeId) -> Vec<(Dimension
                 if a.0 != Dimension::Route && !out.contains(&a) {
                     out.push(a);
                 }
+                continue;
             }
         }
         for m in next.get(n).into_iter().flatten() {
@@ -276,7 +280,10 @@ mod tests {
                 "route:/v1/chat"
             ]
         );
-        assert_eq!(changes[2].feeds[0], (Dimension::Adapter, "fin@7".into()));
+        // A run and a drifted dataset feed the adapter trained from them, not the
+        // instance serving it.
+        assert_eq!(changes[1].feeds, [(Dimension::Adapter, "fin@7".into())]);
+        assert_eq!(changes[2].feeds, [(Dimension::Adapter, "fin@7".into())]);
         assert_eq!(
             attribute_of(&"prompt:chat@v3".parse().unwrap()),
             Some((Dimension::PromptVersion, "v3".into()))
