@@ -111,11 +111,9 @@ impl Slices {
         scope_share: Option<f64>,
     ) -> Option<AnomalyOnset> {
         let alpha = crate::tails::normal_tail(cfg.sensitivity) / minute.len().max(1) as f64;
-        let mut worst: Option<(f64, AnomalyOnset, (Dimension, String))> = None;
-        let mut judged = Vec::with_capacity(minute.len());
+        let mut worst: Option<(f64, AnomalyOnset)> = None;
         for ((dim, value), now) in minute {
-            let key = (scope.clone(), dim, value);
-            let state = self.state.entry(key.clone()).or_default();
+            let state = self.state.entry((scope.clone(), dim, value)).or_default();
             // The two minutes before this one, if the slice had requests in both.
             let before = match state.last {
                 [Some(a), Some(b)] if a.minute == now.minute - 2 && b.minute == now.minute - 1 => {
@@ -150,20 +148,15 @@ impl Slices {
             };
             match found {
                 Some((surprise, onset)) => {
-                    if worst.as_ref().is_none_or(|(s, _, _)| surprise < *s) {
-                        worst = Some((surprise, onset, (key.1, key.2.clone())));
+                    if worst.as_ref().is_none_or(|(s, _)| surprise < *s) {
+                        worst = Some((surprise, onset));
                     }
                 }
-                None => judged.push((key, now)),
+                // A failing slice's minutes stay out of its baseline; the others' go in.
+                None => state.remember(cfg.window, now),
             }
         }
-        // A failing slice's minutes stay out of its baseline; the others' go in.
-        for (key, now) in judged {
-            if let Some(state) = self.state.get_mut(&key) {
-                state.remember(cfg.window, now);
-            }
-        }
-        worst.map(|(_, onset, _)| onset)
+        worst.map(|(_, onset)| onset)
     }
 }
 
