@@ -188,7 +188,7 @@ impl Compactor {
             }
             return Ok(true);
         }
-        if let Some(run) = self.unfiltered(conn, &runs)? {
+        if let Some(run) = self.unfiltered(conn, tenant_id, &runs)? {
             let mut cursor = RunCursor::new(run.run_id);
             let mut filter = RunFilterBuilder::new(run.entries.max(0) as usize);
             while let Some(e) = cursor.next(conn)? {
@@ -205,20 +205,20 @@ impl Compactor {
     }
 
     /// A listed run without a filter (written before runs had them), if any.
-    fn unfiltered(&self, conn: &Connection, runs: &[Run]) -> Result<Option<Run>, StoreError> {
-        let mut stmt = conn
-            .prepare_cached("SELECT 1 FROM trace_run_filters WHERE run_id = ?1")
+    fn unfiltered(
+        &self,
+        conn: &Connection,
+        tenant_id: i64,
+        runs: &[Run],
+    ) -> Result<Option<Run>, StoreError> {
+        let run_id: Option<i64> = conn
+            .prepare_cached(
+                "SELECT r.run_id FROM trace_runs AS r WHERE r.tenant_id = ?1 AND NOT EXISTS
+                    (SELECT 1 FROM trace_run_filters AS f WHERE f.run_id = r.run_id) LIMIT 1",
+            )
+            .and_then(|mut s| s.query_row([tenant_id], |r| r.get(0)).optional())
             .map_err(|e| sqlite_err(conn, e))?;
-        for run in runs {
-            let has: Option<i64> = stmt
-                .query_row([run.run_id], |r| r.get(0))
-                .optional()
-                .map_err(|e| sqlite_err(conn, e))?;
-            if has.is_none() {
-                return Ok(Some(run.clone()));
-            }
-        }
-        Ok(None)
+        Ok(run_id.and_then(|id| runs.iter().find(|r| r.run_id == id).cloned()))
     }
 
     /// A level-0 run of the oldest blocks after `covered_through`, when there are enough.
