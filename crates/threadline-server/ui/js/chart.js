@@ -60,6 +60,7 @@ export function Chart({ title, unit, series, bands = [], marker, height = 180 })
 function fmtAxis(v, unit) {
   if (unit === 'ratio') return `${Number((v * 100).toPrecision(3))}%`;
   if (unit === 'USD') return `$${Number(v.toPrecision(3))}`;
-  if (Math.abs(v) >= 1000) return `${(v / 1000).toFixed(1)}k`;
-  return v < 10 ? v.toFixed(2) : v.toFixed(0);
+  // Three significant digits: ticks 0.008 / 0.012 or 1.25k / 1.5k stay apart.
+  if (Math.abs(v) >= 1000) return `${Number((v / 1000).toPrecision(3))}k`;
+  return Math.abs(v) < 10 ? `${Number(v.toPrecision(3))}` : v.toFixed(0);
 }
