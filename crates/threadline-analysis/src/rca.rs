@@ -7,7 +7,10 @@
 //!   `recall = bad(v) / bad(all)` and `lift = (bad(v)/n(v)) / (bad(all)/n(all))`.
 //!   Bad mass: requests above the baseline quantile (latency, TTFT), errors,
 //!   rejections, the KV-hit deficit against the baseline ratio, the generation-time
-//!   excess against the baseline tokens/s.
+//!   excess against the baseline tokens/s. The value with the highest `C` leads; a
+//!   value of another dimension whose requests hold the leader's and more (an image
+//!   on two instances, one of which fails) keeps its `C` only in the proportion of
+//!   how bad its requests outside the leader are against the leader's own.
 //! - **Proximity `P`** (per change upstream of the affected series in the lineage
 //!   graph — adapter / image / model first bound to an instance, prompt version first
 //!   used, OpenLineage run completed, dataset version with drift):
@@ -399,14 +402,22 @@ fn contrasts(input: &RcaInput<'_>, scope: &Scope) -> BTreeMap<(Dimension, String
     out
 }
 
-/// A value that took over the traffic is only as good a cause as the window lets it
-/// be. When the bad requests concentrate on a value of another dimension (an adapter
-/// on half the instances), a value that arrived everywhere (an image on all of them)
-/// is judged on its requests without that value: what it explains beyond it. And when
-/// the added time went into spans that are no model call (a retriever), a model
-/// call's own attributes (prompt, adapter, image …) explain it only by the model
-/// calls' share of it.
-fn discount_before_after(
+/// Judges every value against the leader: the value whose within-window contrast is
+/// highest, once it is high enough to lead.
+///
+/// - A value whose requests hold (nearly) all of the leader's and more — an image on
+///   two instances, one of which fails — is a less specific cause than the leader,
+///   unless its requests outside the leader went bad too (an adapter on two instances
+///   whose bad requests happen to gather on one). Its within-window contrast is kept
+///   in the proportion of how bad those other requests are against the leader's own.
+/// - A value that took over the traffic is only as good a cause as the window lets it
+///   be. When the bad requests concentrate on a value of another dimension (an adapter
+///   on half the instances), a value that arrived everywhere (an image on all of them)
+///   is judged on its requests without that value: what it explains beyond it. And
+///   when the added time went into spans that are no model call (a retriever), a model
+///   call's own attributes (prompt, adapter, image …) explain it only by the model
+///   calls' share of it.
+fn judge_against_leader(
     input: &RcaInput<'_>,
     scope: &Scope,
     time_went: &TimeWent,
@@ -424,30 +435,57 @@ fn discount_before_after(
         ..
     } = scope;
     let (bad_all, rate_before) = (*bad_all, *rate_before);
+    // (bad, total) mass of the window's requests that pass `keep`.
+    let mass = |keep: &dyn Fn(&SeriesKey) -> bool| {
+        input
+            .window
+            .iter()
+            .filter(|(k, _)| keep(k))
+            .map(|(_, cell)| bad_mass(input.metric, cell, base_all))
+            .fold((0.0, 0.0), |(b, t), (x, y)| (b + x, t + y))
+    };
+    let rate = |(bad, total): (f64, f64)| if total > 0.0 { bad / total } else { 0.0 };
     let call_share = time_went.model_call_share();
+    let leader_mass = leader
+        .as_ref()
+        .map(|(d, v)| mass(&|k: &SeriesKey| k.get(*d) == v));
     for ((dim, value), c) in contrasts.iter_mut() {
+        if let (Some((lead_dim, lead_value)), Some(lead)) = (&leader, leader_mass) {
+            if lead_dim != dim {
+                let in_value = mass(&|k: &SeriesKey| k.get(*dim) == value);
+                let both =
+                    mass(&|k: &SeriesKey| k.get(*dim) == value && k.get(*lead_dim) == lead_value);
+                let holds_leader = lead.1 > 0.0 && both.1 >= CO_MOVING * lead.1;
+                let wider = lead.1 < CO_MOVING * in_value.1;
+                if holds_leader && wider && c.score > 0.0 {
+                    let outside = (in_value.0 - both.0, in_value.1 - both.1);
+                    let lead_excess = rate(lead) - rate_before;
+                    let kept = if lead_excess > 0.0 {
+                        ((rate(outside) - rate_before) / lead_excess).clamp(0.0, 1.0)
+                    } else {
+                        1.0
+                    };
+                    c.score *= kept;
+                }
+                if c.before_after > 0.0 {
+                    // The value's requests that do not carry the leading value.
+                    let (bad, total) = mass(&|k: &SeriesKey| {
+                        k.get(*dim) == value && k.get(*lead_dim) != lead_value
+                    });
+                    let rate = if total > 0.0 { bad / total } else { 0.0 };
+                    let recall = if bad_all > 0.0 { bad / bad_all } else { 0.0 };
+                    let excess = if rate > rate_before {
+                        1.0 - rate_before / rate
+                    } else {
+                        0.0
+                    };
+                    let gained = (c.share_window - c.share_baseline).max(0.0);
+                    c.before_after = (gained * recall * excess).clamp(0.0, 1.0);
+                }
+            }
+        }
         if c.before_after <= 0.0 {
             continue;
-        }
-        if let Some((lead_dim, lead_value)) = &leader {
-            if lead_dim != dim {
-                // The value's requests that do not carry the leading value.
-                let (bad, total) = input
-                    .window
-                    .iter()
-                    .filter(|(k, _)| k.get(*dim) == value && k.get(*lead_dim) != lead_value)
-                    .map(|(_, cell)| bad_mass(input.metric, cell, base_all))
-                    .fold((0.0, 0.0), |(b, t), (x, y)| (b + x, t + y));
-                let rate = if total > 0.0 { bad / total } else { 0.0 };
-                let recall = if bad_all > 0.0 { bad / bad_all } else { 0.0 };
-                let excess = if rate > rate_before {
-                    1.0 - rate_before / rate
-                } else {
-                    0.0
-                };
-                let gained = (c.share_window - c.share_baseline).max(0.0);
-                c.before_after = (gained * recall * excess).clamp(0.0, 1.0);
-            }
         }
         c.before_after *= c.healthy_before;
         if CALL_DIMENSIONS.contains(dim) {
@@ -485,7 +523,7 @@ fn healthy_before(
 }
 
 /// The within-window contrast above which a value leads: other values are then judged
-/// without its requests.
+/// against it (`judge_against_leader`).
 const LEADS: f64 = 0.2;
 
 /// The rejection reason behind most rejections in the window, if any.
@@ -600,7 +638,7 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
     let time_went = TimeWent::of(input);
     let scope = Scope::of(input);
     let mut contrasts = contrasts(input, &scope);
-    discount_before_after(input, &scope, &time_went, &mut contrasts);
+    judge_against_leader(input, &scope, &time_went, &mut contrasts);
     let dominant = dominant_rejection(input.window);
     let mut out: Vec<Candidate> = Vec::new();
     let mut explained: std::collections::HashSet<(Dimension, String)> = Default::default();
@@ -928,6 +966,88 @@ mod tests {
             folded.contains(&"instance=i-3") && folded.contains(&"instance=i-4"),
             "{folded:?}"
         );
+    }
+
+    fn with_errors(mut c: RollupCell, errors: u64) -> RollupCell {
+        c.errors = errors;
+        c
+    }
+
+    #[test]
+    fn a_failing_instance_inside_a_wider_rollout_is_blamed_before_the_rollout() {
+        // A harmless image went to i-1 and i-3 three minutes before i-3 began failing:
+        // the image holds every bad request, but its other requests (i-1) are healthy.
+        let baseline: Vec<_> = ["i-1", "i-2", "i-3"]
+            .iter()
+            .map(|i| {
+                (
+                    key(i, "", "", "img:1"),
+                    with_errors(cell(500.0, 300, 0.8), 1),
+                )
+            })
+            .collect();
+        let window = vec![
+            (
+                key("i-1", "", "", "img:2"),
+                with_errors(cell(500.0, 100, 0.8), 0),
+            ),
+            (
+                key("i-2", "", "", "img:1"),
+                with_errors(cell(500.0, 100, 0.8), 0),
+            ),
+            (
+                key("i-3", "", "", "img:2"),
+                with_errors(cell(500.0, 100, 0.8), 25),
+            ),
+        ];
+        let image = change(
+            "image_rollout",
+            "image:img:2",
+            97,
+            (Dimension::Image, "img:2"),
+        );
+        let ranked = rank_at_onset(Metric::ErrorRate, vec![], &baseline, &window, vec![image]);
+        assert_eq!(ranked[0].subject, "instance=i-3", "{ranked:#?}");
+        let image = ranked.iter().find(|c| c.subject == "image:img:2").unwrap();
+        assert_eq!(image.contrast, 0.0, "{image:#?}");
+    }
+
+    #[test]
+    fn a_rollout_whose_bad_requests_gather_on_one_instance_keeps_its_contrast() {
+        // An adapter hot-swapped onto i-1 and i-2 fails on both, more on i-1 by chance:
+        // i-1 leads the contrast, but the adapter's requests outside it went bad too.
+        let baseline: Vec<_> = ["i-1", "i-2", "i-3"]
+            .iter()
+            .map(|i| {
+                (
+                    key(i, "fin@6", "", ""),
+                    with_errors(cell(500.0, 300, 0.8), 1),
+                )
+            })
+            .collect();
+        let window = vec![
+            (
+                key("i-1", "fin@7", "", ""),
+                with_errors(cell(500.0, 100, 0.8), 30),
+            ),
+            (
+                key("i-2", "fin@7", "", ""),
+                with_errors(cell(500.0, 100, 0.8), 18),
+            ),
+            (
+                key("i-3", "fin@6", "", ""),
+                with_errors(cell(500.0, 100, 0.8), 0),
+            ),
+        ];
+        let adapter = change(
+            "adapter_rollout",
+            "adapter:fin@7",
+            99,
+            (Dimension::Adapter, "fin@7"),
+        );
+        let ranked = rank_at_onset(Metric::ErrorRate, vec![], &baseline, &window, vec![adapter]);
+        assert_eq!(ranked[0].subject, "adapter:fin@7", "{ranked:#?}");
+        assert!(ranked[0].contrast > 0.3, "{:#?}", ranked[0]);
     }
 
     #[test]
