@@ -5,13 +5,19 @@
 //! few dozen requests cannot tell from chance; the canary's own requests can.
 //!
 //! Each slice keeps the errors and requests of its last `window` normal minutes. A
-//! slice is failing when, over its last three minutes, each with an error (a fault
-//! persists; a burst of errors is a minute or two), its errors are improbable under
-//! Poisson at its expected share — its own baseline share once it
-//! has `OWN_BASELINE` requests of history, else the scope's — at the detector's α
-//! divided by the number of slices tested (the scope's minute tests them all), and its
-//! share is at least `MIN_SLICE_CHANGE` above that expectation. The scope's error-rate
-//! detector then opens an anomaly with the slice's first minute as onset.
+//! slice is failing when its errors are improbable under Poisson at its expected
+//! share — its own baseline share once it has `OWN_BASELINE` requests of history, else
+//! the scope's — at the detector's α divided by the number of slices tested (the
+//! scope's minute tests them all; the slices that hold all of its requests, its one
+//! model or image, are one test), and its share is at least `MIN_SLICE_CHANGE` above
+//! that expectation, over either
+//!
+//! - its last two minutes, each improbable on its own at √α (a burst of errors is one
+//!   minute, so two such minutes in a row are a fault), or
+//! - its last three minutes, each with an error: weaker minutes that add up.
+//!
+//! The scope's error-rate detector then opens an anomaly with the slice's first minute
+//! as onset.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -47,9 +53,13 @@ pub(crate) struct SliceMinute {
 
 #[derive(Default)]
 struct SliceState {
+    /// Minutes judged normal, which no window can hold any more.
     history: VecDeque<SliceMinute>,
-    /// The last two minutes judged, oldest first.
-    last: [Option<SliceMinute>; 2],
+    /// The last two minutes judged, oldest first, each with whether a failing window
+    /// held it. They join the history once no window can hold them, unless one did:
+    /// a fault's first minutes, judged before it showed, must not raise the share its
+    /// next minutes are held to.
+    last: [Option<(SliceMinute, bool)>; 2],
 }
 
 impl SliceState {
@@ -61,11 +71,32 @@ impl SliceState {
         (requests >= OWN_BASELINE).then(|| (errors as f64).max(0.5) / requests as f64)
     }
 
-    fn remember(&mut self, window: usize, minute: SliceMinute) {
-        self.history.push_back(minute);
-        while self.history.len() > window {
-            self.history.pop_front();
+    /// The minute before `now` and the one before that, if the slice had requests in
+    /// them.
+    fn before(&self, now: &SliceMinute) -> [Option<SliceMinute>; 2] {
+        let at = |i: usize, back: i64| {
+            self.last[i]
+                .map(|(m, _)| m)
+                .filter(|m| m.minute == now.minute - back)
+        };
+        [at(0, 2), at(1, 1)]
+    }
+
+    /// Takes `now` in as the last minute judged, `failing` if a failing window held it
+    /// (and so the minutes before it).
+    fn push(&mut self, window: usize, now: SliceMinute, failing: bool) {
+        if failing {
+            for (_, held) in self.last.iter_mut().flatten() {
+                *held = true;
+            }
         }
+        if let Some((oldest, false)) = self.last[0] {
+            self.history.push_back(oldest);
+            while self.history.len() > window {
+                self.history.pop_front();
+            }
+        }
+        self.last = [self.last[1], Some((now, failing))];
     }
 }
 
@@ -76,21 +107,46 @@ pub(crate) struct Slices {
 }
 
 /// A scope's minute, split by slice.
+#[derive(Default)]
+pub(crate) struct SplitMinute {
+    /// The scope's requests in the minute.
+    requests: u64,
+    slices: BTreeMap<(Dimension, String), SliceMinute>,
+}
+
+impl SplitMinute {
+    /// Tests the minute makes: one per slice, the slices that hold every request of the
+    /// scope (its one model, image …) being one and the same test.
+    fn tests(&self) -> usize {
+        let partial = self
+            .slices
+            .values()
+            .filter(|m| m.requests < self.requests)
+            .count();
+        partial + usize::from(partial < self.slices.len())
+    }
+}
+
+/// Splits a scope's minute by slice.
 pub(crate) fn split<'a>(
     cells: impl IntoIterator<Item = (&'a SeriesKey, &'a RollupCell)>,
     minute: i64,
-) -> BTreeMap<(Dimension, String), SliceMinute> {
-    let mut out: BTreeMap<(Dimension, String), SliceMinute> = BTreeMap::new();
+) -> SplitMinute {
+    let mut out = SplitMinute::default();
     for (key, cell) in cells {
+        out.requests += cell.requests;
         for dim in SLICED {
             let value = key.get(dim);
             if value.is_empty() {
                 continue;
             }
-            let slice = out.entry((dim, value.to_owned())).or_insert(SliceMinute {
-                minute,
-                ..SliceMinute::default()
-            });
+            let slice = out
+                .slices
+                .entry((dim, value.to_owned()))
+                .or_insert(SliceMinute {
+                    minute,
+                    ..SliceMinute::default()
+                });
             slice.errors += cell.errors;
             slice.requests += cell.requests;
         }
@@ -98,62 +154,78 @@ pub(crate) fn split<'a>(
     out
 }
 
+/// Whether consecutive minutes of a slice hold improbably many errors at its expected
+/// share `p0`: each minute has an error (a fault persists; a burst of errors is a
+/// minute), their errors together are improbable under Poisson at `alpha`, and their
+/// share is at least `MIN_SLICE_CHANGE` above `p0`. With `each_out`, every minute must
+/// also be improbable on its own at √`alpha` (two such independent minutes: `alpha`
+/// together), which lets two minutes suffice. Returns (surprise, anomaly).
+fn failing(
+    minutes: &[SliceMinute],
+    p0: f64,
+    alpha: f64,
+    each_out: bool,
+) -> Option<(f64, AnomalyOnset)> {
+    let (first, last) = (minutes.first()?, minutes.last()?);
+    let out = |m: &SliceMinute| {
+        m.errors > 0
+            && (!each_out
+                || crate::tails::poisson_tail(m.errors, p0 * m.requests as f64) < alpha.sqrt())
+    };
+    if !minutes.iter().all(out) {
+        return None;
+    }
+    let errors = minutes.iter().map(|m| m.errors).sum::<u64>();
+    let requests = minutes.iter().map(|m| m.requests).sum::<u64>();
+    let share = errors as f64 / requests.max(1) as f64;
+    let surprise = crate::tails::poisson_tail(errors, p0 * requests as f64);
+    (share - p0 >= MIN_SLICE_CHANGE && surprise < alpha).then(|| {
+        let sigma = (p0 * (1.0 - p0) / requests as f64).sqrt().max(1e-9);
+        (
+            surprise,
+            AnomalyOnset {
+                metric: Metric::ErrorRate,
+                onset_minute: first.minute,
+                detected_minute: last.minute,
+                baseline: p0,
+                observed: share,
+                score: (share - p0) / sigma,
+            },
+        )
+    })
+}
+
 impl Slices {
     /// Judges one minute of a scope's slices against `scope_share` (the scope's
     /// baseline error share, `None` while its baseline is short). Returns the anomaly
     /// of the most surprising failing slice, if any; the other slices' minutes go into
-    /// their baselines.
+    /// their baselines once no window can hold them.
     pub(crate) fn judge(
         &mut self,
         cfg: &DetectorConfig,
         scope: &SeriesKey,
-        minute: BTreeMap<(Dimension, String), SliceMinute>,
+        minute: SplitMinute,
         scope_share: Option<f64>,
     ) -> Option<AnomalyOnset> {
-        let alpha = crate::tails::normal_tail(cfg.sensitivity) / minute.len().max(1) as f64;
+        let alpha = crate::tails::normal_tail(cfg.sensitivity) / minute.tests().max(1) as f64;
         let mut worst: Option<(f64, AnomalyOnset)> = None;
-        for ((dim, value), now) in minute {
+        for ((dim, value), now) in minute.slices {
             let state = self.state.entry((scope.clone(), dim, value)).or_default();
-            // The two minutes before this one, if the slice had requests in both.
-            let before = match state.last {
-                [Some(a), Some(b)] if a.minute == now.minute - 2 && b.minute == now.minute - 1 => {
-                    Some([a, b])
-                }
-                _ => None,
-            };
-            state.last = [state.last[1], Some(now)];
             let expected = state.share().or(scope_share);
-            let found = match (before, expected) {
-                (Some(before), Some(p0)) if before.iter().chain([&now]).all(|m| m.errors > 0) => {
-                    let errors = before.iter().map(|m| m.errors).sum::<u64>() + now.errors;
-                    let requests = before.iter().map(|m| m.requests).sum::<u64>() + now.requests;
-                    let share = errors as f64 / requests.max(1) as f64;
-                    let surprise = crate::tails::poisson_tail(errors, p0 * requests as f64);
-                    (share - p0 >= MIN_SLICE_CHANGE && surprise < alpha).then(|| {
-                        let sigma = (p0 * (1.0 - p0) / requests as f64).sqrt().max(1e-9);
-                        (
-                            surprise,
-                            AnomalyOnset {
-                                metric: Metric::ErrorRate,
-                                onset_minute: before[0].minute,
-                                detected_minute: now.minute,
-                                baseline: p0,
-                                observed: share,
-                                score: (share - p0) / sigma,
-                            },
-                        )
-                    })
+            let found = expected.and_then(|p0| {
+                // Two minutes each improbable on their own open at once; three minutes
+                // each with an error open on their errors together.
+                match state.before(&now) {
+                    [a, Some(b)] => failing(&[b, now], p0, alpha, true)
+                        .or_else(|| a.and_then(|a| failing(&[a, b, now], p0, alpha, false))),
+                    _ => None,
                 }
-                _ => None,
-            };
-            match found {
-                Some((surprise, onset)) => {
-                    if worst.as_ref().is_none_or(|(s, _)| surprise < *s) {
-                        worst = Some((surprise, onset));
-                    }
+            });
+            state.push(cfg.window, now, found.is_some());
+            if let Some((surprise, onset)) = found {
+                if worst.as_ref().is_none_or(|(s, _)| surprise < *s) {
+                    worst = Some((surprise, onset));
                 }
-                // A failing slice's minutes stay out of its baseline; the others' go in.
-                None => state.remember(cfg.window, now),
             }
         }
         worst.map(|(_, onset)| onset)
@@ -171,11 +243,14 @@ mod tests {
             .with(Dimension::Route, "/v1/agent")
     }
 
-    fn minute(
-        m: i64,
-        slices: &[(Dimension, &str, u64, u64)],
-    ) -> BTreeMap<(Dimension, String), SliceMinute> {
-        slices
+    /// A scope's minute `m`; its requests are those of the first dimension's slices.
+    fn minute(m: i64, slices: &[(Dimension, &str, u64, u64)]) -> SplitMinute {
+        let requests = slices
+            .iter()
+            .filter(|s| s.0 == slices[0].0)
+            .map(|s| s.3)
+            .sum();
+        let slices = slices
             .iter()
             .map(|(d, v, errors, requests)| {
                 (
@@ -187,11 +262,12 @@ mod tests {
                     },
                 )
             })
-            .collect()
+            .collect();
+        SplitMinute { requests, slices }
     }
 
     /// A canary on 12% of 45 requests a minute failing a third of them is found in
-    /// its third minute; the route's own share (+4 points) is inside its noise.
+    /// its second minute; the route's own share (+4 points) is inside its noise.
     #[test]
     fn a_new_canary_failing_a_third_of_its_requests_is_found_in_two_minutes() {
         let cfg = DetectorConfig::default();
@@ -229,8 +305,34 @@ mod tests {
             ));
         }
         let found = found.expect("the canary");
-        assert_eq!((found.onset_minute, found.detected_minute), (60, 62));
+        assert_eq!((found.onset_minute, found.detected_minute), (60, 61));
         assert_eq!(found.metric, Metric::ErrorRate);
+    }
+
+    /// A canary failing one of its 6 requests a minute has no minute improbable on its
+    /// own; its three minutes together are.
+    #[test]
+    fn a_weaker_canary_is_found_on_three_minutes_together() {
+        let cfg = DetectorConfig::default();
+        let mut slices = Slices::default();
+        let mut found = None;
+        for m in 60..64 {
+            let got = slices.judge(
+                &cfg,
+                &scope(),
+                minute(
+                    m,
+                    &[
+                        (Dimension::Instance, "i-1", 0, 22),
+                        (Dimension::Instance, "i-2", 1, 23),
+                        (Dimension::GrayTag, "canary", 1, 6),
+                    ],
+                ),
+                Some(0.001),
+            );
+            found = found.or(got.map(|f| (f.onset_minute, f.detected_minute)));
+        }
+        assert_eq!(found, Some((60, 62)));
     }
 
     /// A slice that has always failed at its own rate is judged by its own share, and a

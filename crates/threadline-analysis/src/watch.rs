@@ -92,12 +92,14 @@ impl Watch {
                     .push(&self.cfg, point);
                 changed.extend(self.apply(scope, metric, event, &this.models));
             }
-            // A slice of the scope's requests failing far more than the rest.
+            // A slice of the scope's requests failing far more than the rest, against
+            // the scope's share before the slice's earliest onset (its third minute
+            // back).
             let errors = (scope.clone(), Metric::ErrorRate);
             let share = self
                 .detectors
                 .get(&errors)
-                .and_then(|d| d.baseline_share_before(&self.cfg, minute - 1));
+                .and_then(|d| d.baseline_share_before(&self.cfg, minute - 2));
             let split = slices::split(this.members.iter().copied(), minute);
             if let Some(found) = self.slices.judge(&self.cfg, scope, split, share) {
                 let event = self

@@ -214,7 +214,12 @@ pub(crate) async fn run(args: DiagnosisBenchArgs) -> anyhow::Result<String> {
     }
     let misses: Vec<&Outcome> = outcomes
         .iter()
-        .filter(|o| o.rank != Some(1) || o.false_incidents > 0 || o.early_incidents > 0)
+        .filter(|o| {
+            o.rank != Some(1)
+                || o.false_incidents > 0
+                || o.early_incidents > 0
+                || o.detection_delay_minutes.is_some_and(|d| d > 2)
+        })
         .collect();
     let report = json!({
         "seeds": args.seed,
