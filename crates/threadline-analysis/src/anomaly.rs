@@ -5,7 +5,8 @@
 //! MAD of the last `window` normal minutes (anomalous minutes never enter it, so an
 //! ongoing incident does not become the new normal). A minute is anomalous when it
 //! deviates in the metric's bad direction by more than `sensitivity` robust standard
-//! deviations *and* by a minimum practical change (20% relative, 2 points for ratios).
+//! deviations (for a spread measured from few baseline minutes, Student's t at the
+//! same tail) *and* by a minimum practical change (20% relative, 2 points for ratios).
 //! An anomaly opens after `confirm` anomalous minutes in a row (or one minute three
 //! times as far out) with the first of them as onset, and closes after `recover` normal ones.
 //! Minutes resting on fewer than `min_count` requests are skipped.
@@ -176,6 +177,21 @@ impl SeriesDetector {
         (median, sigma)
     }
 
+    /// Robust standard deviations a minute must be off by. A spread measured from the
+    /// baseline's own minutes (latency, TTFT, cache ratios …) is itself uncertain while
+    /// they are few: the bar is then Student's t at the tail `sensitivity` stands for
+    /// (≈ 7 at 10 minutes, 4.7 at 30, 4.3 at 60 for sensitivity 4). Shares of
+    /// requests have their binomial noise as a floor and are held to `sensitivity`.
+    fn needed_score(&self, cfg: &DetectorConfig) -> f64 {
+        match self.metric {
+            Metric::ErrorRate | Metric::RejectionRate => cfg.sensitivity,
+            _ => crate::tails::student_quantile(
+                cfg.sensitivity,
+                self.history.len().saturating_sub(1) as f64,
+            ),
+        }
+    }
+
     /// The share of bad requests (errors, rejections) of the baseline's minutes before
     /// `before_minute`, once the baseline is long enough to judge by.
     pub fn baseline_share_before(&self, cfg: &DetectorConfig, before_minute: i64) -> Option<f64> {
@@ -284,7 +300,8 @@ impl SeriesDetector {
         } else {
             deviation >= cfg.min_relative_change * median.abs().max(1e-9)
         };
-        let bad = big_enough && score >= cfg.sensitivity;
+        let needed = self.needed_score(cfg);
+        let bad = big_enough && score >= needed;
         if self.active {
             if bad {
                 self.last_bad_minute = point.minute;
@@ -335,7 +352,7 @@ impl SeriesDetector {
             return None;
         }
         self.pending.push((point, score));
-        let severe = score >= 3.0 * cfg.sensitivity;
+        let severe = score >= 3.0 * needed;
         if self.pending.len() < cfg.confirm && !severe {
             return None;
         }
