@@ -752,9 +752,23 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
             cand.evidence["dominant_rejection_reason"] = serde_json::json!(reason);
         }
     }
+    // Of values that explain the bad requests alike (an instance, and the old image
+    // only it still runs since a rollout elsewhere), the one that was the narrower
+    // before the onset too comes first: it did not just come to coincide with them.
+    let share_before = |c: &Candidate| {
+        c.attribute
+            .as_ref()
+            .and_then(|a| contrasts.get(a))
+            .map_or(1.0, |x| x.share_baseline)
+    };
     out.sort_by(|a, b| {
-        b.confidence
-            .total_cmp(&a.confidence)
+        let by_confidence = if (a.confidence - b.confidence).abs() < 1e-9 {
+            std::cmp::Ordering::Equal
+        } else {
+            b.confidence.total_cmp(&a.confidence)
+        };
+        by_confidence
+            .then_with(|| share_before(a).total_cmp(&share_before(b)))
             .then_with(|| a.subject.cmp(&b.subject))
     });
     fold_co_moving(input.window, out)
@@ -1010,6 +1024,41 @@ mod tests {
         assert_eq!(ranked[0].subject, "instance=i-3", "{ranked:#?}");
         let image = ranked.iter().find(|c| c.subject == "image:img:2").unwrap();
         assert_eq!(image.contrast, 0.0, "{image:#?}");
+    }
+
+    #[test]
+    fn a_failing_instance_comes_before_the_old_image_only_it_still_runs() {
+        // i-1 took a new image five minutes before i-2 began failing: in the window the
+        // old image is on i-2's requests alone, a tie the baseline breaks.
+        let baseline: Vec<_> = ["i-1", "i-2"]
+            .iter()
+            .map(|i| {
+                (
+                    key(i, "", "", "img:1"),
+                    with_errors(cell(500.0, 300, 0.8), 1),
+                )
+            })
+            .collect();
+        let window = vec![
+            (
+                key("i-1", "", "", "img:2"),
+                with_errors(cell(500.0, 100, 0.8), 0),
+            ),
+            (
+                key("i-2", "", "", "img:1"),
+                with_errors(cell(500.0, 100, 0.8), 35),
+            ),
+        ];
+        let image = change(
+            "image_rollout",
+            "image:img:2",
+            95,
+            (Dimension::Image, "img:2"),
+        );
+        let ranked = rank_at_onset(Metric::ErrorRate, vec![], &baseline, &window, vec![image]);
+        assert_eq!(ranked[0].subject, "instance=i-2", "{ranked:#?}");
+        let folded = ranked[0].evidence["co_moving"][0]["subject"].as_str();
+        assert_eq!(folded, Some("image=img:1"), "{ranked:#?}");
     }
 
     #[test]
