@@ -282,6 +282,31 @@ impl SeriesDetector {
         (surprise < alpha).then_some((prev, p0, pooled, (pooled - p0) / sigma))
     }
 
+    /// For the median latency: whether the last minute and this one are out together
+    /// — their scores' sum `needed · √2` or more, as one minute's score `needed` is
+    /// under the null — each at least a sigma out and their mean at least half the
+    /// minimum relative change off the baseline. A slower tool adds the same time to
+    /// every request: a shift of the median a minute of a few dozen requests cannot
+    /// show on its own, and two can. Returns (previous minute, their mean, score).
+    fn sustained_shift(
+        &self,
+        cfg: &DetectorConfig,
+        point: &MinuteValue,
+        (median, sigma): (f64, f64),
+        needed: f64,
+    ) -> Option<(MinuteValue, f64, f64)> {
+        if self.metric != Metric::P50Latency {
+            return None;
+        }
+        let prev = self.last.filter(|p| p.minute == point.minute - 1)?;
+        let z = |p: &MinuteValue| (p.value - median) / sigma;
+        let (z0, z1) = (z(&prev), z(point));
+        let score = (z0 + z1) / std::f64::consts::SQRT_2;
+        let mean = (prev.value + point.value) / 2.0;
+        let shift = mean - median >= 0.5 * cfg.min_relative_change * median.abs();
+        (z0 >= 1.0 && z1 >= 1.0 && score >= needed && shift).then_some((prev, mean, score))
+    }
+
     fn judge(&mut self, cfg: &DetectorConfig, point: MinuteValue) -> Option<DetectorEvent> {
         if self.history.len() < cfg.min_baseline {
             self.remember(cfg, point);
@@ -321,7 +346,15 @@ impl SeriesDetector {
         }
         let waiting = !bad || self.pending.len() + 1 < cfg.confirm;
         let pooled = if waiting {
-            self.pooled_share(cfg, &point)
+            // A minute out on its own waits for its confirmation instead: its onset
+            // is its own, not the ordinary minute before it.
+            let shift = || self.sustained_shift(cfg, &point, (median, sigma), needed);
+            self.pooled_share(cfg, &point).or_else(|| {
+                (!bad)
+                    .then(shift)
+                    .flatten()
+                    .map(|(prev, mean, score)| (prev, median, mean, score))
+            })
         } else {
             None
         };
@@ -569,6 +602,36 @@ mod tests {
                 }
             )
             .is_none());
+    }
+
+    /// A median of a few dozen requests a minute swings by ~6%; a +25% shift puts
+    /// each minute about 4 sigmas out, under the bar, and two of them well over it.
+    /// P99 is not judged that way: its minutes' scores are heavy-tailed.
+    #[test]
+    fn a_sustained_shift_of_the_median_opens_on_two_minutes_together() {
+        let cfg = DetectorConfig::default();
+        let wobble = [0.0, 80.0, -80.0, 40.0, -40.0, 120.0, -120.0, 0.0];
+        let base: Vec<f64> = (0..60).map(|i| 1500.0 + wobble[i % 8]).collect();
+        let shifted = [1870.0, 1880.0, 1875.0];
+        for metric in [Metric::P50Latency, Metric::P99Latency] {
+            let mut det = SeriesDetector::new(metric);
+            assert!(feed(&mut det, &cfg, &base, 0).is_empty());
+            let (median, sigma) = det.baseline(200);
+            assert!(
+                (1870.0 - median) / sigma < det.needed_score(&cfg),
+                "{sigma}"
+            );
+            let events = feed(&mut det, &cfg, &shifted, 60);
+            if metric == Metric::P99Latency {
+                assert!(events.is_empty(), "{events:?}");
+                continue;
+            }
+            let DetectorEvent::Opened(a) = &events[0] else {
+                panic!("{events:?}")
+            };
+            assert_eq!((a.onset_minute, a.detected_minute), (60, 61));
+            assert_eq!(a.metric, Metric::P50Latency);
+        }
     }
 
     #[test]
