@@ -110,6 +110,20 @@ pub(crate) fn candidate_lines(candidates: &Value, indent: &str) -> String {
         if let Some(why) = c["explanation"].as_str().filter(|w| !w.is_empty()) {
             out.push_str(&format!("{indent}      {why}\n"));
         }
+        // Values that move with it: one cause, reported together.
+        let with: Vec<&str> = c
+            .pointer("/evidence/co_moving")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m["subject"].as_str())
+            .collect();
+        if !with.is_empty() {
+            out.push_str(&format!(
+                "{indent}      moves with it: {}\n",
+                with.join(", ")
+            ));
+        }
     }
     out
 }
@@ -211,4 +225,32 @@ pub(crate) async fn health(args: HealthArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn candidate_lines_show_the_explanation_and_what_moves_with_it() {
+        let candidates = serde_json::json!([{
+            "rank": 1,
+            "kind": "adapter_rollout",
+            "subject": "adapter:fin-lora@7",
+            "confidence": 0.91,
+            "explanation": "adapter rollout adapter:fin-lora@7 at the onset",
+            "evidence": {
+                "exemplar_trace_ids": ["4bf92f3577b34da6a3ce929d0e0e4736"],
+                "co_moving": [{"subject": "instance=i-3"}, {"subject": "instance=i-4"}],
+            },
+        }]);
+        let lines = candidate_lines(&candidates, "");
+        assert!(lines.contains("adapter:fin-lora@7"), "{lines}");
+        assert!(lines.contains("e.g. trace 4bf92f35"), "{lines}");
+        assert!(lines.contains("at the onset"), "{lines}");
+        assert!(
+            lines.contains("moves with it: instance=i-3, instance=i-4"),
+            "{lines}"
+        );
+    }
 }

@@ -191,6 +191,11 @@ fn every_page_renders_from_its_url_and_clicks_lead_where_they_say() {
             first.contains("of the bad requests on"),
             "the explanation is shown: {first}"
         );
+        // The instances only the adapter runs on are the same cause, shown with it.
+        assert!(
+            first.contains("moves with it:") && first.contains("instance=i-3"),
+            "co-moving values are shown: {first}"
+        );
         b.wait_for(".chart .uplot").await;
         b.screenshot("incident").await;
         b.click(".cause a.exemplar").await;

@@ -85,6 +85,8 @@ export function IncidentPage({ id }) {
             <span class="conf" style=${`width:${Math.round(c.confidence * 120)}px`} aria-hidden="true"></span>
             <span>confidence ${c.confidence.toFixed(2)}</span></div>
           ${c.explanation ? html`<div class="explanation">${c.explanation}</div>` : null}
+          ${(ev.co_moving || []).length ? html`<div class="co-moving" style="font-size:12px">moves with it: ${ev.co_moving.map((m, k) =>
+            html`${k ? ', ' : ''}<code title=${m.explanation || ''}>${m.subject}</code>`)}</div>` : null}
           <div class="muted" style="font-size:12px">
             ${Object.entries(c.scores || {}).map(([k, v]) => `${k} ${Number(v).toFixed(2)}`).join(' · ')}
             ${ev.changed_at ? ` · changed ${ev.changed_at} (${ev.minutes_before_onset} min before onset)` : ''}
