@@ -7,9 +7,8 @@
 //! deviates in the metric's bad direction by more than `sensitivity` robust standard
 //! deviations (for a spread measured from few baseline minutes, Student's t at the
 //! same tail) *and* by a minimum practical change (20% relative, 2 points for ratios).
-//! An anomaly opens after `confirm` anomalous minutes, each at most one normal minute
-//! after the one before (or one minute three times as far out), with the first of them
-//! as onset, and closes after `recover` normal ones.
+//! An anomaly opens after `confirm` anomalous minutes in a row (or one minute three
+//! times as far out) with the first of them as onset, and closes after `recover` normal ones.
 //! Minutes resting on fewer than `min_count` requests are skipped.
 
 use std::collections::VecDeque;
@@ -100,14 +99,6 @@ pub struct SeriesDetector {
     active: bool,
     last_bad_minute: i64,
     normal_streak: usize,
-}
-
-/// Whether a minute of a share (errors, rejections) holds more bad requests than
-/// share `p0` makes plausible on its own: Poisson at √α.
-fn out_alone(cfg: &DetectorConfig, p: &MinuteValue, p0: f64) -> bool {
-    let alpha = crate::tails::normal_tail(cfg.sensitivity);
-    let bad = (p.value * p.count as f64).round() as u64;
-    crate::tails::poisson_tail(bad, p0 * p.count as f64) < alpha.sqrt()
 }
 
 /// Median, MAD and the spread of the worse tail (90th percentile above the median, or
@@ -252,13 +243,6 @@ impl SeriesDetector {
         (bad / n.max(1) as f64).max(0.5 / n.max(1) as f64)
     }
 
-    /// For shares of requests (error, rejection rate): whether the minute alone holds
-    /// more bad requests than the baseline's share makes plausible at √α.
-    fn share_out(&self, cfg: &DetectorConfig, p: &MinuteValue) -> bool {
-        matches!(self.metric, Metric::ErrorRate | Metric::RejectionRate)
-            && out_alone(cfg, p, self.baseline_share(p.minute))
-    }
-
     /// For shares of requests (error, rejection rate): whether the last minute and this
     /// one, pooled, hold more bad requests than the baseline's share makes plausible
     /// (Poisson tail below α, the normal tail at `sensitivity`), each minute out at √α
@@ -280,7 +264,11 @@ impl SeriesDetector {
         // Each minute out on its own at √α (two independent minutes: α together), so
         // that a burst of one minute beside an ordinary one is no onset: bad requests
         // come in bursts, not as Poisson's independent arrivals.
-        if !(out_alone(cfg, &prev, p0) && out_alone(cfg, point, p0)) {
+        let out = |p: &MinuteValue| {
+            let bad = (p.value * p.count as f64).round() as u64;
+            crate::tails::poisson_tail(bad, p0 * p.count as f64) < alpha.sqrt()
+        };
+        if !(out(&prev) && out(point)) {
             return None;
         }
         let n = prev.count + point.count;
@@ -389,24 +377,11 @@ impl SeriesDetector {
             }));
         }
         if !bad {
-            // A lone outlier that was not confirmed in time is ordinary noise after
-            // all — but a share's minute out on its own stays out of the baseline: a fault
-            // of a few errors a minute whose first minutes were not confirmed must
-            // not raise the share its next minutes are held to.
-            // An out minute waits for a confirming one during the next two minutes
-            // (a canary's few requests make the P99 only now and then).
-            let (expired, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
-                .into_iter()
-                .partition(|(p, _)| p.minute < point.minute - 1);
-            self.pending = waiting;
-            for (p, _) in expired {
-                if !self.share_out(cfg, &p) {
-                    self.remember(cfg, p);
-                }
+            // A lone outlier that was not confirmed is ordinary noise after all.
+            for (p, _) in std::mem::take(&mut self.pending) {
+                self.remember(cfg, p);
             }
-            if !self.share_out(cfg, &point) {
-                self.remember(cfg, point);
-            }
+            self.remember(cfg, point);
             return None;
         }
         self.pending.push((point, score));
@@ -627,23 +602,6 @@ mod tests {
                 }
             )
             .is_none());
-    }
-
-    /// A canary's few requests make a route's P99 only now and then: out minutes
-    /// with a normal one between them confirm each other; one alone does not.
-    #[test]
-    fn out_minutes_one_normal_minute_apart_confirm_each_other() {
-        let cfg = DetectorConfig::default();
-        let mut det = SeriesDetector::new(Metric::P99Latency);
-        let base: Vec<f64> = (0..60).map(|i| 500.0 + (i % 5) as f64 * 10.0).collect();
-        assert!(feed(&mut det, &cfg, &base, 0).is_empty());
-        // One out minute, then two normal ones: noise.
-        assert!(feed(&mut det, &cfg, &[700.0, 510.0, 520.0], 60).is_empty());
-        let events = feed(&mut det, &cfg, &[700.0, 515.0, 710.0], 63);
-        let DetectorEvent::Opened(a) = &events[0] else {
-            panic!("{events:?}")
-        };
-        assert_eq!((a.onset_minute, a.detected_minute), (63, 65));
     }
 
     /// A median of a few dozen requests a minute swings by ~6%; a +25% shift puts

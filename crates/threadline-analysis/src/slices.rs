@@ -10,15 +10,11 @@
 //! the scope's — at the detector's α divided by the number of slices tested (the
 //! scope's minute tests them all; the slices that hold all of its requests, its one
 //! model or image, are one test), and its share is at least `MIN_SLICE_CHANGE` above
-//! that expectation (the slice that holds every request, the scope itself, the
-//! scope's own `min_ratio_change`: a change on all traffic that fails a tenth of the
-//! requests), over either
+//! that expectation, over either
 //!
 //! - its last two minutes, each improbable on its own at √α (a burst of errors is one
 //!   minute, so two such minutes in a row are a fault), or
-//! - its last three minutes, each with an error: weaker minutes that add up, judged
-//!   with the worst minute cut to the next worst (a burst beside two stray errors is
-//!   no fault).
+//! - its last three minutes, each with an error: weaker minutes that add up.
 //!
 //! The scope's error-rate detector then opens an anomaly with the slice's first minute
 //! as onset.
@@ -161,8 +157,7 @@ pub(crate) fn split<'a>(
 /// Whether consecutive minutes of a slice hold improbably many errors at its expected
 /// share `p0`: each minute has an error (a fault persists; a burst of errors is a
 /// minute), their errors together are improbable under Poisson at `alpha`, and their
-/// share is at least `min_change` above `p0` (judged with the worst minute's errors cut
-/// to the next worst's, unless every minute is out on its own). With `each_out`, every minute must
+/// share is at least `MIN_SLICE_CHANGE` above `p0`. With `each_out`, every minute must
 /// also be improbable on its own at √`alpha` (two such independent minutes: `alpha`
 /// together), which lets two minutes suffice. Returns (surprise, anomaly).
 fn failing(
@@ -170,7 +165,6 @@ fn failing(
     p0: f64,
     alpha: f64,
     each_out: bool,
-    min_change: f64,
 ) -> Option<(f64, AnomalyOnset)> {
     let (first, last) = (minutes.first()?, minutes.last()?);
     let out = |m: &SliceMinute| {
@@ -184,17 +178,8 @@ fn failing(
     let errors = minutes.iter().map(|m| m.errors).sum::<u64>();
     let requests = minutes.iter().map(|m| m.requests).sum::<u64>();
     let share = errors as f64 / requests.max(1) as f64;
-    // Minutes that add up are judged with the worst one cut to the next worst: a
-    // burst minute beside two with an error each is no fault (minutes each out on
-    // their own are burst-proof already).
-    let mut counts: Vec<u64> = minutes.iter().map(|m| m.errors).collect();
-    counts.sort_unstable_by(|a, b| b.cmp(a));
-    let judged = match counts.as_slice() {
-        [worst, next, ..] if !each_out => errors - (worst - next),
-        _ => errors,
-    };
-    let surprise = crate::tails::poisson_tail(judged, p0 * requests as f64);
-    (share - p0 >= min_change && surprise < alpha).then(|| {
+    let surprise = crate::tails::poisson_tail(errors, p0 * requests as f64);
+    (share - p0 >= MIN_SLICE_CHANGE && surprise < alpha).then(|| {
         let sigma = (p0 * (1.0 - p0) / requests as f64).sqrt().max(1e-9);
         (
             surprise,
@@ -224,24 +209,15 @@ impl Slices {
     ) -> Option<AnomalyOnset> {
         let alpha = crate::tails::normal_tail(cfg.sensitivity) / minute.tests().max(1) as f64;
         let mut worst: Option<(f64, AnomalyOnset)> = None;
-        let scope_requests = minute.requests;
         for ((dim, value), now) in minute.slices {
-            // A slice that holds every request is the scope itself, held to the
-            // scope's own minimum change; a part of it to `MIN_SLICE_CHANGE`.
-            let min_change = if now.requests >= scope_requests {
-                cfg.min_ratio_change
-            } else {
-                MIN_SLICE_CHANGE
-            };
             let state = self.state.entry((scope.clone(), dim, value)).or_default();
             let expected = state.share().or(scope_share);
             let found = expected.and_then(|p0| {
                 // Two minutes each improbable on their own open at once; three minutes
                 // each with an error open on their errors together.
                 match state.before(&now) {
-                    [a, Some(b)] => failing(&[b, now], p0, alpha, true, min_change).or_else(|| {
-                        a.and_then(|a| failing(&[a, b, now], p0, alpha, false, min_change))
-                    }),
+                    [a, Some(b)] => failing(&[b, now], p0, alpha, true)
+                        .or_else(|| a.and_then(|a| failing(&[a, b, now], p0, alpha, false))),
                     _ => None,
                 }
             });
@@ -357,41 +333,6 @@ mod tests {
             found = found.or(got.map(|f| (f.onset_minute, f.detected_minute)));
         }
         assert_eq!(found, Some((60, 62)));
-    }
-
-    /// A route-wide burst minute between two minutes of one stray error each does not
-    /// add up to a failing scope; a change failing a tenth of all requests does.
-    #[test]
-    fn the_whole_scope_fails_on_a_tenth_but_not_on_a_burst_and_stray_errors() {
-        let cfg = DetectorConfig::default();
-        let mut slices = Slices::default();
-        let mut found = None;
-        for m in 0..70 {
-            // 0.3% of requests fail at random: one error every eighth minute.
-            let errors = match m {
-                60 | 62 => 1,
-                61 => 5,
-                m => u64::from(m % 8 == 0),
-            };
-            let got = slices.judge(
-                &cfg,
-                &scope(),
-                minute(m, &[(Dimension::Model, "m", errors, 40)]),
-                Some(0.003),
-            );
-            found = found.or(got);
-        }
-        assert_eq!(found, None);
-        for m in 70..73 {
-            found = found.or(slices.judge(
-                &cfg,
-                &scope(),
-                minute(m, &[(Dimension::Model, "m", 3, 40)]),
-                Some(0.003),
-            ));
-        }
-        let found = found.expect("a tenth of all requests failing");
-        assert_eq!(found.onset_minute, 70);
     }
 
     /// A slice that has always failed at its own rate is judged by its own share, and a
