@@ -451,14 +451,16 @@ fn judge_against_leader(
         .map(|(d, v)| mass(&|k: &SeriesKey| k.get(*d) == v));
     for ((dim, value), c) in contrasts.iter_mut() {
         if let (Some((lead_dim, lead_value)), Some(lead)) = (&leader, leader_mass) {
-            if lead_dim != dim {
-                let in_value = mass(&|k: &SeriesKey| k.get(*dim) == value);
+            // Only a value with some contrast has any to lose.
+            if lead_dim != dim && (c.score > 0.0 || c.before_after > 0.0) {
+                // The value's requests with the leading value, and without it.
                 let both =
                     mass(&|k: &SeriesKey| k.get(*dim) == value && k.get(*lead_dim) == lead_value);
+                let outside =
+                    mass(&|k: &SeriesKey| k.get(*dim) == value && k.get(*lead_dim) != lead_value);
                 let holds_leader = lead.1 > 0.0 && both.1 >= CO_MOVING * lead.1;
-                let wider = lead.1 < CO_MOVING * in_value.1;
+                let wider = lead.1 < CO_MOVING * (both.1 + outside.1);
                 if holds_leader && wider && c.score > 0.0 {
-                    let outside = (in_value.0 - both.0, in_value.1 - both.1);
                     let lead_excess = rate(lead) - rate_before;
                     let kept = if lead_excess > 0.0 {
                         ((rate(outside) - rate_before) / lead_excess).clamp(0.0, 1.0)
@@ -468,12 +470,13 @@ fn judge_against_leader(
                     c.score *= kept;
                 }
                 if c.before_after > 0.0 {
-                    // The value's requests that do not carry the leading value.
-                    let (bad, total) = mass(&|k: &SeriesKey| {
-                        k.get(*dim) == value && k.get(*lead_dim) != lead_value
-                    });
-                    let rate = if total > 0.0 { bad / total } else { 0.0 };
-                    let recall = if bad_all > 0.0 { bad / bad_all } else { 0.0 };
+                    // What the value explains beyond the leader.
+                    let rate = rate(outside);
+                    let recall = if bad_all > 0.0 {
+                        outside.0 / bad_all
+                    } else {
+                        0.0
+                    };
                     let excess = if rate > rate_before {
                         1.0 - rate_before / rate
                     } else {
@@ -755,21 +758,22 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
     // Of values that explain the bad requests alike (an instance, and the old image
     // only it still runs since a rollout elsewhere), the one that was the narrower
     // before the onset too comes first: it did not just come to coincide with them.
+    // Confidences equal to 1e-9 are a tie (a total order: sorting needs one).
+    let tied = |c: &Candidate| (c.confidence * 1e9).round() as i64;
     let share_before = |c: &Candidate| {
-        c.attribute
+        let share = c
+            .attribute
             .as_ref()
             .and_then(|a| contrasts.get(a))
-            .map_or(1.0, |x| x.share_baseline)
+            .map_or(1.0, |x| x.share_baseline);
+        (share * 1e9).round() as i64
     };
-    out.sort_by(|a, b| {
-        let by_confidence = if (a.confidence - b.confidence).abs() < 1e-9 {
-            std::cmp::Ordering::Equal
-        } else {
-            b.confidence.total_cmp(&a.confidence)
-        };
-        by_confidence
-            .then_with(|| share_before(a).total_cmp(&share_before(b)))
-            .then_with(|| a.subject.cmp(&b.subject))
+    out.sort_by_cached_key(|c| {
+        (
+            std::cmp::Reverse(tied(c)),
+            share_before(c),
+            c.subject.clone(),
+        )
     });
     fold_co_moving(input.window, out)
 }
@@ -982,45 +986,56 @@ mod tests {
         );
     }
 
-    fn with_errors(mut c: RollupCell, errors: u64) -> RollupCell {
+    /// `n` requests of about 500 ms on `instance`, `adapter` and `image`, `errors` of
+    /// them failed.
+    fn errors_cell(
+        (instance, adapter, image): (&str, &str, &str),
+        n: u64,
+        errors: u64,
+    ) -> (SeriesKey, RollupCell) {
+        let mut c = cell(500.0, n, 0.8);
         c.errors = errors;
-        c
+        (key(instance, adapter, "", image), c)
+    }
+
+    /// Ranks an error-rate incident: every instance served 300 requests with one error
+    /// on `before` (adapter, image) in the baseline; `window` as given; one change.
+    fn rank_errors(
+        instances: &[&str],
+        before: (&str, &str),
+        window: &[((&str, &str, &str), u64)],
+        change: Change,
+    ) -> Vec<Candidate> {
+        let baseline: Vec<_> = instances
+            .iter()
+            .map(|i| errors_cell((i, before.0, before.1), 300, 1))
+            .collect();
+        let window: Vec<_> = window
+            .iter()
+            .map(|(at, errors)| errors_cell(*at, 100, *errors))
+            .collect();
+        rank_at_onset(Metric::ErrorRate, vec![], &baseline, &window, vec![change])
     }
 
     #[test]
     fn a_failing_instance_inside_a_wider_rollout_is_blamed_before_the_rollout() {
         // A harmless image went to i-1 and i-3 three minutes before i-3 began failing:
         // the image holds every bad request, but its other requests (i-1) are healthy.
-        let baseline: Vec<_> = ["i-1", "i-2", "i-3"]
-            .iter()
-            .map(|i| {
-                (
-                    key(i, "", "", "img:1"),
-                    with_errors(cell(500.0, 300, 0.8), 1),
-                )
-            })
-            .collect();
-        let window = vec![
-            (
-                key("i-1", "", "", "img:2"),
-                with_errors(cell(500.0, 100, 0.8), 0),
+        let ranked = rank_errors(
+            &["i-1", "i-2", "i-3"],
+            ("", "img:1"),
+            &[
+                (("i-1", "", "img:2"), 0),
+                (("i-2", "", "img:1"), 0),
+                (("i-3", "", "img:2"), 25),
+            ],
+            change(
+                "image_rollout",
+                "image:img:2",
+                97,
+                (Dimension::Image, "img:2"),
             ),
-            (
-                key("i-2", "", "", "img:1"),
-                with_errors(cell(500.0, 100, 0.8), 0),
-            ),
-            (
-                key("i-3", "", "", "img:2"),
-                with_errors(cell(500.0, 100, 0.8), 25),
-            ),
-        ];
-        let image = change(
-            "image_rollout",
-            "image:img:2",
-            97,
-            (Dimension::Image, "img:2"),
         );
-        let ranked = rank_at_onset(Metric::ErrorRate, vec![], &baseline, &window, vec![image]);
         assert_eq!(ranked[0].subject, "instance=i-3", "{ranked:#?}");
         let image = ranked.iter().find(|c| c.subject == "image:img:2").unwrap();
         assert_eq!(image.contrast, 0.0, "{image:#?}");
@@ -1030,32 +1045,17 @@ mod tests {
     fn a_failing_instance_comes_before_the_old_image_only_it_still_runs() {
         // i-1 took a new image five minutes before i-2 began failing: in the window the
         // old image is on i-2's requests alone, a tie the baseline breaks.
-        let baseline: Vec<_> = ["i-1", "i-2"]
-            .iter()
-            .map(|i| {
-                (
-                    key(i, "", "", "img:1"),
-                    with_errors(cell(500.0, 300, 0.8), 1),
-                )
-            })
-            .collect();
-        let window = vec![
-            (
-                key("i-1", "", "", "img:2"),
-                with_errors(cell(500.0, 100, 0.8), 0),
+        let ranked = rank_errors(
+            &["i-1", "i-2"],
+            ("", "img:1"),
+            &[(("i-1", "", "img:2"), 0), (("i-2", "", "img:1"), 35)],
+            change(
+                "image_rollout",
+                "image:img:2",
+                95,
+                (Dimension::Image, "img:2"),
             ),
-            (
-                key("i-2", "", "", "img:1"),
-                with_errors(cell(500.0, 100, 0.8), 35),
-            ),
-        ];
-        let image = change(
-            "image_rollout",
-            "image:img:2",
-            95,
-            (Dimension::Image, "img:2"),
         );
-        let ranked = rank_at_onset(Metric::ErrorRate, vec![], &baseline, &window, vec![image]);
         assert_eq!(ranked[0].subject, "instance=i-2", "{ranked:#?}");
         let folded = ranked[0].evidence["co_moving"][0]["subject"].as_str();
         assert_eq!(folded, Some("image=img:1"), "{ranked:#?}");
@@ -1065,36 +1065,21 @@ mod tests {
     fn a_rollout_whose_bad_requests_gather_on_one_instance_keeps_its_contrast() {
         // An adapter hot-swapped onto i-1 and i-2 fails on both, more on i-1 by chance:
         // i-1 leads the contrast, but the adapter's requests outside it went bad too.
-        let baseline: Vec<_> = ["i-1", "i-2", "i-3"]
-            .iter()
-            .map(|i| {
-                (
-                    key(i, "fin@6", "", ""),
-                    with_errors(cell(500.0, 300, 0.8), 1),
-                )
-            })
-            .collect();
-        let window = vec![
-            (
-                key("i-1", "fin@7", "", ""),
-                with_errors(cell(500.0, 100, 0.8), 30),
+        let ranked = rank_errors(
+            &["i-1", "i-2", "i-3"],
+            ("fin@6", ""),
+            &[
+                (("i-1", "fin@7", ""), 30),
+                (("i-2", "fin@7", ""), 18),
+                (("i-3", "fin@6", ""), 0),
+            ],
+            change(
+                "adapter_rollout",
+                "adapter:fin@7",
+                99,
+                (Dimension::Adapter, "fin@7"),
             ),
-            (
-                key("i-2", "fin@7", "", ""),
-                with_errors(cell(500.0, 100, 0.8), 18),
-            ),
-            (
-                key("i-3", "fin@6", "", ""),
-                with_errors(cell(500.0, 100, 0.8), 0),
-            ),
-        ];
-        let adapter = change(
-            "adapter_rollout",
-            "adapter:fin@7",
-            99,
-            (Dimension::Adapter, "fin@7"),
         );
-        let ranked = rank_at_onset(Metric::ErrorRate, vec![], &baseline, &window, vec![adapter]);
         assert_eq!(ranked[0].subject, "adapter:fin@7", "{ranked:#?}");
         assert!(ranked[0].contrast > 0.3, "{:#?}", ranked[0]);
     }
