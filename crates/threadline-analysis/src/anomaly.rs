@@ -16,6 +16,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use crate::metric::Metric;
+use crate::share::ShareBelief;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -99,6 +100,8 @@ pub struct SeriesDetector {
     active: bool,
     last_bad_minute: i64,
     normal_streak: usize,
+    /// For shares of requests: the belief the baseline's counts update (`share`).
+    share_prior: ShareBelief,
 }
 
 /// Median, MAD and the spread of the worse tail (90th percentile above the median, or
@@ -141,7 +144,13 @@ impl SeriesDetector {
             active: false,
             last_bad_minute: 0,
             normal_streak: 0,
+            share_prior: ShareBelief::UNINFORMED,
         }
+    }
+
+    /// The belief a share's baseline starts from (what the tenant's other scopes show).
+    pub(crate) fn set_share_prior(&mut self, prior: ShareBelief) {
+        self.share_prior = prior;
     }
 
     pub fn metric(&self) -> Metric {
@@ -192,10 +201,25 @@ impl SeriesDetector {
         }
     }
 
-    /// The share of bad requests (errors, rejections) of the baseline's minutes before
-    /// `before_minute`, once the baseline is long enough to judge by.
-    pub fn baseline_share_before(&self, cfg: &DetectorConfig, before_minute: i64) -> Option<f64> {
+    /// The belief about the share of bad requests (errors, rejections) that the
+    /// baseline's minutes before `before_minute` give, once the baseline is long enough
+    /// to judge by.
+    pub(crate) fn baseline_share_before(
+        &self,
+        cfg: &DetectorConfig,
+        before_minute: i64,
+    ) -> Option<ShareBelief> {
         (self.history.len() >= cfg.min_baseline).then(|| self.baseline_share(before_minute))
+    }
+
+    /// Bad requests and requests of the baseline's minutes before `before_minute`.
+    pub(crate) fn baseline_counts(&self, before_minute: i64) -> (f64, f64) {
+        self.history
+            .iter()
+            .filter(|p| p.minute < before_minute)
+            .fold((0.0, 0.0), |(b, n), p| {
+                (b + p.value * p.count as f64, n + p.count as f64)
+            })
     }
 
     /// Opens an anomaly found by another test of this series (a slice of its requests
@@ -230,25 +254,19 @@ impl SeriesDetector {
         event
     }
 
-    /// The share of bad requests over the baseline's minutes (errors or rejections
-    /// over requests), at least half a request's worth.
-    fn baseline_share(&self, before_minute: i64) -> f64 {
-        let (bad, n) = self
-            .history
-            .iter()
-            .filter(|p| p.minute < before_minute)
-            .fold((0.0, 0u64), |(b, n), p| {
-                (b + p.value * p.count as f64, n + p.count)
-            });
-        (bad / n.max(1) as f64).max(0.5 / n.max(1) as f64)
+    /// The belief about the share of bad requests (errors or rejections over requests)
+    /// after the baseline's minutes before `before_minute`.
+    fn baseline_share(&self, before_minute: i64) -> ShareBelief {
+        let (bad, n) = self.baseline_counts(before_minute);
+        self.share_prior.observe(bad, n)
     }
 
     /// For shares of requests (error, rejection rate): whether the last minute and this
-    /// one, pooled, hold more bad requests than the baseline's share makes plausible
-    /// (Poisson tail below α, the normal tail at `sensitivity`), each minute out at √α
-    /// and together `min_ratio_change` above the baseline. A share's evidence adds up
-    /// over minutes: 3 errors in each of two minutes of 45 requests against a 0.3%
-    /// baseline are as sure as 4 in one.
+    /// one, pooled, hold more bad requests than the baseline makes plausible (its
+    /// predictive tail below α, the normal tail at `sensitivity`), each minute out at
+    /// √α and together `min_ratio_change` above the baseline's share. A share's
+    /// evidence adds up over minutes: 3 errors in each of two minutes of 45 requests
+    /// against a 0.3% baseline are as sure as 4 in one.
     /// Returns (previous minute, baseline share, pooled share, score).
     fn pooled_share(
         &self,
@@ -259,14 +277,15 @@ impl SeriesDetector {
             return None;
         }
         let prev = self.last.filter(|p| p.minute == point.minute - 1)?;
-        let p0 = self.baseline_share(prev.minute);
+        let belief = self.baseline_share(prev.minute);
+        let p0 = belief.share();
         let alpha = crate::tails::normal_tail(cfg.sensitivity);
         // Each minute out on its own at √α (two independent minutes: α together), so
         // that a burst of one minute beside an ordinary one is no onset: bad requests
         // come in bursts, not as Poisson's independent arrivals.
         let out = |p: &MinuteValue| {
             let bad = (p.value * p.count as f64).round() as u64;
-            crate::tails::poisson_tail(bad, p0 * p.count as f64) < alpha.sqrt()
+            belief.surprise(bad, p.count) < alpha.sqrt()
         };
         if !(out(&prev) && out(point)) {
             return None;
@@ -277,7 +296,7 @@ impl SeriesDetector {
         if pooled - p0 < cfg.min_ratio_change {
             return None;
         }
-        let surprise = crate::tails::poisson_tail(bad as u64, p0 * n as f64);
+        let surprise = belief.surprise(bad as u64, n);
         let sigma = (p0 * (1.0 - p0) / n as f64).sqrt().max(1e-9);
         (surprise < alpha).then_some((prev, p0, pooled, (pooled - p0) / sigma))
     }
@@ -602,6 +621,37 @@ mod tests {
                 }
             )
             .is_none());
+    }
+
+    /// 0 errors in the first 12 minutes of a 0.3% route (one time in five), then 2 and
+    /// 2: Poisson at the baseline's point estimate (half an error in 540 requests)
+    /// calls that a fault at α. The baseline's predictive does not, alone or with what
+    /// the tenant's other routes show; 6 and 6 is one either way.
+    #[test]
+    fn a_short_clean_baseline_is_no_proof_of_a_clean_route() {
+        let cfg = DetectorConfig::default();
+        let alpha = crate::tails::normal_tail(cfg.sensitivity);
+        assert!(crate::tails::poisson_tail(4, 0.5 / 540.0 * 90.0) < alpha);
+        let clean: Vec<(i64, u64)> = (0..12).map(|m| (m, 0)).collect();
+        let mut peers = crate::share::PeerShares::default();
+        for bad in [2.0, 1.0, 3.0, 2.0] {
+            peers.add(bad, 540.0);
+        }
+        for prior in [ShareBelief::UNINFORMED, peers.prior()] {
+            let fresh = || {
+                let mut det = SeriesDetector::new(Metric::ErrorRate);
+                det.set_share_prior(prior);
+                assert!(errors(&mut det, &cfg, &clean).is_empty());
+                det
+            };
+            let events = errors(&mut fresh(), &cfg, &[(12, 2), (13, 2)]);
+            assert!(events.is_empty(), "{prior:?}: {events:?}");
+            let events = errors(&mut fresh(), &cfg, &[(12, 6), (13, 6)]);
+            assert!(
+                matches!(events.as_slice(), [DetectorEvent::Opened(a)] if a.onset_minute == 12),
+                "{prior:?}: {events:?}"
+            );
+        }
     }
 
     /// A median of a few dozen requests a minute swings by ~6%; a +25% shift puts

@@ -13,6 +13,7 @@ pub mod metric;
 pub mod observe;
 pub mod rca;
 pub mod rollup;
+mod share;
 mod slices;
 pub mod slo;
 mod tails;

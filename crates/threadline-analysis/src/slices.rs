@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use crate::anomaly::{AnomalyOnset, DetectorConfig};
 use crate::metric::Metric;
 use crate::rollup::{Dimension, RollupCell, SeriesKey};
+use crate::share::ShareBelief;
 
 /// The dimensions whose values are slices of a scope's requests.
 const SLICED: [Dimension; 8] = [
@@ -63,12 +64,14 @@ struct SliceState {
 }
 
 impl SliceState {
-    fn share(&self) -> Option<f64> {
+    /// The belief its own history gives, once it holds `OWN_BASELINE` requests.
+    fn share(&self) -> Option<ShareBelief> {
         let (errors, requests) = self
             .history
             .iter()
             .fold((0, 0), |(e, n), m| (e + m.errors, n + m.requests));
-        (requests >= OWN_BASELINE).then(|| (errors as f64).max(0.5) / requests as f64)
+        (requests >= OWN_BASELINE)
+            .then(|| ShareBelief::UNINFORMED.observe(errors as f64, requests as f64))
     }
 
     /// The minute before `now` and the one before that, if the slice had requests in
@@ -154,23 +157,21 @@ pub(crate) fn split<'a>(
     out
 }
 
-/// Whether consecutive minutes of a slice hold improbably many errors at its expected
-/// share `p0`: each minute has an error (a fault persists; a burst of errors is a
-/// minute), their errors together are improbable under Poisson at `alpha`, and their
-/// share is at least `MIN_SLICE_CHANGE` above `p0`. With `each_out`, every minute must
-/// also be improbable on its own at √`alpha` (two such independent minutes: `alpha`
-/// together), which lets two minutes suffice. Returns (surprise, anomaly).
+/// Whether consecutive minutes of a slice hold improbably many errors under what is
+/// `expected` of it: each minute has an error (a fault persists; a burst of errors is a
+/// minute), their errors together are improbable at `alpha`, and their share is at
+/// least `MIN_SLICE_CHANGE` above the expected share. With `each_out`, every minute
+/// must also be improbable on its own at √`alpha` (two such independent minutes:
+/// `alpha` together), which lets two minutes suffice. Returns (surprise, anomaly).
 fn failing(
     minutes: &[SliceMinute],
-    p0: f64,
+    expected: &ShareBelief,
     alpha: f64,
     each_out: bool,
 ) -> Option<(f64, AnomalyOnset)> {
     let (first, last) = (minutes.first()?, minutes.last()?);
     let out = |m: &SliceMinute| {
-        m.errors > 0
-            && (!each_out
-                || crate::tails::poisson_tail(m.errors, p0 * m.requests as f64) < alpha.sqrt())
+        m.errors > 0 && (!each_out || expected.surprise(m.errors, m.requests) < alpha.sqrt())
     };
     if !minutes.iter().all(out) {
         return None;
@@ -178,7 +179,8 @@ fn failing(
     let errors = minutes.iter().map(|m| m.errors).sum::<u64>();
     let requests = minutes.iter().map(|m| m.requests).sum::<u64>();
     let share = errors as f64 / requests.max(1) as f64;
-    let surprise = crate::tails::poisson_tail(errors, p0 * requests as f64);
+    let p0 = expected.share();
+    let surprise = expected.surprise(errors, requests);
     (share - p0 >= MIN_SLICE_CHANGE && surprise < alpha).then(|| {
         let sigma = (p0 * (1.0 - p0) / requests as f64).sqrt().max(1e-9);
         (
@@ -196,8 +198,8 @@ fn failing(
 }
 
 impl Slices {
-    /// Judges one minute of a scope's slices against `scope_share` (the scope's
-    /// baseline error share, `None` while its baseline is short). Returns the anomaly
+    /// Judges one minute of a scope's slices against `scope_share` (the belief about
+    /// the scope's error share, `None` while its baseline is short). Returns the anomaly
     /// of the most surprising failing slice, if any; the other slices' minutes go into
     /// their baselines once no window can hold them.
     pub(crate) fn judge(
@@ -205,19 +207,19 @@ impl Slices {
         cfg: &DetectorConfig,
         scope: &SeriesKey,
         minute: SplitMinute,
-        scope_share: Option<f64>,
+        scope_share: Option<ShareBelief>,
     ) -> Option<AnomalyOnset> {
         let alpha = crate::tails::normal_tail(cfg.sensitivity) / minute.tests().max(1) as f64;
         let mut worst: Option<(f64, AnomalyOnset)> = None;
         for ((dim, value), now) in minute.slices {
             let state = self.state.entry((scope.clone(), dim, value)).or_default();
             let expected = state.share().or(scope_share);
-            let found = expected.and_then(|p0| {
+            let found = expected.and_then(|expected| {
                 // Two minutes each improbable on their own open at once; three minutes
                 // each with an error open on their errors together.
                 match state.before(&now) {
-                    [a, Some(b)] => failing(&[b, now], p0, alpha, true)
-                        .or_else(|| a.and_then(|a| failing(&[a, b, now], p0, alpha, false))),
+                    [a, Some(b)] => failing(&[b, now], &expected, alpha, true)
+                        .or_else(|| a.and_then(|a| failing(&[a, b, now], &expected, alpha, false))),
                     _ => None,
                 }
             });
@@ -241,6 +243,11 @@ mod tests {
         SeriesKey::at(Level::Request)
             .with(Dimension::Service, "gw")
             .with(Dimension::Route, "/v1/agent")
+    }
+
+    /// The belief a scope's hour of 3 000 requests at `share` gives.
+    fn scope_share(share: f64) -> Option<ShareBelief> {
+        Some(ShareBelief::UNINFORMED.observe(share * 3000.0, 3000.0))
     }
 
     /// A scope's minute `m`; its requests are those of the first dimension's slices.
@@ -284,7 +291,7 @@ mod tests {
                         (Dimension::Instance, "i-2", 0, 23),
                     ],
                 ),
-                Some(0.003),
+                scope_share(0.003),
             );
             assert_eq!(got, None, "minute {m}");
         }
@@ -301,7 +308,7 @@ mod tests {
                         (Dimension::GrayTag, "canary", 2, 6),
                     ],
                 ),
-                Some(0.003),
+                scope_share(0.003),
             ));
         }
         let found = found.expect("the canary");
@@ -328,7 +335,7 @@ mod tests {
                         (Dimension::GrayTag, "canary", 1, 6),
                     ],
                 ),
-                Some(0.001),
+                scope_share(0.001),
             );
             found = found.or(got.map(|f| (f.onset_minute, f.detected_minute)));
         }
@@ -356,7 +363,7 @@ mod tests {
                         (Dimension::Provider, "b", b, 25),
                     ],
                 ),
-                Some(0.04),
+                scope_share(0.04),
             );
             assert_eq!(got, None, "minute {m}");
         }

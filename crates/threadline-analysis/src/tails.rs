@@ -1,6 +1,7 @@
 //! Tail probabilities the detectors test against: the normal distribution's upper
-//! tail (what `sensitivity` standard deviations mean) and the Poisson upper tail (how
-//! surprising `k` bad requests are when `λ` were expected).
+//! tail (what `sensitivity` standard deviations mean) and the negative binomial one
+//! (how surprising `k` bad requests are when their rate is only known from a
+//! baseline; Poisson's, in tests, is its limit).
 
 /// P(Z ≥ z) for a standard normal Z (Abramowitz & Stegun 7.1.26, error < 1.5e-7).
 pub(crate) fn normal_tail(z: f64) -> f64 {
@@ -28,7 +29,65 @@ pub(crate) fn student_quantile(z: f64, nu: f64) -> f64 {
     z + (z3 + z) / (4.0 * nu) + (5.0 * z5 + 16.0 * z3 + 3.0 * z) / (96.0 * nu * nu)
 }
 
+/// ln Γ(x) for x > 0 (Lanczos, g = 7, nine terms: relative error below 1e-13).
+fn ln_gamma(x: f64) -> f64 {
+    const G: f64 = 7.0;
+    const C: [f64; 9] = [
+        0.999_999_999_999_809_9,
+        676.520_368_121_885_1,
+        -1_259.139_216_722_402_8,
+        771.323_428_777_653_1,
+        -176.615_029_162_140_6,
+        12.507_343_278_686_905,
+        -0.138_571_095_265_720_12,
+        9.984_369_578_019_572e-6,
+        1.505_632_735_149_311_6e-7,
+    ];
+    if x < 0.5 {
+        // Reflection: Γ(x) Γ(1 − x) = π / sin(πx).
+        let pi = std::f64::consts::PI;
+        return (pi / (pi * x).sin()).ln() - ln_gamma(1.0 - x);
+    }
+    let x = x - 1.0;
+    let t = x + G + 0.5;
+    let sum = C[1..]
+        .iter()
+        .enumerate()
+        .fold(C[0], |acc, (i, c)| acc + c / (x + i as f64 + 1.0));
+    0.5 * std::f64::consts::TAU.ln() + (x + 0.5) * t.ln() - t + sum.ln()
+}
+
+/// P(X ≥ k) for X negative binomial with shape `r` and success probability `q`
+/// (P(X = j) = Γ(r + j) / (Γ(r) j!) (1 − q)^r q^j): the count of bad requests among
+/// new ones when their rate is Gamma(r, ·) distributed, summed from the k-th term up
+/// while the terms matter.
+pub(crate) fn negative_binomial_tail(k: u64, r: f64, q: f64) -> f64 {
+    if k == 0 {
+        return 1.0;
+    }
+    if q <= 0.0 || r <= 0.0 {
+        return 0.0;
+    }
+    if q >= 1.0 || (k as f64) <= r * q / (1.0 - q) {
+        // At or below the mean: not in the upper tail; the exact value is not needed.
+        return 1.0;
+    }
+    let kf = k as f64;
+    let mut term =
+        (ln_gamma(r + kf) - ln_gamma(r) - ln_gamma(kf + 1.0) + r * (1.0 - q).ln() + kf * q.ln())
+            .exp();
+    let mut sum = 0.0;
+    let mut j = kf;
+    while term > sum * 1e-12 && j < kf + 100_000.0 {
+        sum += term;
+        term *= (r + j) / (j + 1.0) * q;
+        j += 1.0;
+    }
+    sum.min(1.0)
+}
+
 /// ln k! (exact sum up to 30, Stirling's series beyond).
+#[cfg(test)]
 fn ln_factorial(k: u64) -> f64 {
     if k <= 30 {
         (2..=k).map(|i| (i as f64).ln()).sum()
@@ -38,7 +97,9 @@ fn ln_factorial(k: u64) -> f64 {
     }
 }
 
-/// P(X ≥ k) for X ~ Poisson(λ), summed from the k-th term up while the terms matter.
+/// P(X ≥ k) for X ~ Poisson(λ), summed from the k-th term up while the terms matter:
+/// what the negative binomial tail tends to as its rate becomes known.
+#[cfg(test)]
 pub(crate) fn poisson_tail(k: u64, lambda: f64) -> f64 {
     if k == 0 {
         return 1.0;
@@ -76,6 +137,41 @@ mod tests {
             );
         }
         assert!((student_quantile(4.0, 1e6) - 4.0).abs() < 1e-3);
+    }
+
+    #[test]
+    fn ln_gamma_matches_factorials_and_half_integers() {
+        for k in [1u64, 2, 5, 17, 30, 31, 100, 5000] {
+            let want = ln_factorial(k - 1);
+            let got = ln_gamma(k as f64);
+            assert!(
+                (got - want).abs() <= 1e-9 * want.abs().max(1.0),
+                "{k}: {got} vs {want}"
+            );
+        }
+        // Γ(1/2) = √π.
+        assert!((ln_gamma(0.5) - std::f64::consts::PI.sqrt().ln()).abs() < 1e-12);
+        assert!((ln_gamma(0.1) - 2.252_712_651_734_206).abs() < 1e-10);
+    }
+
+    #[test]
+    fn negative_binomial_tails_match_sums_and_approach_poisson() {
+        // r = 2, q = 0.1: P(X ≥ 2) = 1 − 0.9² (1 + 2 · 0.1).
+        let exact = 1.0 - 0.81 * 1.2;
+        assert!((negative_binomial_tail(2, 2.0, 0.1) - exact).abs() < 1e-12);
+        assert_eq!(negative_binomial_tail(0, 2.0, 0.1), 1.0);
+        assert_eq!(negative_binomial_tail(1, 0.0, 0.1), 0.0);
+        // A rate known from a vast baseline: the Poisson tail at the same mean.
+        let (r, n) = (30_000.0, 1e7);
+        let q = 50.0 / (n + 50.0);
+        let (nb, poisson) = (
+            negative_binomial_tail(4, r, q),
+            poisson_tail(4, r * q / (1.0 - q)),
+        );
+        assert!((nb - poisson).abs() / poisson < 1e-3, "{nb} vs {poisson}");
+        // A rate known from little: a heavier tail than Poisson at the same mean.
+        let q = 50.0 / (1000.0 + 50.0);
+        assert!(negative_binomial_tail(4, 1.0, q) > 10.0 * poisson_tail(4, q / (1.0 - q)));
     }
 
     #[test]

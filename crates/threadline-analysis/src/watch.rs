@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use crate::anomaly::{DetectorConfig, DetectorEvent, Incident, MinuteValue, SeriesDetector};
 use crate::metric::Metric;
 use crate::rollup::{Dimension, Level, RollupCell, SeriesKey};
+use crate::share::PeerShares;
 use crate::slices::{self, Slices};
 
 /// What anomalies are watched on: a request's entry service and route; a model call's
@@ -74,6 +75,7 @@ impl Watch {
                 .or_default() += cell.requests;
             this.members.push((key, cell));
         }
+        self.lend_share_priors();
         let mut changed: Vec<usize> = Vec::new();
         for (scope, this) in &scopes {
             for metric in Metric::WATCHED {
@@ -117,6 +119,27 @@ impl Watch {
         self.recent
             .retain(|(_, i)| i.end_minute.is_none_or(|end| minute - end <= keep));
         out
+    }
+
+    /// Gives each share detector (error, rejection rate) the prior its tenant's scopes
+    /// together make (`share`): a scope with a short or clean baseline is judged by
+    /// the rate its peers show, as far as they agree.
+    fn lend_share_priors(&mut self) {
+        for metric in [Metric::ErrorRate, Metric::RejectionRate] {
+            let mut peers = PeerShares::default();
+            for ((_, m), detector) in &self.detectors {
+                if *m == metric {
+                    let (bad, requests) = detector.baseline_counts(i64::MAX);
+                    peers.add(bad, requests);
+                }
+            }
+            let prior = peers.prior();
+            for ((_, m), detector) in &mut self.detectors {
+                if *m == metric {
+                    detector.set_share_prior(prior);
+                }
+            }
+        }
     }
 
     /// Files a detector's event under its scope's incident (a new one, or the recent
