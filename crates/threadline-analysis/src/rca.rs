@@ -1,13 +1,16 @@
 //! Root-cause ranking. Candidates come from three sources and are scored in [0, 1]:
 //!
 //! - **Contrast `C`** (per attribute value — adapter, instance, image, prompt version,
-//!   A/B group, gray tag, provider, model, route): how much of the metric's *bad mass*
-//!   in the anomaly window the value explains, discounted when the value is simply
-//!   everywhere: `C = recall × (1 − 1/lift)` for `lift > 1`, else 0, where
-//!   `recall = bad(v) / bad(all)` and `lift = (bad(v)/n(v)) / (bad(all)/n(all))`.
-//!   Bad mass: requests above the baseline quantile (latency, TTFT), errors,
-//!   rejections, the KV-hit deficit against the baseline ratio, the generation-time
-//!   excess against the baseline tokens/s. The value with the highest `C` leads; a
+//!   A/B group, gray tag, provider, model, route): the share of the metric's *excess
+//!   bad mass* in the anomaly window that is attributable to the value (population
+//!   attributable fraction): `C = recall × (1 − 1/RR)` for `RR > 1`, else 0, where
+//!   `recall = x(v) / x(all)`, `RR = (x(v)/n(v)) / (x(rest)/n(rest))` against the
+//!   requests without the value (smoothed by one bad request's worth), and `x` is the
+//!   bad mass beyond what the same requests showed before the onset (their own rate,
+//!   drawn towards the scope's while they were few). Bad mass: requests above the
+//!   baseline quantile (latency, TTFT), errors, rejections, the KV-hit deficit against
+//!   the baseline ratio, the generation-time excess against the baseline tokens/s.
+//!   The value with the highest `C` leads; a
 //!   value of another dimension whose requests hold the leader's and more (an image
 //!   on two instances, one of which fails) keeps its `C` only in the proportion of
 //!   how bad its requests outside the leader are against the leader's own.
@@ -225,7 +228,8 @@ struct Contrast {
     /// baseline) carries the bad requests.
     before_after: f64,
     recall: f64,
-    lift: f64,
+    /// Its excess bad rate against that of the requests without it.
+    relative_risk: f64,
     share_window: f64,
     share_baseline: f64,
     metric_baseline: Option<f64>,
@@ -280,8 +284,8 @@ fn bad_mass(metric: Metric, cell: &RollupCell, base: &RollupCell) -> (f64, f64) 
 /// a value's requests are held to).
 struct Scope {
     base_all: RollupCell,
-    bad_all: f64,
-    total_all: f64,
+    /// The window's and the baseline's bad and total mass.
+    all: Masses,
     rate_before: f64,
 }
 
@@ -307,8 +311,12 @@ impl Scope {
         };
         Self {
             base_all,
-            bad_all,
-            total_all,
+            all: Masses {
+                bad: bad_all,
+                total: total_all,
+                bad_before,
+                total_before,
+            },
             rate_before,
         }
     }
@@ -318,11 +326,10 @@ impl Scope {
 fn contrasts(input: &RcaInput<'_>, scope: &Scope) -> BTreeMap<(Dimension, String), Contrast> {
     let Scope {
         base_all,
-        bad_all,
-        total_all,
+        all,
         rate_before,
     } = scope;
-    let (bad_all, total_all, rate_before) = (*bad_all, *total_all, *rate_before);
+    let (all, rate_before) = (*all, *rate_before);
     let base_requests: f64 = input.baseline.iter().map(|(_, c)| c.requests as f64).sum();
     let window_requests: f64 = input.window.iter().map(|(_, c)| c.requests as f64).sum();
     let mut out = BTreeMap::new();
@@ -346,19 +353,7 @@ fn contrasts(input: &RcaInput<'_>, scope: &Scope) -> BTreeMap<(Dimension, String
                 .iter()
                 .map(|c| bad_mass(input.metric, c, base_all))
                 .fold((0.0, 0.0), |(b, t), (x, y)| (b + x, t + y));
-            let recall = if bad_all > 0.0 { bad / bad_all } else { 0.0 };
             let rate = if total > 0.0 { bad / total } else { 0.0 };
-            let rate_all = if total_all > 0.0 {
-                bad_all / total_all
-            } else {
-                0.0
-            };
-            let lift = if rate_all > 0.0 { rate / rate_all } else { 0.0 };
-            let score = if lift > 1.0 {
-                recall * (1.0 - 1.0 / lift)
-            } else {
-                0.0
-            };
             let in_window = cells.iter().copied().collect::<RollupCell>();
             let base_cells = baseline.get(value);
             let (bad_base, total_base) = base_cells
@@ -367,6 +362,16 @@ fn contrasts(input: &RcaInput<'_>, scope: &Scope) -> BTreeMap<(Dimension, String
                 .map(|c| bad_mass(input.metric, c, base_all))
                 .fold((0.0, 0.0), |(b, t), (x, y)| (b + x, t + y));
             let in_base = base_cells.map(|c| c.iter().copied().collect::<RollupCell>());
+            let (recall, relative_risk, score) = attributable(
+                Masses {
+                    bad,
+                    total,
+                    bad_before: bad_base,
+                    total_before: total_base,
+                },
+                all,
+                rate_before,
+            );
             let share_window = in_window.requests as f64 / window_requests.max(1.0);
             let share_baseline =
                 in_base.as_ref().map_or(0.0, |b| b.requests as f64) / base_requests.max(1.0);
@@ -385,7 +390,7 @@ fn contrasts(input: &RcaInput<'_>, scope: &Scope) -> BTreeMap<(Dimension, String
                     score: score.clamp(0.0, 1.0),
                     before_after: (gained * recall * excess).clamp(0.0, 1.0),
                     recall,
-                    lift,
+                    relative_risk,
                     share_window,
                     share_baseline,
                     metric_baseline: in_base.and_then(|b| input.metric.value(&b, 60.0)),
@@ -400,6 +405,68 @@ fn contrasts(input: &RcaInput<'_>, scope: &Scope) -> BTreeMap<(Dimension, String
         }
     }
     out
+}
+
+/// Bad and total mass of some requests in the window and before it.
+#[derive(Clone, Copy, Debug, Default)]
+struct Masses {
+    bad: f64,
+    total: f64,
+    bad_before: f64,
+    total_before: f64,
+}
+
+impl Masses {
+    fn minus(self, other: Masses) -> Masses {
+        Masses {
+            bad: (self.bad - other.bad).max(0.0),
+            total: (self.total - other.total).max(0.0),
+            bad_before: (self.bad_before - other.bad_before).max(0.0),
+            total_before: (self.total_before - other.total_before).max(0.0),
+        }
+    }
+
+    /// The window's bad mass in excess of what these requests showed before: their
+    /// own rate before, drawn towards the scope's `rate_before` while they were few.
+    fn excess(&self, rate_before: f64) -> f64 {
+        let own = (self.bad_before + rate_before * BACKGROUND_PRIOR)
+            / (self.total_before + BACKGROUND_PRIOR);
+        (self.bad - own * self.total).max(0.0)
+    }
+}
+
+/// Requests' worth of the scope's background a value's own background is drawn to.
+const BACKGROUND_PRIOR: f64 = 20.0;
+
+/// How much of the window's excess bad mass a value accounts for, as its population
+/// attributable fraction: `(recall, relative risk, recall × (1 − 1/relative risk))`.
+///
+/// Bad mass is taken in excess of the background the requests showed before (half of
+/// them are above a baseline median, 1% above its P99; a slow model is always above
+/// the median), so that a slower A/B arm is contrasted on the requests it slowed. The
+/// value's excess rate is held against that of the requests without it — not of all
+/// requests, itself included, which capped an arm on half the traffic at 0.5 however
+/// completely it held the bad requests. The rest is smoothed by one bad request's
+/// worth at the window's rate, so that a value on nearly all of the traffic does not
+/// win on a few clean requests left over.
+fn attributable(value: Masses, all: Masses, rate_before: f64) -> (f64, f64, f64) {
+    let rest = all.minus(value);
+    let (value_x, rest_x) = (value.excess(rate_before), rest.excess(rate_before));
+    let all_x = value_x + rest_x;
+    if all_x <= 0.0 || value.total <= 0.0 {
+        return (0.0, 0.0, 0.0);
+    }
+    let recall = value_x / all_x;
+    let rate_all = all_x / all.total.max(1e-9);
+    let smoothing = (1.0 / rate_all).min(all.total);
+    let rate_rest = (rest_x + rate_all * smoothing) / (rest.total + smoothing);
+    let risk = value_x / value.total / rate_rest;
+    let score = if risk > 1.0 {
+        recall * (1.0 - 1.0 / risk)
+    } else {
+        0.0
+    };
+    (recall, risk, score.clamp(0.0, 1.0))
 }
 
 /// Judges every value against the leader: the value whose within-window contrast is
@@ -430,11 +497,10 @@ fn judge_against_leader(
         .map(|(k, _)| k.clone());
     let Scope {
         base_all,
-        bad_all,
+        all,
         rate_before,
-        ..
     } = scope;
-    let (bad_all, rate_before) = (*bad_all, *rate_before);
+    let (bad_all, rate_before) = (all.bad, *rate_before);
     // (bad, total) mass of the window's requests that pass `keep`.
     let mass = |keep: &dyn Fn(&SeriesKey) -> bool| {
         input
@@ -525,6 +591,9 @@ fn healthy_before(
     1.0 - weight * (1.0 - shown)
 }
 
+/// The contrast (within the window, or before/after) a value needs to be a candidate.
+const NOTICEABLE: f64 = 0.01;
+
 /// The within-window contrast above which a value leads: other values are then judged
 /// against it (`judge_against_leader`).
 const LEADS: f64 = 0.2;
@@ -606,7 +675,7 @@ fn contrast_json(c: &Contrast) -> serde_json::Value {
         "contrast": c.score,
         "before_after": c.before_after,
         "share_of_bad": c.recall,
-        "lift": c.lift,
+        "relative_risk": c.relative_risk,
         "share_of_requests": c.share_window,
         "share_of_requests_before": c.share_baseline,
         "metric_before": c.metric_baseline,
@@ -714,7 +783,9 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
         });
     }
     for ((dim, value), c) in &contrasts {
-        let some = c.score > 0.0 || c.before_after > 0.0;
+        // A value with next to no evidence is no candidate, whatever rule its kind
+        // matches ("instance=i-6: 0% of the bad requests", boosted as an instance).
+        let some = c.score >= NOTICEABLE || c.before_after >= NOTICEABLE;
         if !some || explained.contains(&(*dim, value.clone())) {
             continue;
         }
@@ -831,6 +902,16 @@ fn fold_co_moving(window: &[(SeriesKey, RollupCell)], ranked: Vec<Candidate>) ->
         });
         match host {
             Some(i) => {
+                // Of two candidates on the same requests that explain them alike,
+                // the more specific leads.
+                let mut cand = cand;
+                if more_specific_alike(window, &out[i], &cand) {
+                    std::mem::swap(&mut out[i], &mut cand);
+                    if let Some(list) = cand.evidence.get_mut("co_moving").map(std::mem::take) {
+                        out[i].evidence["co_moving"] = list;
+                    }
+                    out[i].confidence = out[i].confidence.max(cand.confidence);
+                }
                 let entry = serde_json::json!({
                     "kind": cand.kind,
                     "subject": cand.subject,
@@ -850,6 +931,38 @@ fn fold_co_moving(window: &[(SeriesKey, RollupCell)], ranked: Vec<Candidate>) ->
         }
     }
     out
+}
+
+/// Confidences this close are alike: the evidence does not tell the two apart.
+const ALIKE: f64 = 0.01;
+
+/// Whether `b`, to be folded into the better-ranked `a`, should lead instead: the two
+/// on the same requests (each holding nearly all of the other's), confidences alike,
+/// and `b` the more specific — a lineage change before a bare attribute value (the
+/// adapter hot-swapped onto two instances before the old image only they still run),
+/// then the value on fewer requests before the onset (a failing instance before that
+/// old image).
+fn more_specific_alike(window: &[(SeriesKey, RollupCell)], a: &Candidate, b: &Candidate) -> bool {
+    let specificity = |c: &Candidate| {
+        let contrast = match c.kind {
+            CandidateKind::Attribute => &c.evidence,
+            _ => &c.evidence["contrast"],
+        };
+        let before = contrast["share_of_requests_before"].as_f64().unwrap_or(1.0);
+        (
+            c.kind == CandidateKind::Attribute,
+            (before * 1e9).round() as i64,
+        )
+    };
+    match (&a.attribute, &b.attribute) {
+        (Some(x), Some(y)) => {
+            a.confidence - b.confidence < ALIKE
+                && specificity(b) < specificity(a)
+                && overlap(window, x, y) >= CO_MOVING
+                && overlap(window, y, x) >= CO_MOVING
+        }
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -1061,6 +1174,80 @@ mod tests {
         assert_eq!(folded, Some("image=img:1"), "{ranked:#?}");
     }
 
+    /// The same, with i-2 a little worse than i-1 before: counted beyond their own
+    /// background, the old image (the two instances' requests before) explains the
+    /// window's errors a hair better than i-2 does. Alike, on the same requests: the
+    /// instance, narrower before, still leads.
+    #[test]
+    fn a_failing_instance_leads_the_old_image_it_still_runs_on_alike_evidence() {
+        let baseline = vec![
+            errors_cell(("i-1", "", "img:1"), 300, 0),
+            errors_cell(("i-2", "", "img:1"), 300, 3),
+        ];
+        let window = vec![
+            errors_cell(("i-1", "", "img:2"), 100, 0),
+            errors_cell(("i-2", "", "img:1"), 100, 35),
+        ];
+        let rollout = change(
+            "image_rollout",
+            "image:img:2",
+            95,
+            (Dimension::Image, "img:2"),
+        );
+        let ranked = rank_at_onset(Metric::ErrorRate, vec![], &baseline, &window, vec![rollout]);
+        assert_eq!(ranked[0].subject, "instance=i-2", "{ranked:#?}");
+        let folded = ranked[0].evidence["co_moving"][0]["subject"].as_str();
+        assert_eq!(folded, Some("image=img:1"), "{ranked:#?}");
+    }
+
+    /// An adapter hot-swapped onto i-3 and i-4 slows them, four minutes after a new
+    /// image went onto i-1 and i-2: in the window the old image is on (nearly) the
+    /// adapter's requests alone, with contrast alike. The adapter's rollout, a lineage
+    /// change, is the more specific and leads; the old image moves with it.
+    #[test]
+    fn a_swapped_adapter_leads_the_old_image_its_instances_still_run() {
+        let instances = ["i-1", "i-2", "i-3", "i-4"];
+        let baseline: Vec<_> = instances
+            .iter()
+            .map(|i| (key(i, "fin@6", "v2", "img:1"), cell(500.0, 300, 0.8)))
+            .collect();
+        // i-3's first requests of the minute still ran the old adapter, slow already:
+        // the old image holds a few more of the bad requests than the adapter does.
+        let window: Vec<_> = [
+            ("i-1", "fin@6", "img:2", 500.0, 100),
+            ("i-2", "fin@6", "img:2", 500.0, 100),
+            ("i-3", "fin@6", "img:1", 1400.0, 5),
+            ("i-3", "fin@7", "img:1", 1400.0, 100),
+            ("i-4", "fin@7", "img:1", 1400.0, 100),
+        ]
+        .iter()
+        .map(|(i, a, img, ms, n)| (key(i, a, "v2", img), cell(*ms, *n, 0.8)))
+        .collect();
+        let changes = vec![
+            change(
+                "image_rollout",
+                "image:img:2",
+                96,
+                (Dimension::Image, "img:2"),
+            ),
+            change(
+                "adapter_rollout",
+                "adapter:fin@7",
+                100,
+                (Dimension::Adapter, "fin@7"),
+            ),
+        ];
+        let ranked = rank_at_onset(Metric::P99Latency, vec![], &baseline, &window, changes);
+        assert_eq!(ranked[0].subject, "adapter:fin@7", "{ranked:#?}");
+        let folded: Vec<_> = ranked[0].evidence["co_moving"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["subject"].as_str())
+            .collect();
+        assert!(folded.contains(&"image=img:1"), "{ranked:#?}");
+    }
+
     #[test]
     fn a_rollout_whose_bad_requests_gather_on_one_instance_keeps_its_contrast() {
         // An adapter hot-swapped onto i-1 and i-2 fails on both, more on i-1 by chance:
@@ -1103,6 +1290,13 @@ mod tests {
         );
         assert_eq!(ranked[0].subject, "instance=i-2", "{ranked:#?}");
         assert!(ranked[0].rule > 0.0);
+        // The healthy instances match the same rule but hold none of the deficit:
+        // they are no candidates.
+        assert!(
+            ranked.iter().all(|c| !c.subject.starts_with("instance=i-1")
+                && !c.subject.starts_with("instance=i-3")),
+            "{ranked:#?}"
+        );
     }
 
     /// A request cell of `n` requests: retrieval `retrieve_ms`, model call `call_ms`,
@@ -1248,6 +1442,42 @@ mod tests {
             calls.is_none_or(|c| c.confidence < ranked[0].confidence),
             "{ranked:#?}"
         );
+    }
+
+    /// An arm on half of a route whose two models differ threefold in latency slows
+    /// by 60%, two minutes after a harmless image went onto every instance. The bad
+    /// requests of a median incident are those above the baseline median — half of
+    /// them even before — and the arm is held against the other arm, not against all
+    /// requests, itself included (which capped it at 0.5, under the image's proximity
+    /// and rule).
+    #[test]
+    fn an_arm_on_half_the_traffic_outranks_a_harmless_image_just_before() {
+        let at = |image: &str, model: &str, group: &str| {
+            key("i-1", "fin@6", "v2", image)
+                .with(Dimension::Model, model)
+                .with(Dimension::AbGroup, group)
+        };
+        let mut baseline = Vec::new();
+        let mut window = Vec::new();
+        for (model, ms) in [("small", 500.0), ("big", 1500.0)] {
+            for group in ["A", "B"] {
+                baseline.push((at("img:1", model, group), request_cell(300, 70.0, ms)));
+                let slower = if group == "B" { 1.6 } else { 1.0 };
+                window.push((
+                    at("img:2", model, group),
+                    request_cell(300, 70.0, ms * slower),
+                ));
+            }
+        }
+        let image = change(
+            "image_rollout",
+            "image:img:2",
+            98,
+            (Dimension::Image, "img:2"),
+        );
+        let ranked = rank_at_onset(Metric::P50Latency, vec![], &baseline, &window, vec![image]);
+        assert_eq!(ranked[0].subject, "ab_group=B", "{ranked:#?}");
+        assert!(ranked[0].contrast > 0.5, "{:#?}", ranked[0]);
     }
 
     /// A new image on every instance slows every request: nothing to contrast it with

@@ -55,7 +55,7 @@ function Graph({ data, center, openRoutes, depth, direction, onPick, picked }) {
         <text class="kind" x=${x + 8} y=${y + 13}>${kind}</text>
         <text x=${x + 8} y=${y + 30}>${n.label}</text>
         ${drift ? html`<text class="badge drift-badge" x=${x + n.width - 6} y=${y + 13} text-anchor="end" style="fill:var(--warn)">drift</text>` : null}
-        ${incident ? html`<text class="badge incident-badge" x=${x + n.width - 6} y=${y + 33} text-anchor="end" style="fill:var(--err)">incident</text>` : null}
+        ${incident ? html`<text class="badge incident-badge" x=${x + n.width - 6} y=${y + 13} text-anchor="end" style="fill:var(--err)">incident</text>` : null}
       </g>`;
     })}
   </svg>`;
