@@ -5,9 +5,9 @@
 //! few dozen requests cannot tell from chance; the canary's own requests can.
 //!
 //! Each slice keeps the errors and requests of its last `window` normal minutes. A
-//! slice is failing when its errors are improbable under Poisson at its expected
-//! share — its own baseline share once it has `OWN_BASELINE` requests of history, else
-//! the scope's — at the detector's α divided by the number of slices tested (the
+//! slice is failing when its errors are improbable under what is expected of it — the
+//! belief its own baseline gives once it has `OWN_BASELINE` requests of history, else
+//! the scope's (`share`) — at the detector's α divided by the number of slices tested (the
 //! scope's minute tests them all; the slices that hold all of its requests, its one
 //! model or image, are one test), and its share is at least `MIN_SLICE_CHANGE` above
 //! that expectation, over either
