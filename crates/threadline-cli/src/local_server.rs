@@ -38,3 +38,54 @@ impl LocalServer {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The server's own threads (store, ingest workers) still running in this process:
+    /// those named `threadline-…` but its main thread (Linux: /proc).
+    fn server_threads() -> Vec<String> {
+        let main = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
+        std::fs::read_dir("/proc/self/task")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+            .filter(|name| *name != main && name.starts_with("threadline-"))
+            .map(|name| name.trim_end().to_owned())
+            .collect()
+    }
+
+    /// A stopped server closes its store: no writer, indexer, compactor or ingest
+    /// thread outlives it (they once piled up, five per server, in `bench diagnosis`).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stopped_server_leaves_no_thread_behind() {
+        let temp = tempfile::tempdir().unwrap();
+        for round in 0..3 {
+            let overrides = threadline_server::ConfigOverrides {
+                otlp_http: Some("127.0.0.1:0".to_owned()),
+                otlp_grpc: Some("127.0.0.1:0".to_owned()),
+                http: Some("127.0.0.1:0".to_owned()),
+                data_dir: Some(temp.path().join(format!("data-{round}"))),
+                allow_unauthenticated: false,
+            };
+            let config = ServerConfig::load(None, &overrides).unwrap();
+            let server = LocalServer::start(config).await.unwrap();
+            assert!(!server_threads().is_empty());
+            server.stop().await.unwrap();
+        }
+        let mut left = server_threads();
+        for _ in 0..100 {
+            if left.is_empty() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            left = server_threads();
+        }
+        assert!(
+            left.is_empty(),
+            "threads still running after stop: {left:?}"
+        );
+    }
+}

@@ -62,12 +62,21 @@ pub enum ServeError {
 /// How often the background detector pass runs.
 const INCIDENT_WATCH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// The incident watcher's background pass, every few seconds, until the server stops.
-fn spawn_incident_watch(watcher: Arc<threadline_diagnosis::IncidentWatcher>) {
+/// The incident watcher's background pass, every few seconds, until `stopped`
+/// resolves; a pass under way is finished first. The task holds the watcher (and so
+/// the store): it must end for the store to close when the server stops.
+fn spawn_incident_watch(
+    watcher: Arc<threadline_diagnosis::IncidentWatcher>,
+    stopped: impl Future<Output = ()> + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(INCIDENT_WATCH_INTERVAL);
+        let mut stopped = std::pin::pin!(stopped);
         loop {
-            tick.tick().await;
+            tokio::select! {
+                () = &mut stopped => return,
+                _ = tick.tick() => {}
+            }
             let watcher = Arc::clone(&watcher);
             match tokio::task::spawn_blocking(move || watcher.background_pass()).await {
                 Ok(Ok(())) => {}
@@ -75,7 +84,7 @@ fn spawn_incident_watch(watcher: Arc<threadline_diagnosis::IncidentWatcher>) {
                 Err(e) => tracing::warn!(error = %e, "incident detection task failed"),
             }
         }
-    });
+    })
 }
 
 /// Opens the store, binds the three listeners (logging one line each, with the real
@@ -180,7 +189,7 @@ pub async fn serve_reporting(
         slo_rules,
         alert_sink.map(|sink| sink as Arc<dyn threadline_diagnosis::IncidentListener>),
     ));
-    spawn_incident_watch(Arc::clone(&watcher));
+    let watch = spawn_incident_watch(Arc::clone(&watcher), stopped());
 
     let otlp_http_app = otlp_http::router(otlp_http::OtlpHttpState {
         ctx: ctx.clone(),
@@ -295,6 +304,11 @@ pub async fn serve_reporting(
         what: "otlp-grpc",
         message: e.to_string(),
     })?;
+    // The last holder of the store but this function: once it ends, the store closes
+    // (its writer drains its queue and its threads stop) as this function returns.
+    if let Err(e) = watch.await {
+        tracing::warn!(error = %e, "incident detection task failed");
+    }
     tracing::info!("stopped");
     Ok(())
 }
