@@ -5,7 +5,9 @@
 //!   bad mass* in the anomaly window that is attributable to the value (population
 //!   attributable fraction): `C = recall × (1 − 1/RR)` for `RR > 1`, else 0, where
 //!   `recall = x(v) / x(all)`, `RR = (x(v)/n(v)) / (x(rest)/n(rest))` against the
-//!   requests without the value (smoothed by one bad request's worth), and `x` is the
+//!   requests without the value (both smoothed by four bad requests' worth at the
+//!   window's rate: a few bad requests that fell on one arm by chance are weak
+//!   evidence), and `x` is the
 //!   bad mass beyond what the same requests showed before the onset (their own rate,
 //!   drawn towards the scope's while they were few). Bad mass: requests above the
 //!   baseline quantile (latency, TTFT), errors, rejections, the KV-hit deficit against
@@ -19,8 +21,10 @@
 //!   used, OpenLineage run completed, dataset version with drift):
 //!   `P = exp(−|t_change − t_onset| / 5 min)`, for changes from 30 min before to
 //!   5 min after the onset (drift: from 24 h before). A change that is an attribute
-//!   value (adapter `fin-lora@7` first served) shares that value's `C`; a change that
-//!   feeds one (a training run, a drifted dataset version upstream of the adapter)
+//!   value (adapter `fin-lora@7` first served) shares that value's `C`, kept as far as
+//!   the value's requests between the change and the onset leave it (a new image
+//!   that served an instance well for minutes did not bring its KV collapse); a change
+//!   that feeds one (a training run, a drifted dataset version upstream of the adapter)
 //!   inherits the `C` of the value it feeds.
 //! - **Rules `R`** from the fault-pattern file: the largest `boost` of the rules that
 //!   match the incident's metric, its co-anomalies, the candidate's kind, and
@@ -435,6 +439,10 @@ impl Masses {
     }
 }
 
+/// Bad requests' worth at the window's rate added to a value's and the rest's rates
+/// before they are compared.
+const PSEUDO_BAD: f64 = 4.0;
+
 /// Requests' worth of the scope's background a value's own background is drawn to.
 const BACKGROUND_PRIOR: f64 = 20.0;
 
@@ -446,9 +454,11 @@ const BACKGROUND_PRIOR: f64 = 20.0;
 /// the median), so that a slower A/B arm is contrasted on the requests it slowed. The
 /// value's excess rate is held against that of the requests without it — not of all
 /// requests, itself included, which capped an arm on half the traffic at 0.5 however
-/// completely it held the bad requests. The rest is smoothed by one bad request's
-/// worth at the window's rate, so that a value on nearly all of the traffic does not
-/// win on a few clean requests left over.
+/// completely it held the bad requests. Both rates are smoothed by `PSEUDO_BAD` bad
+/// requests' worth at the window's rate: 8 bad requests that all fell on one arm of
+/// two (one time in 250 by chance, and there are many values) are weaker evidence
+/// than 35, and a value on nearly all of the traffic does not win on a few clean
+/// requests left over.
 fn attributable(value: Masses, all: Masses, rate_before: f64) -> (f64, f64, f64) {
     let rest = all.minus(value);
     let (value_x, rest_x) = (value.excess(rate_before), rest.excess(rate_before));
@@ -458,9 +468,9 @@ fn attributable(value: Masses, all: Masses, rate_before: f64) -> (f64, f64, f64)
     }
     let recall = value_x / all_x;
     let rate_all = all_x / all.total.max(1e-9);
-    let smoothing = (1.0 / rate_all).min(all.total);
-    let rate_rest = (rest_x + rate_all * smoothing) / (rest.total + smoothing);
-    let risk = value_x / value.total / rate_rest;
+    let smoothing = (PSEUDO_BAD / rate_all).min(all.total);
+    let smoothed = |bad: f64, total: f64| (bad + rate_all * smoothing) / (total + smoothing);
+    let risk = smoothed(value_x, value.total) / smoothed(rest_x, rest.total);
     let score = if risk > 1.0 {
         recall * (1.0 - 1.0 / risk)
     } else {
@@ -735,7 +745,11 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
                 .map(|(_, f)| f.clone()),
         };
         let backed = via.as_ref().and_then(|a| contrasts.get(a));
-        let (c, b) = backed.map_or((0.0, 0.0), |x| (x.score, x.before_after));
+        // A change whose value then served healthy requests until the onset did not
+        // bring the bad ones with it (a new image on an instance minutes before that
+        // instance's KV cache collapsed): its contrast is kept as far as those
+        // requests leave it (`healthy_before`, as for before/after).
+        let (c, b) = backed.map_or((0.0, 0.0), |x| (x.score * x.healthy_before, x.before_after));
         if let Some(a) = &change.attribute {
             explained.insert(a.clone());
         }
@@ -1297,6 +1311,39 @@ mod tests {
                 && !c.subject.starts_with("instance=i-3")),
             "{ranked:#?}"
         );
+    }
+
+    /// i-2's KV cache collapses four minutes after it took a new image, and the image
+    /// served it well until then: in the window the image is on i-2's requests alone,
+    /// but its healthy minutes before the onset say it did not bring the collapse.
+    /// The instance leads; the image rollout moves with it.
+    #[test]
+    fn a_change_that_served_well_until_the_onset_yields_to_the_instance() {
+        let baseline = vec![
+            (key("i-1", "", "", "img:1"), cell(500.0, 300, 0.8)),
+            (key("i-2", "", "", "img:1"), cell(500.0, 260, 0.8)),
+            (key("i-2", "", "", "img:2"), cell(500.0, 40, 0.8)),
+        ];
+        let window = vec![
+            (key("i-1", "", "", "img:1"), cell(500.0, 100, 0.8)),
+            (key("i-2", "", "", "img:2"), cell(500.0, 100, 0.1)),
+        ];
+        let rollout = change(
+            "image_rollout",
+            "image:img:2",
+            96,
+            (Dimension::Image, "img:2"),
+        );
+        let ranked = rank_at_onset(
+            Metric::KvCacheHitRatio,
+            vec![Metric::P99Latency],
+            &baseline,
+            &window,
+            vec![rollout],
+        );
+        assert_eq!(ranked[0].subject, "instance=i-2", "{ranked:#?}");
+        let folded = ranked[0].evidence["co_moving"][0]["subject"].as_str();
+        assert_eq!(folded, Some("image:img:2"), "{ranked:#?}");
     }
 
     /// A request cell of `n` requests: retrieval `retrieve_ms`, model call `call_ms`,
