@@ -234,6 +234,59 @@ mod tests {
         c
     }
 
+    /// Four routes of one tenant fail 0.4% of their requests; `/v1/new` showed 1 error
+    /// in its first 1 000 (one time in eleven at that rate). Then 2 of 58 and 3 of 56:
+    /// judged on its own baseline alone that is a fault at α; judged with the rate its
+    /// peers lend it, it is not.
+    #[test]
+    fn a_route_with_a_clean_start_is_judged_with_its_peers_rate() {
+        let run = |lend: bool| {
+            let mut watch = Watch::new(DetectorConfig::default());
+            let key = |route: &str| {
+                SeriesKey::at(Level::Request)
+                    .with(Dimension::Service, "gw")
+                    .with(Dimension::Route, route)
+            };
+            let peers: Vec<SeriesKey> =
+                ["/v1/a", "/v1/b", "/v1/c"].iter().map(|r| key(r)).collect();
+            let new = key("/v1/new");
+            let mut opened = Vec::new();
+            for minute in 0..22 {
+                let (n, errors) = match minute {
+                    20 => (58, 2),
+                    21 => (56, 3),
+                    _ => (50, u64::from(minute == 7)),
+                };
+                let mut mine = cell(500.0, n, 0.8);
+                mine.errors = errors;
+                let mut theirs = cell(500.0, 50, 0.8);
+                // One error every five minutes: 0.4%.
+                theirs.errors = u64::from(minute % 5 == 0);
+                if !lend {
+                    // Alone: no peers lend it anything.
+                    opened.extend(watch.push_minute(minute, [(&new, &mine)]));
+                    continue;
+                }
+                let cells: Vec<(&SeriesKey, &RollupCell)> = peers
+                    .iter()
+                    .map(|k| (k, &theirs))
+                    .chain([(&new, &mine)])
+                    .collect();
+                opened.extend(watch.push_minute(minute, cells));
+            }
+            opened
+        };
+        let alone = run(false);
+        assert!(
+            alone
+                .iter()
+                .any(|i| i.route == "/v1/new" && i.metric == Metric::ErrorRate),
+            "{alone:?}"
+        );
+        let with_peers = run(true);
+        assert!(with_peers.is_empty(), "{with_peers:?}");
+    }
+
     #[test]
     fn a_latency_step_with_a_kv_drop_is_one_incident_on_its_route() {
         let mut watch = Watch::new(DetectorConfig::default());
