@@ -391,7 +391,7 @@ fn contrasts(input: &RcaInput<'_>, scope: &Scope) -> BTreeMap<(Dimension, String
             out.insert(
                 (dim, value.to_owned()),
                 Contrast {
-                    score: score.clamp(0.0, 1.0),
+                    score,
                     before_after: (gained * recall * excess).clamp(0.0, 1.0),
                     recall,
                     relative_risk,
@@ -842,9 +842,11 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
     }
     // Of values that explain the bad requests alike (an instance, and the old image
     // only it still runs since a rollout elsewhere), the one that was the narrower
-    // before the onset too comes first: it did not just come to coincide with them.
+    // before the onset too comes first: it did not just come to coincide with them
+    // (exact ties here; alike ones on the same requests in `fold_co_moving`).
     // Confidences equal to 1e-9 are a tie (a total order: sorting needs one).
     let tied = |c: &Candidate| (c.confidence * 1e9).round() as i64;
+    // The share of requests its value had before the onset, in 1e-9 steps.
     let share_before = |c: &Candidate| {
         let share = c
             .attribute
@@ -860,7 +862,7 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
             c.subject.clone(),
         )
     });
-    fold_co_moving(input.window, out)
+    fold_co_moving(input.window, out, &share_before)
 }
 
 /// Requests of the window carrying `a` that also carry `b`, over those carrying `a`.
@@ -894,7 +896,12 @@ const CO_MOVING: f64 = 0.9;
 /// a candidate whose requests (nearly) all carry the value of a better-ranked one is
 /// folded into it, listed under its `co_moving` evidence; the better-ranked, more
 /// specific one (a lineage change before a bare attribute, then by confidence) stays.
-fn fold_co_moving(window: &[(SeriesKey, RollupCell)], ranked: Vec<Candidate>) -> Vec<Candidate> {
+/// `share_before` is a candidate's value's share of requests before the onset.
+fn fold_co_moving(
+    window: &[(SeriesKey, RollupCell)],
+    ranked: Vec<Candidate>,
+    share_before: &dyn Fn(&Candidate) -> i64,
+) -> Vec<Candidate> {
     let total: u64 = window.iter().map(|(_, c)| c.requests).sum();
     // A value on (nearly) every request holds every other one: that is no co-movement.
     let partial = |a: &(Dimension, String)| {
@@ -919,7 +926,7 @@ fn fold_co_moving(window: &[(SeriesKey, RollupCell)], ranked: Vec<Candidate>) ->
                 // Of two candidates on the same requests that explain them alike,
                 // the more specific leads.
                 let mut cand = cand;
-                if more_specific_alike(window, &out[i], &cand) {
+                if more_specific_alike(window, &out[i], &cand, share_before) {
                     std::mem::swap(&mut out[i], &mut cand);
                     if let Some(list) = cand.evidence.get_mut("co_moving").map(std::mem::take) {
                         out[i].evidence["co_moving"] = list;
@@ -956,18 +963,13 @@ const ALIKE: f64 = 0.01;
 /// adapter hot-swapped onto two instances before the old image only they still run),
 /// then the value on fewer requests before the onset (a failing instance before that
 /// old image).
-fn more_specific_alike(window: &[(SeriesKey, RollupCell)], a: &Candidate, b: &Candidate) -> bool {
-    let specificity = |c: &Candidate| {
-        let contrast = match c.kind {
-            CandidateKind::Attribute => &c.evidence,
-            _ => &c.evidence["contrast"],
-        };
-        let before = contrast["share_of_requests_before"].as_f64().unwrap_or(1.0);
-        (
-            c.kind == CandidateKind::Attribute,
-            (before * 1e9).round() as i64,
-        )
-    };
+fn more_specific_alike(
+    window: &[(SeriesKey, RollupCell)],
+    a: &Candidate,
+    b: &Candidate,
+    share_before: &dyn Fn(&Candidate) -> i64,
+) -> bool {
+    let specificity = |c: &Candidate| (c.kind == CandidateKind::Attribute, share_before(c));
     match (&a.attribute, &b.attribute) {
         (Some(x), Some(y)) => {
             a.confidence - b.confidence < ALIKE

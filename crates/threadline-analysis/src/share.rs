@@ -103,12 +103,8 @@ impl PeerShares {
         let p = (self.bad.max(0.5)) / n;
         let q = self.bad_sq_per_request - 2.0 * p * self.bad + p * p * n;
         let spread = ((q - (k - 1.0) * p) / (n - self.requests_sq / n)).max(0.0);
-        let typical = n / k;
-        let weight = if spread > 0.0 {
-            (p / spread).min(typical)
-        } else {
-            typical
-        };
+        // No spread (p / 0 = ∞): the scopes agree; the cap holds.
+        let weight = (p / spread).min(n / k);
         ShareBelief {
             shape: (p * weight).max(0.5),
             exposure: weight,
