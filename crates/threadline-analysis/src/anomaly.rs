@@ -1,12 +1,14 @@
-//! Streaming anomaly detection per series and metric, and the grouping of anomalies
-//! into incidents.
+//! Streaming anomaly detection per series and metric (their grouping into incidents:
+//! `incident`).
 //!
 //! Each detector sees one value per closed minute. Its baseline is the median and the
 //! MAD of the last `window` normal minutes (anomalous minutes never enter it, so an
 //! ongoing incident does not become the new normal). A minute is anomalous when it
 //! deviates in the metric's bad direction by more than `sensitivity` robust standard
 //! deviations (for a spread measured from few baseline minutes, Student's t at the
-//! same tail) *and* by a minimum practical change (20% relative, 2 points for ratios).
+//! same tail; for a latency quantile, a spread no less than its sampling noise among
+//! the baseline's requests, `quantile_noise`) *and* by a minimum practical change
+//! (20% relative, 2 points for ratios).
 //! An anomaly opens after `confirm` anomalous minutes in a row (or one minute three
 //! times as far out) with the first of them as onset, and closes after `recover` normal ones.
 //! Minutes resting on fewer than `min_count` requests are skipped.
@@ -16,7 +18,9 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use crate::metric::Metric;
+use crate::quantile_noise::PooledRequests;
 use crate::share::ShareBelief;
+use sketches_ddsketch::DDSketch;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -94,7 +98,7 @@ const CACHE_RATIO_FLOOR: f64 = 0.01;
 pub struct SeriesDetector {
     metric: Metric,
     history: VecDeque<MinuteValue>,
-    pending: Vec<(MinuteValue, f64)>,
+    pending: Vec<Pending>,
     /// The minute pushed last (judged: enough requests), for shares pooled over two.
     last: Option<MinuteValue>,
     active: bool,
@@ -102,6 +106,29 @@ pub struct SeriesDetector {
     normal_streak: usize,
     /// For shares of requests: the belief the baseline's counts update (`share`).
     share_prior: ShareBelief,
+    /// For latency quantiles: the baseline's requests pooled (`quantile_noise`).
+    requests: Option<PooledRequests>,
+}
+
+/// A minute out, waiting for its confirmation.
+#[derive(Clone, Debug)]
+struct Pending {
+    point: MinuteValue,
+    score: f64,
+    /// How likely its quantile is by chance among the baseline's requests.
+    chance: Option<f64>,
+    requests: Option<Requests>,
+}
+
+/// A minute's requests, as the sketch of the values a quantile is read from.
+#[derive(Clone)]
+struct Requests(DDSketch);
+
+// The sketch has no Debug of its own.
+impl std::fmt::Debug for Requests {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Requests({})", self.0.count())
+    }
 }
 
 /// Median, MAD and the spread of the worse tail (90th percentile above the median, or
@@ -145,6 +172,9 @@ impl SeriesDetector {
             last_bad_minute: 0,
             normal_streak: 0,
             share_prior: ShareBelief::UNINFORMED,
+            requests: metric
+                .requests_quantile()
+                .map(|_| PooledRequests::default()),
         }
     }
 
@@ -166,7 +196,9 @@ impl SeriesDetector {
     /// tail's (its 90th percentile is 1.28 sigma out for a normal series): a
     /// per-minute P99 of a few dozen requests is nearly their maximum, skewed towards
     /// the worse side, and the MAD alone puts ordinary high minutes several sigmas
-    /// out.
+    /// out. For a latency quantile, it is also no less than the quantile's sampling
+    /// noise at `count` requests, read off the baseline's requests: a few baseline
+    /// minutes that happen to be alike do not make an ordinary one look far out.
     fn baseline(&self, count: u64) -> (f64, f64) {
         let (median, mad, tail) = median_mad_tail(&self.history, self.metric.higher_is_worse());
         let floor = match self.metric {
@@ -180,7 +212,17 @@ impl SeriesDetector {
             Metric::KvCacheHitRatio | Metric::PromptCacheHitRatio => {
                 CACHE_RATIO_FLOOR.max(tail / 1.2816)
             }
-            _ => (0.05 * median.abs()).max(tail / 1.2816),
+            _ => {
+                // A quantile of `count` requests is no steadier than its sampling noise
+                // (`quantile_noise`), however alike the baseline's few minutes were.
+                let noise = self
+                    .metric
+                    .requests_quantile()
+                    .zip(self.requests.as_ref())
+                    .and_then(|(q, pool)| pool.sampling_log_sd(q, count))
+                    .map_or(0.0, |sd| median.abs() * sd.exp_m1());
+                (0.05 * median.abs()).max(tail / 1.2816).max(noise)
+            }
         };
         let sigma = (1.4826 * mad).max(floor).max(1e-9);
         (median, sigma)
@@ -236,6 +278,9 @@ impl SeriesDetector {
         {
             self.history.pop_back();
         }
+        if let Some(pool) = &mut self.requests {
+            pool.forget_from(found.onset_minute);
+        }
         self.pending.clear();
         self.active = true;
         self.last_bad_minute = found.detected_minute;
@@ -245,13 +290,37 @@ impl SeriesDetector {
 
     /// Feeds one closed minute; minutes must come in time order.
     pub fn push(&mut self, cfg: &DetectorConfig, point: MinuteValue) -> Option<DetectorEvent> {
+        self.push_requests(cfg, point, None)
+    }
+
+    /// Feeds one closed minute with the sketch of its requests' values, which a
+    /// quantile metric is read from: a latency quantile is then judged against the
+    /// baseline's requests pooled too (`quantile_noise`) — its sigma no less than its
+    /// sampling noise, and a P99 improbable among them.
+    pub fn push_requests(
+        &mut self,
+        cfg: &DetectorConfig,
+        point: MinuteValue,
+        requests: Option<&DDSketch>,
+    ) -> Option<DetectorEvent> {
         if point.count < cfg.min_count || !point.value.is_finite() {
             self.last = None;
             return None;
         }
-        let event = self.judge(cfg, point);
+        let requests = requests
+            .filter(|_| self.requests.is_some())
+            .map(|s| Requests(s.clone()));
+        let event = self.judge(cfg, point, requests);
         self.last = Some(point);
         event
+    }
+
+    /// How likely this minute's upper quantile is by chance among the baseline's
+    /// requests; `None` for other metrics or while the pool is small.
+    fn chance(&self, point: &MinuteValue, requests: Option<&Requests>) -> Option<f64> {
+        requests?;
+        let q = self.metric.requests_quantile().filter(|q| *q >= 0.9)?;
+        self.requests.as_ref()?.chance(q, point.value, point.count)
     }
 
     /// The belief about the share of bad requests (errors or rejections over requests)
@@ -326,9 +395,14 @@ impl SeriesDetector {
         (z0 >= 1.0 && z1 >= 1.0 && score >= needed && shift).then_some((prev, mean, score))
     }
 
-    fn judge(&mut self, cfg: &DetectorConfig, point: MinuteValue) -> Option<DetectorEvent> {
+    fn judge(
+        &mut self,
+        cfg: &DetectorConfig,
+        point: MinuteValue,
+        requests: Option<Requests>,
+    ) -> Option<DetectorEvent> {
         if self.history.len() < cfg.min_baseline {
-            self.remember(cfg, point);
+            self.remember(cfg, point, requests);
             return None;
         }
         let (median, sigma) = self.baseline(point.count);
@@ -345,15 +419,15 @@ impl SeriesDetector {
             deviation >= cfg.min_relative_change * median.abs().max(1e-9)
         };
         let needed = self.needed_score(cfg);
-        let bad = big_enough && score >= needed;
+        let out = big_enough && score >= needed;
         if self.active {
-            if bad {
+            if out {
                 self.last_bad_minute = point.minute;
                 self.normal_streak = 0;
                 return None;
             }
             self.normal_streak += 1;
-            self.remember(cfg, point);
+            self.remember(cfg, point, requests);
             if self.normal_streak >= cfg.recover {
                 self.active = false;
                 self.normal_streak = 0;
@@ -363,6 +437,12 @@ impl SeriesDetector {
             }
             return None;
         }
+        // An upper quantile must also be unlikely among the baseline's requests: a
+        // minute at √α (two such minutes together make α), and the minutes that open
+        // an anomaly at α together.
+        let alpha = crate::tails::normal_tail(cfg.sensitivity);
+        let chance = self.chance(&point, requests.as_ref());
+        let bad = out && chance.is_none_or(|c| c < alpha.sqrt());
         let waiting = !bad || self.pending.len() + 1 < cfg.confirm;
         let pooled = if waiting {
             // A minute out on its own waits for its confirmation instead: its onset
@@ -381,6 +461,9 @@ impl SeriesDetector {
             // The previous minute went into the baseline as normal: take it back out.
             if self.history.back().is_some_and(|p| p.minute == prev.minute) {
                 self.history.pop_back();
+                if let Some(pool) = &mut self.requests {
+                    pool.forget_from(prev.minute);
+                }
             }
             self.pending.clear();
             self.active = true;
@@ -397,22 +480,33 @@ impl SeriesDetector {
         }
         if !bad {
             // A lone outlier that was not confirmed is ordinary noise after all.
-            for (p, _) in std::mem::take(&mut self.pending) {
-                self.remember(cfg, p);
+            for p in std::mem::take(&mut self.pending) {
+                self.remember(cfg, p.point, p.requests);
             }
-            self.remember(cfg, point);
+            self.remember(cfg, point, requests);
             return None;
         }
-        self.pending.push((point, score));
-        let severe = score >= 3.0 * needed;
-        if self.pending.len() < cfg.confirm && !severe {
+        self.pending.push(Pending {
+            point,
+            score,
+            chance,
+            requests,
+        });
+        let severe = score >= 3.0 * needed && chance.is_none_or(|c| c < alpha);
+        let together: f64 = self
+            .pending
+            .iter()
+            .map(|p| p.chance.unwrap_or(0.0))
+            .product();
+        let confirmed = self.pending.len() >= cfg.confirm && together < alpha;
+        if !confirmed && !severe {
             return None;
         }
-        let (first, _) = self.pending[0];
+        let first = self.pending[0].point;
         let peak = self
             .pending
             .iter()
-            .map(|(_, s)| *s)
+            .map(|p| p.score)
             .fold(f64::MIN, f64::max);
         self.pending.clear();
         self.active = true;
@@ -428,79 +522,14 @@ impl SeriesDetector {
         }))
     }
 
-    fn remember(&mut self, cfg: &DetectorConfig, point: MinuteValue) {
+    fn remember(&mut self, cfg: &DetectorConfig, point: MinuteValue, requests: Option<Requests>) {
+        if let (Some(pool), Some(requests)) = (&mut self.requests, requests) {
+            pool.remember(point.minute, &requests.0, cfg.window);
+        }
         self.history.push_back(point);
         while self.history.len() > cfg.window {
             self.history.pop_front();
         }
-    }
-}
-
-/// An incident: anomalies of one scope that started close together.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Incident {
-    pub id: String,
-    pub service: String,
-    pub route: String,
-    pub model: String,
-    pub onset_minute: i64,
-    pub detected_minute: i64,
-    /// The last anomalous minute once every anomaly closed; `None` while open.
-    pub end_minute: Option<i64>,
-    /// The first anomaly's metric: what the incident is about.
-    pub metric: Metric,
-    pub anomalies: Vec<AnomalyOnset>,
-    /// The largest anomaly score.
-    pub score: f64,
-    /// Open anomalies (by metric) of this incident.
-    #[serde(default)]
-    pub open: Vec<Metric>,
-}
-
-impl Incident {
-    /// `critical` from twice the sensitivity, else `warning`.
-    pub fn severity(&self, cfg: &DetectorConfig) -> &'static str {
-        if self.score >= 2.0 * cfg.sensitivity {
-            "critical"
-        } else {
-            "warning"
-        }
-    }
-
-    pub fn is_open(&self) -> bool {
-        self.end_minute.is_none()
-    }
-
-    /// Adds an anomaly that opened on this incident's scope.
-    pub fn attach(&mut self, anomaly: AnomalyOnset) {
-        if anomaly.onset_minute < self.onset_minute {
-            self.onset_minute = anomaly.onset_minute;
-            self.metric = anomaly.metric;
-        }
-        self.score = self.score.max(anomaly.score);
-        self.end_minute = None;
-        self.open.push(anomaly.metric);
-        self.anomalies.push(anomaly);
-    }
-
-    /// An anomaly of this incident closed; the incident ends with its last one.
-    pub fn close(&mut self, metric: Metric, last_minute: i64) {
-        self.open.retain(|m| *m != metric);
-        if self.open.is_empty() {
-            self.end_minute = Some(last_minute.max(self.onset_minute));
-        }
-    }
-
-    /// Whether an anomaly with this onset joins this incident: one that starts near
-    /// its onset, while it is open, or within `group_minutes` of its end (a fault that
-    /// flaps — a minute back under the threshold — reopens its incident rather than
-    /// opening a new one).
-    pub fn takes(&self, onset_minute: i64, cfg: &DetectorConfig) -> bool {
-        let near = (onset_minute - self.onset_minute).abs() <= cfg.group_minutes;
-        let recent = self
-            .end_minute
-            .is_none_or(|end| onset_minute - end <= cfg.group_minutes);
-        near || recent
     }
 }
 
@@ -708,45 +737,56 @@ mod tests {
         ));
     }
 
+    /// A minute of 40 requests around 100 ms (log-sd 0.3, evenly spread quantiles),
+    /// its two slowest at `top` ms: its P99.
+    fn requests(top: f64) -> (MinuteValue, DDSketch) {
+        let mut sketch = crate::cell::new_sketch();
+        for i in 0..38 {
+            let u = (i as f64 + 0.5) / 40.0;
+            sketch.add(100.0 * (0.3 * crate::quantile_noise::normal_quantile(u)).exp());
+        }
+        sketch.add(top);
+        sketch.add(top);
+        let value = sketch.quantile(0.99).unwrap().unwrap();
+        let point = MinuteValue {
+            minute: 0,
+            value,
+            count: 40,
+        };
+        (point, sketch)
+    }
+
+    /// Thirty minutes whose P99s happen to be alike (their two slowest requests at
+    /// the same 171 ms) put two ordinary minutes — their two slowest at 218 ms, as one
+    /// minute in sixty has — many baseline sigmas out. Their requests say how noisy
+    /// a P99 of 40 is: no anomaly. Twice the latency still is one.
     #[test]
-    fn anomalies_close_in_time_group_into_one_incident_with_the_earliest_onset() {
+    fn a_p99_of_few_requests_is_judged_against_its_sampling_noise() {
         let cfg = DetectorConfig::default();
-        let onset = |metric: &str, minute: i64| AnomalyOnset {
-            metric: Metric::parse(metric).unwrap(),
-            onset_minute: minute,
-            detected_minute: minute + 1,
-            baseline: 1.0,
-            observed: 2.0,
-            score: 5.0,
+        let run = |with_requests: bool, tops: &[f64]| {
+            let mut det = SeriesDetector::new(Metric::P99Latency);
+            let mut events = Vec::new();
+            for (m, top) in std::iter::repeat_n(171.0, 30)
+                .chain(tops.iter().copied())
+                .enumerate()
+            {
+                let (mut point, sketch) = requests(top);
+                point.minute = m as i64;
+                let sketch = with_requests.then_some(&sketch);
+                events.extend(det.push_requests(&cfg, point, sketch));
+            }
+            events
         };
-        let mut incident = Incident {
-            id: "i1".into(),
-            service: "gw".into(),
-            route: "/v1/chat".into(),
-            model: String::new(),
-            onset_minute: 100,
-            detected_minute: 101,
-            end_minute: None,
-            metric: Metric::P99Latency,
-            anomalies: vec![onset("p99_latency", 100)],
-            score: 5.0,
-            open: vec![Metric::P99Latency],
-        };
-        assert!(incident.takes(98, &cfg));
-        incident.attach(onset("kv_cache_hit_ratio", 98));
+        let ordinary = [218.0, 218.0, 171.0];
         assert_eq!(
-            (incident.onset_minute, incident.metric.as_str()),
-            (98, "kv_cache_hit_ratio")
+            run(false, &ordinary).len(),
+            1,
+            "the baseline alone is fooled"
         );
-        incident.close(Metric::parse("p99_latency").unwrap(), 110);
-        assert!(incident.is_open());
-        incident.close(Metric::parse("kv_cache_hit_ratio").unwrap(), 111);
-        assert_eq!(incident.end_minute, Some(111));
-        assert!(!incident.takes(200, &cfg));
-        // A fault that flaps: back within five minutes of the end, the same incident.
-        assert!(incident.takes(115, &cfg) && !incident.takes(117, &cfg));
-        incident.attach(onset("error_rate", 115));
-        assert!(incident.is_open() && incident.end_minute.is_none());
-        assert_eq!(incident.onset_minute, 98);
+        assert!(run(true, &ordinary).is_empty());
+        assert!(matches!(
+            run(true, &[400.0, 400.0]).as_slice(),
+            [DetectorEvent::Opened(a)] if a.onset_minute == 30
+        ));
     }
 }

@@ -15,7 +15,7 @@ use crate::observe::Observed;
 pub const MAX_SPAN_SLOTS: usize = 32;
 
 /// 1% relative accuracy; values under 1 µs (in ms) share the lowest bin.
-fn new_sketch() -> DDSketch {
+pub(crate) fn new_sketch() -> DDSketch {
     DDSketch::new(Config::new(0.01, 2048, 1e-3))
 }
 

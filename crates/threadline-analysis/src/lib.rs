@@ -9,8 +9,10 @@ pub mod changes;
 pub mod cost;
 pub mod drift;
 pub mod health;
+pub mod incident;
 pub mod metric;
 pub mod observe;
+mod quantile_noise;
 pub mod rca;
 pub mod rollup;
 mod share;
@@ -20,13 +22,12 @@ mod tails;
 mod time_went;
 pub mod watch;
 
-pub use anomaly::{
-    AnomalyOnset, DetectorConfig, DetectorEvent, Incident, MinuteValue, SeriesDetector,
-};
+pub use anomaly::{AnomalyOnset, DetectorConfig, DetectorEvent, MinuteValue, SeriesDetector};
 pub use cell::{SlotTime, SpanSlot};
 pub use changes::{attribute_of, changes_upstream};
 pub use cost::{ModelPrice, PriceTable};
 pub use drift::{drift, drift_between, DriftConfig, DriftProfile};
+pub use incident::Incident;
 pub use metric::Metric;
 pub use observe::{observe, Observed};
 pub use rca::{rank, Candidate, CandidateKind, Change, FaultRule, FaultRules, RcaInput};

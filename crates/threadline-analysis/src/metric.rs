@@ -98,6 +98,23 @@ impl Metric {
         }
     }
 
+    /// For a quantile of requests (latency P50 … P99, TTFT P99): the quantile.
+    pub fn requests_quantile(self) -> Option<f64> {
+        match self {
+            Metric::TtftP99 => Some(0.99),
+            _ => self.latency_quantile(),
+        }
+    }
+
+    /// The sketch of the per-request values a quantile metric is read from.
+    pub fn requests_sketch(self, cell: &RollupCell) -> Option<&sketches_ddsketch::DDSketch> {
+        match self {
+            Metric::P50Latency | Metric::P95Latency | Metric::P99Latency => Some(&cell.latency_ms),
+            Metric::TtftP99 => Some(&cell.ttft_ms),
+            _ => None,
+        }
+    }
+
     pub fn unit(self) -> &'static str {
         match self {
             Metric::RequestRate => "requests/s",

@@ -573,16 +573,15 @@ fn judge_against_leader(
     }
 }
 
-/// Bad requests a value's baseline requests should have shown, were it the cause,
-/// at which the evidence against it is taken as strong (1 − e⁻¹ of full weight).
-const HEALTHY_BEFORE_EVIDENCE: f64 = 3.0;
-
 /// A value that was already serving before the onset, and whose requests then were no
 /// worse than the rest, did not bring the bad requests with it (a harmless prompt bump
-/// two minutes before the real change takes the same traffic). Returns the factor of
-/// its before/after contrast kept: 1 for a value new at the onset, or one whose
-/// baseline requests already showed the window's excess; towards 0 as its healthy
-/// baseline requests grow in number against how bad its window requests are.
+/// two minutes before the real change takes the same traffic; a new image on an
+/// instance minutes before its KV cache collapsed). Returns the factor of its contrast
+/// kept: the posterior, from even odds, that its requests before the onset were
+/// already as bad as in the window rather than as good as the scope's were — the
+/// binomial likelihoods of their bad mass under each. A handful of requests between a
+/// change and an onset found a minute late decide little either way; dozens of
+/// healthy ones rule the value out.
 fn healthy_before(
     (bad_before, total_before): (f64, f64),
     (bad_during, total_during): (f64, f64),
@@ -591,14 +590,17 @@ fn healthy_before(
     if total_before <= 0.0 || total_during <= 0.0 {
         return 1.0;
     }
-    let effect = bad_during / total_during - rate_before;
-    if effect <= 0.0 {
+    let during = bad_during / total_during;
+    if during <= rate_before {
         return 1.0;
     }
-    // How much of the window's excess its baseline requests already had.
-    let shown = ((bad_before / total_before - rate_before) / effect).clamp(0.0, 1.0);
-    let weight = 1.0 - (-total_before * effect / HEALTHY_BEFORE_EVIDENCE).exp();
-    1.0 - weight * (1.0 - shown)
+    let bad = bad_before.clamp(0.0, total_before);
+    let ln_likelihood = |rate: f64| {
+        let rate = rate.clamp(1e-9, 1.0 - 1e-9);
+        bad * rate.ln() + (total_before - bad) * (-rate).ln_1p()
+    };
+    let ln_odds = ln_likelihood(during) - ln_likelihood(rate_before);
+    1.0 / (1.0 + (-ln_odds).exp())
 }
 
 /// The contrast (within the window, or before/after) a value needs to be a candidate.
@@ -1581,6 +1583,24 @@ mod tests {
     /// before the onset, then the image that slows every request. Both carry every bad
     /// request; the prompt's requests before the onset were as fast as the rest, so
     /// its arrival did not bring them, and the image ranks first.
+    /// The requests of a value between its change and the onset, against the
+    /// window's 60% bad and the scope's 1% before: 3 of 10 bad (an onset found a
+    /// minute late) keep its contrast; 0 of 40 (an image that served an instance well
+    /// before its cache collapsed) lose it; 1 of 2 decide little.
+    #[test]
+    fn requests_before_the_onset_keep_a_value_only_as_far_as_they_were_bad_too() {
+        let during = (60.0, 100.0);
+        assert!(healthy_before((3.0, 10.0), during, 0.01) > 0.99);
+        assert!(healthy_before((0.0, 40.0), during, 0.01) < 1e-9);
+        let few = healthy_before((1.0, 2.0), during, 0.01);
+        assert!((0.9..1.0).contains(&few), "{few}");
+        let one_good = healthy_before((0.0, 1.0), during, 0.01);
+        assert!((0.2..0.5).contains(&one_good), "{one_good}");
+        // Nothing before, or a window no worse than before: nothing to go by.
+        assert_eq!(healthy_before((0.0, 0.0), during, 0.01), 1.0);
+        assert_eq!(healthy_before((0.0, 40.0), (1.0, 100.0), 0.01), 1.0);
+    }
+
     #[test]
     fn a_value_healthy_before_the_onset_loses_its_before_and_after() {
         let mut baseline: Vec<_> = ["i-1", "i-2"]

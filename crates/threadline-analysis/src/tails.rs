@@ -1,7 +1,8 @@
 //! Tail probabilities the detectors test against: the normal distribution's upper
-//! tail (what `sensitivity` standard deviations mean) and the negative binomial one
+//! tail (what `sensitivity` standard deviations mean), the negative binomial one
 //! (how surprising `k` bad requests are when their rate is only known from a
-//! baseline; Poisson's, in tests, is its limit).
+//! baseline; Poisson's, in tests, is its limit) and the binomial one (how likely a
+//! minute's quantile of `n` requests reaches a value by chance).
 
 /// P(Z ≥ z) for a standard normal Z (Abramowitz & Stegun 7.1.26, error < 1.5e-7).
 pub(crate) fn normal_tail(z: f64) -> f64 {
@@ -82,6 +83,36 @@ pub(crate) fn negative_binomial_tail(k: u64, r: f64, q: f64) -> f64 {
         sum += term;
         term *= (r + j) / (j + 1.0) * q;
         j += 1.0;
+    }
+    sum.min(1.0)
+}
+
+/// P(X ≥ m) for X ~ Binomial(n, s): how likely `m` or more of `n` requests fall in a
+/// part of the distribution that holds a share `s` of them, summed from the m-th term
+/// up while the terms matter.
+pub(crate) fn binomial_tail(m: u64, n: u64, s: f64) -> f64 {
+    if m == 0 {
+        return 1.0;
+    }
+    if m > n || s <= 0.0 {
+        return 0.0;
+    }
+    if s >= 1.0 || (m as f64) <= n as f64 * s {
+        // At or below the mean: not in the upper tail; the exact value is not needed.
+        return 1.0;
+    }
+    let (nf, mf) = (n as f64, m as f64);
+    let mut term = (ln_gamma(nf + 1.0) - ln_gamma(mf + 1.0) - ln_gamma(nf - mf + 1.0)
+        + mf * s.ln()
+        + (nf - mf) * (-s).ln_1p())
+    .exp();
+    let odds = s / (1.0 - s);
+    let mut sum = 0.0;
+    let mut j = m;
+    while j <= n && term > sum * 1e-12 {
+        sum += term;
+        term *= (n - j) as f64 / (j + 1) as f64 * odds;
+        j += 1;
     }
     sum.min(1.0)
 }
@@ -172,6 +203,22 @@ mod tests {
         // A rate known from little: a heavier tail than Poisson at the same mean.
         let q = 50.0 / (1000.0 + 50.0);
         assert!(negative_binomial_tail(4, 1.0, q) > 10.0 * poisson_tail(4, q / (1.0 - q)));
+    }
+
+    #[test]
+    fn binomial_tails_match_sums() {
+        // n = 5, s = 0.1: P(X ≥ 2) = 1 − 0.9⁵ − 5 · 0.1 · 0.9⁴.
+        let exact = 1.0 - 0.9f64.powi(5) - 0.5 * 0.9f64.powi(4);
+        assert!((binomial_tail(2, 5, 0.1) - exact).abs() < 1e-12);
+        // The top of 40: P(X ≥ 40) = s⁴⁰; two of 40 far out: ≈ C(40, 2) s².
+        assert!((binomial_tail(40, 40, 0.5) - 0.5f64.powi(40)).abs() < 1e-20);
+        let s = 1e-5;
+        let two = binomial_tail(2, 40, s);
+        assert!((two - 780.0 * s * s).abs() / two < 1e-3, "{two}");
+        assert_eq!(binomial_tail(0, 40, 0.1), 1.0);
+        assert_eq!(binomial_tail(41, 40, 0.1), 0.0);
+        assert_eq!(binomial_tail(2, 40, 0.0), 0.0);
+        assert_eq!(binomial_tail(2, 40, 0.5), 1.0);
     }
 
     #[test]

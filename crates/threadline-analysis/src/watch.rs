@@ -7,7 +7,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::anomaly::{DetectorConfig, DetectorEvent, Incident, MinuteValue, SeriesDetector};
+use crate::anomaly::{DetectorConfig, DetectorEvent, MinuteValue, SeriesDetector};
+use crate::incident::Incident;
 use crate::metric::Metric;
 use crate::rollup::{Dimension, Level, RollupCell, SeriesKey};
 use crate::share::PeerShares;
@@ -91,7 +92,7 @@ impl Watch {
                     .detectors
                     .entry((scope.clone(), metric))
                     .or_insert_with(|| SeriesDetector::new(metric))
-                    .push(&self.cfg, point);
+                    .push_requests(&self.cfg, point, metric.requests_sketch(&this.merged));
                 changed.extend(self.apply(scope, metric, event, &this.models));
             }
             // A slice of the scope's requests failing far more than the rest, against
