@@ -9,8 +9,11 @@ pub(crate) const MINUTES: i64 = 120;
 pub(crate) const ONSET: std::ops::RangeInclusive<i64> = 75..=100;
 
 /// The kinds of fault injected, one per scenario, in turn.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, serde::Serialize,
+)]
 #[value(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
 pub(crate) enum FaultKind {
     /// A new adapter version hot-swapped onto some of a route's instances slows them.
     AdapterHotSwap,
@@ -90,7 +93,8 @@ impl FaultKind {
 }
 
 /// A step of a request besides the model call: a plain span of its own service.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub(crate) enum Step {
     /// `get_profile` on `user-profile`, before everything else.
     Profile,
@@ -134,7 +138,7 @@ impl Step {
 }
 
 /// A LoRA adapter and the dataset its training runs read.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
 pub(crate) struct Adapter {
     pub(crate) name: String,
     pub(crate) version: u32,
@@ -148,7 +152,7 @@ impl Adapter {
 }
 
 /// Inference instances serving one base model (and maybe an adapter) from an image.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
 pub(crate) struct Fleet {
     pub(crate) instances: Vec<String>,
     pub(crate) model: String,
@@ -158,20 +162,21 @@ pub(crate) struct Fleet {
 }
 
 /// A hosted model API and its share of a route's calls.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
 pub(crate) struct Provider {
     pub(crate) name: &'static str,
     pub(crate) model: &'static str,
     pub(crate) share: f64,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub(crate) enum Backend {
     Fleet(Fleet),
     Providers(Vec<Provider>),
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
 pub(crate) struct Route {
     pub(crate) path: String,
     /// `api.route` (the platform's) or `http.route` (OpenTelemetry's HTTP convention).
@@ -204,7 +209,8 @@ impl Route {
 }
 
 /// Which of a route's requests a change applies to.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub(crate) enum Scope {
     All,
     /// Requests served by these instances (indexes into the fleet).
@@ -217,7 +223,8 @@ pub(crate) enum Scope {
 }
 
 /// What a change visibly sets.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub(crate) enum Setting {
     Adapter(u32),
     Image(String),
@@ -226,7 +233,8 @@ pub(crate) enum Setting {
 }
 
 /// How a request is refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub(crate) enum Refusal {
     /// `llm.rejection.reason = context_overflow`.
     ContextOverflow,
@@ -235,7 +243,7 @@ pub(crate) enum Refusal {
 }
 
 /// What a change does to the requests it applies to (`Effect::NONE`: harmless).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub(crate) struct Effect {
     /// Model call duration factor.
     pub(crate) latency: f64,
@@ -261,7 +269,7 @@ impl Effect {
     };
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
 pub(crate) struct Change {
     /// Scenario minute it takes effect.
     pub(crate) at: i64,
@@ -284,7 +292,7 @@ pub(crate) struct TrainingRun {
 }
 
 /// The injected fault and what diagnosis should name.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
 pub(crate) struct Fault {
     pub(crate) kind: FaultKind,
     pub(crate) route: usize,

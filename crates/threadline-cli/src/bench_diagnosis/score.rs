@@ -151,19 +151,22 @@ pub(crate) async fn details(
             "candidates": candidates,
         }));
     }
-    let changes: Vec<String> = scenario
+    let changes: Vec<serde_json::Value> = scenario
         .changes
         .iter()
         .map(|c| {
-            format!(
-                "minute {} {} {:?} {:?} {:?}",
-                c.at, scenario.routes[c.route].path, c.scope, c.set, c.effect
-            )
+            serde_json::json!({
+                "minute": c.at,
+                "route": scenario.routes[c.route].path,
+                "scope": c.scope,
+                "set": c.set,
+                "effect": c.effect,
+            })
         })
         .collect();
     Ok(serde_json::json!({
-        "fault": format!("{:?}", scenario.fault),
-        "routes": scenario.routes.iter().map(|r| format!("{r:?}")).collect::<Vec<_>>(),
+        "fault": scenario.fault,
+        "routes": scenario.routes,
         "changes": changes,
         "incidents": incidents,
     }))
