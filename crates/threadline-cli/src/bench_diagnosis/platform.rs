@@ -9,9 +9,7 @@ pub(crate) const MINUTES: i64 = 120;
 pub(crate) const ONSET: std::ops::RangeInclusive<i64> = 75..=100;
 
 /// The kinds of fault injected, one per scenario, in turn.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, serde::Serialize,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, serde::Serialize)]
 #[value(rename_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum FaultKind {
