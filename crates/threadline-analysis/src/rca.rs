@@ -52,7 +52,7 @@
 //! scores at most 0.5; a value that explains the bad requests and arrived with a change
 //! near the onset scores above that, as does a part that took most of the added time.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -336,6 +336,15 @@ fn contrasts(input: &RcaInput<'_>, scope: &Scope) -> BTreeMap<(Dimension, String
     let (all, rate_before) = (*all, *rate_before);
     let base_requests: f64 = input.baseline.iter().map(|(_, c)| c.requests as f64).sum();
     let window_requests: f64 = input.window.iter().map(|(_, c)| c.requests as f64).sum();
+    // Values a change near the onset brought: their requests before the onset are the
+    // change's doing, not a background of theirs (an onset found minutes late finds
+    // them bad already); whether they were healthy is `healthy_before`'s to judge.
+    let brought: HashSet<(Dimension, &str)> = input
+        .changes
+        .iter()
+        .filter(|c| proximity(c, input.onset_minute) > 0.0)
+        .filter_map(|c| c.attribute.as_ref().map(|(d, v)| (*d, v.as_str())))
+        .collect();
     let mut out = BTreeMap::new();
     // Every dimension but the service: it is the scope, not a cause.
     for dim in Dimension::ALL
@@ -366,12 +375,17 @@ fn contrasts(input: &RcaInput<'_>, scope: &Scope) -> BTreeMap<(Dimension, String
                 .map(|c| bad_mass(input.metric, c, base_all))
                 .fold((0.0, 0.0), |(b, t), (x, y)| (b + x, t + y));
             let in_base = base_cells.map(|c| c.iter().copied().collect::<RollupCell>());
+            let (bad_before, total_before) = if brought.contains(&(dim, value)) {
+                (0.0, 0.0)
+            } else {
+                (bad_base, total_base)
+            };
             let (recall, relative_risk, score) = attributable(
                 Masses {
                     bad,
                     total,
-                    bad_before: bad_base,
-                    total_before: total_base,
+                    bad_before,
+                    total_before,
                 },
                 all,
                 rate_before,
@@ -1040,6 +1054,25 @@ mod tests {
         })
     }
 
+    /// `rank_at_onset` for a P99 incident with no other anomaly.
+    fn rank_p99(
+        baseline: &[(SeriesKey, RollupCell)],
+        window: &[(SeriesKey, RollupCell)],
+        changes: Vec<Change>,
+    ) -> Vec<Candidate> {
+        rank_at_onset(Metric::P99Latency, vec![], baseline, window, changes)
+    }
+
+    /// Adapter `fin@7` rolled out at minute `at`.
+    fn fin_lora_7_at(at: i64) -> Change {
+        change(
+            "adapter_rollout",
+            "adapter:fin@7",
+            at,
+            (Dimension::Adapter, "fin@7"),
+        )
+    }
+
     fn change(kind: &str, subject: &str, at: i64, attr: (Dimension, &str)) -> Change {
         Change {
             kind: serde_json::from_value(serde_json::json!(kind)).unwrap(),
@@ -1067,18 +1100,11 @@ mod tests {
         .iter()
         .map(|(i, a, ms)| (key(i, a, "v3", "img:2"), cell(*ms, 300, 0.8)))
         .collect();
-        let ranked = rank_at_onset(
-            Metric::P99Latency,
-            vec![],
+        let ranked = rank_p99(
             &baseline,
             &window,
             vec![
-                change(
-                    "adapter_rollout",
-                    "adapter:fin@7",
-                    100,
-                    (Dimension::Adapter, "fin@7"),
-                ),
+                fin_lora_7_at(100),
                 change(
                     "prompt_version",
                     "prompt:chat@v3",
@@ -1248,12 +1274,7 @@ mod tests {
                 96,
                 (Dimension::Image, "img:2"),
             ),
-            change(
-                "adapter_rollout",
-                "adapter:fin@7",
-                100,
-                (Dimension::Adapter, "fin@7"),
-            ),
+            fin_lora_7_at(100),
         ];
         let ranked = rank_at_onset(Metric::P99Latency, vec![], &baseline, &window, changes);
         assert_eq!(ranked[0].subject, "adapter:fin@7", "{ranked:#?}");
@@ -1278,12 +1299,7 @@ mod tests {
                 (("i-2", "fin@7", ""), 18),
                 (("i-3", "fin@6", ""), 0),
             ],
-            change(
-                "adapter_rollout",
-                "adapter:fin@7",
-                99,
-                (Dimension::Adapter, "fin@7"),
-            ),
+            fin_lora_7_at(99),
         );
         assert_eq!(ranked[0].subject, "adapter:fin@7", "{ranked:#?}");
         assert!(ranked[0].contrast > 0.3, "{:#?}", ranked[0]);
@@ -1394,9 +1410,7 @@ mod tests {
                 )
             })
             .collect();
-        let ranked = rank_at_onset(
-            Metric::P99Latency,
-            vec![],
+        let ranked = rank_p99(
             &baseline,
             &window,
             vec![change(
@@ -1446,18 +1460,7 @@ mod tests {
         .iter()
         .map(|(i, a, ms)| (key(i, a, "v2", "img:1"), request_cell(300, 70.0, *ms)))
         .collect();
-        let ranked = rank_at_onset(
-            Metric::P99Latency,
-            vec![],
-            &baseline,
-            &window,
-            vec![change(
-                "adapter_rollout",
-                "adapter:fin@7",
-                99,
-                (Dimension::Adapter, "fin@7"),
-            )],
-        );
+        let ranked = rank_p99(&baseline, &window, vec![fin_lora_7_at(99)]);
         assert_eq!(ranked[0].subject, "adapter:fin@7", "{ranked:#?}");
         let call = ranked.iter().find(|c| c.kind == CandidateKind::Span);
         assert!(
@@ -1549,9 +1552,7 @@ mod tests {
         .iter()
         .map(|(i, a)| (key(i, a, "v2", "img:2"), cell(1300.0, 300, 0.8)))
         .collect();
-        let ranked = rank_at_onset(
-            Metric::P99Latency,
-            vec![],
+        let ranked = rank_p99(
             &baseline,
             &window,
             vec![
@@ -1561,12 +1562,7 @@ mod tests {
                     100,
                     (Dimension::Image, "img:2"),
                 ),
-                change(
-                    "adapter_rollout",
-                    "adapter:fin@7",
-                    100,
-                    (Dimension::Adapter, "fin@7"),
-                ),
+                fin_lora_7_at(100),
             ],
         );
         assert_eq!(ranked[0].subject, "image:img:2", "{ranked:#?}");
@@ -1583,6 +1579,27 @@ mod tests {
     /// before the onset, then the image that slows every request. Both carry every bad
     /// request; the prompt's requests before the onset were as fast as the rest, so
     /// its arrival did not bring them, and the image ranks first.
+    /// An adapter hot-swapped onto i-3 at minute 97, its incident's onset found at
+    /// 100: its 90 requests before the onset were as slow as since. They are the
+    /// change's doing, not a background of the adapter's: it keeps its contrast and
+    /// leads the instance it runs on (which was healthy for the rest of the baseline).
+    #[test]
+    fn a_change_found_a_few_minutes_before_a_late_onset_keeps_its_contrast() {
+        let mut baseline: Vec<_> = ["i-1", "i-2", "i-3", "i-4"]
+            .iter()
+            .map(|i| (key(i, "fin@6", "v2", "img:1"), cell(500.0, 1000, 0.8)))
+            .collect();
+        baseline.push((key("i-3", "fin@7", "v2", "img:1"), cell(1400.0, 90, 0.8)));
+        let mut window: Vec<_> = ["i-1", "i-2", "i-4"]
+            .iter()
+            .map(|i| (key(i, "fin@6", "v2", "img:1"), cell(500.0, 300, 0.8)))
+            .collect();
+        window.push((key("i-3", "fin@7", "v2", "img:1"), cell(1400.0, 300, 0.8)));
+        let ranked = rank_p99(&baseline, &window, vec![fin_lora_7_at(97)]);
+        assert_eq!(ranked[0].subject, "adapter:fin@7", "{ranked:#?}");
+        assert!(ranked[0].contrast > 0.8, "{:#?}", ranked[0]);
+    }
+
     /// The requests of a value between its change and the onset, against the
     /// window's 60% bad and the scope's 1% before: 3 of 10 bad (an onset found a
     /// minute late) keep its contrast; 0 of 40 (an image that served an instance well
@@ -1616,9 +1633,7 @@ mod tests {
             .iter()
             .map(|i| (key(i, "fin@6", "v3", "img:2"), cell(1300.0, 250, 0.8)))
             .collect();
-        let ranked = rank_at_onset(
-            Metric::P99Latency,
-            vec![],
+        let ranked = rank_p99(
             &baseline,
             &window,
             vec![
@@ -1669,9 +1684,7 @@ mod tests {
                 )
             })
             .collect();
-        let ranked = rank_at_onset(
-            Metric::P99Latency,
-            vec![],
+        let ranked = rank_p99(
             &baseline,
             &window,
             vec![change(
