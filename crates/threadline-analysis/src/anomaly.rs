@@ -524,7 +524,7 @@ impl SeriesDetector {
 
     fn remember(&mut self, cfg: &DetectorConfig, point: MinuteValue, requests: Option<Requests>) {
         if let (Some(pool), Some(requests)) = (&mut self.requests, requests) {
-            pool.remember(point.minute, &requests.0, cfg.window);
+            pool.remember(point.minute, requests.0, cfg.window);
         }
         self.history.push_back(point);
         while self.history.len() > cfg.window {

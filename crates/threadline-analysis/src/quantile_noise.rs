@@ -1,16 +1,20 @@
-//! How likely a minute's upper quantile (P99 latency, P99 TTFT) reaches a value by
-//! chance, judged against the baseline's requests themselves rather than against the
-//! spread of its per-minute quantiles.
+//! What a latency quantile of a minute's requests can do by chance, read off the
+//! baseline's requests themselves rather than off the spread of its per-minute
+//! quantiles.
 //!
 //! A per-minute P99 of a few dozen requests is their second-largest: a noisy, skewed
 //! statistic whose spread the detector estimates from the baseline's per-minute values
 //! (their 90th percentile, a handful of minutes). When those few happen to sit low, two
 //! ordinary high minutes both look many sigmas out. The baseline's requests pooled
-//! (thousands of them) say steadily how far the top of `n` requests reaches: the
-//! quantile at rank k = ⌊p (n − 1)⌋ is at or above x exactly when n − k or more of the
-//! `n` requests are, a binomial tail in the share of requests above x. That share comes
-//! from the pool's upper tail, a lognormal through its 90th and 99th percentiles (the
-//! pool holds too few requests further out to read it there).
+//! (thousands of them) say steadily how noisy the quantile of `n` requests is:
+//!
+//! - its sampling noise (`sampling_log_sd`): the k-th of n spreads by
+//!   √(p (1 − p) / (n + 2)) / f(x_p), f the requests' density where it falls — the
+//!   detector's sigma is never smaller;
+//! - the chance of a value (`chance`): the quantile at rank k = ⌊q (n − 1)⌋ is at or
+//!   above x exactly when n − k or more of the `n` requests are, a binomial tail in the
+//!   share of requests above x, taken from a lognormal upper tail through the pool's
+//!   90th and 99th percentiles (the pool holds too few requests further out).
 //!
 //! The pool keeps the requests of the baseline's minutes: an older and a newer half of
 //! the detector's window, the older dropped whole when the newer is full. A minute
@@ -109,8 +113,8 @@ impl Default for PooledRequests {
 
 impl PooledRequests {
     /// Adds a baseline minute's requests; `window` is the baseline's length in minutes.
-    pub(crate) fn remember(&mut self, minute: i64, requests: &DDSketch, window: usize) {
-        self.settling.push_back((minute, requests.clone()));
+    pub(crate) fn remember(&mut self, minute: i64, requests: DDSketch, window: usize) {
+        self.settling.push_back((minute, requests));
         if self.settling.len() <= SETTLE_MINUTES {
             return;
         }
@@ -256,13 +260,13 @@ mod tests {
     fn a_quantile_of_few_requests_is_as_noisy_as_its_order_statistic() {
         let mut pool = PooledRequests::default();
         for m in 0..3i64 {
-            pool.remember(m, &minute(200, 1.0), 60);
+            pool.remember(m, minute(200, 1.0), 60);
         }
         // 200 requests: the body's spread gives a median's noise and a P99's.
         assert!(pool.sampling_log_sd(0.5, 40).is_some());
         assert!(pool.sampling_log_sd(0.99, 40).is_some());
         for m in 3..12i64 {
-            pool.remember(m, &minute(200, 1.0), 60);
+            pool.remember(m, minute(200, 1.0), 60);
         }
         for (q, n, simulated) in [(0.5, 40, 0.195), (0.99, 40, 0.352), (0.99, 200, 0.240)] {
             let got = pool.sampling_log_sd(q, n).unwrap() / 0.3;
@@ -283,7 +287,7 @@ mod tests {
         let mut mixed = minute(200, 1.0);
         let _ = mixed.merge(&minute(200, 10.0));
         for m in 0..12i64 {
-            pool.remember(m, &mixed, 60);
+            pool.remember(m, mixed.clone(), 60);
         }
         let sd = pool.sampling_log_sd(0.5, 40).unwrap();
         // A lognormal through its median and 90th percentile: ~0.2 in log units.
@@ -295,7 +299,7 @@ mod tests {
         let mut pool = PooledRequests::default();
         for m in 0..24i64 {
             assert!(pool.chance(0.99, 500.0, 40).is_none() || m > SETTLE_MINUTES as i64);
-            pool.remember(m, &minute(50, 1.0), 60);
+            pool.remember(m, minute(50, 1.0), 60);
         }
         // 22 minutes of 50 settled: 1,100 requests, a tail through ~147 and ~201 ms.
         let tail = pool.tail.expect("fitted");
@@ -315,16 +319,16 @@ mod tests {
     fn minutes_taken_back_never_join_the_pool() {
         let mut pool = PooledRequests::default();
         for m in 0..30 {
-            pool.remember(m, &minute(50, 1.0), 60);
+            pool.remember(m, minute(50, 1.0), 60);
         }
         let before = pool.tail;
         // Two slow minutes remembered, then found to be an onset: taken back out.
-        pool.remember(30, &minute(50, 5.0), 60);
-        pool.remember(31, &minute(50, 5.0), 60);
+        pool.remember(30, minute(50, 5.0), 60);
+        pool.remember(31, minute(50, 5.0), 60);
         pool.forget_from(30);
-        pool.remember(32, &minute(50, 1.0), 60);
-        pool.remember(33, &minute(50, 1.0), 60);
-        pool.remember(34, &minute(50, 1.0), 60);
+        pool.remember(32, minute(50, 1.0), 60);
+        pool.remember(33, minute(50, 1.0), 60);
+        pool.remember(34, minute(50, 1.0), 60);
         assert!(
             (pool.tail.unwrap().ln_p99 - before.unwrap().ln_p99).abs() < 0.02,
             "{:?} vs {before:?}",
