@@ -271,16 +271,7 @@ impl SeriesDetector {
         if self.active {
             return None;
         }
-        while self
-            .history
-            .back()
-            .is_some_and(|p| p.minute >= found.onset_minute)
-        {
-            self.history.pop_back();
-        }
-        if let Some(pool) = &mut self.requests {
-            pool.forget_from(found.onset_minute);
-        }
+        self.take_back_from(found.onset_minute);
         self.pending.clear();
         self.active = true;
         self.last_bad_minute = found.detected_minute;
@@ -317,8 +308,7 @@ impl SeriesDetector {
 
     /// How likely this minute's upper quantile is by chance among the baseline's
     /// requests; `None` for other metrics or while the pool is small.
-    fn chance(&self, point: &MinuteValue, requests: Option<&Requests>) -> Option<f64> {
-        requests?;
+    fn chance(&self, point: &MinuteValue) -> Option<f64> {
         let q = self.metric.requests_quantile().filter(|q| *q >= 0.9)?;
         self.requests.as_ref()?.chance(q, point.value, point.count)
     }
@@ -441,7 +431,7 @@ impl SeriesDetector {
         // minute at √α (two such minutes together make α), and the minutes that open
         // an anomaly at α together.
         let alpha = crate::tails::normal_tail(cfg.sensitivity);
-        let chance = self.chance(&point, requests.as_ref());
+        let chance = self.chance(&point);
         let bad = out && chance.is_none_or(|c| c < alpha.sqrt());
         let waiting = !bad || self.pending.len() + 1 < cfg.confirm;
         let pooled = if waiting {
@@ -459,12 +449,7 @@ impl SeriesDetector {
         };
         if let Some((prev, p0, pooled, pooled_score)) = pooled {
             // The previous minute went into the baseline as normal: take it back out.
-            if self.history.back().is_some_and(|p| p.minute == prev.minute) {
-                self.history.pop_back();
-                if let Some(pool) = &mut self.requests {
-                    pool.forget_from(prev.minute);
-                }
-            }
+            self.take_back_from(prev.minute);
             self.pending.clear();
             self.active = true;
             self.last_bad_minute = point.minute;
@@ -520,6 +505,17 @@ impl SeriesDetector {
             observed: point.value,
             score: peak,
         }))
+    }
+
+    /// Takes the baseline's minutes from `minute` on back out (an onset's first
+    /// minutes, judged normal before it showed), with their requests.
+    fn take_back_from(&mut self, minute: i64) {
+        while self.history.back().is_some_and(|p| p.minute >= minute) {
+            self.history.pop_back();
+        }
+        if let Some(pool) = &mut self.requests {
+            pool.forget_from(minute);
+        }
     }
 
     fn remember(&mut self, cfg: &DetectorConfig, point: MinuteValue, requests: Option<Requests>) {

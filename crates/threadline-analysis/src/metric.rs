@@ -171,10 +171,9 @@ impl Metric {
             Metric::RequestRate => (seconds > 0.0).then(|| cell.requests as f64 / seconds),
             Metric::ErrorRate => ratio(cell.errors, cell.requests),
             Metric::RejectionRate => ratio(cell.rejected(), cell.requests),
-            Metric::P50Latency | Metric::P95Latency | Metric::P99Latency => {
-                quantile(&cell.latency_ms, self.latency_quantile()?)
+            Metric::P50Latency | Metric::P95Latency | Metric::P99Latency | Metric::TtftP99 => {
+                quantile(self.requests_sketch(cell)?, self.requests_quantile()?)
             }
-            Metric::TtftP99 => quantile(&cell.ttft_ms, 0.99),
             Metric::TokensPerS => {
                 (cell.gen_seconds > 0.0).then(|| cell.gen_tokens as f64 / cell.gen_seconds)
             }

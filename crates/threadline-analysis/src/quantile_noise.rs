@@ -53,7 +53,6 @@ pub(crate) struct PooledRequests {
     newer_minutes: usize,
     /// Minutes remembered, not yet in the pool.
     settling: VecDeque<(i64, DDSketch)>,
-    tail: Option<UpperTail>,
     /// The older and newer halves together.
     pool: DDSketch,
 }
@@ -93,7 +92,7 @@ impl std::fmt::Debug for PooledRequests {
         f.debug_struct("PooledRequests")
             .field("pooled", &(self.older.count() + self.newer.count()))
             .field("settling", &self.settling.len())
-            .field("tail", &self.tail)
+            .field("tail", &UpperTail::of(&self.pool))
             .finish()
     }
 }
@@ -105,7 +104,6 @@ impl Default for PooledRequests {
             newer: new_sketch(),
             newer_minutes: 0,
             settling: VecDeque::new(),
-            tail: None,
             pool: new_sketch(),
         }
     }
@@ -130,7 +128,6 @@ impl PooledRequests {
         self.newer_minutes += 1;
         let mut pool = self.older.clone();
         let _ = pool.merge(&self.newer);
-        self.tail = UpperTail::of(&pool);
         self.pool = pool;
     }
 
@@ -172,7 +169,7 @@ impl PooledRequests {
     /// The probability that the quantile `q` of `n` requests like the pool's is `value`
     /// or more; `None` while the pool is too small to say.
     pub(crate) fn chance(&self, q: f64, value: f64, n: u64) -> Option<f64> {
-        let tail = self.tail?;
+        let tail = UpperTail::of(&self.pool)?;
         if n == 0 {
             return None;
         }
@@ -302,7 +299,7 @@ mod tests {
             pool.remember(m, minute(50, 1.0), 60);
         }
         // 22 minutes of 50 settled: 1,100 requests, a tail through ~147 and ~201 ms.
-        let tail = pool.tail.expect("fitted");
+        let tail = UpperTail::of(&pool.pool).expect("fitted");
         assert!((tail.log_spread - 0.3).abs() < 0.03, "{tail:?}");
         let chance = |v| pool.chance(0.99, v, 40).unwrap();
         // The P99 of 40 is their second largest: at the pool's P99 (~200 ms), one
@@ -321,7 +318,7 @@ mod tests {
         for m in 0..30 {
             pool.remember(m, minute(50, 1.0), 60);
         }
-        let before = pool.tail;
+        let before = UpperTail::of(&pool.pool);
         // Two slow minutes remembered, then found to be an onset: taken back out.
         pool.remember(30, minute(50, 5.0), 60);
         pool.remember(31, minute(50, 5.0), 60);
@@ -329,10 +326,10 @@ mod tests {
         pool.remember(32, minute(50, 1.0), 60);
         pool.remember(33, minute(50, 1.0), 60);
         pool.remember(34, minute(50, 1.0), 60);
+        let after = UpperTail::of(&pool.pool);
         assert!(
-            (pool.tail.unwrap().ln_p99 - before.unwrap().ln_p99).abs() < 0.02,
-            "{:?} vs {before:?}",
-            pool.tail
+            (after.unwrap().ln_p99 - before.unwrap().ln_p99).abs() < 0.02,
+            "{after:?} vs {before:?}"
         );
     }
 }

@@ -238,8 +238,8 @@ struct Contrast {
     share_baseline: f64,
     metric_baseline: Option<f64>,
     metric_window: Option<f64>,
-    /// The factor of `before_after` its requests before the onset leave it
-    /// (`healthy_before`).
+    /// The factor of `before_after` (and of a change's `score`) its requests before
+    /// the onset leave it (`healthy_before`).
     healthy_before: f64,
 }
 
