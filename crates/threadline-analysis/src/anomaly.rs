@@ -254,6 +254,17 @@ impl SeriesDetector {
         (self.history.len() >= cfg.min_baseline).then(|| self.baseline_share(before_minute))
     }
 
+    /// For latency and TTFT: the quantile `q` of the baseline's requests pooled, and
+    /// how many it holds, once they are enough to read it.
+    pub(crate) fn pooled_quantile(&self, q: f64) -> Option<(f64, u64)> {
+        self.requests.as_ref()?.quantile(q)
+    }
+
+    /// The baseline's median minute, once the baseline is long enough to judge by.
+    pub(crate) fn typical(&self, cfg: &DetectorConfig) -> Option<f64> {
+        (self.history.len() >= cfg.min_baseline).then(|| self.baseline(1).0)
+    }
+
     /// Bad requests and requests of the baseline's minutes before `before_minute`.
     pub(crate) fn baseline_counts(&self, before_minute: i64) -> (f64, f64) {
         self.history

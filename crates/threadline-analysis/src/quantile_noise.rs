@@ -131,6 +131,15 @@ impl PooledRequests {
         self.pool = pool;
     }
 
+    /// The pool's quantile `q` and the requests it holds, once it holds `MIN_POOLED`.
+    pub(crate) fn quantile(&self, q: f64) -> Option<(f64, u64)> {
+        let n = self.pool.count();
+        if n < MIN_POOLED {
+            return None;
+        }
+        Some((self.pool.quantile(q).ok().flatten()?, n as u64))
+    }
+
     /// Takes the minutes from `minute` on back out (they were not baseline after all).
     pub(crate) fn forget_from(&mut self, minute: i64) {
         self.settling.retain(|(m, _)| *m < minute);

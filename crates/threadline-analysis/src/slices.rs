@@ -1,28 +1,35 @@
 //! Failing slices: a part of a scope's requests — one instance, a canary tag, an A/B
-//! arm, a provider, an adapter, an image — that fails far more often than it did,
-//! while the scope's error rate as a whole stays inside its noise. A canary on 10% of
-//! a route failing 30% of its requests adds 3 points to the route, which a minute of a
-//! few dozen requests cannot tell from chance; the canary's own requests can.
+//! arm, a provider, an adapter, an image — that fails or is slow far more often than
+//! it was, while the scope as a whole stays inside its noise. A canary on 10% of a
+//! route failing 30% of its requests adds 3 points to the route, which a minute of a
+//! few dozen requests cannot tell from chance; the canary's own requests can. So with
+//! a canary twice as slow: the route's P99 moves inside its noise for minutes, while
+//! nearly all of the canary's requests are slower than the route's 90th percentile,
+//! where one in ten would be.
 //!
-//! Each slice keeps the errors and requests of its last `window` normal minutes. A
-//! slice is failing when its errors are improbable under what is expected of it — the
-//! belief its own baseline gives once it has `OWN_BASELINE` requests of history, else
-//! the scope's (`share`) — at the detector's α divided by the number of slices tested (the
-//! scope's minute tests them all; the slices that hold all of its requests, its one
-//! model or image, are one test), and its share is at least `MIN_SLICE_CHANGE` above
-//! that expectation, over either
+//! A slice's bad requests (`Failure`) are its errors, or its requests slower than the
+//! scope's baseline requests' 90th percentile. Each slice keeps its bad requests and
+//! requests of its last `window` normal minutes. A slice is failing when its bad
+//! requests are improbable under what is expected of it — the belief its own baseline
+//! gives once it has `OWN_BASELINE` requests of history, else the scope's (its error
+//! share; one in ten slow) — at the detector's α divided by the number of slices
+//! tested (the scope's minute tests them all; the slices that hold all of its
+//! requests, its one model or image, are one test for errors and none for slowness,
+//! which the scope's own latency detectors judge), and its share is at least
+//! `MIN_SLICE_CHANGE` above that expectation, over either
 //!
 //! - its last two minutes, each improbable on its own at √α (a burst of errors is one
 //!   minute, so two such minutes in a row are a fault), or
 //! - its last three minutes, each with an error: weaker minutes that add up.
 //!
-//! The scope's error-rate detector then opens an anomaly with the slice's first minute
-//! as onset.
+//! The scope's error-rate (slow: P99 latency) detector then opens an anomaly with the
+//! slice's first minute as onset.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use crate::anomaly::{AnomalyOnset, DetectorConfig};
-use crate::metric::Metric;
+use sketches_ddsketch::DDSketch;
+
+use crate::anomaly::DetectorConfig;
 use crate::rollup::{Dimension, RollupCell, SeriesKey};
 use crate::share::ShareBelief;
 
@@ -44,16 +51,46 @@ const OWN_BASELINE: u64 = 300;
 /// A failing slice's share must exceed what is expected of it by this much.
 const MIN_SLICE_CHANGE: f64 = 0.1;
 
-/// Errors and requests of one slice in one minute.
+/// The scope's baseline quantile a slow request is slower than.
+pub(crate) const SLOW_QUANTILE: f64 = 0.9;
+
+/// What makes a slice's request bad.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Failure {
+    /// It failed.
+    Errors,
+    /// It took longer than the scope's baseline requests' `SLOW_QUANTILE`.
+    Slow,
+}
+
+/// Bad requests (errors, or slow ones) and requests of one slice in one minute.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct SliceMinute {
     pub(crate) minute: i64,
-    pub(crate) errors: u64,
+    pub(crate) bad: u64,
     pub(crate) requests: u64,
+}
+
+/// A slice found failing: which, over which minutes, how far off.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct FailingSlice {
+    pub(crate) dimension: Dimension,
+    pub(crate) value: String,
+    pub(crate) onset_minute: i64,
+    pub(crate) detected_minute: i64,
+    /// The share of bad requests expected of it, and the share it had.
+    pub(crate) expected: f64,
+    pub(crate) observed: f64,
+    /// Binomial standard deviations the share is off by.
+    pub(crate) score: f64,
 }
 
 #[derive(Default)]
 struct SliceState {
+    /// Whether the slice first showed once the scope could be judged: a new slice (a
+    /// canary, a new image) is held to the scope until it has a history of its own;
+    /// one that was there from the start (a provider slower by nature) is not.
+    new: bool,
     /// Minutes judged normal, which no window can hold any more.
     history: VecDeque<SliceMinute>,
     /// The last two minutes judged, oldest first, each with whether a failing window
@@ -66,12 +103,12 @@ struct SliceState {
 impl SliceState {
     /// The belief its own history gives, once it holds `OWN_BASELINE` requests.
     fn share(&self) -> Option<ShareBelief> {
-        let (errors, requests) = self
+        let (bad, requests) = self
             .history
             .iter()
-            .fold((0, 0), |(e, n), m| (e + m.errors, n + m.requests));
+            .fold((0, 0), |(b, n), m| (b + m.bad, n + m.requests));
         (requests >= OWN_BASELINE)
-            .then(|| ShareBelief::UNINFORMED.observe(errors as f64, requests as f64))
+            .then(|| ShareBelief::UNINFORMED.observe(bad as f64, requests as f64))
     }
 
     /// The minute before `now` and the one before that, if the slice had requests in
@@ -106,90 +143,161 @@ impl SliceState {
 /// The slices of every scope, minute after minute.
 #[derive(Default)]
 pub(crate) struct Slices {
-    state: HashMap<(SeriesKey, Dimension, String), SliceState>,
+    state: HashMap<(SeriesKey, Dimension, String, Failure), SliceState>,
+}
+
+/// One slice's requests in a minute.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct SliceCounts {
+    requests: u64,
+    errors: u64,
+    slow: u64,
 }
 
 /// A scope's minute, split by slice.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub(crate) struct SplitMinute {
+    minute: i64,
     /// The scope's requests in the minute.
     requests: u64,
-    slices: BTreeMap<(Dimension, String), SliceMinute>,
+    /// Whether slow requests were counted (the scope's baseline quantile was known).
+    timed: bool,
+    slices: BTreeMap<(Dimension, String), SliceCounts>,
 }
 
 impl SplitMinute {
-    /// Tests the minute makes: one per slice, the slices that hold every request of the
-    /// scope (its one model, image …) being one and the same test.
-    fn tests(&self) -> usize {
+    /// The slices judged for `failure`, with their minute: every slice for errors,
+    /// those that hold part of the scope's requests for slowness.
+    fn judged(
+        &self,
+        failure: Failure,
+    ) -> impl Iterator<Item = (&(Dimension, String), SliceMinute)> {
+        let whole = self.requests;
+        self.slices
+            .iter()
+            .filter(move |(_, c)| failure == Failure::Errors || c.requests < whole)
+            .map(move |(slice, c)| {
+                let bad = match failure {
+                    Failure::Errors => c.errors,
+                    Failure::Slow => c.slow,
+                };
+                (
+                    slice,
+                    SliceMinute {
+                        minute: self.minute,
+                        bad,
+                        requests: c.requests,
+                    },
+                )
+            })
+    }
+
+    /// Tests the minute makes for `failure`: one per slice judged, the slices that
+    /// hold every request of the scope (its one model, image …) being one and the same
+    /// test.
+    fn tests(&self, failure: Failure) -> usize {
         let partial = self
             .slices
             .values()
-            .filter(|m| m.requests < self.requests)
+            .filter(|c| c.requests < self.requests)
             .count();
-        partial + usize::from(partial < self.slices.len())
+        let whole = partial < self.slices.len() && failure == Failure::Errors;
+        partial + usize::from(whole)
     }
 }
 
-/// Splits a scope's minute by slice.
+/// Values in `sketch` above `x`, to the sketch's relative accuracy: the k-th smallest
+/// of n is its quantile at k / (n − 1), found by bisection.
+fn count_above(sketch: &DDSketch, x: f64) -> u64 {
+    let n = sketch.count() as u64;
+    if n == 0 {
+        return 0;
+    }
+    let kth = |k: u64| {
+        let q = if n == 1 {
+            0.0
+        } else {
+            ((k as f64 + 0.5) / (n - 1) as f64).min(1.0)
+        };
+        sketch.quantile(q).ok().flatten().unwrap_or(f64::NAN)
+    };
+    // The first k whose value is above x; n when none is.
+    let (mut lo, mut hi) = (0, n);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if kth(mid) > x {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    n - lo
+}
+
+/// Splits a scope's minute by slice, counting each slice's requests slower than
+/// `slow_above` (ms) when it is known.
 pub(crate) fn split<'a>(
     cells: impl IntoIterator<Item = (&'a SeriesKey, &'a RollupCell)>,
     minute: i64,
+    slow_above: Option<f64>,
 ) -> SplitMinute {
-    let mut out = SplitMinute::default();
+    let mut out = SplitMinute {
+        minute,
+        timed: slow_above.is_some(),
+        ..SplitMinute::default()
+    };
     for (key, cell) in cells {
         out.requests += cell.requests;
+        let slow = slow_above.map_or(0, |x| count_above(&cell.latency_ms, x));
         for dim in SLICED {
             let value = key.get(dim);
             if value.is_empty() {
                 continue;
             }
-            let slice = out
-                .slices
-                .entry((dim, value.to_owned()))
-                .or_insert(SliceMinute {
-                    minute,
-                    ..SliceMinute::default()
-                });
-            slice.errors += cell.errors;
+            let slice = out.slices.entry((dim, value.to_owned())).or_default();
             slice.requests += cell.requests;
+            slice.errors += cell.errors;
+            slice.slow += slow;
         }
     }
     out
 }
 
-/// Whether consecutive minutes of a slice hold improbably many errors under what is
-/// `expected` of it: each minute has an error (a fault persists; a burst of errors is a
-/// minute), their errors together are improbable at `alpha`, and their share is at
-/// least `MIN_SLICE_CHANGE` above the expected share. With `each_out`, every minute
-/// must also be improbable on its own at √`alpha` (two such independent minutes:
-/// `alpha` together), which lets two minutes suffice. Returns (surprise, anomaly).
+/// Whether consecutive minutes of a slice hold improbably many bad requests under
+/// what is `expected` of it: each minute has one (a fault persists; a burst of errors
+/// is a minute), together they are improbable at `alpha`, and their share is at least
+/// `MIN_SLICE_CHANGE` above the expected share. With `each_out`, every minute must
+/// also be improbable on its own at √`alpha` (two such independent minutes: `alpha`
+/// together), which lets two minutes suffice. Returns (surprise, onset and detected
+/// minutes, expected share, share, score).
 fn failing(
     minutes: &[SliceMinute],
     expected: &ShareBelief,
     alpha: f64,
     each_out: bool,
-) -> Option<(f64, AnomalyOnset)> {
+) -> Option<(f64, FailingSlice)> {
     let (first, last) = (minutes.first()?, minutes.last()?);
     let out = |m: &SliceMinute| {
-        m.errors > 0 && (!each_out || expected.surprise(m.errors, m.requests) < alpha.sqrt())
+        m.bad > 0 && (!each_out || expected.surprise(m.bad, m.requests) < alpha.sqrt())
     };
     if !minutes.iter().all(out) {
         return None;
     }
-    let errors = minutes.iter().map(|m| m.errors).sum::<u64>();
+    let bad = minutes.iter().map(|m| m.bad).sum::<u64>();
     let requests = minutes.iter().map(|m| m.requests).sum::<u64>();
-    let share = errors as f64 / requests.max(1) as f64;
+    let share = bad as f64 / requests.max(1) as f64;
     let p0 = expected.share();
-    let surprise = expected.surprise(errors, requests);
+    let surprise = expected.surprise(bad, requests);
     (share - p0 >= MIN_SLICE_CHANGE && surprise < alpha).then(|| {
         let sigma = (p0 * (1.0 - p0) / requests as f64).sqrt().max(1e-9);
         (
             surprise,
-            AnomalyOnset {
-                metric: Metric::ErrorRate,
+            FailingSlice {
+                dimension: Dimension::Service,
+                value: String::new(),
                 onset_minute: first.minute,
                 detected_minute: last.minute,
-                baseline: p0,
+                expected: p0,
                 observed: share,
                 score: (share - p0) / sigma,
             },
@@ -198,22 +306,34 @@ fn failing(
 }
 
 impl Slices {
-    /// Judges one minute of a scope's slices against `scope_share` (the belief about
-    /// the scope's error share, `None` while its baseline is short). Returns the anomaly
-    /// of the most surprising failing slice, if any; the other slices' minutes go into
-    /// their baselines once no window can hold them.
+    /// Judges one minute of a scope's slices for `failure` against `scope_share` (the
+    /// belief about the share of the scope's requests that are bad that way, `None`
+    /// while its baseline is short). Returns the most surprising failing slice, if any;
+    /// the other slices' minutes go into their baselines once no window can hold them.
     pub(crate) fn judge(
         &mut self,
         cfg: &DetectorConfig,
         scope: &SeriesKey,
-        minute: SplitMinute,
+        minute: &SplitMinute,
+        failure: Failure,
         scope_share: Option<ShareBelief>,
-    ) -> Option<AnomalyOnset> {
-        let alpha = crate::tails::normal_tail(cfg.sensitivity) / minute.tests().max(1) as f64;
-        let mut worst: Option<(f64, AnomalyOnset)> = None;
-        for ((dim, value), now) in minute.slices {
-            let state = self.state.entry((scope.clone(), dim, value)).or_default();
-            let expected = state.share().or(scope_share);
+    ) -> Option<FailingSlice> {
+        let tests = minute.tests(failure).max(1) as f64;
+        let alpha = crate::tails::normal_tail(cfg.sensitivity) / tests;
+        let mut worst: Option<(f64, FailingSlice)> = None;
+        for ((dim, value), now) in minute.judged(failure) {
+            let state = self
+                .state
+                .entry((scope.clone(), *dim, value.clone(), failure))
+                .or_insert_with(|| SliceState {
+                    new: scope_share.is_some(),
+                    ..SliceState::default()
+                });
+            if failure == Failure::Slow && !minute.timed {
+                // Seen, not counted: no quantile to be slower than yet.
+                continue;
+            }
+            let expected = state.share().or(scope_share.filter(|_| state.new));
             let found = expected.and_then(|expected| {
                 // Two minutes each improbable on their own open at once; three minutes
                 // each with an error open on their errors together.
@@ -224,13 +344,18 @@ impl Slices {
                 }
             });
             state.push(cfg.window, now, found.is_some());
-            if let Some((surprise, onset)) = found {
+            if let Some((surprise, found)) = found {
                 if worst.as_ref().is_none_or(|(s, _)| surprise < *s) {
-                    worst = Some((surprise, onset));
+                    let found = FailingSlice {
+                        dimension: *dim,
+                        value: value.clone(),
+                        ..found
+                    };
+                    worst = Some((surprise, found));
                 }
             }
         }
-        worst.map(|(_, onset)| onset)
+        worst.map(|(_, found)| found)
     }
 }
 
@@ -262,15 +387,20 @@ mod tests {
             .map(|(d, v, errors, requests)| {
                 (
                     (*d, (*v).to_owned()),
-                    SliceMinute {
-                        minute: m,
-                        errors: *errors,
+                    SliceCounts {
                         requests: *requests,
+                        errors: *errors,
+                        slow: 0,
                     },
                 )
             })
             .collect();
-        SplitMinute { requests, slices }
+        SplitMinute {
+            minute: m,
+            requests,
+            timed: false,
+            slices,
+        }
     }
 
     /// A canary on 12% of 45 requests a minute failing a third of them is found in
@@ -284,13 +414,14 @@ mod tests {
             let got = slices.judge(
                 &cfg,
                 &scope(),
-                minute(
+                &minute(
                     m,
                     &[
                         (Dimension::Instance, "i-1", errs, 22),
                         (Dimension::Instance, "i-2", 0, 23),
                     ],
                 ),
+                Failure::Errors,
                 scope_share(0.003),
             );
             assert_eq!(got, None, "minute {m}");
@@ -300,7 +431,7 @@ mod tests {
             found = found.or(slices.judge(
                 &cfg,
                 &scope(),
-                minute(
+                &minute(
                     m,
                     &[
                         (Dimension::Instance, "i-1", 1, 22),
@@ -308,12 +439,13 @@ mod tests {
                         (Dimension::GrayTag, "canary", 2, 6),
                     ],
                 ),
+                Failure::Errors,
                 scope_share(0.003),
             ));
         }
         let found = found.expect("the canary");
         assert_eq!((found.onset_minute, found.detected_minute), (60, 61));
-        assert_eq!(found.metric, Metric::ErrorRate);
+        assert_eq!(found.dimension, Dimension::GrayTag);
     }
 
     /// A canary failing one of its 6 requests a minute has no minute improbable on its
@@ -327,7 +459,7 @@ mod tests {
             let got = slices.judge(
                 &cfg,
                 &scope(),
-                minute(
+                &minute(
                     m,
                     &[
                         (Dimension::Instance, "i-1", 0, 22),
@@ -335,6 +467,7 @@ mod tests {
                         (Dimension::GrayTag, "canary", 1, 6),
                     ],
                 ),
+                Failure::Errors,
                 scope_share(0.001),
             );
             found = found.or(got.map(|f| (f.onset_minute, f.detected_minute)));
@@ -356,16 +489,95 @@ mod tests {
             let got = slices.judge(
                 &cfg,
                 &scope(),
-                minute(
+                &minute(
                     m,
                     &[
                         (Dimension::Provider, "a", burst, 25),
                         (Dimension::Provider, "b", b, 25),
                     ],
                 ),
+                Failure::Errors,
                 scope_share(0.04),
             );
             assert_eq!(got, None, "minute {m}");
         }
+    }
+
+    #[test]
+    fn count_above_counts_the_values_above_a_threshold() {
+        let mut sketch = crate::cell::new_sketch();
+        assert_eq!(count_above(&sketch, 1.0), 0);
+        for v in 1..=40 {
+            sketch.add(f64::from(v) * 10.0);
+        }
+        // 1% relative accuracy: thresholds between values.
+        assert_eq!(count_above(&sketch, 355.0), 5);
+        assert_eq!(count_above(&sketch, 5.0), 40);
+        assert_eq!(count_above(&sketch, 405.0), 0);
+        let mut one = crate::cell::new_sketch();
+        one.add(700.0);
+        assert_eq!((count_above(&one, 650.0), count_above(&one, 750.0)), (1, 0));
+    }
+
+    /// A provider always slower than the route (40% of its requests above the route's
+    /// 90th percentile) is judged by its own history; when it becomes slower still,
+    /// it fails (all of its requests slow). The slice holding every request is not
+    /// judged for slowness.
+    #[test]
+    fn a_slow_slice_is_judged_by_its_own_history() {
+        let cfg = DetectorConfig::default();
+        let mut slices = Slices::default();
+        let timed = |m: i64, slow_a: u64, slow_b: u64| {
+            let mut split = minute(
+                m,
+                &[
+                    (Dimension::Provider, "a", 0, 20),
+                    (Dimension::Provider, "b", 0, 20),
+                    (Dimension::Model, "m", 0, 40),
+                ],
+            );
+            split.timed = true;
+            for ((_, v), c) in split.slices.iter_mut() {
+                c.slow = match v.as_str() {
+                    "a" => slow_a,
+                    "b" => slow_b,
+                    _ => 40,
+                };
+            }
+            split
+        };
+        // The route's 90th percentile is known from minute 20 on.
+        let scope_slow = |m: i64| (m >= 20).then(|| ShareBelief::UNINFORMED.observe(100.0, 1000.0));
+        let timed = |m: i64, slow_a: u64, slow_b: u64| {
+            let mut split = timed(m, slow_a, slow_b);
+            split.timed = m >= 20;
+            split
+        };
+        for m in 0..60 {
+            let b = 8 + u64::from(m % 2 == 0);
+            let got = slices.judge(
+                &cfg,
+                &scope(),
+                &timed(m, 1, b),
+                Failure::Slow,
+                scope_slow(m),
+            );
+            assert_eq!(got, None, "minute {m}");
+        }
+        let mut found = None;
+        for m in 60..62 {
+            found = found.or(slices.judge(
+                &cfg,
+                &scope(),
+                &timed(m, 1, 20),
+                Failure::Slow,
+                scope_slow(m),
+            ));
+        }
+        let found = found.expect("provider b");
+        assert_eq!(
+            (found.dimension, found.value.as_str(), found.onset_minute),
+            (Dimension::Provider, "b", 60)
+        );
     }
 }

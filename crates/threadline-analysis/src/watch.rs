@@ -7,12 +7,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::anomaly::{DetectorConfig, DetectorEvent, MinuteValue, SeriesDetector};
+use crate::anomaly::{AnomalyOnset, DetectorConfig, DetectorEvent, MinuteValue, SeriesDetector};
 use crate::incident::Incident;
 use crate::metric::Metric;
 use crate::rollup::{Dimension, Level, RollupCell, SeriesKey};
-use crate::share::PeerShares;
-use crate::slices::{self, Slices};
+use crate::share::{PeerShares, ShareBelief};
+use crate::slices::{self, Failure, Slices};
 
 /// What anomalies are watched on: a request's entry service and route; a model call's
 /// service and model when it has no route. A model call with a route is not watched
@@ -95,22 +95,57 @@ impl Watch {
                     .push_requests(&self.cfg, point, metric.requests_sketch(&this.merged));
                 changed.extend(self.apply(scope, metric, event, &this.models));
             }
-            // A slice of the scope's requests failing far more than the rest, against
-            // the scope's share before the slice's earliest onset (its third minute
-            // back).
-            let errors = (scope.clone(), Metric::ErrorRate);
+            // A slice of the scope's requests failing, or slow, far more than the rest:
+            // against the scope's error share before the slice's earliest onset (its
+            // third minute back), and one in ten slower than its baseline requests'
+            // 90th percentile.
             let share = self
                 .detectors
-                .get(&errors)
+                .get(&(scope.clone(), Metric::ErrorRate))
                 .and_then(|d| d.baseline_share_before(&self.cfg, minute - 2));
-            let split = slices::split(this.members.iter().copied(), minute);
-            if let Some(found) = self.slices.judge(&self.cfg, scope, split, share) {
-                let event = self
+            let slow = self
+                .detectors
+                .get(&(scope.clone(), Metric::P50Latency))
+                .and_then(|d| d.pooled_quantile(slices::SLOW_QUANTILE));
+            let split = slices::split(this.members.iter().copied(), minute, slow.map(|s| s.0));
+            let slow_share = slow.map(|(_, pooled)| {
+                let pooled = pooled as f64;
+                ShareBelief::UNINFORMED.observe((1.0 - slices::SLOW_QUANTILE) * pooled, pooled)
+            });
+            for (failure, expected, metric) in [
+                (Failure::Errors, share, Metric::ErrorRate),
+                (Failure::Slow, slow_share, Metric::P99Latency),
+            ] {
+                let Some(found) = self
+                    .slices
+                    .judge(&self.cfg, scope, &split, failure, expected)
+                else {
+                    continue;
+                };
+                let detector = self
                     .detectors
-                    .entry(errors)
-                    .or_insert_with(|| SeriesDetector::new(Metric::ErrorRate))
-                    .open_found(found);
-                changed.extend(self.apply(scope, Metric::ErrorRate, event, &this.models));
+                    .entry((scope.clone(), metric))
+                    .or_insert_with(|| SeriesDetector::new(metric));
+                // An error share is the slice's own; a latency anomaly is told in the
+                // scope's P99, as its detector tells it.
+                let told = match failure {
+                    Failure::Errors => Some((found.expected, found.observed)),
+                    Failure::Slow => detector
+                        .typical(&self.cfg)
+                        .zip(metric.value(&this.merged, 60.0)),
+                };
+                let Some((baseline, observed)) = told else {
+                    continue;
+                };
+                let event = detector.open_found(AnomalyOnset {
+                    metric,
+                    onset_minute: found.onset_minute,
+                    detected_minute: found.detected_minute,
+                    baseline,
+                    observed,
+                    score: found.score,
+                });
+                changed.extend(self.apply(scope, metric, event, &this.models));
             }
         }
         changed.sort_unstable();
@@ -337,6 +372,54 @@ mod tests {
         assert_eq!(
             metrics,
             ["kv_cache_hit_ratio", "p50_latency", "p99_latency"]
+        );
+    }
+
+    /// `n` requests log-uniform between `lo` and `hi` ms.
+    fn spread(lo: f64, hi: f64, n: u64) -> RollupCell {
+        let mut c = RollupCell::default();
+        for i in 0..n {
+            c.requests += 1;
+            let at = (i as f64 + 0.5) / n as f64;
+            c.latency_ms.add(lo * (hi / lo).powf(at));
+        }
+        c
+    }
+
+    /// A canary on 10% of a route whose requests all take longer than the route's 90th
+    /// percentile, but no longer than its slowest: no quantile of the route moves out
+    /// of its noise, yet the canary holds five slow requests a minute where one in ten
+    /// would be. It opens a P99 incident on the route in its second minute.
+    #[test]
+    fn a_canary_slower_than_the_routes_ninetieth_percentile_opens_in_two_minutes() {
+        let mut watch = Watch::new(DetectorConfig::default());
+        let key = |tag: &str| {
+            SeriesKey::at(Level::Request)
+                .with(Dimension::Service, "gw")
+                .with(Dimension::Route, "/v1/chat")
+                .with(Dimension::GrayTag, tag)
+        };
+        let (stable, canary) = (key("stable"), key("canary"));
+        let mut opened = Vec::new();
+        for minute in 0..63 {
+            if minute < 60 {
+                let all = spread(250.0, 1000.0, 50);
+                assert!(watch.push_minute(minute, [(&stable, &all)]).is_empty());
+                continue;
+            }
+            let (most, slow) = (spread(250.0, 1000.0, 45), spread(900.0, 990.0, 5));
+            opened.extend(watch.push_minute(minute, [(&stable, &most), (&canary, &slow)]));
+        }
+        let first = opened.first().expect("an incident");
+        assert_eq!(
+            (
+                first.route.as_str(),
+                first.metric,
+                first.onset_minute,
+                first.detected_minute
+            ),
+            ("/v1/chat", Metric::P99Latency, 60, 61),
+            "{opened:?}"
         );
     }
 }
