@@ -11,8 +11,11 @@
 //! scope's baseline requests' 90th percentile. Each slice keeps its bad requests and
 //! requests of its last `window` normal minutes. A slice is failing when its bad
 //! requests are improbable under what is expected of it — the belief its own baseline
-//! gives once it has `OWN_BASELINE` requests of history, else the scope's (its error
-//! share; one in ten slow) — at the detector's α divided by the number of slices
+//! gives once it has `OWN_BASELINE` requests of history, else, for a slice that showed
+//! once the scope could be judged (a canary, a new image), the scope's when it showed
+//! (its error share; one in ten slow), which its own unnoticed bad requests cannot
+//! raise; a slice there from the start waits for its own history — at the detector's
+//! α divided by the number of slices
 //! tested (the scope's minute tests them all; the slices that hold all of its
 //! requests, its one model or image, are one test for errors and none for slowness,
 //! which the scope's own latency detectors judge), and its share is at least
@@ -87,10 +90,12 @@ pub(crate) struct FailingSlice {
 
 #[derive(Default)]
 struct SliceState {
-    /// Whether the slice first showed once the scope could be judged: a new slice (a
-    /// canary, a new image) is held to the scope until it has a history of its own;
-    /// one that was there from the start (a provider slower by nature) is not.
-    new: bool,
+    /// For a slice that first showed once the scope could be judged (a canary, a new
+    /// image): the scope's belief then, which it is held to until it has a history of
+    /// its own — its own bad requests, while they go unnoticed, must not raise the
+    /// scope's share it is held to. A slice there from the start (a provider slower by
+    /// nature) has none and waits for its own history.
+    scope_before: Option<ShareBelief>,
     /// Minutes judged normal, which no window can hold any more.
     history: VecDeque<SliceMinute>,
     /// The last two minutes judged, oldest first, each with whether a failing window
@@ -326,14 +331,14 @@ impl Slices {
                 .state
                 .entry((scope.clone(), *dim, value.clone(), failure))
                 .or_insert_with(|| SliceState {
-                    new: scope_share.is_some(),
+                    scope_before: scope_share,
                     ..SliceState::default()
                 });
             if failure == Failure::Slow && !minute.timed {
                 // Seen, not counted: no quantile to be slower than yet.
                 continue;
             }
-            let expected = state.share().or(scope_share.filter(|_| state.new));
+            let expected = state.share().or(state.scope_before);
             let found = expected.and_then(|expected| {
                 // Two minutes each improbable on their own open at once; three minutes
                 // each with an error open on their errors together.
@@ -578,6 +583,37 @@ mod tests {
         assert_eq!(
             (found.dimension, found.value.as_str(), found.onset_minute),
             (Dimension::Provider, "b", 60)
+        );
+    }
+
+    /// A canary's errors, while they go unnoticed, raise the route's share (here from
+    /// 0.4% to 5%): the canary is held to the route's share from before it showed.
+    #[test]
+    fn a_new_slice_is_held_to_the_scope_as_it_was_when_it_showed() {
+        let cfg = DetectorConfig::default();
+        let mut slices = Slices::default();
+        let mut found = None;
+        for m in 60..62 {
+            let leaked = if m == 60 { 0.004 } else { 0.05 };
+            found = found.or(slices.judge(
+                &cfg,
+                &scope(),
+                &minute(
+                    m,
+                    &[
+                        (Dimension::Instance, "i-1", 1, 22),
+                        (Dimension::Instance, "i-2", 1, 23),
+                        (Dimension::GrayTag, "canary", 2, 6),
+                    ],
+                ),
+                Failure::Errors,
+                scope_share(leaked),
+            ));
+        }
+        let found = found.expect("the canary");
+        assert_eq!(
+            (found.dimension, found.onset_minute, found.detected_minute),
+            (Dimension::GrayTag, 60, 61)
         );
     }
 }
