@@ -116,6 +116,23 @@ impl SliceState {
             .then(|| ShareBelief::UNINFORMED.observe(bad as f64, requests as f64))
     }
 
+    /// A new slice's minutes since it appeared, up to `now`, while it is held to the
+    /// scope (it has no history of its own yet); none for other slices. A weak fault
+    /// that came with the slice (a canary failing a few of its few requests) adds up
+    /// over them.
+    fn since_appearing(&self, now: SliceMinute) -> Vec<SliceMinute> {
+        if self.scope_before.is_none() || self.share().is_some() {
+            return Vec::new();
+        }
+        let last = self.last.iter().flatten().filter(|(_, held)| !held);
+        self.history
+            .iter()
+            .copied()
+            .chain(last.map(|(m, _)| *m))
+            .chain([now])
+            .collect()
+    }
+
     /// The minute before `now` and the one before that, if the slice had requests in
     /// them.
     fn before(&self, now: &SliceMinute) -> [Option<SliceMinute>; 2] {
@@ -268,24 +285,38 @@ pub(crate) fn split<'a>(
     out
 }
 
-/// Whether consecutive minutes of a slice hold improbably many bad requests under
-/// what is `expected` of it: each minute has one (a fault persists; a burst of errors
-/// is a minute), together they are improbable at `alpha`, and their share is at least
-/// `MIN_SLICE_CHANGE` above the expected share. With `each_out`, every minute must
-/// also be improbable on its own at √`alpha` (two such independent minutes: `alpha`
-/// together), which lets two minutes suffice. Returns (surprise, onset and detected
-/// minutes, expected share, share, score).
+/// Which of a slice's minutes must hold bad requests for them to add up: a fault
+/// persists, a burst of errors is a minute.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Spread {
+    /// Each minute, improbably many on its own at √α (two such independent minutes:
+    /// α together), which lets two minutes suffice.
+    EachOut,
+    /// Each minute one or more.
+    Each,
+    /// Three of the minutes or more.
+    ThreeMinutes,
+}
+
+/// Whether minutes of a slice hold improbably many bad requests under what is
+/// `expected` of it: spread over its minutes as `spread` asks, improbable together at
+/// `alpha`, and their share at least `MIN_SLICE_CHANGE` above the expected share.
+/// Returns (surprise, onset and detected minutes, expected share, share, score).
 fn failing(
     minutes: &[SliceMinute],
     expected: &ShareBelief,
     alpha: f64,
-    each_out: bool,
+    spread: Spread,
 ) -> Option<(f64, FailingSlice)> {
     let (first, last) = (minutes.first()?, minutes.last()?);
-    let out = |m: &SliceMinute| {
-        m.bad > 0 && (!each_out || expected.surprise(m.bad, m.requests) < alpha.sqrt())
+    let spread_enough = match spread {
+        Spread::EachOut => minutes
+            .iter()
+            .all(|m| m.bad > 0 && expected.surprise(m.bad, m.requests) < alpha.sqrt()),
+        Spread::Each => minutes.iter().all(|m| m.bad > 0),
+        Spread::ThreeMinutes => minutes.iter().filter(|m| m.bad > 0).count() >= 3,
     };
-    if !minutes.iter().all(out) {
+    if !spread_enough {
         return None;
     }
     let bad = minutes.iter().map(|m| m.bad).sum::<u64>();
@@ -341,12 +372,22 @@ impl Slices {
             let expected = state.share().or(state.scope_before);
             let found = expected.and_then(|expected| {
                 // Two minutes each improbable on their own open at once; three minutes
-                // each with an error open on their errors together.
-                match state.before(&now) {
-                    [a, Some(b)] => failing(&[b, now], &expected, alpha, true)
-                        .or_else(|| a.and_then(|a| failing(&[a, b, now], &expected, alpha, false))),
+                // each with a bad request open on them together; a new slice's minutes
+                // since it appeared, three of them with one, on them together.
+                let recent = match state.before(&now) {
+                    [a, Some(b)] => {
+                        failing(&[b, now], &expected, alpha, Spread::EachOut).or_else(|| {
+                            a.and_then(|a| failing(&[a, b, now], &expected, alpha, Spread::Each))
+                        })
+                    }
                     _ => None,
-                }
+                };
+                recent.or_else(|| {
+                    let since = state.since_appearing(now);
+                    (since.len() > 3)
+                        .then(|| failing(&since, &expected, alpha, Spread::ThreeMinutes))
+                        .flatten()
+                })
             });
             state.push(cfg.window, now, found.is_some());
             if let Some((surprise, found)) = found {
@@ -614,6 +655,37 @@ mod tests {
         assert_eq!(
             (found.dimension, found.onset_minute, found.detected_minute),
             (Dimension::GrayTag, 60, 61)
+        );
+    }
+
+    /// A canary failing one in six of its 5 requests a minute: never two minutes out,
+    /// nor three in a row with an error, but its minutes since it appeared add up.
+    #[test]
+    fn a_weak_canary_adds_up_since_it_appeared() {
+        let cfg = DetectorConfig::default();
+        let mut slices = Slices::default();
+        let mut found = None;
+        for m in 60..72 {
+            let errors = u64::from(m % 2 == 0);
+            found = found.or(slices.judge(
+                &cfg,
+                &scope(),
+                &minute(
+                    m,
+                    &[
+                        (Dimension::Instance, "i-1", errors, 25),
+                        (Dimension::Instance, "i-2", 0, 25),
+                        (Dimension::GrayTag, "canary", errors, 5),
+                    ],
+                ),
+                Failure::Errors,
+                scope_share(0.0036),
+            ));
+        }
+        let found = found.expect("the canary");
+        assert_eq!(
+            (found.dimension, found.onset_minute, found.detected_minute),
+            (Dimension::GrayTag, 60, 68)
         );
     }
 }
