@@ -48,6 +48,10 @@ const SLICED: [Dimension; 8] = [
     Dimension::Model,
 ];
 
+/// Minutes a slice's minute waits before it joins its history: the longest window a
+/// weak fault's bad requests add up over before they would raise the bar.
+const SCAN_MINUTES: usize = 10;
+
 /// Requests of history after which a slice is judged against its own share.
 const OWN_BASELINE: u64 = 300;
 
@@ -98,11 +102,11 @@ struct SliceState {
     scope_before: Option<ShareBelief>,
     /// Minutes judged normal, which no window can hold any more.
     history: VecDeque<SliceMinute>,
-    /// The last two minutes judged, oldest first, each with whether a failing window
-    /// held it. They join the history once no window can hold them, unless one did:
-    /// a fault's first minutes, judged before it showed, must not raise the share its
-    /// next minutes are held to.
-    last: [Option<(SliceMinute, bool)>; 2],
+    /// The last `SCAN_MINUTES` minutes judged, oldest first, each with whether a
+    /// failing window held it. They join the history once no window can hold them,
+    /// unless one did: a fault's first minutes, judged before it showed, must not
+    /// raise the share its next minutes are held to.
+    recent: VecDeque<(SliceMinute, bool)>,
 }
 
 impl SliceState {
@@ -116,6 +120,16 @@ impl SliceState {
             .then(|| ShareBelief::UNINFORMED.observe(bad as f64, requests as f64))
     }
 
+    /// The recent minutes no failing window held, from minute `from` on, then `now`.
+    fn since(&self, from: i64, now: SliceMinute) -> Vec<SliceMinute> {
+        self.recent
+            .iter()
+            .filter(|(m, held)| !held && m.minute >= from)
+            .map(|(m, _)| *m)
+            .chain([now])
+            .collect()
+    }
+
     /// A new slice's minutes since it appeared, up to `now`, while it is held to the
     /// scope (it has no history of its own yet); none for other slices. A weak fault
     /// that came with the slice (a canary failing a few of its few requests) adds up
@@ -124,41 +138,60 @@ impl SliceState {
         if self.scope_before.is_none() || self.share().is_some() {
             return Vec::new();
         }
-        let last = self.last.iter().flatten().filter(|(_, held)| !held);
         self.history
             .iter()
             .copied()
-            .chain(last.map(|(m, _)| *m))
-            .chain([now])
+            .chain(self.since(i64::MIN, now))
             .collect()
     }
 
-    /// The minute before `now` and the one before that, if the slice had requests in
-    /// them.
-    fn before(&self, now: &SliceMinute) -> [Option<SliceMinute>; 2] {
-        let at = |i: usize, back: i64| {
-            self.last[i]
-                .map(|(m, _)| m)
-                .filter(|m| m.minute == now.minute - back)
-        };
-        [at(0, 2), at(1, 1)]
+    /// Takes `now` in as the last minute judged; a failing window from minute
+    /// `held_from` on holds it and the recent minutes it covers.
+    fn push(&mut self, window: usize, now: SliceMinute, held_from: Option<i64>) {
+        if let Some(from) = held_from {
+            for (m, held) in &mut self.recent {
+                *held |= m.minute >= from;
+            }
+        }
+        self.recent.push_back((now, held_from.is_some()));
+        while self.recent.len() > SCAN_MINUTES {
+            if let Some((oldest, false)) = self.recent.pop_front() {
+                self.history.push_back(oldest);
+                while self.history.len() > window {
+                    self.history.pop_front();
+                }
+            }
+        }
     }
 
-    /// Takes `now` in as the last minute judged, `failing` if a failing window held it
-    /// (and so the minutes before it).
-    fn push(&mut self, window: usize, now: SliceMinute, failing: bool) {
-        if failing {
-            for (_, held) in self.last.iter_mut().flatten() {
-                *held = true;
-            }
+    /// The failing window ending at `now`, if any: its last two minutes, each out at
+    /// √α; its last three, each with a bad request; else the least probable of its
+    /// last 4 to `SCAN_MINUTES` minutes and (a new slice) its minutes since it
+    /// appeared, three of them with a bad request, at α shared by those longer
+    /// windows.
+    fn failing(
+        &self,
+        now: SliceMinute,
+        expected: &ShareBelief,
+        alpha: f64,
+    ) -> Option<(f64, FailingSlice)> {
+        let consecutive = |k: i64| {
+            let minutes = self.since(now.minute - k + 1, now);
+            (minutes.len() as i64 == k).then_some(minutes)
+        };
+        let recent = consecutive(2)
+            .and_then(|m| failing(&m, expected, alpha, Spread::EachOut))
+            .or_else(|| consecutive(3).and_then(|m| failing(&m, expected, alpha, Spread::Each)));
+        if recent.is_some() {
+            return recent;
         }
-        if let Some((oldest, false)) = self.last[0] {
-            self.history.push_back(oldest);
-            while self.history.len() > window {
-                self.history.pop_front();
-            }
-        }
-        self.last = [self.last[1], Some((now, failing))];
+        let windows = (SCAN_MINUTES - 2) as f64;
+        (4..=SCAN_MINUTES as i64)
+            .map(|k| self.since(now.minute - k + 1, now))
+            .chain([self.since_appearing(now)])
+            .filter(|m| m.len() > 3)
+            .filter_map(|m| failing(&m, expected, alpha / windows, Spread::ThreeMinutes))
+            .min_by(|a, b| a.0.total_cmp(&b.0))
     }
 }
 
@@ -370,26 +403,8 @@ impl Slices {
                 continue;
             }
             let expected = state.share().or(state.scope_before);
-            let found = expected.and_then(|expected| {
-                // Two minutes each improbable on their own open at once; three minutes
-                // each with a bad request open on them together; a new slice's minutes
-                // since it appeared, three of them with one, on them together.
-                let recent = match state.before(&now) {
-                    [a, Some(b)] => {
-                        failing(&[b, now], &expected, alpha, Spread::EachOut).or_else(|| {
-                            a.and_then(|a| failing(&[a, b, now], &expected, alpha, Spread::Each))
-                        })
-                    }
-                    _ => None,
-                };
-                recent.or_else(|| {
-                    let since = state.since_appearing(now);
-                    (since.len() > 3)
-                        .then(|| failing(&since, &expected, alpha, Spread::ThreeMinutes))
-                        .flatten()
-                })
-            });
-            state.push(cfg.window, now, found.is_some());
+            let found = expected.and_then(|expected| state.failing(now, &expected, alpha));
+            state.push(cfg.window, now, found.as_ref().map(|(_, f)| f.onset_minute));
             if let Some((surprise, found)) = found {
                 if worst.as_ref().is_none_or(|(s, _)| surprise < *s) {
                     let found = FailingSlice {
@@ -685,7 +700,49 @@ mod tests {
         let found = found.expect("the canary");
         assert_eq!(
             (found.dimension, found.onset_minute, found.detected_minute),
-            (Dimension::GrayTag, 60, 68)
+            (Dimension::GrayTag, 60, 70)
         );
+    }
+
+    /// An instance with a history of its own (0.3% of 6 requests a minute) starts
+    /// failing 0, 1 or 2 of its 6 requests a minute: no two minutes are out, no three
+    /// in a row hold an error, and its baseline would take the errors in and chase
+    /// them, but its last ten minutes add up before they join it.
+    #[test]
+    fn a_weak_fault_on_an_old_slice_adds_up_before_it_joins_the_baseline() {
+        let cfg = DetectorConfig::default();
+        let mut slices = Slices::default();
+        let mut found = None;
+        for m in 0..100 {
+            let errors = if m < 80 {
+                u64::from(m % 50 == 0)
+            } else {
+                (m % 3) as u64
+            };
+            let got = slices.judge(
+                &cfg,
+                &scope(),
+                &minute(
+                    m,
+                    &[
+                        (Dimension::Instance, "i-1", errors, 6),
+                        (Dimension::Instance, "i-2", 0, 30),
+                    ],
+                ),
+                Failure::Errors,
+                scope_share(0.003),
+            );
+            if m < 80 {
+                assert_eq!(got, None, "minute {m}");
+            }
+            found = found.or(got);
+        }
+        let found = found.expect("instance i-1");
+        assert_eq!(
+            (found.dimension, found.value.as_str()),
+            (Dimension::Instance, "i-1")
+        );
+        assert!((80..=82).contains(&found.onset_minute), "{found:?}");
+        assert!(found.detected_minute <= 89, "{found:?}");
     }
 }
