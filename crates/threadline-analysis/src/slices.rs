@@ -15,15 +15,18 @@
 //! once the scope could be judged (a canary, a new image), the scope's when it showed
 //! (its error share; one in ten slow), which its own unnoticed bad requests cannot
 //! raise; a slice there from the start waits for its own history — at the detector's
-//! α divided by the number of slices
-//! tested (the scope's minute tests them all; the slices that hold all of its
-//! requests, its one model or image, are one test for errors and none for slowness,
-//! which the scope's own latency detectors judge), and its share is at least
-//! `MIN_SLICE_CHANGE` above that expectation, over either
+//! α divided by the number of slices tested (the scope's minute tests them all; the
+//! slices that hold all of its requests, its one model or image, are one test for
+//! errors and none for slowness, which the scope's own latency detectors judge), and
+//! its share is at least `MIN_SLICE_CHANGE` above that expectation, over
 //!
 //! - its last two minutes, each improbable on its own at √α (a burst of errors is one
 //!   minute, so two such minutes in a row are a fault), or
-//! - its last three minutes, each with an error: weaker minutes that add up.
+//! - its last three minutes, each with a bad request: weaker minutes that add up, or
+//! - its last 4 to `SCAN_MINUTES` minutes, and a new slice's minutes since it
+//!   appeared, three of them with a bad request, at α shared by these windows: a weak
+//!   fault's few bad requests a minute. A minute joins the slice's history only once
+//!   no window can hold it, so they add up before they raise the bar.
 //!
 //! The scope's error-rate (slow: P99 latency) detector then opens an anomaly with the
 //! slice's first minute as onset.
