@@ -24,9 +24,12 @@
 //!   minute, so two such minutes in a row are a fault), or
 //! - its last three minutes, each with a bad request: weaker minutes that add up, or
 //! - its last 4 to `SCAN_MINUTES` minutes, and a new slice's minutes since it
-//!   appeared, three of them with a bad request, at α shared by these windows: a weak
-//!   fault's few bad requests a minute. A minute joins the slice's history only once
-//!   no window can hold it, so they add up before they raise the bar.
+//!   appeared, from the first with more than expected, three of them with a bad
+//!   request and still improbable at √α without the most improbable minute, at α
+//!   shared by these windows: a weak fault's few bad requests a minute. A minute
+//!   joins the slice's history only once no window can hold it, so they add up
+//!   before they raise the bar. Errors only: slow requests are counted against the
+//!   scope's quantile as it is now, which moves as its pool turns over.
 //!
 //! The scope's error-rate (slow: P99 latency) detector then opens an anomaly with the
 //! slice's first minute as onset.
@@ -170,10 +173,11 @@ impl SliceState {
     /// The failing window ending at `now`, if any: its last two minutes, each out at
     /// √α; its last three, each with a bad request; else the least probable of its
     /// last 4 to `SCAN_MINUTES` minutes and (a new slice) its minutes since it
-    /// appeared, three of them with a bad request, at α shared by those longer
-    /// windows.
+    /// appeared, adding up (`Spread::AddingUp`) at α shared by those longer windows
+    /// (for errors only).
     fn failing(
         &self,
+        failure: Failure,
         now: SliceMinute,
         expected: &ShareBelief,
         alpha: f64,
@@ -185,7 +189,10 @@ impl SliceState {
         let recent = consecutive(2)
             .and_then(|m| failing(&m, expected, alpha, Spread::EachOut))
             .or_else(|| consecutive(3).and_then(|m| failing(&m, expected, alpha, Spread::Each)));
-        if recent.is_some() {
+        // Slow requests are counted against the scope's baseline quantile as it is
+        // now, which moves as its pool turns over: only a short window compares like
+        // with like.
+        if recent.is_some() || failure == Failure::Slow {
             return recent;
         }
         let windows = (SCAN_MINUTES - 2) as f64;
@@ -193,7 +200,7 @@ impl SliceState {
             .map(|k| self.since(now.minute - k + 1, now))
             .chain([self.since_appearing(now)])
             .filter(|m| m.len() > 3)
-            .filter_map(|m| failing(&m, expected, alpha / windows, Spread::ThreeMinutes))
+            .filter_map(|m| failing(&m, expected, alpha / windows, Spread::AddingUp))
             .min_by(|a, b| a.0.total_cmp(&b.0))
     }
 }
@@ -330,8 +337,11 @@ enum Spread {
     EachOut,
     /// Each minute one or more.
     Each,
-    /// Three of the minutes or more.
-    ThreeMinutes,
+    /// Three of the minutes or more, from the first with more than expected (the
+    /// onset), and the minutes but the most improbable one still improbable together
+    /// at √α: a burst, or a fault's first strong minute, is one minute; these windows
+    /// are for faults whose minutes add up.
+    AddingUp,
 }
 
 /// Whether minutes of a slice hold improbably many bad requests under what is
@@ -344,21 +354,42 @@ fn failing(
     alpha: f64,
     spread: Spread,
 ) -> Option<(f64, FailingSlice)> {
+    let p0 = expected.share();
+    let minutes = match spread {
+        Spread::AddingUp => {
+            let onset = minutes
+                .iter()
+                .position(|m| m.bad as f64 > p0 * m.requests as f64)?;
+            &minutes[onset..]
+        }
+        _ => minutes,
+    };
     let (first, last) = (minutes.first()?, minutes.last()?);
+    let total = |minutes: &mut dyn Iterator<Item = &SliceMinute>| {
+        minutes.fold((0, 0), |(b, n), m| (b + m.bad, n + m.requests))
+    };
     let spread_enough = match spread {
         Spread::EachOut => minutes
             .iter()
             .all(|m| m.bad > 0 && expected.surprise(m.bad, m.requests) < alpha.sqrt()),
         Spread::Each => minutes.iter().all(|m| m.bad > 0),
-        Spread::ThreeMinutes => minutes.iter().filter(|m| m.bad > 0).count() >= 3,
+        Spread::AddingUp => {
+            let worst = minutes
+                .iter()
+                .map(|m| (expected.surprise(m.bad, m.requests), m.minute))
+                .min_by(|a, b| a.0.total_cmp(&b.0))
+                .map(|(_, minute)| minute);
+            let (rest_bad, rest_requests) =
+                total(&mut minutes.iter().filter(|m| Some(m.minute) != worst));
+            minutes.iter().filter(|m| m.bad > 0).count() >= 3
+                && expected.surprise(rest_bad, rest_requests) < alpha.sqrt()
+        }
     };
     if !spread_enough {
         return None;
     }
-    let bad = minutes.iter().map(|m| m.bad).sum::<u64>();
-    let requests = minutes.iter().map(|m| m.requests).sum::<u64>();
+    let (bad, requests) = total(&mut minutes.iter());
     let share = bad as f64 / requests.max(1) as f64;
-    let p0 = expected.share();
     let surprise = expected.surprise(bad, requests);
     (share - p0 >= MIN_SLICE_CHANGE && surprise < alpha).then(|| {
         let sigma = (p0 * (1.0 - p0) / requests as f64).sqrt().max(1e-9);
@@ -406,7 +437,7 @@ impl Slices {
                 continue;
             }
             let expected = state.share().or(state.scope_before);
-            let found = expected.and_then(|expected| state.failing(now, &expected, alpha));
+            let found = expected.and_then(|expected| state.failing(failure, now, &expected, alpha));
             state.push(cfg.window, now, found.as_ref().map(|(_, f)| f.onset_minute));
             if let Some((surprise, found)) = found {
                 if worst.as_ref().is_none_or(|(s, _)| surprise < *s) {
@@ -747,5 +778,35 @@ mod tests {
         );
         assert!((80..=82).contains(&found.onset_minute), "{found:?}");
         assert!(found.detected_minute <= 89, "{found:?}");
+    }
+
+    /// A burst minute (4 of 6 failing) among minutes with a stray error is no fault:
+    /// the longer windows hold three minutes with an error, but without the burst the
+    /// rest is ordinary.
+    #[test]
+    fn one_burst_minute_does_not_make_a_longer_window_fail() {
+        let cfg = DetectorConfig::default();
+        let mut slices = Slices::default();
+        for m in 0..100 {
+            let errors = match m {
+                81 | 84 => 1,
+                86 => 4,
+                _ => u64::from(m % 50 == 0),
+            };
+            let got = slices.judge(
+                &cfg,
+                &scope(),
+                &minute(
+                    m,
+                    &[
+                        (Dimension::Instance, "i-1", errors, 6),
+                        (Dimension::Instance, "i-2", 0, 30),
+                    ],
+                ),
+                Failure::Errors,
+                scope_share(0.003),
+            );
+            assert_eq!(got, None, "minute {m}");
+        }
     }
 }
