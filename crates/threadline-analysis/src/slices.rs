@@ -56,7 +56,7 @@ const SLICED: [Dimension; 8] = [
 
 /// Minutes a slice's minute waits before it joins its history: the longest window a
 /// weak fault's bad requests add up over before they would raise the bar.
-const SCAN_MINUTES: usize = 10;
+pub(crate) const SCAN_MINUTES: usize = 10;
 
 /// Requests of history after which a slice is judged against its own share.
 const OWN_BASELINE: u64 = 300;
@@ -113,6 +113,8 @@ struct SliceState {
     /// unless one did: a fault's first minutes, judged before it showed, must not
     /// raise the share its next minutes are held to.
     recent: VecDeque<(SliceMinute, bool)>,
+    /// The last minute the slice had requests in.
+    seen: i64,
 }
 
 impl SliceState {
@@ -409,6 +411,12 @@ fn failing(
 }
 
 impl Slices {
+    /// Forgets the slices that had no requests since minute `since`: instances and
+    /// canaries come and go, and one gone that long is new if it comes back.
+    pub(crate) fn forget_unseen(&mut self, since: i64) {
+        self.state.retain(|_, s| s.seen >= since);
+    }
+
     /// Judges one minute of a scope's slices for `failure` against `scope_share` (the
     /// belief about the share of the scope's requests that are bad that way, `None`
     /// while its baseline is short). Returns the most surprising failing slice, if any;
@@ -432,6 +440,7 @@ impl Slices {
                     scope_before: scope_share,
                     ..SliceState::default()
                 });
+            state.seen = minute.minute;
             if failure == Failure::Slow && !minute.timed {
                 // Seen, not counted: no quantile to be slower than yet.
                 continue;
@@ -808,5 +817,28 @@ mod tests {
             );
             assert_eq!(got, None, "minute {m}");
         }
+    }
+
+    /// A slice gone for longer than any window is forgotten; the others are kept.
+    #[test]
+    fn slices_gone_for_long_are_forgotten() {
+        let cfg = DetectorConfig::default();
+        let mut slices = Slices::default();
+        for m in 0..5 {
+            let mut parts = vec![(Dimension::Instance, "i-1", 0, 20)];
+            if m == 0 {
+                parts.push((Dimension::Instance, "i-2", 0, 20));
+            }
+            slices.judge(
+                &cfg,
+                &scope(),
+                &minute(m, &parts),
+                Failure::Errors,
+                scope_share(0.003),
+            );
+        }
+        slices.forget_unseen(1);
+        let kept: Vec<&str> = slices.state.keys().map(|k| k.2.as_str()).collect();
+        assert_eq!(kept, ["i-1"]);
     }
 }

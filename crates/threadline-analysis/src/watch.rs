@@ -148,6 +148,8 @@ impl Watch {
                 changed.extend(self.apply(scope, metric, event, &this.models));
             }
         }
+        let window = (self.cfg.window + slices::SCAN_MINUTES) as i64;
+        self.slices.forget_unseen(minute - window);
         changed.sort_unstable();
         changed.dedup();
         let out = changed.iter().map(|&i| self.recent[i].1.clone()).collect();
