@@ -1575,10 +1575,6 @@ mod tests {
         assert!(adapter.confidence < ranked[0].confidence);
     }
 
-    /// Two changes take all of a route's traffic: a harmless prompt bump two minutes
-    /// before the onset, then the image that slows every request. Both carry every bad
-    /// request; the prompt's requests before the onset were as fast as the rest, so
-    /// its arrival did not bring them, and the image ranks first.
     /// An adapter hot-swapped onto i-3 at minute 97, its incident's onset found at
     /// 100: its 90 requests before the onset were as slow as since. They are the
     /// change's doing, not a background of the adapter's: it keeps its contrast and
@@ -1618,6 +1614,10 @@ mod tests {
         assert_eq!(healthy_before((0.0, 40.0), (1.0, 100.0), 0.01), 1.0);
     }
 
+    /// Two changes take all of a route's traffic: a harmless prompt bump two minutes
+    /// before the onset, then the image that slows every request. Both carry every bad
+    /// request; the prompt's requests before the onset were as fast as the rest, so
+    /// its arrival did not bring them, and the image ranks first.
     #[test]
     fn a_value_healthy_before_the_onset_loses_its_before_and_after() {
         let mut baseline: Vec<_> = ["i-1", "i-2"]
