@@ -84,14 +84,20 @@ pub(crate) struct SliceMinute {
     pub(crate) requests: u64,
 }
 
-/// A slice found failing: which, over which minutes, how far off.
+/// A slice found failing: which, and its failing window.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct FailingSlice {
     pub(crate) dimension: Dimension,
     pub(crate) value: String,
+    pub(crate) window: FailingWindow,
+}
+
+/// Minutes of a slice that hold improbably many bad requests: which, how far off.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct FailingWindow {
     pub(crate) onset_minute: i64,
     pub(crate) detected_minute: i64,
-    /// The share of bad requests expected of it, and the share it had.
+    /// The share of bad requests expected of the slice, and the share it had.
     pub(crate) expected: f64,
     pub(crate) observed: f64,
     /// Binomial standard deviations the share is off by.
@@ -138,14 +144,9 @@ impl SliceState {
             .collect()
     }
 
-    /// A new slice's minutes since it appeared, up to `now`, while it is held to the
-    /// scope (it has no history of its own yet); none for other slices. A weak fault
-    /// that came with the slice (a canary failing a few of its few requests) adds up
-    /// over them.
-    fn since_appearing(&self, now: SliceMinute) -> Vec<SliceMinute> {
-        if self.scope_before.is_none() || self.share().is_some() {
-            return Vec::new();
-        }
+    /// Every minute it kept, up to `now`: for a new slice held to the scope, its
+    /// minutes since it appeared.
+    fn all_since(&self, now: SliceMinute) -> Vec<SliceMinute> {
         self.history
             .iter()
             .copied()
@@ -174,16 +175,16 @@ impl SliceState {
 
     /// The failing window ending at `now`, if any: its last two minutes, each out at
     /// √α; its last three, each with a bad request; else the least probable of its
-    /// last 4 to `SCAN_MINUTES` minutes and (a new slice) its minutes since it
-    /// appeared, adding up (`Spread::AddingUp`) at α shared by those longer windows
-    /// (for errors only).
+    /// last 4 to `SCAN_MINUTES` minutes and (a new slice `held_to_scope`, with no
+    /// history of its own yet) its minutes since it appeared, adding up
+    /// (`Spread::AddingUp`) at α shared by those longer windows (for errors only).
     fn failing(
         &self,
         failure: Failure,
         now: SliceMinute,
-        expected: &ShareBelief,
+        (expected, held_to_scope): (&ShareBelief, bool),
         alpha: f64,
-    ) -> Option<(f64, FailingSlice)> {
+    ) -> Option<(f64, FailingWindow)> {
         let consecutive = |k: i64| {
             let minutes = self.since(now.minute - k + 1, now);
             (minutes.len() as i64 == k).then_some(minutes)
@@ -200,7 +201,7 @@ impl SliceState {
         let windows = (SCAN_MINUTES - 2) as f64;
         (4..=SCAN_MINUTES as i64)
             .map(|k| self.since(now.minute - k + 1, now))
-            .chain([self.since_appearing(now)])
+            .chain(held_to_scope.then(|| self.all_since(now)))
             .filter(|m| m.len() > 3)
             .filter_map(|m| failing(&m, expected, alpha / windows, Spread::AddingUp))
             .min_by(|a, b| a.0.total_cmp(&b.0))
@@ -349,13 +350,13 @@ enum Spread {
 /// Whether minutes of a slice hold improbably many bad requests under what is
 /// `expected` of it: spread over its minutes as `spread` asks, improbable together at
 /// `alpha`, and their share at least `MIN_SLICE_CHANGE` above the expected share.
-/// Returns (surprise, onset and detected minutes, expected share, share, score).
+/// Returns how probable they are, and the window.
 fn failing(
     minutes: &[SliceMinute],
     expected: &ShareBelief,
     alpha: f64,
     spread: Spread,
-) -> Option<(f64, FailingSlice)> {
+) -> Option<(f64, FailingWindow)> {
     let p0 = expected.share();
     let minutes = match spread {
         Spread::AddingUp => {
@@ -376,15 +377,16 @@ fn failing(
             .all(|m| m.bad > 0 && expected.surprise(m.bad, m.requests) < alpha.sqrt()),
         Spread::Each => minutes.iter().all(|m| m.bad > 0),
         Spread::AddingUp => {
-            let worst = minutes
-                .iter()
-                .map(|m| (expected.surprise(m.bad, m.requests), m.minute))
-                .min_by(|a, b| a.0.total_cmp(&b.0))
-                .map(|(_, minute)| minute);
-            let (rest_bad, rest_requests) =
-                total(&mut minutes.iter().filter(|m| Some(m.minute) != worst));
-            minutes.iter().filter(|m| m.bad > 0).count() >= 3
-                && expected.surprise(rest_bad, rest_requests) < alpha.sqrt()
+            minutes.iter().filter(|m| m.bad > 0).count() >= 3 && {
+                let worst = minutes
+                    .iter()
+                    .map(|m| (expected.surprise(m.bad, m.requests), m.minute))
+                    .min_by(|a, b| a.0.total_cmp(&b.0))
+                    .map(|(_, minute)| minute);
+                let (rest_bad, rest_requests) =
+                    total(&mut minutes.iter().filter(|m| Some(m.minute) != worst));
+                expected.surprise(rest_bad, rest_requests) < alpha.sqrt()
+            }
         }
     };
     if !spread_enough {
@@ -397,9 +399,7 @@ fn failing(
         let sigma = (p0 * (1.0 - p0) / requests as f64).sqrt().max(1e-9);
         (
             surprise,
-            FailingSlice {
-                dimension: Dimension::Service,
-                value: String::new(),
+            FailingWindow {
                 onset_minute: first.minute,
                 detected_minute: last.minute,
                 expected: p0,
@@ -445,15 +445,17 @@ impl Slices {
                 // Seen, not counted: no quantile to be slower than yet.
                 continue;
             }
-            let expected = state.share().or(state.scope_before);
-            let found = expected.and_then(|expected| state.failing(failure, now, &expected, alpha));
-            state.push(cfg.window, now, found.as_ref().map(|(_, f)| f.onset_minute));
-            if let Some((surprise, found)) = found {
+            let own = state.share();
+            let found = own.or(state.scope_before).and_then(|expected| {
+                state.failing(failure, now, (&expected, own.is_none()), alpha)
+            });
+            state.push(cfg.window, now, found.map(|(_, w)| w.onset_minute));
+            if let Some((surprise, window)) = found {
                 if worst.as_ref().is_none_or(|(s, _)| surprise < *s) {
                     let found = FailingSlice {
                         dimension: *dim,
                         value: value.clone(),
-                        ..found
+                        window,
                     };
                     worst = Some((surprise, found));
                 }
@@ -507,48 +509,60 @@ mod tests {
         }
     }
 
+    impl Slices {
+        /// Judges errors in minute `m` of `scope()` split into `slices` (dimension,
+        /// value, errors, requests), the scope's share at `share`.
+        fn errors_at(
+            &mut self,
+            m: i64,
+            slices: &[(Dimension, &str, u64, u64)],
+            share: f64,
+        ) -> Option<FailingSlice> {
+            let cfg = DetectorConfig::default();
+            self.judge(
+                &cfg,
+                &scope(),
+                &minute(m, slices),
+                Failure::Errors,
+                scope_share(share),
+            )
+        }
+    }
+
     /// A canary on 12% of 45 requests a minute failing a third of them is found in
     /// its second minute; the route's own share (+4 points) is inside its noise.
     #[test]
     fn a_new_canary_failing_a_third_of_its_requests_is_found_in_two_minutes() {
-        let cfg = DetectorConfig::default();
         let mut slices = Slices::default();
         for m in 0..60 {
             let errs = u64::from(m % 20 == 0);
-            let got = slices.judge(
-                &cfg,
-                &scope(),
-                &minute(
-                    m,
-                    &[
-                        (Dimension::Instance, "i-1", errs, 22),
-                        (Dimension::Instance, "i-2", 0, 23),
-                    ],
-                ),
-                Failure::Errors,
-                scope_share(0.003),
+            let got = slices.errors_at(
+                m,
+                &[
+                    (Dimension::Instance, "i-1", errs, 22),
+                    (Dimension::Instance, "i-2", 0, 23),
+                ],
+                0.003,
             );
             assert_eq!(got, None, "minute {m}");
         }
         let mut found = None;
         for m in 60..64 {
-            found = found.or(slices.judge(
-                &cfg,
-                &scope(),
-                &minute(
-                    m,
-                    &[
-                        (Dimension::Instance, "i-1", 1, 22),
-                        (Dimension::Instance, "i-2", 1, 23),
-                        (Dimension::GrayTag, "canary", 2, 6),
-                    ],
-                ),
-                Failure::Errors,
-                scope_share(0.003),
+            found = found.or(slices.errors_at(
+                m,
+                &[
+                    (Dimension::Instance, "i-1", 1, 22),
+                    (Dimension::Instance, "i-2", 1, 23),
+                    (Dimension::GrayTag, "canary", 2, 6),
+                ],
+                0.003,
             ));
         }
         let found = found.expect("the canary");
-        assert_eq!((found.onset_minute, found.detected_minute), (60, 61));
+        assert_eq!(
+            (found.window.onset_minute, found.window.detected_minute),
+            (60, 61)
+        );
         assert_eq!(found.dimension, Dimension::GrayTag);
     }
 
@@ -556,25 +570,19 @@ mod tests {
     /// own; its three minutes together are.
     #[test]
     fn a_weaker_canary_is_found_on_three_minutes_together() {
-        let cfg = DetectorConfig::default();
         let mut slices = Slices::default();
         let mut found = None;
         for m in 60..64 {
-            let got = slices.judge(
-                &cfg,
-                &scope(),
-                &minute(
-                    m,
-                    &[
-                        (Dimension::Instance, "i-1", 0, 22),
-                        (Dimension::Instance, "i-2", 1, 23),
-                        (Dimension::GrayTag, "canary", 1, 6),
-                    ],
-                ),
-                Failure::Errors,
-                scope_share(0.001),
+            let got = slices.errors_at(
+                m,
+                &[
+                    (Dimension::Instance, "i-1", 0, 22),
+                    (Dimension::Instance, "i-2", 1, 23),
+                    (Dimension::GrayTag, "canary", 1, 6),
+                ],
+                0.001,
             );
-            found = found.or(got.map(|f| (f.onset_minute, f.detected_minute)));
+            found = found.or(got.map(|f| (f.window.onset_minute, f.window.detected_minute)));
         }
         assert_eq!(found, Some((60, 62)));
     }
@@ -583,25 +591,19 @@ mod tests {
     /// single-minute burst over every slice is no failing slice.
     #[test]
     fn a_slice_is_judged_by_its_own_history_and_a_burst_minute_is_no_failure() {
-        let cfg = DetectorConfig::default();
         let mut slices = Slices::default();
         for m in 0..120 {
             // Provider b fails 8% of its 25 requests a minute, always; minute 70 is a
             // burst of errors on every slice.
             let burst = u64::from(m == 70) * 3;
             let b = 2 + u64::from(m % 3 == 0) + burst;
-            let got = slices.judge(
-                &cfg,
-                &scope(),
-                &minute(
-                    m,
-                    &[
-                        (Dimension::Provider, "a", burst, 25),
-                        (Dimension::Provider, "b", b, 25),
-                    ],
-                ),
-                Failure::Errors,
-                scope_share(0.04),
+            let got = slices.errors_at(
+                m,
+                &[
+                    (Dimension::Provider, "a", burst, 25),
+                    (Dimension::Provider, "b", b, 25),
+                ],
+                0.04,
             );
             assert_eq!(got, None, "minute {m}");
         }
@@ -680,7 +682,11 @@ mod tests {
         }
         let found = found.expect("provider b");
         assert_eq!(
-            (found.dimension, found.value.as_str(), found.onset_minute),
+            (
+                found.dimension,
+                found.value.as_str(),
+                found.window.onset_minute
+            ),
             (Dimension::Provider, "b", 60)
         );
     }
@@ -689,29 +695,27 @@ mod tests {
     /// 0.4% to 5%): the canary is held to the route's share from before it showed.
     #[test]
     fn a_new_slice_is_held_to_the_scope_as_it_was_when_it_showed() {
-        let cfg = DetectorConfig::default();
         let mut slices = Slices::default();
         let mut found = None;
         for m in 60..62 {
             let leaked = if m == 60 { 0.004 } else { 0.05 };
-            found = found.or(slices.judge(
-                &cfg,
-                &scope(),
-                &minute(
-                    m,
-                    &[
-                        (Dimension::Instance, "i-1", 1, 22),
-                        (Dimension::Instance, "i-2", 1, 23),
-                        (Dimension::GrayTag, "canary", 2, 6),
-                    ],
-                ),
-                Failure::Errors,
-                scope_share(leaked),
+            found = found.or(slices.errors_at(
+                m,
+                &[
+                    (Dimension::Instance, "i-1", 1, 22),
+                    (Dimension::Instance, "i-2", 1, 23),
+                    (Dimension::GrayTag, "canary", 2, 6),
+                ],
+                leaked,
             ));
         }
         let found = found.expect("the canary");
         assert_eq!(
-            (found.dimension, found.onset_minute, found.detected_minute),
+            (
+                found.dimension,
+                found.window.onset_minute,
+                found.window.detected_minute
+            ),
             (Dimension::GrayTag, 60, 61)
         );
     }
@@ -720,29 +724,27 @@ mod tests {
     /// nor three in a row with an error, but its minutes since it appeared add up.
     #[test]
     fn a_weak_canary_adds_up_since_it_appeared() {
-        let cfg = DetectorConfig::default();
         let mut slices = Slices::default();
         let mut found = None;
         for m in 60..72 {
             let errors = u64::from(m % 2 == 0);
-            found = found.or(slices.judge(
-                &cfg,
-                &scope(),
-                &minute(
-                    m,
-                    &[
-                        (Dimension::Instance, "i-1", errors, 25),
-                        (Dimension::Instance, "i-2", 0, 25),
-                        (Dimension::GrayTag, "canary", errors, 5),
-                    ],
-                ),
-                Failure::Errors,
-                scope_share(0.0036),
+            found = found.or(slices.errors_at(
+                m,
+                &[
+                    (Dimension::Instance, "i-1", errors, 25),
+                    (Dimension::Instance, "i-2", 0, 25),
+                    (Dimension::GrayTag, "canary", errors, 5),
+                ],
+                0.0036,
             ));
         }
         let found = found.expect("the canary");
         assert_eq!(
-            (found.dimension, found.onset_minute, found.detected_minute),
+            (
+                found.dimension,
+                found.window.onset_minute,
+                found.window.detected_minute
+            ),
             (Dimension::GrayTag, 60, 70)
         );
     }
@@ -753,7 +755,6 @@ mod tests {
     /// them, but its last ten minutes add up before they join it.
     #[test]
     fn a_weak_fault_on_an_old_slice_adds_up_before_it_joins_the_baseline() {
-        let cfg = DetectorConfig::default();
         let mut slices = Slices::default();
         let mut found = None;
         for m in 0..100 {
@@ -762,18 +763,13 @@ mod tests {
             } else {
                 (m % 3) as u64
             };
-            let got = slices.judge(
-                &cfg,
-                &scope(),
-                &minute(
-                    m,
-                    &[
-                        (Dimension::Instance, "i-1", errors, 6),
-                        (Dimension::Instance, "i-2", 0, 30),
-                    ],
-                ),
-                Failure::Errors,
-                scope_share(0.003),
+            let got = slices.errors_at(
+                m,
+                &[
+                    (Dimension::Instance, "i-1", errors, 6),
+                    (Dimension::Instance, "i-2", 0, 30),
+                ],
+                0.003,
             );
             if m < 80 {
                 assert_eq!(got, None, "minute {m}");
@@ -785,8 +781,8 @@ mod tests {
             (found.dimension, found.value.as_str()),
             (Dimension::Instance, "i-1")
         );
-        assert!((80..=82).contains(&found.onset_minute), "{found:?}");
-        assert!(found.detected_minute <= 89, "{found:?}");
+        assert!((80..=82).contains(&found.window.onset_minute), "{found:?}");
+        assert!(found.window.detected_minute <= 89, "{found:?}");
     }
 
     /// A burst minute (4 of 6 failing) among minutes with a stray error is no fault:
@@ -794,7 +790,6 @@ mod tests {
     /// rest is ordinary.
     #[test]
     fn one_burst_minute_does_not_make_a_longer_window_fail() {
-        let cfg = DetectorConfig::default();
         let mut slices = Slices::default();
         for m in 0..100 {
             let errors = match m {
@@ -802,18 +797,13 @@ mod tests {
                 86 => 4,
                 _ => u64::from(m % 50 == 0),
             };
-            let got = slices.judge(
-                &cfg,
-                &scope(),
-                &minute(
-                    m,
-                    &[
-                        (Dimension::Instance, "i-1", errors, 6),
-                        (Dimension::Instance, "i-2", 0, 30),
-                    ],
-                ),
-                Failure::Errors,
-                scope_share(0.003),
+            let got = slices.errors_at(
+                m,
+                &[
+                    (Dimension::Instance, "i-1", errors, 6),
+                    (Dimension::Instance, "i-2", 0, 30),
+                ],
+                0.003,
             );
             assert_eq!(got, None, "minute {m}");
         }
@@ -822,20 +812,13 @@ mod tests {
     /// A slice gone for longer than any window is forgotten; the others are kept.
     #[test]
     fn slices_gone_for_long_are_forgotten() {
-        let cfg = DetectorConfig::default();
         let mut slices = Slices::default();
         for m in 0..5 {
             let mut parts = vec![(Dimension::Instance, "i-1", 0, 20)];
             if m == 0 {
                 parts.push((Dimension::Instance, "i-2", 0, 20));
             }
-            slices.judge(
-                &cfg,
-                &scope(),
-                &minute(m, &parts),
-                Failure::Errors,
-                scope_share(0.003),
-            );
+            slices.errors_at(m, &parts, 0.003);
         }
         slices.forget_unseen(1);
         let kept: Vec<&str> = slices.state.keys().map(|k| k.2.as_str()).collect();

@@ -119,6 +119,7 @@ impl Watch {
                 let Some(found) = self
                     .slices
                     .judge(&self.cfg, scope, &split, failure, expected)
+                    .map(|f| f.window)
                 else {
                     continue;
                 };
