@@ -134,7 +134,7 @@ pub struct Change {
 #[serde(deny_unknown_fields)]
 pub struct FaultRule {
     pub name: String,
-    /// Incident metrics it applies to (the incident's first metric or any anomaly).
+    /// Incident metrics it applies to (the diagnosed metric or any anomaly).
     pub when: Vec<String>,
     /// Another metric that must be anomalous in the same incident.
     #[serde(default)]

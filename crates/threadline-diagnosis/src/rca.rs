@@ -25,6 +25,19 @@ const EXEMPLARS: usize = 5;
 const UPSTREAM_DEPTH: usize = 8;
 const UPSTREAM_NODES: usize = 20_000;
 
+/// The metric of the incident's anomaly furthest off its baseline (in its own robust
+/// standard deviations): what the incident's bad requests are. The first anomaly is
+/// not always that one: a route's median can drift out by chance a minute before an
+/// instance starts failing a third of its requests, and the errors, many times
+/// further out, are then what needs explaining.
+fn strongest_metric(incident: &Incident) -> Metric {
+    incident
+        .anomalies
+        .iter()
+        .max_by(|a, b| a.score.total_cmp(&b.score))
+        .map_or(incident.metric, |a| a.metric)
+}
+
 /// What to diagnose: a series (route requests end to end, or a model's calls), the
 /// metric that moved, and the anomaly window.
 #[derive(Clone, Debug)]
@@ -42,9 +55,9 @@ pub struct RcaTarget {
 }
 
 impl RcaTarget {
-    /// The incident's series (service and route, or model), first metric (P99 rather
-    /// than the median when both moved), onset and window; the other metrics it moved
-    /// are co-anomalies.
+    /// The incident's series (service and route, or model), strongest metric (P99
+    /// rather than the median when both moved), onset and window; the other metrics
+    /// it moved are co-anomalies.
     pub fn of_incident(incident: &Incident) -> Self {
         let mut filter = vec![(Dimension::Service, incident.service.clone())];
         if incident.route.is_empty() {
@@ -60,9 +73,9 @@ impl RcaTarget {
             .anomalies
             .iter()
             .any(|a| a.metric == Metric::P99Latency);
-        let metric = match incident.metric {
+        let metric = match strongest_metric(incident) {
             Metric::P50Latency if tail_moved => Metric::P99Latency,
-            first => first,
+            strongest => strongest,
         };
         let co_anomalies = incident
             .anomalies
@@ -367,6 +380,7 @@ pub fn top_causes(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use threadline_analysis::AnomalyOnset;
     use threadline_store::SqliteConfig;
 
     use crate::test_traffic::{load, SWAP_MINUTE};
@@ -401,6 +415,55 @@ mod tests {
         );
         assert!(!top.exemplars.as_ref().unwrap().is_empty());
         assert!(!report.is_empty_window());
+    }
+
+    /// An incident is diagnosed on its anomaly furthest out, not on its first: a
+    /// median out by chance a minute before an instance fails a third of its requests
+    /// leaves the errors to explain. A median that opened with the tail still gives
+    /// way to the tail.
+    #[test]
+    fn an_incident_is_diagnosed_on_its_strongest_anomaly() {
+        let onset = |metric: Metric, minute: i64, score: f64| AnomalyOnset {
+            metric,
+            onset_minute: minute,
+            detected_minute: minute + 2,
+            baseline: 1.0,
+            observed: 2.0,
+            score,
+        };
+        let mut incident = Incident {
+            id: "i1".into(),
+            service: "gw".into(),
+            route: "/v1/summarize".into(),
+            model: String::new(),
+            onset_minute: 80,
+            detected_minute: 82,
+            end_minute: Some(110),
+            metric: Metric::P50Latency,
+            anomalies: vec![onset(Metric::P50Latency, 80, 4.6)],
+            score: 4.6,
+            open: Vec::new(),
+        };
+        incident.attach(onset(Metric::ErrorRate, 81, 31.9));
+        let target = RcaTarget::of_incident(&incident);
+        assert_eq!(target.metric, Metric::ErrorRate);
+        assert_eq!(target.co_anomalies, vec![Metric::P50Latency]);
+        assert_eq!(
+            (target.onset_minute, incident.metric),
+            (80, Metric::P50Latency)
+        );
+
+        incident.anomalies = vec![
+            onset(Metric::P50Latency, 80, 9.0),
+            onset(Metric::P99Latency, 81, 5.0),
+            onset(Metric::ErrorRate, 82, 3.0),
+        ];
+        let target = RcaTarget::of_incident(&incident);
+        assert_eq!(target.metric, Metric::P99Latency);
+        assert_eq!(
+            target.co_anomalies,
+            vec![Metric::P50Latency, Metric::ErrorRate]
+        );
     }
 
     #[test]
