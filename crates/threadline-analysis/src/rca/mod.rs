@@ -1,0 +1,344 @@
+//! Root-cause ranking. Candidates come from three sources and are scored in [0, 1]:
+//!
+//! - **Contrast `C`** (per attribute value — adapter, instance, image, prompt version,
+//!   A/B group, gray tag, provider, model, route): the share of the metric's *excess
+//!   bad mass* in the anomaly window that is attributable to the value (population
+//!   attributable fraction): `C = recall × (1 − 1/RR)` for `RR > 1`, else 0, where
+//!   `recall = x(v) / x(all)`, `RR = (x(v)/n(v)) / (x(rest)/n(rest))` against the
+//!   requests without the value (both smoothed by four bad requests' worth at the
+//!   window's rate: a few bad requests that fell on one arm by chance are weak
+//!   evidence), and `x` is the
+//!   bad mass beyond what the same requests showed before the onset (their own rate,
+//!   drawn towards the scope's while they were few). Bad mass: requests above the
+//!   baseline quantile (latency, TTFT), errors, rejections, the KV-hit deficit against
+//!   the baseline ratio, the generation-time excess against the baseline tokens/s.
+//!   The value with the highest `C` leads; a
+//!   value of another dimension whose requests hold the leader's and more (an image
+//!   on two instances, one of which fails) keeps its `C` only in the proportion of
+//!   how bad its requests outside the leader are against the leader's own.
+//! - **Proximity `P`** (per change upstream of the affected series in the lineage
+//!   graph — adapter / image / model first bound to an instance, prompt version first
+//!   used, OpenLineage run completed, dataset version with drift):
+//!   `P = exp(−|t_change − t_onset| / 5 min)`, for changes from 30 min before to
+//!   5 min after the onset (drift: from 24 h before). A change that is an attribute
+//!   value (adapter `fin-lora@7` first served) shares that value's `C`, kept as far as
+//!   the value's requests between the change and the onset leave it (a new image
+//!   that served an instance well for minutes did not bring its KV collapse); a change
+//!   that feeds one (a training run, a drifted dataset version upstream of the adapter)
+//!   inherits the `C` of the value it feeds.
+//! - **Rules `R`** from the fault-pattern file: the largest `boost` of the rules that
+//!   match the incident's metric, its co-anomalies, the candidate's kind, and
+//!   optionally a rejection reason that dominates.
+//!
+//! - **Before/after `B`** (per attribute value): the window against the baseline
+//!   before it, for a change that took over all (or much) of the traffic at once and
+//!   so has nothing to be contrasted with inside the window:
+//!   `B = gained × recall × (1 − rate_before / rate)` for `rate > rate_before`, where
+//!   `gained` is the value's share of requests now minus before, `rate` the bad rate
+//!   of its requests now and `rate_before` that of all requests before. A harmless
+//!   change rolled out at the same minute on part of the traffic gains less and holds
+//!   less of the bad mass than the one whose requests went bad.
+//! - **Time share `D`** (per part of the requests — a span name in a service — for
+//!   latency metrics of request series): the requests' critical paths add up to their
+//!   latency, so the growth of each part's mean time per request over the added mean
+//!   latency says where the time went: `D = share × (1 − e^(−2·growth)) × own`, where
+//!   `growth` is the part's relative growth against its own baseline and `own` is 1 for
+//!   a span that is no model call, else `1 − max C` over the model call's own
+//!   dimensions (an adapter or instance that explains the bad requests is the more
+//!   specific cause of a slower model call).
+//!
+//! `confidence = 1 − (1 − C) · (1 − B) · (1 − D) · (1 − P/2) · (1 − R)`, each term 0 where it does
+//! not apply. A change with nothing behind it (a harmless rollout near the onset)
+//! scores at most 0.5; a value that explains the bad requests and arrived with a change
+//! near the onset scores above that, as does a part that took most of the added time.
+
+mod co_moving;
+mod contrast;
+mod rules;
+#[cfg(test)]
+mod tests;
+
+use serde::{Deserialize, Serialize};
+
+use crate::metric::Metric;
+use crate::rollup::{Dimension, RollupCell, SeriesKey};
+use crate::time_went::TimeWent;
+use co_moving::fold_co_moving;
+use contrast::{
+    contrast_json, contrast_line, contrasts, judge_against_leader, Contrast, Scope, NOTICEABLE,
+};
+use rules::{dominant_rejection, rule_boost};
+pub use rules::{FaultRule, FaultRules};
+
+/// The dimensions a model call carries itself: when one of them explains the bad
+/// requests, it is a more specific cause than the call's span.
+const CALL_DIMENSIONS: [Dimension; 6] = [
+    Dimension::Model,
+    Dimension::Adapter,
+    Dimension::Instance,
+    Dimension::Image,
+    Dimension::PromptVersion,
+    Dimension::Provider,
+];
+
+/// Request-context dimensions that pick a variant of the model call (an A/B arm, a
+/// canary): when one of them explains the bad requests, it too is a more specific
+/// cause than the model calls' time.
+const VARIANT_DIMENSIONS: [Dimension; 2] = [Dimension::AbGroup, Dimension::GrayTag];
+
+/// What a candidate cause is: a value of an attribute, a span on the critical path,
+/// or a kind of change seen in the lineage graph. Serialized (API, fault rules) in
+/// snake case: `attribute`, `span`, `adapter_rollout` …
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CandidateKind {
+    /// A value of a dimension (`instance=i-6`) that the bad requests concentrate on.
+    Attribute,
+    /// A (service, span name) whose share of the critical path grew.
+    Span,
+    AdapterRollout,
+    ModelRollout,
+    ImageRollout,
+    PromptVersion,
+    InstanceAdded,
+    RunCompleted,
+    DatasetDrift,
+}
+
+impl CandidateKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CandidateKind::Attribute => "attribute",
+            CandidateKind::Span => "span",
+            CandidateKind::AdapterRollout => "adapter_rollout",
+            CandidateKind::ModelRollout => "model_rollout",
+            CandidateKind::ImageRollout => "image_rollout",
+            CandidateKind::PromptVersion => "prompt_version",
+            CandidateKind::InstanceAdded => "instance_added",
+            CandidateKind::RunCompleted => "run_completed",
+            CandidateKind::DatasetDrift => "dataset_drift",
+        }
+    }
+}
+
+/// A change seen in the lineage graph upstream of the affected series.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Change {
+    /// One of the change kinds (never `Attribute` or `Span`).
+    pub kind: CandidateKind,
+    /// The lineage node (`kind:key`).
+    pub subject: String,
+    pub at_minute: i64,
+    /// The attribute value the change is (adapter `fin-lora@7` …), if any.
+    pub attribute: Option<(Dimension, String)>,
+    /// Attribute values the change feeds downstream (a run → its adapter).
+    pub feeds: Vec<(Dimension, String)>,
+    /// Lineage path from the change to the affected series, node ids.
+    pub path: Vec<String>,
+    /// Extra evidence (drift details, run state …).
+    pub detail: serde_json::Value,
+}
+
+/// What to diagnose.
+pub struct RcaInput<'a> {
+    pub metric: Metric,
+    /// Other metrics anomalous in the same incident.
+    pub co_anomalies: Vec<Metric>,
+    pub onset_minute: i64,
+    /// Cells of the affected series before the onset and from the onset on.
+    pub baseline: &'a [(SeriesKey, RollupCell)],
+    pub window: &'a [(SeriesKey, RollupCell)],
+    pub changes: Vec<Change>,
+    pub rules: &'a FaultRules,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Candidate {
+    pub kind: CandidateKind,
+    /// `dimension=value` for attributes, the node id for changes.
+    pub subject: String,
+    pub confidence: f64,
+    pub contrast: f64,
+    /// Before/after contrast: a value that took over traffic since the baseline and
+    /// carries the bad requests.
+    pub before_after: f64,
+    pub proximity: f64,
+    pub rule: f64,
+    /// Share of the added latency the candidate's part of the request accounts for
+    /// (span candidates), discounted by what the model call's own attributes explain.
+    pub time_share: f64,
+    /// One line a person reads: what the evidence says.
+    pub explanation: String,
+    pub evidence: serde_json::Value,
+    /// The attribute value whose requests hold the exemplars (for trace lookups).
+    #[serde(skip)]
+    pub attribute: Option<(Dimension, String)>,
+}
+
+fn proximity(change: &Change, onset: i64) -> f64 {
+    let earliest = if change.kind == CandidateKind::DatasetDrift {
+        24 * 60
+    } else {
+        30
+    };
+    let d = change.at_minute - onset;
+    if d > 5 || d < -earliest {
+        return 0.0;
+    }
+    if change.kind == CandidateKind::DatasetDrift {
+        // Drift acts through training and deployment: its time is far from the onset
+        // by nature, so it counts fully within the day before.
+        return 1.0;
+    }
+    (-(d.abs() as f64) / 5.0).exp()
+}
+
+/// Ranks the candidates, best first.
+pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
+    let time_went = TimeWent::of(input);
+    let scope = Scope::of(input);
+    let mut contrasts = contrasts(input, &scope);
+    judge_against_leader(input, &scope, &time_went, &mut contrasts);
+    let dominant = dominant_rejection(input.window);
+    let mut out: Vec<Candidate> = Vec::new();
+    let mut explained: std::collections::HashSet<(Dimension, String)> = Default::default();
+    for change in &input.changes {
+        let p = proximity(change, input.onset_minute);
+        if p <= 0.0 {
+            continue;
+        }
+        // Its own value's contrasts, else those of the best of the values it feeds.
+        let both = |c: &Contrast| 1.0 - (1.0 - c.score) * (1.0 - c.before_after);
+        let via = match &change.attribute {
+            Some(a) => change
+                .attribute
+                .clone()
+                .filter(|_| contrasts.contains_key(a)),
+            None => change
+                .feeds
+                .iter()
+                .filter_map(|f| contrasts.get(f).map(|c| (both(c), f)))
+                .filter(|(score, _)| *score > 0.0)
+                .max_by(|a, b| a.0.total_cmp(&b.0))
+                .map(|(_, f)| f.clone()),
+        };
+        let backed = via.as_ref().and_then(|a| contrasts.get(a));
+        // A change whose value then served healthy requests until the onset did not
+        // bring the bad ones with it (a new image on an instance minutes before that
+        // instance's KV cache collapsed): its contrast is kept as far as those
+        // requests leave it (`healthy_before`, as for before/after).
+        let (c, b) = backed.map_or((0.0, 0.0), |x| (x.score * x.healthy_before, x.before_after));
+        if let Some(a) = &change.attribute {
+            explained.insert(a.clone());
+        }
+        let dim = via.as_ref().map(|(d, _)| *d);
+        let (r, rules) = rule_boost(input, dominant.as_deref(), dim, Some(change.kind));
+        let confidence = 1.0 - (1.0 - c) * (1.0 - b) * (1.0 - p / 2.0) * (1.0 - r);
+        let minutes = input.onset_minute - change.at_minute;
+        let when = match minutes {
+            0 => "at the onset".to_owned(),
+            m if m > 0 => format!("{m} min before the onset"),
+            m => format!("{} min after the onset", -m),
+        };
+        let backing = match via.as_ref().and_then(|a| contrasts.get(a).map(|c| (a, c))) {
+            Some(((d, v), ctr)) if ctr.score > 0.0 || ctr.before_after > 0.0 => {
+                contrast_line(input.metric, &format!("{}={v}", d.as_str()), ctr)
+            }
+            _ => "the bad requests are not concentrated on what it changed".to_owned(),
+        };
+        let explanation = format!(
+            "{} {} {when}; {backing}",
+            change.kind.as_str().replace('_', " "),
+            change.subject
+        );
+        let evidence = serde_json::json!({
+            "changed_at_minute": change.at_minute,
+            "minutes_before_onset": input.onset_minute - change.at_minute,
+            "path": change.path,
+            "attribute": via.as_ref().map(|(d, v)| format!("{}={v}", d.as_str())),
+            "contrast": via.as_ref().and_then(|a| contrasts.get(a)).map(contrast_json),
+            "rules": rules,
+            "detail": change.detail,
+        });
+        out.push(Candidate {
+            kind: change.kind,
+            subject: change.subject.clone(),
+            confidence,
+            contrast: c,
+            before_after: b,
+            proximity: p,
+            rule: r,
+            time_share: 0.0,
+            explanation,
+            evidence,
+            attribute: via,
+        });
+    }
+    for ((dim, value), c) in &contrasts {
+        // A value with next to no evidence is no candidate, whatever rule its kind
+        // matches ("instance=i-6: 0% of the bad requests", boosted as an instance).
+        let some = c.score >= NOTICEABLE || c.before_after >= NOTICEABLE;
+        if !some || explained.contains(&(*dim, value.clone())) {
+            continue;
+        }
+        let (r, rules) = rule_boost(input, dominant.as_deref(), Some(*dim), None);
+        let confidence = 1.0 - (1.0 - c.score) * (1.0 - c.before_after) * (1.0 - r);
+        let mut evidence = contrast_json(c);
+        evidence["rules"] = serde_json::json!(rules);
+        let subject = format!("{}={value}", dim.as_str());
+        out.push(Candidate {
+            kind: CandidateKind::Attribute,
+            explanation: contrast_line(input.metric, &subject, c),
+            subject,
+            confidence,
+            contrast: c.score,
+            before_after: c.before_after,
+            proximity: 0.0,
+            rule: r,
+            time_share: 0.0,
+            evidence,
+            attribute: Some((*dim, value.clone())),
+        });
+    }
+    // Where the time went: the parts of the requests whose time grew.
+    let call_explained = contrasts
+        .iter()
+        .filter(|((d, _), _)| CALL_DIMENSIONS.contains(d) || VARIANT_DIMENSIONS.contains(d))
+        .map(|(_, c)| c.score)
+        .fold(0.0, f64::max);
+    let (parts, breakdown) = time_went.candidates(call_explained);
+    out.extend(parts);
+    if !breakdown.is_empty() {
+        for cand in &mut out {
+            cand.evidence["where_the_time_went"] = serde_json::json!(breakdown);
+        }
+    }
+    if let Some(reason) = &dominant {
+        for cand in &mut out {
+            cand.evidence["dominant_rejection_reason"] = serde_json::json!(reason);
+        }
+    }
+    // Of values that explain the bad requests alike (an instance, and the old image
+    // only it still runs since a rollout elsewhere), the one that was the narrower
+    // before the onset too comes first: it did not just come to coincide with them
+    // (exact ties here; alike ones on the same requests in `fold_co_moving`).
+    // Confidences equal to 1e-9 are a tie (a total order: sorting needs one).
+    let tied = |c: &Candidate| (c.confidence * 1e9).round() as i64;
+    // The share of requests its value had before the onset, in 1e-9 steps.
+    let share_before = |c: &Candidate| {
+        let share = c
+            .attribute
+            .as_ref()
+            .and_then(|a| contrasts.get(a))
+            .map_or(1.0, |x| x.share_baseline);
+        (share * 1e9).round() as i64
+    };
+    out.sort_by_cached_key(|c| {
+        (
+            std::cmp::Reverse(tied(c)),
+            share_before(c),
+            c.subject.clone(),
+        )
+    });
+    fold_co_moving(input.window, out, &share_before)
+}
