@@ -44,6 +44,14 @@ pub struct DetectorConfig {
     pub group_minutes: i64,
 }
 
+impl DetectorConfig {
+    /// α: how often a test calls an ordinary minute (or minutes) out — the normal
+    /// tail beyond `sensitivity` standard deviations.
+    pub fn alpha(&self) -> f64 {
+        crate::tails::normal_tail(self.sensitivity)
+    }
+}
+
 impl Default for DetectorConfig {
     fn default() -> Self {
         Self {
@@ -349,7 +357,7 @@ impl SeriesDetector {
         let prev = self.last.filter(|p| p.minute == point.minute - 1)?;
         let belief = self.baseline_share(prev.minute);
         let p0 = belief.share();
-        let alpha = crate::tails::normal_tail(cfg.sensitivity);
+        let alpha = cfg.alpha();
         // Each minute out on its own at √α (two independent minutes: α together), so
         // that a burst of one minute beside an ordinary one is no onset: bad requests
         // come in bursts, not as Poisson's independent arrivals.
@@ -441,7 +449,7 @@ impl SeriesDetector {
         // An upper quantile must also be unlikely among the baseline's requests: a
         // minute at √α (two such minutes together make α), and the minutes that open
         // an anomaly at α together.
-        let alpha = crate::tails::normal_tail(cfg.sensitivity);
+        let alpha = cfg.alpha();
         let chance = self.chance(&point);
         let bad = out && chance.is_none_or(|c| c < alpha.sqrt());
         let waiting = !bad || self.pending.len() + 1 < cfg.confirm;
@@ -666,7 +674,7 @@ mod tests {
     #[test]
     fn a_short_clean_baseline_is_no_proof_of_a_clean_route() {
         let cfg = DetectorConfig::default();
-        let alpha = crate::tails::normal_tail(cfg.sensitivity);
+        let alpha = cfg.alpha();
         assert!(crate::tails::poisson_tail(4, 0.5 / 540.0 * 90.0) < alpha);
         let clean: Vec<(i64, u64)> = (0..12).map(|m| (m, 0)).collect();
         let mut peers = crate::share::PeerShares::default();

@@ -13,6 +13,7 @@
 //! kinds take turns, so any `--scenarios` multiple of 16 covers them evenly.
 
 mod faults;
+mod oracle;
 mod platform;
 mod score;
 mod traffic;
@@ -83,7 +84,8 @@ async fn run_one(
         api.send_json(reqwest::Method::POST, "/api/v1/lineage", &event)
             .await?;
     }
-    let batches = traffic::traffic(&mut rng, &scenario, s0);
+    let (batches, served) = traffic::traffic(&mut rng, &scenario, s0);
+    let prompt_chance = oracle::prompt_chance(&scenario, &served);
     let spans = batches.iter().map(crate::synth::span_count).sum();
     crate::synth::upload_traces(
         &server.addrs.otlp_http.to_string(),
@@ -91,7 +93,8 @@ async fn run_one(
         &ProgressBar::hidden(),
     )
     .await?;
-    let outcome = score::score(&api, k, &scenario, s0).await?;
+    let mut outcome = score::score(&api, k, &scenario, s0).await?;
+    outcome.prompt_chance = prompt_chance;
     let details = if detail {
         Some(score::details(&api, &scenario, s0).await?)
     } else {
@@ -118,6 +121,21 @@ fn totals(outcomes: &[&Outcome]) -> Value {
             (1000.0 * k as f64 / n as f64).round() / 10.0
         }
     };
+    // Detections later than the target (or none); of those of faults that fail
+    // requests (`oracle`), those no test at the detector's α could have made in time,
+    // those only one that alarms on a single minute could have, and those a test
+    // that needs both minutes out could have.
+    let alpha = threadline_analysis::DetectorConfig::default().alpha();
+    let late = |o: &Outcome| {
+        o.detection_delay_minutes
+            .is_none_or(|d| d > oracle::WITHIN_MINUTES)
+    };
+    let out_of_reach = count(&|o| late(o) && o.prompt_chance.is_some_and(|p| p.any >= alpha));
+    let one_minute = count(&|o| {
+        late(o)
+            && o.prompt_chance
+                .is_some_and(|p| p.any < alpha && p.each_minute >= alpha)
+    });
     let top1 = count(&|o| o.rank == Some(1));
     let top3 = count(&|o| o.rank.is_some_and(|r| r <= 3));
     let found = count(&|o| o.found);
@@ -134,7 +152,11 @@ fn totals(outcomes: &[&Outcome]) -> Value {
         "detection_delay_minutes_max": delays.iter().max(),
         "detection_delay_minutes_mean": (!delays.is_empty())
             .then(|| (10.0 * delays.iter().sum::<i64>() as f64 / delays.len() as f64).round() / 10.0),
-        "detected_within_2_minutes": delays.iter().filter(|d| **d <= 2).count(),
+        "detected_within_2_minutes": delays.iter().filter(|d| **d <= oracle::WITHIN_MINUTES).count(),
+        "late": count(&late),
+        "late_out_of_reach": out_of_reach,
+        "late_from_one_minute": one_minute,
+        "late_within_reach": count(&|o| late(o) && o.prompt_chance.is_some_and(|p| p.each_minute < alpha)),
         "rca_ms_p50": rca.get(rca.len() / 2).map(|v| v.round()),
         "rca_ms_max": rca.last().map(|v| v.round()),
     })
@@ -142,11 +164,11 @@ fn totals(outcomes: &[&Outcome]) -> Value {
 
 fn markdown(report: &Value) -> String {
     let mut out = String::from(
-        "| fault kind | scenarios | route found | top-1 | top-3 | false incidents | delay mean / max (min) | RCA p50 (ms) |\n|---|---|---|---|---|---|---|---|\n",
+        "| fault kind | scenarios | route found | top-1 | top-3 | false incidents | delay mean / max (min) | later than 2 min (out of any test's reach / of one that needs two minutes) | RCA p50 (ms) |\n|---|---|---|---|---|---|---|---|---|\n",
     );
     let row = |name: &str, t: &Value| {
         format!(
-            "| {name} | {} | {} | {} ({}%) | {} ({}%) | {} | {} / {} | {} |\n",
+            "| {name} | {} | {} | {} ({}%) | {} ({}%) | {} | {} / {} | {} ({} / {}) | {} |\n",
             t["scenarios"],
             t["faulty_route_found"],
             t["top1"],
@@ -156,6 +178,9 @@ fn markdown(report: &Value) -> String {
             t["false_incidents"],
             t["detection_delay_minutes_mean"],
             t["detection_delay_minutes_max"],
+            t["late"],
+            t["late_out_of_reach"],
+            t["late_from_one_minute"],
             t["rca_ms_p50"],
         )
     };
@@ -256,17 +281,22 @@ mod tests {
             early_incidents: 0,
             other_incidents: 0,
             rca_ms: delay.map(|d| d as f64 * 10.0),
+            prompt_chance: None,
         }
     }
 
     #[test]
     fn totals_count_ranks_delays_and_false_incidents() {
-        let all = [
+        let mut all = [
             outcome("a", Some(1), Some(1)),
             outcome("a", Some(3), Some(2)),
             outcome("b", None, None),
             outcome("b", Some(2), Some(4)),
         ];
+        // Missed, its errors no test could tell from chance; late, they were plain.
+        let chance = |any, each_minute| Some(oracle::PromptChance { any, each_minute });
+        all[2].prompt_chance = chance(0.02, 0.02);
+        all[3].prompt_chance = chance(1e-9, 1e-8);
         let t = totals(&all.iter().collect::<Vec<_>>());
         assert_eq!(t["scenarios"], 4);
         assert_eq!(t["faulty_route_found"], 3);
@@ -275,6 +305,13 @@ mod tests {
         assert_eq!(t["false_incidents"], 1);
         assert_eq!(t["detection_delay_minutes_max"], 4);
         assert_eq!(t["detected_within_2_minutes"], 2);
+        let late = [
+            "late_out_of_reach",
+            "late_from_one_minute",
+            "late_within_reach",
+        ]
+        .map(|k| t[k].as_u64().unwrap_or(9));
+        assert_eq!(late, [1, 0, 1]);
         let report =
             json!({"by_kind": {"a": totals(&all[..2].iter().collect::<Vec<_>>())}, "totals": t});
         let table = markdown(&report);

@@ -220,6 +220,19 @@ pub(crate) enum Scope {
     Provider(usize),
 }
 
+impl Scope {
+    /// Whether a change of this scope applies to a request of `who`.
+    pub(crate) fn applies(&self, who: Who) -> bool {
+        match self {
+            Scope::All => true,
+            Scope::Instances(set) => set.contains(&who.instance),
+            Scope::AbGroup(_) => who.ab_b,
+            Scope::Canary(_) => who.canary,
+            Scope::Provider(p) => *p == who.provider,
+        }
+    }
+}
+
 /// What a change visibly sets.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -379,14 +392,7 @@ impl Scenario {
             },
         };
         for c in self.changes.iter().filter(|c| c.route == r && c.at <= t) {
-            let applies = match &c.scope {
-                Scope::All => true,
-                Scope::Instances(set) => set.contains(&who.instance),
-                Scope::AbGroup(_) => who.ab_b,
-                Scope::Canary(_) => who.canary,
-                Scope::Provider(p) => *p == who.provider,
-            };
-            if !applies {
+            if !c.scope.applies(who) {
                 continue;
             }
             match &c.set {

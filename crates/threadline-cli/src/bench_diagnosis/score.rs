@@ -36,6 +36,9 @@ pub(crate) struct Outcome {
     /// Incidents of series without a route (model, service).
     pub(crate) other_incidents: usize,
     pub(crate) rca_ms: Option<f64>,
+    /// For a fault that fails or refuses requests: how probable by chance its
+    /// affected requests' bad ones were within the prompt minutes (`oracle`).
+    pub(crate) prompt_chance: Option<super::oracle::PromptChance>,
 }
 
 fn minute_of_rfc3339(v: &Value) -> Option<i64> {
@@ -75,6 +78,7 @@ pub(crate) async fn score(
         early_incidents: 0,
         other_incidents: 0,
         rca_ms: None,
+        prompt_chance: None,
     };
     let mut first: Option<(i64, &Value)> = None;
     for incident in &incidents {

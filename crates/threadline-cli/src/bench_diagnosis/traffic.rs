@@ -54,6 +54,20 @@ impl Batch {
     }
 }
 
+/// Share of requests that fail outside bursts and faults.
+pub(crate) const BASE_ERRORS: f64 = 0.003;
+
+/// One request as the simulator served it: what the spans sent say of it, kept to
+/// measure what any detector could have seen (`oracle`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Served {
+    pub(crate) route: usize,
+    pub(crate) minute: i64,
+    pub(crate) who: Who,
+    /// It failed or was refused.
+    pub(crate) bad: bool,
+}
+
 /// One request's spans: the gateway's server span, its steps and the model call.
 fn request(
     rng: &mut StdRng,
@@ -62,7 +76,7 @@ fn request(
     t: i64,
     start_ns: u64,
     batch: &mut Batch,
-) {
+) -> Served {
     let route = &scenario.routes[r];
     let canary_share = scenario.canary_share(r, t);
     let who = Who {
@@ -121,7 +135,7 @@ fn request(
     } else {
         0.0
     };
-    let failed = refused.is_none() && rng.random::<f64>() < 0.003 + burst + state.errors;
+    let failed = refused.is_none() && rng.random::<f64>() < BASE_ERRORS + burst + state.errors;
     let call_ms = match refused {
         Some((Refusal::ContextOverflow, _)) => 3.0 + 5.0 * rng.random::<f64>(),
         Some((Refusal::RateLimit, _)) => 40.0 + 120.0 * rng.random::<f64>(),
@@ -226,6 +240,12 @@ fn request(
     };
     batch.push(GATEWAY, gateway);
     batch.requests += 1;
+    Served {
+        route: r,
+        minute: t,
+        who,
+        bad: failed || refused.is_some(),
+    }
 }
 
 /// Requests per minute of `route` at scenario minute `t`: its rate on a daily cycle
@@ -236,28 +256,29 @@ fn per_minute(rng: &mut StdRng, route: &Route, phase: f64, t: i64) -> usize {
 }
 
 /// The scenario's traffic from Unix minute `s0` on, as export requests of whole
-/// minutes (at least 400 requests each).
+/// minutes (at least 400 requests each), and each request as it was served.
 pub(crate) fn traffic(
     rng: &mut StdRng,
     scenario: &Scenario,
     s0: i64,
-) -> Vec<ExportTraceServiceRequest> {
+) -> (Vec<ExportTraceServiceRequest>, Vec<Served>) {
     let phase = rng.random_range(0.0..1440.0);
     let mut out = Vec::new();
+    let mut served = Vec::new();
     let mut batch = Batch::default();
     for t in 0..MINUTES {
         for (r, route) in scenario.routes.iter().enumerate() {
             for _ in 0..per_minute(rng, route, phase, t) {
                 let start =
                     ((s0 + t) * 60) as u64 * 1_000_000_000 + rng.random_range(0..58_000_000_000u64);
-                request(rng, scenario, r, t, start, &mut batch);
+                served.push(request(rng, scenario, r, t, start, &mut batch));
             }
         }
         if batch.requests >= 400 || t == MINUTES - 1 {
             out.push(std::mem::take(&mut batch).export());
         }
     }
-    out
+    (out, served)
 }
 
 /// The registry manifest: models, adapters with the artifacts their runs wrote, and

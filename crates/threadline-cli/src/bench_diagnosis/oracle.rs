@@ -1,0 +1,106 @@
+//! What any detector could have seen: for a fault that fails or refuses requests, how
+//! probable by chance its affected requests' bad ones were in the minutes a prompt
+//! detection has (the onset minute and the next: detected by the end of the second,
+//! 2 minutes after the onset), for a test told which requests the fault hit, when it
+//! began and the rate they failed at before — one test, where the detector makes
+//! one per slice. A late detection whose chance is above the detector's α was out of
+//! reach of any test that calls ordinary minutes out no more often. One whose chance
+//! is below α only from one of the two minutes was out of reach of a test that, like
+//! the detector, does not take a single minute's errors for a fault (bursts).
+
+use super::platform::Scenario;
+use super::traffic::{Served, BASE_ERRORS};
+
+/// Minutes after the onset a detection counts as prompt in (the target: 2). The
+/// minutes it can use are the onset's and the next `WITHIN_MINUTES − 1`.
+pub(crate) const WITHIN_MINUTES: i64 = 2;
+
+/// How probable by chance a fault's bad requests in the prompt minutes were.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub(crate) struct PromptChance {
+    /// The least of any one minute's and of the minutes together.
+    pub(crate) any: f64,
+    /// For a test that needs each minute out: the minutes together, or the less
+    /// probable minute's chance squared (each minute at √α), whichever is larger.
+    pub(crate) each_minute: f64,
+}
+
+/// ln P(X ≥ k) for X ~ Binomial(n, p), summed in log space from the k-th term.
+fn ln_binomial_tail(k: u64, n: u64, p: f64) -> f64 {
+    if k == 0 {
+        return 0.0;
+    }
+    if k > n {
+        return f64::NEG_INFINITY;
+    }
+    let (ln_p, ln_q) = (p.ln(), (-p).ln_1p());
+    // ln C(n, k) p^k q^(n−k), then each next term from the last.
+    let mut ln_term: f64 = (1..=k)
+        .map(|i| ((n - k + i) as f64).ln() - (i as f64).ln())
+        .sum::<f64>()
+        + k as f64 * ln_p
+        + (n - k) as f64 * ln_q;
+    let mut ln_sum = ln_term;
+    for x in k..n {
+        ln_term += ((n - x) as f64).ln() - ((x + 1) as f64).ln() + ln_p - ln_q;
+        let hi = ln_sum.max(ln_term);
+        ln_sum = hi + ((ln_sum - hi).exp() + (ln_term - hi).exp()).ln();
+        if ln_term < ln_sum - 40.0 {
+            break;
+        }
+    }
+    ln_sum.min(0.0)
+}
+
+/// For a fault that fails or refuses requests: how probable its affected requests'
+/// bad ones in the prompt minutes were against the base failure rate. `None` for
+/// faults that slow requests or move a ratio.
+pub(crate) fn prompt_chance(scenario: &Scenario, served: &[Served]) -> Option<PromptChance> {
+    let fault = &scenario.fault;
+    let change = scenario.changes.iter().find(|c| {
+        c.route == fault.route
+            && c.at == fault.onset
+            && (c.effect.errors > 0.0 || c.effect.refusal.is_some())
+    })?;
+    let minutes = WITHIN_MINUTES as usize;
+    let mut counts = vec![(0u64, 0u64); minutes];
+    for s in served {
+        let offset = s.minute - fault.onset;
+        if s.route == fault.route
+            && (0..WITHIN_MINUTES).contains(&offset)
+            && change.scope.applies(s.who)
+        {
+            let c = &mut counts[offset as usize];
+            c.0 += u64::from(s.bad);
+            c.1 += 1;
+        }
+    }
+    let chance = |(bad, n): (u64, u64)| ln_binomial_tail(bad, n, BASE_ERRORS).exp();
+    let each: Vec<f64> = counts.iter().map(|c| chance(*c)).collect();
+    let together = chance(counts.iter().fold((0, 0), |(b, n), c| (b + c.0, n + c.1)));
+    let weakest = each.iter().copied().fold(0.0, f64::max);
+    Some(PromptChance {
+        any: each.iter().copied().fold(together, f64::min),
+        each_minute: together.max(weakest.powi(2)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binomial_tails_match_their_sums() {
+        // P(X ≥ 1) = 1 − q^n.
+        let p1 = ln_binomial_tail(1, 40, 0.003).exp();
+        assert!((p1 - (1.0 - 0.997f64.powi(40))).abs() < 1e-12, "{p1}");
+        // P(X ≥ 3) for n = 5, p = 0.5: (10 + 5 + 1) / 32.
+        let p3 = ln_binomial_tail(3, 5, 0.5).exp();
+        assert!((p3 - 0.5).abs() < 1e-12, "{p3}");
+        assert_eq!(ln_binomial_tail(0, 5, 0.1), 0.0);
+        assert_eq!(ln_binomial_tail(6, 5, 0.1), f64::NEG_INFINITY);
+        // 8 of 50 at 0.3%: 3.149e-12 summed exactly.
+        let rare = ln_binomial_tail(8, 50, 0.003).exp();
+        assert!((rare / 3.149e-12 - 1.0).abs() < 1e-3, "{rare}");
+    }
+}
