@@ -430,7 +430,7 @@ impl Slices {
         scope_share: Option<ShareBelief>,
     ) -> Option<FailingSlice> {
         let tests = minute.tests(failure).max(1) as f64;
-        let alpha = crate::tails::normal_tail(cfg.sensitivity) / tests;
+        let alpha = cfg.alpha() / tests;
         let mut worst: Option<(f64, FailingSlice)> = None;
         for ((dim, value), now) in minute.judged(failure) {
             let state = self
