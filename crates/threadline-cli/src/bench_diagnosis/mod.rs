@@ -86,6 +86,8 @@ async fn run_one(
     }
     let (batches, served) = traffic::traffic(&mut rng, &scenario, s0);
     let prompt_chance = oracle::prompt_chance(&scenario, &served);
+    let alpha = threadline_analysis::DetectorConfig::default().alpha();
+    let lone_minute_alarms = oracle::lone_minute_alarms(&scenario, &served, alpha);
     let spans = batches.iter().map(crate::synth::span_count).sum();
     crate::synth::upload_traces(
         &server.addrs.otlp_http.to_string(),
@@ -95,6 +97,7 @@ async fn run_one(
     .await?;
     let mut outcome = score::score(&api, k, &scenario, s0).await?;
     outcome.prompt_chance = prompt_chance;
+    outcome.lone_minute_alarms = lone_minute_alarms;
     let details = if detail {
         Some(score::details(&api, &scenario, s0).await?)
     } else {
@@ -156,6 +159,7 @@ fn totals(outcomes: &[&Outcome]) -> Value {
         "late": count(&late),
         "late_out_of_reach": out_of_reach,
         "late_from_one_minute": one_minute,
+        "lone_minute_alarms_on_healthy_routes": outcomes.iter().map(|o| o.lone_minute_alarms).sum::<usize>(),
         "late_within_reach": count(&|o| late(o) && o.prompt_chance.is_some_and(|p| p.each_minute < alpha)),
         "rca_ms_p50": rca.get(rca.len() / 2).map(|v| v.round()),
         "rca_ms_max": rca.last().map(|v| v.round()),
@@ -282,6 +286,7 @@ mod tests {
             other_incidents: 0,
             rca_ms: delay.map(|d| d as f64 * 10.0),
             prompt_chance: None,
+            lone_minute_alarms: 0,
         }
     }
 

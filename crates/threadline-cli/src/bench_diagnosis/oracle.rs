@@ -85,9 +85,90 @@ pub(crate) fn prompt_chance(scenario: &Scenario, served: &[Served]) -> Option<Pr
     })
 }
 
+/// Minutes of the healthy routes whose errors alone a one-minute test at `alpha`
+/// would call a fault, against the base failure rate: mostly error bursts. What
+/// alarming on a single minute would cost in false incidents.
+pub(crate) fn lone_minute_alarms(scenario: &Scenario, served: &[Served], alpha: f64) -> usize {
+    let mut counts: std::collections::HashMap<(usize, i64), (u64, u64)> = Default::default();
+    for s in served.iter().filter(|s| s.route != scenario.fault.route) {
+        let c = counts.entry((s.route, s.minute)).or_default();
+        c.0 += u64::from(s.bad);
+        c.1 += 1;
+    }
+    counts
+        .values()
+        .filter(|(bad, n)| ln_binomial_tail(*bad, *n, BASE_ERRORS).exp() < alpha)
+        .count()
+}
+
 #[cfg(test)]
 mod tests {
+    use rand::rngs::StdRng;
+    use rand::SeedableRng;
+
     use super::*;
+    use crate::bench_diagnosis::faults::generate;
+    use crate::bench_diagnosis::platform::{FaultKind, Scope, Who};
+
+    /// `n` requests of route `r` at `minute` by `who`, the first `bad` of them bad.
+    fn served(r: usize, minute: i64, who: Who, bad: usize, n: usize) -> Vec<Served> {
+        (0..n)
+            .map(|i| Served {
+                route: r,
+                minute,
+                who,
+                bad: i < bad,
+            })
+            .collect()
+    }
+
+    /// An instance failing from the onset: its errors in the two prompt minutes, told
+    /// apart from the spared instances'; one weak minute leaves only the one-minute
+    /// test. A healthy route's burst minute is a lone-minute alarm, its ordinary one
+    /// and the faulty route's are not.
+    #[test]
+    fn prompt_chances_count_the_requests_the_fault_hit() {
+        let scenario = generate(&mut StdRng::seed_from_u64(3), FaultKind::InstanceErrors);
+        let f = &scenario.fault;
+        let hit = scenario
+            .changes
+            .iter()
+            .find_map(|c| match &c.scope {
+                Scope::Instances(set) if c.at == f.onset && c.route == f.route => Some(set[0]),
+                _ => None,
+            })
+            .unwrap();
+        let who = |instance| Who {
+            instance,
+            provider: 0,
+            ab_b: false,
+            canary: false,
+        };
+        let spared = (0..4).find(|i| *i != hit).unwrap();
+        let mut all = Vec::new();
+        all.extend(served(f.route, f.onset, who(hit), 3, 10));
+        all.extend(served(f.route, f.onset + 1, who(hit), 4, 10));
+        // Before the onset, after the prompt minutes, and spared: not counted.
+        all.extend(served(f.route, f.onset - 1, who(hit), 9, 10));
+        all.extend(served(f.route, f.onset + 2, who(hit), 9, 10));
+        all.extend(served(f.route, f.onset, who(spared), 0, 40));
+        let chance = prompt_chance(&scenario, &all).unwrap();
+        // 7 of 20 at 0.3%: 1.6e-13; the weaker minute, 3 of 10, 3.2e-6.
+        assert!(chance.any < 2e-13 && chance.any > 1e-13, "{chance:?}");
+        let weaker = ln_binomial_tail(3, 10, BASE_ERRORS).exp();
+        assert!((chance.each_minute / weaker.powi(2) - 1.0).abs() < 1e-9, "{chance:?}");
+
+        let mut weak_onset = served(f.route, f.onset, who(hit), 0, 10);
+        weak_onset.extend(served(f.route, f.onset + 1, who(hit), 5, 10));
+        let chance = prompt_chance(&scenario, &weak_onset).unwrap();
+        assert!(chance.any < 1e-9 && chance.each_minute == 1.0, "{chance:?}");
+
+        let healthy = (f.route + 1) % scenario.routes.len();
+        let mut minutes = served(healthy, 10, who(0), 6, 50);
+        minutes.extend(served(healthy, 11, who(0), 1, 50));
+        minutes.extend(served(f.route, 10, who(hit), 9, 10));
+        assert_eq!(lone_minute_alarms(&scenario, &minutes, 3.2e-5), 1);
+    }
 
     #[test]
     fn binomial_tails_match_their_sums() {

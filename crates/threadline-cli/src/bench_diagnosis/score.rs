@@ -39,6 +39,8 @@ pub(crate) struct Outcome {
     /// For a fault that fails or refuses requests: how probable by chance its
     /// affected requests' bad ones were within the prompt minutes (`oracle`).
     pub(crate) prompt_chance: Option<super::oracle::PromptChance>,
+    /// Minutes of the healthy routes a one-minute test would have alarmed on.
+    pub(crate) lone_minute_alarms: usize,
 }
 
 fn minute_of_rfc3339(v: &Value) -> Option<i64> {
@@ -79,6 +81,7 @@ pub(crate) async fn score(
         other_incidents: 0,
         rca_ms: None,
         prompt_chance: None,
+        lone_minute_alarms: 0,
     };
     let mut first: Option<(i64, &Value)> = None;
     for incident in &incidents {
