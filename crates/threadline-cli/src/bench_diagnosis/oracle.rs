@@ -156,7 +156,10 @@ mod tests {
         // 7 of 20 at 0.3%: 1.6e-13; the weaker minute, 3 of 10, 3.2e-6.
         assert!(chance.any < 2e-13 && chance.any > 1e-13, "{chance:?}");
         let weaker = ln_binomial_tail(3, 10, BASE_ERRORS).exp();
-        assert!((chance.each_minute / weaker.powi(2) - 1.0).abs() < 1e-9, "{chance:?}");
+        assert!(
+            (chance.each_minute / weaker.powi(2) - 1.0).abs() < 1e-9,
+            "{chance:?}"
+        );
 
         let mut weak_onset = served(f.route, f.onset, who(hit), 0, 10);
         weak_onset.extend(served(f.route, f.onset + 1, who(hit), 5, 10));
