@@ -11,7 +11,10 @@
 //! scope's baseline requests' 90th percentile. Each slice keeps its bad requests and
 //! requests of its last `window` normal minutes. A slice is failing when its bad
 //! requests are improbable under what is expected of it — the belief its own baseline
-//! gives once it has `OWN_BASELINE` requests of history, else, for a slice that showed
+//! gives once it has `OWN_BASELINE` requests of history, starting from its siblings'
+//! (the scope's other instances, arms …: `PeerShares`, as far as their shares agree,
+//! so an instance's hour that holds more of the route's error bursts by chance does
+//! not make its bar four times the route's), else, for a slice that showed
 //! once the scope could be judged (a canary, a new image), the scope's when it showed
 //! (its error share; one in ten slow), which its own unnoticed bad requests cannot
 //! raise; a slice there from the start waits for its own history — at the detector's
@@ -40,7 +43,7 @@ use sketches_ddsketch::DDSketch;
 
 use crate::anomaly::DetectorConfig;
 use crate::rollup::{Dimension, RollupCell, SeriesKey};
-use crate::share::ShareBelief;
+use crate::share::{PeerShares, ShareBelief};
 
 /// The dimensions whose values are slices of a scope's requests.
 const SLICED: [Dimension; 8] = [
@@ -124,14 +127,18 @@ struct SliceState {
 }
 
 impl SliceState {
-    /// The belief its own history gives, once it holds `OWN_BASELINE` requests.
-    fn share(&self) -> Option<ShareBelief> {
-        let (bad, requests) = self
-            .history
+    /// Bad requests and requests of its history.
+    fn history_counts(&self) -> (u64, u64) {
+        self.history
             .iter()
-            .fold((0, 0), |(b, n), m| (b + m.bad, n + m.requests));
-        (requests >= OWN_BASELINE)
-            .then(|| ShareBelief::UNINFORMED.observe(bad as f64, requests as f64))
+            .fold((0, 0), |(b, n), m| (b + m.bad, n + m.requests))
+    }
+
+    /// The belief its own history gives from `prior` (its siblings'), once it holds
+    /// `OWN_BASELINE` requests.
+    fn share(&self, prior: ShareBelief) -> Option<ShareBelief> {
+        let (bad, requests) = self.history_counts();
+        (requests >= OWN_BASELINE).then(|| prior.observe(bad as f64, requests as f64))
     }
 
     /// The recent minutes no failing window held, from minute `from` on, then `now`.
@@ -431,6 +438,23 @@ impl Slices {
     ) -> Option<FailingSlice> {
         let tests = minute.tests(failure).max(1) as f64;
         let alpha = cfg.alpha() / tests;
+        // A dimension's slices (a route's instances, its A/B arms) lend their histories
+        // to one another: an instance's own hour of a few hundred requests, holding
+        // its share of the route's error bursts by chance, is drawn towards its
+        // siblings' share as far as they agree (`PeerShares`).
+        let mut siblings: HashMap<Dimension, PeerShares> = HashMap::new();
+        for ((dim, value), _) in minute.judged(failure) {
+            if let Some(state) = self
+                .state
+                .get(&(scope.clone(), *dim, value.clone(), failure))
+            {
+                let (bad, requests) = state.history_counts();
+                siblings
+                    .entry(*dim)
+                    .or_default()
+                    .add(bad as f64, requests as f64);
+            }
+        }
         let mut worst: Option<(f64, FailingSlice)> = None;
         for ((dim, value), now) in minute.judged(failure) {
             let state = self
@@ -445,7 +469,10 @@ impl Slices {
                 // Seen, not counted: no quantile to be slower than yet.
                 continue;
             }
-            let own = state.share();
+            let prior = siblings
+                .get(dim)
+                .map_or(ShareBelief::UNINFORMED, PeerShares::prior);
+            let own = state.share(prior);
             let found = own.or(state.scope_before).and_then(|expected| {
                 state.failing(failure, now, (&expected, own.is_none()), alpha)
             });
@@ -585,6 +612,43 @@ mod tests {
             found = found.or(got.map(|f| (f.window.onset_minute, f.window.detected_minute)));
         }
         assert_eq!(found, Some((60, 62)));
+    }
+
+    /// An instance whose hour held 7 errors of 540 requests while each of its three
+    /// siblings held 2 is held to a share drawn towards theirs, not to its own 1.3%:
+    /// failing 2 of 6 and then 6 of 10, it is found in its second minute. On its
+    /// own share, its first minute is no surprise at √α.
+    #[test]
+    fn an_instance_is_held_to_its_siblings_share_as_far_as_they_agree() {
+        let instances = ["i-1", "i-2", "i-3", "i-4"];
+        let at = |errors: [u64; 4], requests: [u64; 4]| -> Vec<(Dimension, &str, u64, u64)> {
+            (0..4)
+                .map(|i| (Dimension::Instance, instances[i], errors[i], requests[i]))
+                .collect()
+        };
+        let mut slices = Slices::default();
+        for m in 0..70 {
+            let first = u64::from(m % 10 == 0 || m == 55);
+            let other = u64::from(m % 30 == 5);
+            let got = slices.errors_at(m, &at([first, other, other, other], [9; 4]), 0.005);
+            assert_eq!(got, None, "minute {m}");
+        }
+        let (_, history) = slices.state[&(
+            scope(),
+            Dimension::Instance,
+            "i-1".to_owned(),
+            Failure::Errors,
+        )]
+            .history_counts();
+        assert_eq!(history, 540);
+        assert_eq!(
+            slices.errors_at(70, &at([2, 0, 0, 0], [6, 9, 9, 9]), 0.005),
+            None
+        );
+        let found = slices
+            .errors_at(71, &at([6, 0, 0, 0], [10, 9, 9, 9]), 0.005)
+            .map(|f| (f.value, f.window.onset_minute));
+        assert_eq!(found, Some(("i-1".to_owned(), 70)));
     }
 
     /// A slice that has always failed at its own rate is judged by its own share, and a
