@@ -42,8 +42,8 @@ pub(crate) struct DiagnosisBenchArgs {
     /// Only these fault kinds (comma-separated) [default: all 16].
     #[arg(long, value_delimiter = ',')]
     kinds: Vec<FaultKind>,
-    /// Run only scenario N of the (first) seed and print it: its platform, changes, and every
-    /// incident with its first candidates.
+    /// Run only scenario N of the (first) seed and print it: its platform, changes, every
+    /// incident with its first candidates, and the faulty route's minutes around the onset.
     #[arg(long, value_name = "N")]
     only: Option<usize>,
     /// Print the figures as a Markdown table (for BENCHMARKS.md) instead of JSON.

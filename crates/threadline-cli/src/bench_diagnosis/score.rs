@@ -176,5 +176,63 @@ pub(crate) async fn details(
         "routes": scenario.routes,
         "changes": changes,
         "incidents": incidents,
+        "faulty_route_minutes": faulty_route_minutes(api, scenario, s0).await?,
     }))
+}
+
+/// Minutes around the onset of the faulty route, as `/api/v1/metrics` reads them:
+/// its error rate and median latency per minute (`minute: value / requests`), whole
+/// and split by the dimension of the true cause when it is an attribute value
+/// (`instance=i-2`): what to look at when a fault was found late or not at all.
+async fn faulty_route_minutes(
+    api: &ApiClient,
+    scenario: &Scenario,
+    s0: i64,
+) -> anyhow::Result<Value> {
+    const AROUND: i64 = 10;
+    let fault = &scenario.fault;
+    let route = &scenario.routes[fault.route].path;
+    let (from, to) = (s0 + fault.onset - AROUND, s0 + fault.onset + AROUND);
+    let by = fault.cause.split_once('=').map(|(d, _)| d.to_owned());
+    let mut out = serde_json::Map::new();
+    for metric in ["error_rate", "p50_latency"] {
+        for group_by in std::iter::once(None).chain(by.clone().map(Some)) {
+            let mut query = vec![
+                ("metric".to_owned(), metric.to_owned()),
+                ("route".to_owned(), route.clone()),
+                ("from".to_owned(), (from * 60).to_string()),
+                ("to".to_owned(), (to * 60).to_string()),
+            ];
+            query.extend(group_by.clone().map(|g| ("group_by".to_owned(), g)));
+            let read = api.get("/api/v1/metrics", &query).await?;
+            for series in read["series"].as_array().into_iter().flatten() {
+                let labels = series["labels"].as_object().map_or(String::new(), |l| {
+                    l.iter()
+                        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                });
+                let points: Vec<String> = series["points"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|p| {
+                        format!(
+                            "{}: {:.4} / {}",
+                            p["t"].as_i64().unwrap_or(0) / 60 - s0,
+                            p["value"].as_f64().unwrap_or(f64::NAN),
+                            p["requests"],
+                        )
+                    })
+                    .collect();
+                let name = if labels.is_empty() {
+                    metric.to_owned()
+                } else {
+                    format!("{metric} {labels}")
+                };
+                out.insert(name, serde_json::json!(points));
+            }
+        }
+    }
+    Ok(Value::Object(out))
 }
