@@ -250,3 +250,38 @@ fn bench_diagnosis_scores_generated_faults_end_to_end() {
         assert_eq!(report["by_kind"][kind]["scenarios"], 1, "{report}");
     }
 }
+
+/// `bench diagnosis --only` prints one scenario to look into: its fault, its
+/// incidents with candidates, the faulty route's minutes around the onset, whole and
+/// by the dimension of the true cause, and — for a fault that fails requests — how
+/// probable its first two minutes' errors were by chance.
+#[test]
+fn bench_diagnosis_only_prints_the_scenario_and_its_minutes() {
+    let out = cli_json(&[
+        "bench",
+        "diagnosis",
+        "--seed",
+        "11",
+        "--kinds",
+        "instance_errors",
+        "--only",
+        "0",
+    ]);
+    assert_eq!(out["fault"]["kind"], "instance_errors", "{out}");
+    let cause = out["fault"]["cause"].as_str().unwrap();
+    assert!(cause.starts_with("instance="), "{out}");
+    assert!(!out["incidents"].as_array().unwrap().is_empty(), "{out}");
+    let minutes = &out["faulty_route_minutes"];
+    let whole = minutes["error_rate"].as_array().unwrap();
+    assert_eq!(whole.len(), 21, "{minutes}");
+    let hit = minutes[format!("error_rate {cause}")].as_array().unwrap();
+    assert_eq!(hit.len(), 21, "{minutes}");
+    // After the onset (the 11th minute), the failing instance has errors.
+    let failing = hit[10..]
+        .iter()
+        .filter(|p| !p.as_str().unwrap().contains(": 0.0000 /"))
+        .count();
+    assert!(failing >= 5, "{minutes}");
+    let chance = out["outcome"]["prompt_chance"]["any"].as_f64().unwrap();
+    assert!(chance < 0.05, "{out}");
+}
