@@ -36,4 +36,5 @@ pub use rollup::{
     BUCKET_NS,
 };
 pub use slo::{SloEvent, SloRule, SloState};
+pub use tails::binomial_tail;
 pub use watch::{scope_of, Watch};

@@ -90,7 +90,7 @@ pub(crate) fn negative_binomial_tail(k: u64, r: f64, q: f64) -> f64 {
 /// P(X ≥ m) for X ~ Binomial(n, s): how likely `m` or more of `n` requests fall in a
 /// part of the distribution that holds a share `s` of them, summed from the m-th term
 /// up while the terms matter.
-pub(crate) fn binomial_tail(m: u64, n: u64, s: f64) -> f64 {
+pub fn binomial_tail(m: u64, n: u64, s: f64) -> f64 {
     if m == 0 {
         return 1.0;
     }
@@ -219,6 +219,13 @@ mod tests {
         assert_eq!(binomial_tail(41, 40, 0.1), 0.0);
         assert_eq!(binomial_tail(2, 40, 0.0), 0.0);
         assert_eq!(binomial_tail(2, 40, 0.5), 1.0);
+        // P(X ≥ 1) = 1 − qⁿ; P(X ≥ 3) of 5 at ½ = (10 + 5 + 1) / 32; 8 of 50 at
+        // 0.3%: 3.149e-12 summed exactly.
+        let one = binomial_tail(1, 40, 0.003);
+        assert!((one - (1.0 - 0.997f64.powi(40))).abs() < 1e-12, "{one}");
+        assert!((binomial_tail(3, 5, 0.5) - 0.5).abs() < 1e-12);
+        let rare = binomial_tail(8, 50, 0.003);
+        assert!((rare / 3.149e-12 - 1.0).abs() < 1e-3, "{rare}");
     }
 
     #[test]

@@ -8,6 +8,8 @@
 //! is below α only from one of the two minutes was out of reach of a test that, like
 //! the detector, does not take a single minute's errors for a fault (bursts).
 
+use threadline_analysis::binomial_tail;
+
 use super::platform::Scenario;
 use super::traffic::{Served, BASE_ERRORS};
 
@@ -23,33 +25,6 @@ pub(crate) struct PromptChance {
     /// For a test that needs each minute out: the minutes together, or the less
     /// probable minute's chance squared (each minute at √α), whichever is larger.
     pub(crate) each_minute: f64,
-}
-
-/// ln P(X ≥ k) for X ~ Binomial(n, p), summed in log space from the k-th term.
-fn ln_binomial_tail(k: u64, n: u64, p: f64) -> f64 {
-    if k == 0 {
-        return 0.0;
-    }
-    if k > n {
-        return f64::NEG_INFINITY;
-    }
-    let (ln_p, ln_q) = (p.ln(), (-p).ln_1p());
-    // ln C(n, k) p^k q^(n−k), then each next term from the last.
-    let mut ln_term: f64 = (1..=k)
-        .map(|i| ((n - k + i) as f64).ln() - (i as f64).ln())
-        .sum::<f64>()
-        + k as f64 * ln_p
-        + (n - k) as f64 * ln_q;
-    let mut ln_sum = ln_term;
-    for x in k..n {
-        ln_term += ((n - x) as f64).ln() - ((x + 1) as f64).ln() + ln_p - ln_q;
-        let hi = ln_sum.max(ln_term);
-        ln_sum = hi + ((ln_sum - hi).exp() + (ln_term - hi).exp()).ln();
-        if ln_term < ln_sum - 40.0 {
-            break;
-        }
-    }
-    ln_sum.min(0.0)
 }
 
 /// For a fault that fails or refuses requests: how probable its affected requests'
@@ -75,7 +50,7 @@ pub(crate) fn prompt_chance(scenario: &Scenario, served: &[Served]) -> Option<Pr
             c.1 += 1;
         }
     }
-    let chance = |(bad, n): (u64, u64)| ln_binomial_tail(bad, n, BASE_ERRORS).exp();
+    let chance = |(bad, n): (u64, u64)| binomial_tail(bad, n, BASE_ERRORS);
     let each: Vec<f64> = counts.iter().map(|c| chance(*c)).collect();
     let together = chance(counts.iter().fold((0, 0), |(b, n), c| (b + c.0, n + c.1)));
     let weakest = each.iter().copied().fold(0.0, f64::max);
@@ -97,7 +72,7 @@ pub(crate) fn lone_minute_alarms(scenario: &Scenario, served: &[Served], alpha: 
     }
     counts
         .values()
-        .filter(|(bad, n)| ln_binomial_tail(*bad, *n, BASE_ERRORS).exp() < alpha)
+        .filter(|(bad, n)| binomial_tail(*bad, *n, BASE_ERRORS) < alpha)
         .count()
 }
 
@@ -155,7 +130,7 @@ mod tests {
         let chance = prompt_chance(&scenario, &all).unwrap();
         // 7 of 20 at 0.3%: 1.6e-13; the weaker minute, 3 of 10, 3.2e-6.
         assert!(chance.any < 2e-13 && chance.any > 1e-13, "{chance:?}");
-        let weaker = ln_binomial_tail(3, 10, BASE_ERRORS).exp();
+        let weaker = binomial_tail(3, 10, BASE_ERRORS);
         assert!(
             (chance.each_minute / weaker.powi(2) - 1.0).abs() < 1e-9,
             "{chance:?}"
@@ -171,20 +146,5 @@ mod tests {
         minutes.extend(served(healthy, 11, who(0), 1, 50));
         minutes.extend(served(f.route, 10, who(hit), 9, 10));
         assert_eq!(lone_minute_alarms(&scenario, &minutes, 3.2e-5), 1);
-    }
-
-    #[test]
-    fn binomial_tails_match_their_sums() {
-        // P(X ≥ 1) = 1 − q^n.
-        let p1 = ln_binomial_tail(1, 40, 0.003).exp();
-        assert!((p1 - (1.0 - 0.997f64.powi(40))).abs() < 1e-12, "{p1}");
-        // P(X ≥ 3) for n = 5, p = 0.5: (10 + 5 + 1) / 32.
-        let p3 = ln_binomial_tail(3, 5, 0.5).exp();
-        assert!((p3 - 0.5).abs() < 1e-12, "{p3}");
-        assert_eq!(ln_binomial_tail(0, 5, 0.1), 0.0);
-        assert_eq!(ln_binomial_tail(6, 5, 0.1), f64::NEG_INFINITY);
-        // 8 of 50 at 0.3%: 3.149e-12 summed exactly.
-        let rare = ln_binomial_tail(8, 50, 0.003).exp();
-        assert!((rare / 3.149e-12 - 1.0).abs() < 1e-3, "{rare}");
     }
 }
