@@ -134,13 +134,6 @@ impl SliceState {
             .fold((0, 0), |(b, n), m| (b + m.bad, n + m.requests))
     }
 
-    /// The belief its own history gives from `prior` (its siblings'), once it holds
-    /// `OWN_BASELINE` requests.
-    fn share(&self, prior: ShareBelief) -> Option<ShareBelief> {
-        let (bad, requests) = self.history_counts();
-        (requests >= OWN_BASELINE).then(|| prior.observe(bad as f64, requests as f64))
-    }
-
     /// The recent minutes no failing window held, from minute `from` on, then `now`.
     fn since(&self, from: i64, now: SliceMinute) -> Vec<SliceMinute> {
         self.recent
@@ -442,37 +435,48 @@ impl Slices {
         // to one another: an instance's own hour of a few hundred requests, holding
         // its share of the route's error bursts by chance, is drawn towards its
         // siblings' share as far as they agree (`PeerShares`).
+        let judged: Vec<_> = minute
+            .judged(failure)
+            .map(|(slice, now)| {
+                let key = (scope.clone(), slice.0, slice.1.clone(), failure);
+                let history = self.state.get(&key).map(SliceState::history_counts);
+                (slice, key, now, history)
+            })
+            .collect();
         let mut siblings: HashMap<Dimension, PeerShares> = HashMap::new();
-        for ((dim, value), _) in minute.judged(failure) {
-            if let Some(state) = self
-                .state
-                .get(&(scope.clone(), *dim, value.clone(), failure))
-            {
-                let (bad, requests) = state.history_counts();
+        for ((dim, _), _, _, history) in &judged {
+            if let Some((bad, requests)) = history {
                 siblings
                     .entry(*dim)
                     .or_default()
-                    .add(bad as f64, requests as f64);
+                    .add(*bad as f64, *requests as f64);
             }
         }
+        let priors: HashMap<Dimension, ShareBelief> = siblings
+            .into_iter()
+            .map(|(dim, peers)| (dim, peers.prior()))
+            .collect();
         let mut worst: Option<(f64, FailingSlice)> = None;
-        for ((dim, value), now) in minute.judged(failure) {
-            let state = self
-                .state
-                .entry((scope.clone(), *dim, value.clone(), failure))
-                .or_insert_with(|| SliceState {
-                    scope_before: scope_share,
-                    ..SliceState::default()
-                });
+        for ((dimension, value), key, now, history) in judged {
+            let state = self.state.entry(key).or_insert_with(|| SliceState {
+                scope_before: scope_share,
+                ..SliceState::default()
+            });
             state.seen = minute.minute;
             if failure == Failure::Slow && !minute.timed {
                 // Seen, not counted: no quantile to be slower than yet.
                 continue;
             }
-            let prior = siblings
-                .get(dim)
-                .map_or(ShareBelief::UNINFORMED, PeerShares::prior);
-            let own = state.share(prior);
+            // Its own share, from its siblings', once its history holds
+            // `OWN_BASELINE` requests.
+            let own = history
+                .filter(|(_, requests)| *requests >= OWN_BASELINE)
+                .map(|(bad, requests)| {
+                    let prior = priors.get(dimension).copied();
+                    prior
+                        .unwrap_or(ShareBelief::UNINFORMED)
+                        .observe(bad as f64, requests as f64)
+                });
             let found = own.or(state.scope_before).and_then(|expected| {
                 state.failing(failure, now, (&expected, own.is_none()), alpha)
             });
@@ -480,7 +484,7 @@ impl Slices {
             if let Some((surprise, window)) = found {
                 if worst.as_ref().is_none_or(|(s, _)| surprise < *s) {
                     let found = FailingSlice {
-                        dimension: *dim,
+                        dimension: *dimension,
                         value: value.clone(),
                         window,
                     };
