@@ -30,6 +30,7 @@ use serde_json::{json, Value};
 use crate::client::ApiClient;
 use platform::FaultKind;
 use score::Outcome;
+use threadline_analysis::DetectorConfig;
 
 #[derive(Args)]
 pub(crate) struct DiagnosisBenchArgs {
@@ -49,6 +50,11 @@ pub(crate) struct DiagnosisBenchArgs {
     /// Print the figures as a Markdown table (for BENCHMARKS.md) instead of JSON.
     #[arg(long)]
     markdown: bool,
+    /// The detector's sensitivity, robust standard deviations (the server's
+    /// `[detector] sensitivity`) [default: the server's default]: measures what a
+    /// stricter or looser detector trades between false incidents and prompt detection.
+    #[arg(long, value_name = "SIGMAS")]
+    sensitivity: Option<f64>,
 }
 
 /// One scenario against a fresh server.
@@ -57,6 +63,7 @@ async fn run_one(
     k: usize,
     kind: FaultKind,
     detail: bool,
+    detector: &DetectorConfig,
 ) -> anyhow::Result<(Outcome, usize, Option<Value>)> {
     let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(1_000_003).wrapping_add(k as u64));
     let scenario = faults::generate(&mut rng, kind);
@@ -69,7 +76,8 @@ async fn run_one(
         data_dir: Some(temp.path().join("data")),
         allow_unauthenticated: false,
     };
-    let config = threadline_server::ServerConfig::load(None, &overrides)?;
+    let mut config = threadline_server::ServerConfig::load(None, &overrides)?;
+    config.detector = detector.clone();
     let server = crate::local_server::LocalServer::start(config).await?;
     let api = ApiClient::local(&format!("http://{}", server.addrs.http))?;
     // The last simulated minute ends now.
@@ -86,8 +94,7 @@ async fn run_one(
     }
     let (batches, served) = traffic::traffic(&mut rng, &scenario, s0);
     let prompt_chance = oracle::prompt_chance(&scenario, &served);
-    let alpha = threadline_analysis::DetectorConfig::default().alpha();
-    let lone_minute_alarms = oracle::lone_minute_alarms(&scenario, &served, alpha);
+    let lone_minute_alarms = oracle::lone_minute_alarms(&scenario, &served, detector.alpha());
     let spans = batches.iter().map(crate::synth::span_count).sum();
     crate::synth::upload_traces(
         &server.addrs.otlp_http.to_string(),
@@ -107,8 +114,9 @@ async fn run_one(
     Ok((outcome, spans, details))
 }
 
-/// Totals over some outcomes.
-fn totals(outcomes: &[&Outcome]) -> Value {
+/// Totals over some outcomes, of a detector whose tests call an ordinary minute out
+/// with chance `alpha`.
+fn totals(outcomes: &[&Outcome], alpha: f64) -> Value {
     let n = outcomes.len();
     let count = |f: &dyn Fn(&Outcome) -> bool| outcomes.iter().filter(|o| f(o)).count();
     let delays: Vec<i64> = outcomes
@@ -128,7 +136,6 @@ fn totals(outcomes: &[&Outcome]) -> Value {
     // requests (`oracle`), those no test at the detector's α could have made in time,
     // those only one that alarms on a single minute could have, and those a test
     // that needs both minutes out could have.
-    let alpha = threadline_analysis::DetectorConfig::default().alpha();
     let late = |o: &Outcome| {
         o.detection_delay_minutes
             .is_none_or(|d| d > oracle::WITHIN_MINUTES)
@@ -139,6 +146,11 @@ fn totals(outcomes: &[&Outcome]) -> Value {
             && o.prompt_chance
                 .is_some_and(|p| p.any < alpha && p.each_minute >= alpha)
     });
+    // The same over every fault that fails requests, late or not: how many prompt
+    // detections any detector at this α could make.
+    let beyond = |o: &Outcome, f: fn(&oracle::PromptChance) -> f64| {
+        o.prompt_chance.is_some_and(|p| f(&p) >= alpha)
+    };
     let top1 = count(&|o| o.rank == Some(1));
     let top3 = count(&|o| o.rank.is_some_and(|r| r <= 3));
     let found = count(&|o| o.found);
@@ -161,6 +173,9 @@ fn totals(outcomes: &[&Outcome]) -> Value {
         "late_from_one_minute": one_minute,
         "lone_minute_alarms_on_healthy_routes": outcomes.iter().map(|o| o.lone_minute_alarms).sum::<usize>(),
         "late_within_reach": count(&|o| late(o) && o.prompt_chance.is_some_and(|p| p.each_minute < alpha)),
+        "error_faults": count(&|o| o.prompt_chance.is_some()),
+        "error_faults_out_of_reach": count(&|o| beyond(o, |p| p.any)),
+        "error_faults_out_of_two_minute_reach": count(&|o| beyond(o, |p| p.each_minute)),
         "rca_ms_p50": rca.get(rca.len() / 2).map(|v| v.round()),
         "rca_ms_max": rca.last().map(|v| v.round()),
     })
@@ -201,10 +216,19 @@ pub(crate) async fn run(args: DiagnosisBenchArgs) -> anyhow::Result<String> {
     } else {
         args.kinds.clone()
     };
+    let mut detector = DetectorConfig::default();
+    if let Some(sensitivity) = args.sensitivity {
+        anyhow::ensure!(
+            sensitivity.is_finite() && sensitivity > 0.0,
+            "--sensitivity {sensitivity} must be a positive number of robust standard deviations"
+        );
+        detector.sensitivity = sensitivity;
+    }
+    let alpha = detector.alpha();
     if let Some(k) = args.only {
         let kind = kinds[k % kinds.len()];
         let seed = args.seed.first().copied().unwrap_or(1);
-        let (outcome, _, details) = run_one(seed, k, kind, true).await?;
+        let (outcome, _, details) = run_one(seed, k, kind, true, &detector).await?;
         let mut out = details.unwrap_or_default();
         out["outcome"] = serde_json::to_value(&outcome)?;
         return Ok(serde_json::to_string_pretty(&out)?);
@@ -221,7 +245,7 @@ pub(crate) async fn run(args: DiagnosisBenchArgs) -> anyhow::Result<String> {
         for k in 0..args.scenarios {
             let kind = kinds[k % kinds.len()];
             bar.set_message(format!("seed {seed}: {}", kind.as_str()));
-            let (mut outcome, n, _) = run_one(seed, k, kind, false)
+            let (mut outcome, n, _) = run_one(seed, k, kind, false, &detector)
                 .await
                 .with_context(|| format!("seed {seed}, scenario {k} ({})", kind.as_str()))?;
             outcome.seed = seed;
@@ -238,7 +262,7 @@ pub(crate) async fn run(args: DiagnosisBenchArgs) -> anyhow::Result<String> {
             .filter(|o| o.kind == kind.as_str())
             .collect();
         if !of.is_empty() {
-            by_kind.insert(kind.as_str().to_owned(), totals(&of));
+            by_kind.insert(kind.as_str().to_owned(), totals(&of, alpha));
         }
     }
     let misses: Vec<&Outcome> = outcomes
@@ -252,9 +276,11 @@ pub(crate) async fn run(args: DiagnosisBenchArgs) -> anyhow::Result<String> {
         .collect();
     let report = json!({
         "seeds": args.seed,
+        "sensitivity": detector.sensitivity,
+        "alpha": alpha,
         "spans": spans,
         "seconds": (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
-        "totals": totals(&outcomes.iter().collect::<Vec<_>>()),
+        "totals": totals(&outcomes.iter().collect::<Vec<_>>(), alpha),
         "by_kind": by_kind,
         "misses": misses,
     });
@@ -302,7 +328,8 @@ mod tests {
         let chance = |any, each_minute| Some(oracle::PromptChance { any, each_minute });
         all[2].prompt_chance = chance(0.02, 0.02);
         all[3].prompt_chance = chance(1e-9, 1e-8);
-        let t = totals(&all.iter().collect::<Vec<_>>());
+        let alpha = DetectorConfig::default().alpha();
+        let t = totals(&all.iter().collect::<Vec<_>>(), alpha);
         assert_eq!(t["scenarios"], 4);
         assert_eq!(t["faulty_route_found"], 3);
         assert_eq!((t["top1"].as_u64(), t["top3"].as_u64()), (Some(1), Some(3)));
@@ -317,8 +344,23 @@ mod tests {
         ]
         .map(|k| t[k].as_u64().unwrap_or(9));
         assert_eq!(late, [1, 0, 1]);
-        let report =
-            json!({"by_kind": {"a": totals(&all[..2].iter().collect::<Vec<_>>())}, "totals": t});
+        // Over every fault that fails requests, late or not; a looser test reaches more.
+        let reach = |t: &Value| {
+            [
+                "error_faults",
+                "error_faults_out_of_reach",
+                "error_faults_out_of_two_minute_reach",
+            ]
+            .map(|k| t[k].as_u64().unwrap_or(9))
+        };
+        all[0].prompt_chance = chance(1e-6, 1e-3);
+        let t = totals(&all.iter().collect::<Vec<_>>(), alpha);
+        assert_eq!(reach(&t), [3, 1, 2]);
+        assert_eq!(
+            reach(&totals(&all.iter().collect::<Vec<_>>(), 0.05)),
+            [3, 0, 0]
+        );
+        let report = json!({"by_kind": {"a": totals(&all[..2].iter().collect::<Vec<_>>(), alpha)}, "totals": t});
         let table = markdown(&report);
         assert!(
             table
