@@ -147,12 +147,26 @@ pub(crate) async fn details(
             .take(5)
             .map(|c| serde_json::json!([c["subject"], c["confidence"], c["explanation"]]))
             .collect();
+        // An incident on a healthy route: its minutes, by its first candidate's
+        // dimension, to see what opened it.
+        let route = incident["route"].as_str().unwrap_or_default();
+        let onset = incident["onset_unix"].as_i64().unwrap_or(0) / 60 - s0;
+        let healthy = route != scenario.routes[scenario.fault.route].path;
+        let minutes = if healthy {
+            let first = rca["candidates"][0]["subject"].as_str().unwrap_or_default();
+            let by = first.split_once('=').map(|(d, _)| d);
+            let metrics = ["error_rate", "p50_latency", "p99_latency"];
+            Some(route_minutes(api, route, s0, onset, by, &metrics).await?)
+        } else {
+            None
+        };
         incidents.push(serde_json::json!({
+            "minutes": minutes,
             "route": incident["route"],
             "service": incident["service"],
             "model": incident["model"],
             "metric": incident["metric"],
-            "onset": incident["onset_unix"].as_i64().unwrap_or(0) / 60 - s0,
+            "onset": onset,
             "detected": minute_of_rfc3339(&incident["detected_at"]).map(|m| m - s0),
             "anomalies": incident["anomalies"],
             "candidates": candidates,
@@ -189,21 +203,42 @@ async fn faulty_route_minutes(
     scenario: &Scenario,
     s0: i64,
 ) -> anyhow::Result<Value> {
-    const AROUND: i64 = 10;
     let fault = &scenario.fault;
     let route = &scenario.routes[fault.route].path;
-    let (from, to) = (s0 + fault.onset - AROUND, s0 + fault.onset + AROUND);
-    let by = fault.cause.split_once('=').map(|(d, _)| d.to_owned());
+    let by = fault.cause.split_once('=').map(|(d, _)| d);
+    route_minutes(
+        api,
+        route,
+        s0,
+        fault.onset,
+        by,
+        &["error_rate", "p50_latency"],
+    )
+    .await
+}
+
+/// Minutes of `route` within 10 of `onset` (`minute: value / requests`) of each of
+/// `metrics`, whole and split by dimension `by`.
+async fn route_minutes(
+    api: &ApiClient,
+    route: &str,
+    s0: i64,
+    onset: i64,
+    by: Option<&str>,
+    metrics: &[&str],
+) -> anyhow::Result<Value> {
+    const AROUND: i64 = 10;
+    let (from, to) = (s0 + onset - AROUND, s0 + onset + AROUND);
     let mut out = serde_json::Map::new();
-    for metric in ["error_rate", "p50_latency"] {
-        for group_by in std::iter::once(None).chain(by.clone().map(Some)) {
+    for metric in metrics {
+        for group_by in std::iter::once(None).chain(by.map(Some)) {
             let mut query = vec![
-                ("metric".to_owned(), metric.to_owned()),
-                ("route".to_owned(), route.clone()),
+                ("metric".to_owned(), (*metric).to_owned()),
+                ("route".to_owned(), route.to_owned()),
                 ("from".to_owned(), (from * 60).to_string()),
                 ("to".to_owned(), (to * 60).to_string()),
             ];
-            query.extend(group_by.clone().map(|g| ("group_by".to_owned(), g)));
+            query.extend(group_by.map(|g| ("group_by".to_owned(), g.to_owned())));
             let read = api.get("/api/v1/metrics", &query).await?;
             for series in read["series"].as_array().into_iter().flatten() {
                 let labels = series["labels"].as_object().map_or(String::new(), |l| {
@@ -226,7 +261,7 @@ async fn faulty_route_minutes(
                     })
                     .collect();
                 let name = if labels.is_empty() {
-                    metric.to_owned()
+                    (*metric).to_owned()
                 } else {
                     format!("{metric} {labels}")
                 };
