@@ -251,6 +251,45 @@ fn bench_diagnosis_scores_generated_faults_end_to_end() {
     }
 }
 
+/// `bench diagnosis --sensitivity` runs the servers' detectors at another
+/// sensitivity: at 40 robust standard deviations nothing is out, so a fault the
+/// default finds goes unfound, and the report says which sensitivity and α it is
+/// for. A sensitivity that is no positive number is refused, by name.
+#[test]
+fn bench_diagnosis_runs_the_detector_at_the_sensitivity_asked() {
+    let report = cli_json(&[
+        "bench",
+        "diagnosis",
+        "--seed",
+        "11",
+        "--scenarios",
+        "1",
+        "--kinds",
+        "upstream_slow",
+        "--sensitivity",
+        "40",
+    ]);
+    assert_eq!(report["sensitivity"], 40.0, "{report}");
+    assert!(report["alpha"].as_f64().unwrap() < 1e-300, "{report}");
+    assert_eq!(report["totals"]["faulty_route_found"], 0, "{report}");
+    assert_eq!(report["totals"]["false_incidents"], 0, "{report}");
+
+    let out = std::process::Command::new(BIN)
+        .args([
+            "bench",
+            "diagnosis",
+            "--sensitivity",
+            "0",
+            "--scenarios",
+            "1",
+        ])
+        .output()
+        .expect("run cli");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--sensitivity 0 must be"), "{stderr}");
+}
+
 /// `bench diagnosis --only` prints one scenario to look into: its fault, its
 /// incidents with candidates, the faulty route's minutes around the onset, whole and
 /// by the dimension of the true cause, and — for a fault that fails requests — how
