@@ -9,7 +9,7 @@ pub(super) fn sql_nanos(n: u64) -> i64 {
 }
 
 /// Whether `stored` is what a user meant by `wanted`.
-pub(super) fn names_match(how: NameMatch, stored: &str, wanted: &str) -> bool {
+fn names_match(how: NameMatch, stored: &str, wanted: &str) -> bool {
     match how {
         NameMatch::Prefix => stored.to_lowercase().starts_with(&wanted.to_lowercase()),
         NameMatch::Exact => stored == wanted,
@@ -20,12 +20,12 @@ pub(super) fn names_match(how: NameMatch, stored: &str, wanted: &str) -> bool {
 /// matches. `models` are the requested models of every span that can match (what the
 /// block probe looks for); `condition` is `None` when every span with one of them
 /// matches, else the SQL that tells.
-pub(super) struct ModelFilter {
+struct ModelFilter {
     models: Vec<String>,
     condition: Option<(String, Vec<Value>)>,
 }
 
-pub(super) fn model_filter(
+fn model_filter(
     conn: &Connection,
     tenant_id: i64,
     how: NameMatch,

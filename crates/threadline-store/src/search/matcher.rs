@@ -22,7 +22,7 @@ pub(super) struct SpanMatcher<'q> {
 }
 
 /// A block as the screens read it.
-pub(super) struct ScreenedBlock {
+struct ScreenedBlock {
     block_id: i64,
     raw: Arc<Vec<u8>>,
     /// The block ASCII-lowercased, for the text screen; `None` when it holds a
