@@ -394,18 +394,7 @@ impl ServerConfig {
             ));
         }
         let detector = parsed.detector.unwrap_or_default();
-        if !(detector.sensitivity.is_finite() && detector.sensitivity > 0.0) {
-            problems.push(format!(
-                "detector.sensitivity {} must be a positive number of robust standard deviations",
-                detector.sensitivity
-            ));
-        }
-        if detector.window < detector.min_baseline || detector.min_baseline == 0 {
-            problems.push(format!(
-                "detector.window ({}) must be at least detector.min_baseline ({}), which must be positive",
-                detector.window, detector.min_baseline
-            ));
-        }
+        problems.extend(detector.problems("detector."));
         if let Err(e) = threadline_analysis::PriceTable::validate(&parsed.prices) {
             problems.push(format!("prices: {e}"));
         }

@@ -50,6 +50,25 @@ impl DetectorConfig {
     pub fn alpha(&self) -> f64 {
         crate::tails::normal_tail(self.sensitivity)
     }
+
+    /// What is wrong with these settings, each named as `prefix` + the setting's name
+    /// (`detector.` in the config file, `--` on a command line); empty when nothing is.
+    pub fn problems(&self, prefix: &str) -> Vec<String> {
+        let mut problems = Vec::new();
+        if !(self.sensitivity.is_finite() && self.sensitivity > 0.0) {
+            problems.push(format!(
+                "{prefix}sensitivity {} must be a positive number of robust standard deviations",
+                self.sensitivity
+            ));
+        }
+        if self.window < self.min_baseline || self.min_baseline == 0 {
+            problems.push(format!(
+                "{prefix}window ({}) must be at least {prefix}min_baseline ({}), which must be positive",
+                self.window, self.min_baseline
+            ));
+        }
+        problems
+    }
 }
 
 impl Default for DetectorConfig {

@@ -218,11 +218,9 @@ pub(crate) async fn run(args: DiagnosisBenchArgs) -> anyhow::Result<String> {
     };
     let mut detector = DetectorConfig::default();
     if let Some(sensitivity) = args.sensitivity {
-        anyhow::ensure!(
-            sensitivity.is_finite() && sensitivity > 0.0,
-            "--sensitivity {sensitivity} must be a positive number of robust standard deviations"
-        );
         detector.sensitivity = sensitivity;
+        let problems = detector.problems("--");
+        anyhow::ensure!(problems.is_empty(), "{}", problems.join("; "));
     }
     let alpha = detector.alpha();
     if let Some(k) = args.only {
