@@ -3,7 +3,11 @@
 //! loaded traffic sees what it caused). A minute is closed once span time has moved
 //! past it (a newer minute holds cells; for the background pass, a minute newer than
 //! any it saw at its previous pass, see `Pass`); the detector's progress is stored with the
-//! incidents, so a restart resumes where it stopped. The same pass evaluates the SLO
+//! incidents, so a restart resumes where it stopped. No minute is closed before the
+//! wall clock has passed it: a span from a sender whose clock runs ahead (ingest
+//! refuses those beyond a skew, but a store may hold older ones) must not move the
+//! mark past minutes that are still to come, and a stored mark ahead of the clock is
+//! taken back (see `resume`). The same pass evaluates the SLO
 //! rules and hands new and resolved incidents (with their top causes) and SLO
 //! breaches to a listener (the server's alert sink).
 
@@ -136,7 +140,8 @@ impl IncidentWatcher {
         let Some((first, last)) = self.store.rollup_minute_range(tenant)? else {
             return Ok(());
         };
-        let mut closed = last - 1;
+        // A minute is closed once span time has moved past it and the wall clock too.
+        let mut closed = (last - 1).min(wall_clock_minute() - 1);
         if pass == Pass::Background {
             let previous = self
                 .newest_at_last_pass
@@ -254,7 +259,23 @@ impl IncidentWatcher {
             .filter(|r| r.tenant.as_deref().is_none_or(|t| t == tenant.as_str()))
             .map(|r| (r.clone(), SloState::default()))
             .collect();
+        let now = wall_clock_minute();
         let processed = match self.store.detector_mark(tenant)? {
+            // A mark ahead of the clock came from span times ahead of it (a sender's
+            // clock a year fast, stored before ingest bounded times): every real
+            // minute since would stay behind it, never judged. Judge again from the
+            // start: incident ids are their scope and onset, so those already stored
+            // are found again and replaced, not doubled, and those already told are
+            // not told again.
+            Some(mark) if mark >= now => {
+                tracing::warn!(
+                    tenant = %tenant,
+                    mark,
+                    now,
+                    "the incident detector's mark is ahead of the clock: judging the stored minutes again"
+                );
+                first - 1
+            }
             Some(mark) => {
                 let from = (mark - WARM_MINUTES).max(first);
                 let _ = feed(&self.store, tenant, &mut watch, &mut slo, from, mark)?;
@@ -276,6 +297,14 @@ impl IncidentWatcher {
             told_open,
         })
     }
+}
+
+/// The minute the wall clock is in (unix minutes).
+fn wall_clock_minute() -> i64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    (now / 60) as i64
 }
 
 /// Feeds minutes `from..=to` to the watch and the SLO rules; returns the incidents
@@ -357,6 +386,52 @@ mod tests {
         let found = store.incidents(&tenant, i64::MIN, i64::MAX).unwrap();
         assert!(found.iter().any(|i| i.route == "/v1/chat"), "{found:#?}");
         assert!(store.detector_mark(&tenant).unwrap().is_some());
+    }
+
+    /// A span dated a year ahead makes the newest rollup minute a year ahead: minutes
+    /// are still judged only up to the wall clock, and a mark stored ahead of it (by a
+    /// build that judged up to the newest minute) is taken back on the next start.
+    #[test]
+    fn a_minute_a_year_ahead_neither_moves_the_mark_past_the_clock_nor_keeps_it_there() {
+        let (_dir, store, watcher) = fresh_watcher();
+        let tenant = TenantId::default_tenant();
+        let year_ns = 365 * 86_400 * 1_000_000_000i64;
+        let ahead_ns = (wall_clock_minute() + 1) * 60_000_000_000 + year_ns;
+        load(&store, &tenant, HOUR_NS, 0, 55, 400);
+        load(&store, &tenant, ahead_ns, 0, 1, 5);
+        watcher.catch_up(&tenant).unwrap();
+        let mark = store.detector_mark(&tenant).unwrap().unwrap();
+        assert!(
+            mark < wall_clock_minute(),
+            "mark {mark} is not behind the clock"
+        );
+        let found = store.incidents(&tenant, i64::MIN, i64::MAX).unwrap();
+        assert!(found.iter().any(|i| i.route == "/v1/chat"), "{found:#?}");
+
+        // A store whose mark an older build put a year ahead, holding the same minutes.
+        let (_dir, store, _) = fresh_watcher();
+        load(&store, &tenant, HOUR_NS, 0, 55, 400);
+        load(&store, &tenant, ahead_ns, 0, 1, 5);
+        let ahead_minute = ahead_ns / 60_000_000_000;
+        store
+            .save_incidents(&tenant, Vec::new(), ahead_minute)
+            .unwrap()
+            .wait_blocking()
+            .unwrap();
+        let restarted = IncidentWatcher::new(
+            store.clone(),
+            DetectorConfig::default(),
+            Arc::new(FaultRules::default_rules()),
+            Vec::new(),
+            None,
+        );
+        restarted.catch_up(&tenant).unwrap();
+        let again = store.incidents(&tenant, i64::MIN, i64::MAX).unwrap();
+        assert_eq!(
+            again.iter().map(|i| &i.id).collect::<Vec<_>>(),
+            found.iter().map(|i| &i.id).collect::<Vec<_>>()
+        );
+        assert!(store.detector_mark(&tenant).unwrap().unwrap() < wall_clock_minute());
     }
 
     fn processed(watcher: &IncidentWatcher, tenant: &TenantId) -> Option<i64> {

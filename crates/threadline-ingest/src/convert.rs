@@ -11,7 +11,7 @@ use threadline_model::{
     SpanRecord, SpanStatus, StatusCode, TraceId,
 };
 
-use crate::{llm_view, ExportTraceServiceRequest};
+use crate::{llm_view, ExportTraceServiceRequest, TimeBounds};
 
 /// How many rejection reasons are spelled out in the partial-success message.
 pub(crate) const MAX_REPORTED_ERRORS: usize = 5;
@@ -45,8 +45,9 @@ pub(crate) fn rejection_message(rejected: u64, what: &str, errors: &[String]) ->
     msg
 }
 
-/// Converts and validates every span of an export request.
-pub fn convert_request(request: ExportTraceServiceRequest) -> ConvertedBatch {
+/// Converts and validates every span of an export request; spans whose times fall
+/// outside `bounds` are refused.
+pub fn convert_request(request: ExportTraceServiceRequest, bounds: &TimeBounds) -> ConvertedBatch {
     let mut batch = ConvertedBatch::default();
     for resource_spans in request.resource_spans {
         let resource = ResourceParts::new(resource_spans.resource, resource_spans.schema_url);
@@ -54,7 +55,7 @@ pub fn convert_request(request: ExportTraceServiceRequest) -> ConvertedBatch {
             let origin = resource.origin(scope_spans.scope, scope_spans.schema_url);
             let service = origin.service_name();
             for span in scope_spans.spans {
-                match convert_span(span, &origin, &service) {
+                match convert_span(span, &origin, &service, bounds) {
                     Ok(record) => batch.spans.push(record),
                     Err(reason) => {
                         batch.rejected_spans += 1;
@@ -117,7 +118,12 @@ fn convert_scope(scope: Option<InstrumentationScope>) -> threadline_model::Instr
     }
 }
 
-fn convert_span(span: Span, origin: &Arc<SpanOrigin>, service: &str) -> Result<SpanRecord, String> {
+fn convert_span(
+    span: Span,
+    origin: &Arc<SpanOrigin>,
+    service: &str,
+    bounds: &TimeBounds,
+) -> Result<SpanRecord, String> {
     let label = || {
         format!(
             "span {:?} (span_id {})",
@@ -145,6 +151,10 @@ fn convert_span(span: Span, origin: &Arc<SpanOrigin>, service: &str) -> Result<S
             span.start_time_unix_nano
         ));
     }
+    bounds
+        .check("start_time_unix_nano", span.start_time_unix_nano)
+        .and_then(|()| bounds.check("end_time_unix_nano", span.end_time_unix_nano))
+        .map_err(|e| format!("{}: {e}", label()))?;
     let mut links = Vec::with_capacity(span.links.len());
     for link in span.links {
         let trace_id =
@@ -265,15 +275,18 @@ mod tests {
                         span(vec![1; 15], vec![3; 8], 1, 2),
                         span(vec![1; 16], vec![0; 8], 1, 2),
                         span(vec![1; 16], vec![5; 8], 5, 2),
+                        span(vec![1; 16], vec![], 1, 2),
+                        span(vec![1; 16], vec![6; 8], 1, u64::MAX),
                     ],
                     ..Default::default()
                 }],
                 ..Default::default()
             }],
         };
-        let batch = convert_request(request);
+        let batch = convert_request(request, &crate::TimeBounds::storable());
         assert_eq!(batch.spans.len(), 1);
-        assert_eq!(batch.rejected_spans, 4);
+        assert_eq!(batch.rejected_spans, 6);
+        assert_eq!(batch.errors.len(), MAX_REPORTED_ERRORS);
         let msg = batch.error_message();
         for needle in [
             "all zeros",
@@ -284,5 +297,70 @@ mod tests {
             assert!(msg.contains(needle), "{needle:?} missing from {msg}");
         }
         assert_eq!(batch.spans[0].service, "unknown_service");
+        assert!(msg.ends_with("; …"), "{msg}");
+    }
+
+    /// An empty span id is refused like a short one, and so is a time past what can be
+    /// stored — one span at a time, naming it.
+    #[test]
+    fn empty_span_ids_and_unstorable_times_are_refused_by_span() {
+        let request = |spans| ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans {
+                    spans,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        let batch = convert_request(
+            request(vec![
+                span(vec![1; 16], vec![], 1, 2),
+                span(vec![1; 16], vec![6; 8], 1, i64::MAX as u64 + 1),
+                span(vec![1; 16], vec![7; 8], 1, 2),
+            ]),
+            &crate::TimeBounds::storable(),
+        );
+        assert_eq!(batch.spans.len(), 1);
+        let msg = batch.error_message();
+        assert!(msg.contains("span id must be 8 bytes, got 0"), "{msg}");
+        assert!(
+            msg.contains(
+                "end_time_unix_nano 9223372036854775808 is after the latest storable time"
+            ),
+            "{msg}"
+        );
+    }
+
+    /// A span dated ahead of the server's clock by more than the skew is refused; the
+    /// others of its request are kept.
+    #[test]
+    fn spans_from_a_fast_clock_are_refused_by_span() {
+        let now = 1_764_400_000_000_000_000;
+        let bounds = TimeBounds {
+            now_unix_nano: now,
+            max_future_skew: std::time::Duration::from_secs(900),
+            max_age: None,
+        };
+        let year = 365 * 86_400 * 1_000_000_000;
+        let request = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans {
+                    spans: vec![
+                        span(vec![1; 16], vec![1; 8], now - 5, now),
+                        span(vec![1; 16], vec![2; 8], now + year, now + year + 1),
+                        span(vec![1; 16], vec![3; 8], now, now + 600_000_000_000),
+                    ],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        let batch = convert_request(request, &bounds);
+        assert_eq!(batch.spans.len(), 2);
+        assert_eq!(batch.rejected_spans, 1);
+        let msg = batch.error_message();
+        assert!(msg.contains("span_id 0202020202020202"), "{msg}");
+        assert!(msg.contains("ahead of the server's clock"), "{msg}");
     }
 }

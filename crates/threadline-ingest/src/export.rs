@@ -153,13 +153,16 @@ mod tests {
             let Ok(request) = crate::parse_otlp_json(text.as_bytes()) else {
                 continue;
             };
-            let batch = convert_request(request);
+            let batch = convert_request(request, &crate::TimeBounds::storable());
             if batch.rejected_spans > 0 || batch.spans.is_empty() {
                 continue;
             }
-            let again = convert_request(ExportTraceServiceRequest {
-                resource_spans: to_resource_spans(&batch.spans),
-            });
+            let again = convert_request(
+                ExportTraceServiceRequest {
+                    resource_spans: to_resource_spans(&batch.spans),
+                },
+                &crate::TimeBounds::storable(),
+            );
             assert_eq!(again.spans, batch.spans, "{}", path.display());
             checked += 1;
         }

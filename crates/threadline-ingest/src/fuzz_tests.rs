@@ -82,7 +82,7 @@ fn exercise(kind: ContentKind, body: &[u8]) {
         max_body_bytes: 1 << 20,
     };
     if let Ok(request) = decode_export_request(kind, None, body, limits) {
-        let batch = convert_request(request);
+        let batch = convert_request(request, &crate::TimeBounds::storable());
         let _ = batch.error_message();
     }
 }

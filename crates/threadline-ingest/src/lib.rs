@@ -11,6 +11,7 @@ mod fuzz_tests;
 mod logs;
 mod normalize;
 mod otlp_json;
+mod time_bounds;
 
 pub use body::{
     decode_body, decode_export_request, BodyLimits, ContentKind, DecodeError, RpcStatus,
@@ -21,6 +22,7 @@ pub use export::{any_value, key_values, to_resource_spans};
 pub use logs::{convert_logs_request, ConvertedLogs};
 pub use normalize::llm_view;
 pub use otlp_json::parse_otlp_json;
+pub use time_bounds::TimeBounds;
 
 /// Re-exported so callers name the exact OTLP message types this crate decodes.
 pub use opentelemetry_proto::tonic::collector::logs::v1::{

@@ -7,7 +7,7 @@ use threadline_model::{LogDetail, LogRecord, SpanId, TraceId};
 use crate::convert::{
     convert_attributes, convert_value, rejection_message, ResourceParts, MAX_REPORTED_ERRORS,
 };
-use crate::ExportLogsServiceRequest;
+use crate::{ExportLogsServiceRequest, TimeBounds};
 
 /// The records accepted from one request and what was refused.
 #[derive(Debug, Default)]
@@ -24,8 +24,12 @@ impl ConvertedLogs {
     }
 }
 
-/// Converts and validates every record of a logs export request.
-pub fn convert_logs_request(request: ExportLogsServiceRequest) -> ConvertedLogs {
+/// Converts and validates every record of a logs export request; records whose time
+/// falls outside `bounds` are refused.
+pub fn convert_logs_request(
+    request: ExportLogsServiceRequest,
+    bounds: &TimeBounds,
+) -> ConvertedLogs {
     let mut out = ConvertedLogs::default();
     for resource_logs in request.resource_logs {
         let resource = ResourceParts::new(resource_logs.resource, resource_logs.schema_url);
@@ -33,7 +37,7 @@ pub fn convert_logs_request(request: ExportLogsServiceRequest) -> ConvertedLogs 
             let origin = resource.origin(scope_logs.scope, scope_logs.schema_url);
             let service = origin.service_name();
             for (i, record) in scope_logs.log_records.into_iter().enumerate() {
-                match convert_record(record) {
+                match convert_record(record, bounds) {
                     Ok((time_unix_nano, trace_id, span_id, detail)) => {
                         out.records.push(LogRecord {
                             time_unix_nano,
@@ -60,7 +64,7 @@ pub fn convert_logs_request(request: ExportLogsServiceRequest) -> ConvertedLogs 
 
 type Converted = (u64, Option<TraceId>, Option<SpanId>, LogDetail);
 
-fn convert_record(r: OtlpLogRecord) -> Result<Converted, String> {
+fn convert_record(r: OtlpLogRecord, bounds: &TimeBounds) -> Result<Converted, String> {
     // Empty or all-zero ids mean "not tied to a span".
     let unset = |id: &[u8]| id.iter().all(|b| *b == 0);
     let trace_id = if unset(&r.trace_id) {
@@ -84,6 +88,12 @@ fn convert_record(r: OtlpLogRecord) -> Result<Converted, String> {
     if time == 0 {
         return Err("neither time_unix_nano nor observed_time_unix_nano is set".to_owned());
     }
+    let field = if r.time_unix_nano != 0 {
+        "time_unix_nano"
+    } else {
+        "observed_time_unix_nano"
+    };
+    bounds.check(field, time)?;
     Ok((
         time,
         trace_id,
@@ -121,7 +131,7 @@ mod tests {
         let request =
             crate::otlp_json::parse_otlp_json_as::<ExportLogsServiceRequest>(doc.as_bytes())
                 .unwrap();
-        let out = convert_logs_request(request);
+        let out = convert_logs_request(request, &TimeBounds::storable());
         assert_eq!(out.records.len(), 2);
         assert_eq!(out.rejected, 2);
         let first = &out.records[0];

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use threadline_ingest::{
     convert_logs_request, convert_request, ExportLogsPartialSuccess, ExportLogsServiceRequest,
     ExportLogsServiceResponse, ExportRequest, ExportTracePartialSuccess, ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
+    ExportTraceServiceResponse, TimeBounds,
 };
 use threadline_model::TenantId;
 use threadline_store::{PreparedBatch, SqliteStore, StoreError};
@@ -83,6 +83,7 @@ pub(crate) trait Signal: Send + Sync + 'static {
         store: &SqliteStore,
         tenant: &TenantId,
         request: Self::Request,
+        bounds: &TimeBounds,
     ) -> Result<Self::Ready, IngestFailure>;
 
     /// Queues the rows and waits until they are durable.
@@ -106,8 +107,9 @@ impl Signal for Traces {
         store: &SqliteStore,
         tenant: &TenantId,
         request: Self::Request,
+        bounds: &TimeBounds,
     ) -> Result<Self::Ready, IngestFailure> {
-        let converted = convert_request(request);
+        let converted = convert_request(request, bounds);
         let partial_success = (converted.rejected_spans > 0).then(|| ExportTracePartialSuccess {
             rejected_spans: converted.rejected_spans as i64,
             error_message: converted.error_message(),
@@ -170,8 +172,9 @@ impl Signal for Logs {
         store: &SqliteStore,
         tenant: &TenantId,
         request: Self::Request,
+        bounds: &TimeBounds,
     ) -> Result<Self::Ready, IngestFailure> {
-        let converted = convert_logs_request(request);
+        let converted = convert_logs_request(request, bounds);
         let partial_success = (converted.rejected > 0).then(|| ExportLogsPartialSuccess {
             rejected_log_records: converted.rejected as i64,
             error_message: converted.error_message(),
@@ -219,9 +222,17 @@ pub(crate) struct IngestContext {
     /// core: more at once would not go faster, and each thread keeps an allocator heap.
     pub(crate) cpu_pool: Arc<crate::cpu_pool::CpuPool>,
     pub(crate) llm_metrics: Arc<crate::prometheus::LlmMetrics>,
+    /// Which record times are accepted (`[limits]`).
+    pub(crate) max_future_skew: std::time::Duration,
+    pub(crate) max_span_age: Option<std::time::Duration>,
 }
 
 impl IngestContext {
+    /// The record times accepted now.
+    pub(crate) fn time_bounds(&self) -> TimeBounds {
+        TimeBounds::around_now(self.max_future_skew, self.max_span_age)
+    }
+
     /// Runs CPU-bound ingest work on the ingest CPU pool.
     pub(crate) async fn run_cpu<T: Send + 'static>(
         &self,

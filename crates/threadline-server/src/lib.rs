@@ -126,6 +126,8 @@ pub async fn serve_reporting(
         auth: Arc::clone(&auth),
         cpu_pool: Arc::new(cpu_pool::CpuPool::start(cores + 1).map_err(ServeError::IngestThreads)?),
         llm_metrics: Arc::new(prometheus::LlmMetrics::default()),
+        max_future_skew: config.limits.max_future_skew,
+        max_span_age: config.limits.max_span_age,
     };
 
     let bind = |what: &'static str, addr: SocketAddr| async move {

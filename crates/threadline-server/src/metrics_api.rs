@@ -121,7 +121,9 @@ impl MetricsQuery {
         let from = from.unwrap_or(to - 3600 * 1_000_000_000);
         if from > to {
             return Err(ApiError::BadRequest(format!(
-                "from ({from} ns) is after to ({to} ns)"
+                "from ({}) is after to ({})",
+                crate::query_api::format_time(from),
+                crate::query_api::format_time(to)
             )));
         }
         let (from_minute, to_minute) = (from.div_euclid(BUCKET_NS), to.div_euclid(BUCKET_NS));

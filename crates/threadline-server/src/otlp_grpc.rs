@@ -141,6 +141,7 @@ impl<S: Signal> UnaryService<Bytes> for ExportMethod<S> {
                 .map_err(|e| Status::unauthenticated(e.to_string()))?;
             let body = request.into_inner();
             let store = ctx.store.clone();
+            let bounds = ctx.time_bounds();
             let ready = ctx
                 .run_cpu(move || {
                     let request = S::Request::decode(body).map_err(|e| {
@@ -149,7 +150,7 @@ impl<S: Signal> UnaryService<Bytes> for ExportMethod<S> {
                             <S::Request as ExportRequest>::NAME
                         ))
                     })?;
-                    S::prepare(&store, &tenant, request).map_err(to_status)
+                    S::prepare(&store, &tenant, request, &bounds).map_err(to_status)
                 })
                 .await
                 .map_err(to_status)??;

@@ -138,11 +138,12 @@ async fn export<S: Signal>(
     let ctx = state.ctx.clone();
     let limits = state.limits;
     let store = ctx.store.clone();
+    let bounds = ctx.time_bounds();
     let prepared = ctx
         .run_cpu(move || {
             let request: S::Request =
                 decode_export_request(kind, encoding.as_deref(), &bytes, limits)?;
-            Ok::<_, DecodeError>(S::prepare(&store, &tenant, request))
+            Ok::<_, DecodeError>(S::prepare(&store, &tenant, request, &bounds))
         })
         .await;
     let ready = match prepared {

@@ -296,17 +296,29 @@ pub(crate) fn now_ns() -> i64 {
         .map_or(0, |d| d.as_nanos() as i64)
 }
 
+/// A time parameter in unix nanoseconds, no later than `i64::MAX` ns (in 2262): times
+/// are signed nanoseconds past this point.
 pub(crate) fn parse_time(key: &str, value: &str) -> Result<u64, ApiError> {
-    if let Ok(secs) = value.parse::<f64>() {
-        if secs.is_finite() && secs >= 0.0 {
-            return Ok((secs * 1e9) as u64);
-        }
+    let ns = match value.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs >= 0.0 => secs * 1e9,
+        _ => rfc3339_nanos(value).map_err(|e| {
+            ApiError::BadRequest(format!(
+                "{key} {value:?} is not a time (RFC 3339 or unix seconds): {e}"
+            ))
+        })? as f64,
+    };
+    if ns >= i64::MAX as f64 {
+        return Err(ApiError::BadRequest(format!(
+            "{key} {value:?} is after the latest time Threadline handles (2262-04-11)"
+        )));
     }
-    rfc3339_nanos(value).map_err(|e| {
-        ApiError::BadRequest(format!(
-            "{key} {value:?} is not a time (RFC 3339 or unix seconds): {e}"
-        ))
-    })
+    Ok(ns as u64)
+}
+
+/// Unix nanoseconds as RFC 3339 UTC (for messages).
+pub(crate) fn format_time(ns: i64) -> String {
+    let t = std::time::UNIX_EPOCH + Duration::from_nanos(ns.max(0) as u64);
+    humantime::format_rfc3339_nanos(t).to_string()
 }
 
 /// An RFC 3339 time with its offset (`2026-12-01T09:00:00+01:00`, `…Z`), or one

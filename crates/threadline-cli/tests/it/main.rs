@@ -12,6 +12,7 @@ mod diagnosis;
 mod erasure;
 mod erasure_paths;
 mod grpc;
+mod hardening;
 mod harness;
 mod http_ingest;
 mod jaeger;

@@ -7,7 +7,7 @@ use crate::{convert_request, parse_otlp_json};
 
 fn view_of(fixture: &str) -> LlmView {
     let request = parse_otlp_json(fixture.as_bytes()).expect("fixture should parse");
-    let batch = convert_request(request);
+    let batch = convert_request(request, &crate::TimeBounds::storable());
     assert_eq!(batch.rejected_spans, 0, "{}", batch.error_message());
     batch.spans[0]
         .llm
@@ -161,7 +161,10 @@ fn spans_without_llm_signal_have_no_view() {
     let doc = include_str!("../../fixtures/conventions/vllm.json")
         .replace("llm_request", "GET /health")
         .replace("gen_ai.", "x.");
-    let batch = convert_request(parse_otlp_json(doc.as_bytes()).unwrap());
+    let batch = convert_request(
+        parse_otlp_json(doc.as_bytes()).unwrap(),
+        &crate::TimeBounds::storable(),
+    );
     assert!(batch.spans[0].llm.is_none());
 }
 

@@ -7,6 +7,10 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use threadline_model::TenantId;
 
+mod limits;
+
+pub use limits::Limits;
+
 /// Everything `threadline serve` needs, after the file and flags are merged.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
@@ -33,6 +37,8 @@ pub struct ServerConfig {
     pub drift: threadline_analysis::DriftConfig,
     /// USD per million tokens by model glob (`[[prices]]` first, then the defaults).
     pub prices: threadline_analysis::PriceTable,
+    /// Timeouts, the in-flight body budget and the accepted record times (`[limits]`).
+    pub limits: Limits,
 }
 
 /// `[alerts]`: a webhook for incidents and SLO breaches.
@@ -95,6 +101,7 @@ impl Default for ServerConfig {
             alerts: None,
             drift: threadline_analysis::DriftConfig::default(),
             prices: threadline_analysis::PriceTable::default(),
+            limits: Limits::default(),
         }
     }
 }
@@ -112,6 +119,8 @@ struct FileConfig {
     drift: Option<threadline_analysis::DriftConfig>,
     #[serde(default)]
     prices: Vec<threadline_analysis::ModelPrice>,
+    #[serde(default)]
+    limits: limits::FileLimits,
 }
 
 #[derive(Debug, Deserialize)]
@@ -398,7 +407,9 @@ impl ServerConfig {
         if let Err(e) = threadline_analysis::PriceTable::validate(&parsed.prices) {
             problems.push(format!("prices: {e}"));
         }
+        let limits = parsed.limits.resolve(&mut problems);
         let config = ServerConfig {
+            limits,
             prices: threadline_analysis::PriceTable::with_overrides(parsed.prices),
             drift,
             alerts,
