@@ -17,6 +17,7 @@ mod jaeger_api;
 mod jaeger_model;
 mod jaeger_params;
 mod lineage_api;
+mod listen;
 mod logs_api;
 mod marquez;
 mod metrics_api;
@@ -30,7 +31,7 @@ mod trace_stream;
 mod trace_view;
 mod ui;
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -263,7 +264,25 @@ pub async fn serve_reporting(
         prices: Arc::new(config.prices.clone()),
     }))
     .merge(ui::router());
+    let timeouts = listen::ConnectionTimeouts {
+        header_read: config.limits.header_read_timeout,
+        idle: config.limits.idle_timeout,
+    };
+    let idle = config.limits.idle_timeout;
+    let grpc_incoming = tokio_stream::StreamExt::then(
+        tokio_stream::wrappers::TcpListenerStream::new(otlp_grpc),
+        move |accepted| async move {
+            if let Err(e) = &accepted {
+                tracing::warn!(error = %e, "otlp-grpc accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            accepted.map(|stream| listen::IdleClosing::new(stream, idle))
+        },
+    );
     let grpc = tonic::transport::Server::builder()
+        // A request (its message read, stored and answered) that takes longer is
+        // cancelled; a connection silent for the idle timeout is closed.
+        .timeout(config.limits.body_read_timeout)
         .add_service(otlp_grpc::service::<ingest::Traces>(
             ctx.clone(),
             config.max_body_bytes,
@@ -273,25 +292,11 @@ pub async fn serve_reporting(
             config.max_body_bytes,
         ))
         .add_service(otlp_grpc::MetricsRefusal)
-        .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(otlp_grpc),
-            stopped(),
-        );
+        .serve_with_incoming_shutdown(grpc_incoming, stopped());
 
     let (a, b, c) = tokio::join!(
-        axum::serve(otlp_http, otlp_http_app)
-            .with_graceful_shutdown(stopped())
-            .into_future(),
-        // No Nagle delay: a streamed answer's small last chunk would otherwise wait
-        // for the client's delayed ACK (40 ms).
-        axum::serve(
-            axum::serve::ListenerExt::tap_io(http, |tcp| {
-                let _ = tcp.set_nodelay(true);
-            }),
-            query_app
-        )
-        .with_graceful_shutdown(stopped())
-        .into_future(),
+        listen::serve_http(otlp_http, otlp_http_app, timeouts, false, stopped()),
+        listen::serve_http(http, query_app, timeouts, true, stopped()),
         grpc,
     );
     a.map_err(|e| ServeError::Listener {

@@ -58,3 +58,75 @@ fn spans_from_a_skewed_clock_are_refused_by_span() {
         "{error}"
     );
 }
+
+/// A connection that sent part of a request, or nothing, is closed on every port once
+/// the header-read or idle timeout passes; a finished request's keep-alive connection
+/// too once idle.
+#[test]
+fn half_sent_and_idle_connections_are_closed_on_every_port() {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::{Duration, Instant};
+
+    let server = TestServer::start_with_config(Some(
+        "[limits]\nheader_read_timeout = \"1s\"\nbody_read_timeout = \"1s\"\nidle_timeout = \"2s\"\n",
+    ));
+    let addr = |url: &str| url.trim_start_matches("http://").to_owned();
+    let (http, otlp, grpc) = (
+        addr(&server.api),
+        addr(&server.otlp_http),
+        addr(&server.otlp_grpc),
+    );
+    let mut held = Vec::new();
+    for (port, sent) in [
+        (&http, &b"GET /api/v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n"[..]),
+        (&otlp, &b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"[..]),
+        (&grpc, &b"PRI * HTTP/2.0\r\n"[..]),
+        (&http, &b""[..]),
+        (&grpc, &b""[..]),
+        // Headers whole, body half-sent.
+        (&http, &b"POST /api/v1/erasures HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"user"[..]),
+        (&otlp, &b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"res"[..]),
+    ] {
+        let mut conn = TcpStream::connect(port).unwrap();
+        conn.write_all(sent).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        held.push(conn);
+    }
+    // A whole request, then nothing: the keep-alive connection is closed when idle.
+    let mut keep_alive = TcpStream::connect(&http).unwrap();
+    keep_alive
+        .write_all(b"GET /api/v1/services HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .unwrap();
+    keep_alive
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut first = [0u8; 12];
+    keep_alive.read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"HTTP/1.1 200");
+    held.push(keep_alive);
+
+    let started = Instant::now();
+    for (i, mut conn) in held.into_iter().enumerate() {
+        let mut rest = Vec::new();
+        // Closed: EOF (after any answer, e.g. 408) or a reset; a read timeout means
+        // the server still held it after 10 s.
+        match conn.read_to_end(&mut rest) {
+            Ok(_) => {}
+            Err(e) => assert!(
+                e.kind() != std::io::ErrorKind::WouldBlock
+                    && e.kind() != std::io::ErrorKind::TimedOut,
+                "connection {i} still open after {:?}",
+                started.elapsed()
+            ),
+        }
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+    // And the server still answers.
+    let (status, _) = server.get("/api/v1/health", None);
+    assert_eq!(status, 200);
+}
