@@ -9,7 +9,9 @@ use serde::Deserialize;
 /// The limits in force, after defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limits {
-    /// A request's headers must arrive within this (slow-loris).
+    /// A request's headers must arrive within this (slow-loris). On HTTP/1 the clock
+    /// starts when the connection waits for a request, so it also closes keep-alive
+    /// connections idle between requests.
     pub header_read_timeout: Duration,
     /// A request's body must arrive within this once its headers have.
     pub body_read_timeout: Duration,
@@ -28,7 +30,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            header_read_timeout: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(30),
             body_read_timeout: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(120),
             max_inflight_body_bytes: 256 * 1024 * 1024,
