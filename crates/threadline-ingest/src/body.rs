@@ -63,16 +63,36 @@ pub enum DecodeError {
     UnsupportedEncoding(String),
     #[error("request body exceeds the limit of {limit} bytes (after decompression)")]
     TooLarge { limit: usize },
+    #[error("the server holds too many request bytes at once; retry later")]
+    OverBudget,
     #[error("{0}")]
     Malformed(String),
 }
 
+/// Memory granted to a body being inflated, chunk by chunk: the server's in-flight
+/// byte budget, so that many small gzip bodies cannot each inflate to the size limit
+/// at once.
+pub trait InflateBudget {
+    /// Whether `bytes` more may be held; once refused, inflating stops.
+    fn grant(&mut self, bytes: usize) -> bool;
+}
+
+/// No budget beyond the per-body limit (tools, tests).
+pub struct Unbudgeted;
+
+impl InflateBudget for Unbudgeted {
+    fn grant(&mut self, _bytes: usize) -> bool {
+        true
+    }
+}
+
 /// Decompresses a request body if its `Content-Encoding` asks for it (gzip or
-/// identity), within the size limit.
+/// identity), within the size limit and what `budget` grants.
 pub fn decode_body<'a>(
     content_encoding: Option<&str>,
     body: &'a [u8],
     limits: BodyLimits,
+    budget: &mut dyn InflateBudget,
 ) -> Result<std::borrow::Cow<'a, [u8]>, DecodeError> {
     let bytes = match content_encoding
         .map(|e| e.trim().to_ascii_lowercase())
@@ -80,7 +100,7 @@ pub fn decode_body<'a>(
     {
         None | Some("") | Some("identity") => std::borrow::Cow::Borrowed(body),
         Some("gzip") | Some("x-gzip") => {
-            std::borrow::Cow::Owned(gunzip_bounded(body, limits.max_body_bytes)?)
+            std::borrow::Cow::Owned(gunzip_bounded(body, limits.max_body_bytes, budget)?)
         }
         Some(other) => {
             return Err(DecodeError::UnsupportedEncoding(
@@ -102,8 +122,9 @@ pub fn decode_export_request<R: ExportRequest>(
     content_encoding: Option<&str>,
     body: &[u8],
     limits: BodyLimits,
+    budget: &mut dyn InflateBudget,
 ) -> Result<R, DecodeError> {
-    let bytes = decode_body(content_encoding, body, limits)?;
+    let bytes = decode_body(content_encoding, body, limits, budget)?;
     let bytes: &[u8] = &bytes;
     match kind {
         ContentKind::Protobuf => R::decode(bytes).map_err(|e| {
@@ -114,16 +135,31 @@ pub fn decode_export_request<R: ExportRequest>(
 }
 
 /// Inflates at most `limit` bytes; one byte more means the body is too large, and we
-/// stop there instead of inflating the rest of a gzip bomb.
-fn gunzip_bounded(body: &[u8], limit: usize) -> Result<Vec<u8>, DecodeError> {
-    let mut out = Vec::with_capacity(body.len().saturating_mul(4).min(limit));
-    let decoder = flate2::read::MultiGzDecoder::new(body);
-    decoder
-        .take(limit as u64 + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| DecodeError::Malformed(format!("gzip body could not be decompressed: {e}")))?;
-    if out.len() > limit {
-        return Err(DecodeError::TooLarge { limit });
+/// stop there instead of inflating the rest of a gzip bomb. Each chunk is granted by
+/// `budget` before it is kept.
+fn gunzip_bounded(
+    body: &[u8],
+    limit: usize,
+    budget: &mut dyn InflateBudget,
+) -> Result<Vec<u8>, DecodeError> {
+    const CHUNK: usize = 256 * 1024;
+    let mut out = Vec::new();
+    let mut decoder = flate2::read::MultiGzDecoder::new(body).take(limit as u64 + 1);
+    let mut chunk = vec![0u8; CHUNK];
+    loop {
+        let n = decoder.read(&mut chunk).map_err(|e| {
+            DecodeError::Malformed(format!("gzip body could not be decompressed: {e}"))
+        })?;
+        if n == 0 {
+            break;
+        }
+        if out.len() + n > limit {
+            return Err(DecodeError::TooLarge { limit });
+        }
+        if !budget.grant(n) {
+            return Err(DecodeError::OverBudget);
+        }
+        out.extend_from_slice(&chunk[..n]);
     }
     Ok(out)
 }
@@ -161,9 +197,29 @@ mod tests {
             Some("gzip"),
             &bomb,
             limits,
+            &mut Unbudgeted,
         )
         .unwrap_err();
         assert!(matches!(err, DecodeError::TooLarge { limit } if limit == 1024 * 1024));
+    }
+
+    /// Inflating stops at the first chunk the budget refuses.
+    #[test]
+    fn inflating_stops_where_the_budget_does() {
+        struct Left(usize);
+        impl InflateBudget for Left {
+            fn grant(&mut self, bytes: usize) -> bool {
+                let ok = bytes <= self.0;
+                self.0 = self.0.saturating_sub(bytes);
+                ok
+            }
+        }
+        let body = gzip(&vec![b'x'; 2 * 1024 * 1024]);
+        let limits = BodyLimits::default();
+        let err = decode_body(Some("gzip"), &body, limits, &mut Left(1024 * 1024)).unwrap_err();
+        assert!(matches!(err, DecodeError::OverBudget), "{err}");
+        let ok = decode_body(Some("gzip"), &body, limits, &mut Left(4 * 1024 * 1024)).unwrap();
+        assert_eq!(ok.len(), 2 * 1024 * 1024);
     }
 
     #[test]
@@ -184,6 +240,7 @@ mod tests {
             Some("gzip"),
             b"nope",
             limits,
+            &mut Unbudgeted,
         )
         .unwrap_err();
         assert!(err.to_string().contains("gzip"), "{err}");
@@ -192,6 +249,7 @@ mod tests {
             None,
             &[0xff, 0xff, 0xff],
             limits,
+            &mut Unbudgeted,
         )
         .unwrap_err();
         assert!(err.to_string().contains("protobuf"), "{err}");

@@ -14,7 +14,8 @@ mod otlp_json;
 mod time_bounds;
 
 pub use body::{
-    decode_body, decode_export_request, BodyLimits, ContentKind, DecodeError, RpcStatus,
+    decode_body, decode_export_request, BodyLimits, ContentKind, DecodeError, InflateBudget,
+    RpcStatus, Unbudgeted,
 };
 pub use conversation::{conversation, with_log_events, Conversation, Message, ToolCall};
 pub use convert::{convert_request, ConvertedBatch};

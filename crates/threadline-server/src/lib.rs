@@ -4,11 +4,13 @@
 mod alerts;
 mod assets_api;
 pub mod auth;
+mod body_budget;
 pub mod config;
 mod cpu_pool;
 mod dto;
 mod erasure_api;
 mod error;
+mod guard;
 mod health_api;
 mod impact_api;
 mod incidents_api;
@@ -194,11 +196,22 @@ pub async fn serve_reporting(
     ));
     let watch = spawn_incident_watch(Arc::clone(&watcher), stopped());
 
+    let budget = body_budget::BodyBudget::new(
+        config.limits.max_inflight_body_bytes,
+        config.max_body_bytes,
+        config.limits.body_read_timeout,
+    );
+    let origins = Arc::new(guard::Origins {
+        hosts: config.allowed_hosts.clone(),
+        origins: config.allowed_origins.clone(),
+    });
     let otlp_http_app = otlp_http::router(otlp_http::OtlpHttpState {
         ctx: ctx.clone(),
         limits: BodyLimits {
             max_body_bytes: config.max_body_bytes,
         },
+        budget: budget.clone(),
+        origins: Arc::clone(&origins),
     });
     let query_state = query_api::QueryState {
         store: store.clone(),
@@ -206,12 +219,14 @@ pub async fn serve_reporting(
         stats: Arc::clone(&stats),
         prices: Arc::new(config.prices.clone()),
     };
+    let api_guard = guard::ApiGuard {
+        origins,
+        auth: Arc::clone(&auth),
+        budget,
+    };
     let query_app = lineage_api::router(lineage_api::LineageState {
         store: store.clone(),
         auth: Arc::clone(&auth),
-        limits: BodyLimits {
-            max_body_bytes: config.max_body_bytes,
-        },
         cpu_pool: Arc::clone(&ctx.cpu_pool),
     })
     .merge(assets_api::router(assets_api::AssetsState {
@@ -263,7 +278,14 @@ pub async fn serve_reporting(
         auth,
         prices: Arc::new(config.prices.clone()),
     }))
-    .merge(ui::router());
+    .merge(ui::router())
+    // The guard reads and bounds bodies (max_body_bytes, the in-flight budget):
+    // axum's own 2 MiB default would be a second, different limit.
+    .layer(axum::middleware::from_fn_with_state(
+        api_guard,
+        guard::api_guard,
+    ))
+    .layer(axum::extract::DefaultBodyLimit::disable());
     let timeouts = listen::ConnectionTimeouts {
         header_read: config.limits.header_read_timeout,
         idle: config.limits.idle_timeout,

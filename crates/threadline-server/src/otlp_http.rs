@@ -2,14 +2,19 @@
 //! bodies, gzip allowed, both through one handler (`export::<S: Signal>`). Failures are
 //! answered the OTLP way: a `google.rpc.Status` in the request's encoding.
 
-use axum::body::{to_bytes, Body};
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 use prost::Message;
+use std::sync::Arc;
+
 use threadline_ingest::{decode_export_request, BodyLimits, ContentKind, DecodeError, RpcStatus};
+
+use crate::body_budget::{drain, BodyBudget, BodyRefusal};
+use crate::guard::Origins;
 
 use crate::ingest::{IngestContext, IngestFailure, Logs, Signal, Traces};
 
@@ -17,6 +22,8 @@ use crate::ingest::{IngestContext, IngestFailure, Logs, Signal, Traces};
 pub(crate) struct OtlpHttpState {
     pub(crate) ctx: IngestContext,
     pub(crate) limits: BodyLimits,
+    pub(crate) budget: BodyBudget,
+    pub(crate) origins: Arc<Origins>,
 }
 
 pub(crate) fn router(state: OtlpHttpState) -> Router {
@@ -35,6 +42,8 @@ pub(crate) fn router(state: OtlpHttpState) -> Router {
 /// gRPC code numbers used in `google.rpc.Status.code`.
 mod rpc_code {
     pub(super) const INVALID_ARGUMENT: i32 = 3;
+    pub(super) const DEADLINE_EXCEEDED: i32 = 4;
+    pub(super) const PERMISSION_DENIED: i32 = 7;
     pub(super) const UNIMPLEMENTED: i32 = 12;
     pub(super) const RESOURCE_EXHAUSTED: i32 = 8;
     pub(super) const UNAVAILABLE: i32 = 14;
@@ -84,6 +93,7 @@ async fn export_metrics(headers: HeaderMap) -> Response {
 
 async fn export<S: Signal>(
     State(state): State<OtlpHttpState>,
+    method: axum::http::Method,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -94,16 +104,31 @@ async fn export<S: Signal>(
             .map(str::to_owned)
     };
     let content_type = text_header(header::CONTENT_TYPE);
+    let announced = text_header(header::CONTENT_LENGTH)
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
     // Errors before the content type is known are answered in JSON.
-    let kind = match ContentKind::from_content_type(content_type.as_deref()) {
+    let kind = ContentKind::from_content_type(content_type.as_deref());
+    if let Err(refusal) = state.origins.check(&method, &headers) {
+        drain(body, announced).await;
+        let kind = kind.unwrap_or(ContentKind::Json);
+        return failure(
+            kind,
+            refusal.status,
+            rpc_code_of(refusal.status),
+            refusal.message,
+        );
+    }
+    let kind = match kind {
         Ok(kind) => kind,
         Err(e) => {
+            drain(body, announced).await;
             return failure(
                 ContentKind::Json,
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 rpc_code::INVALID_ARGUMENT,
                 e.to_string(),
-            )
+            );
         }
     };
     let tenant = match state
@@ -113,25 +138,27 @@ async fn export<S: Signal>(
     {
         Ok(t) => t,
         Err(e) => {
+            drain(body, announced).await;
             return failure(
                 kind,
                 StatusCode::UNAUTHORIZED,
                 rpc_code::UNAUTHENTICATED,
                 e.to_string(),
-            )
+            );
         }
     };
-    let limit = state.limits.max_body_bytes;
-    let bytes = match to_bytes(body, limit).await {
-        Ok(b) => b,
-        Err(_) => {
-            let e = DecodeError::TooLarge { limit };
-            return failure(
-                kind,
-                StatusCode::PAYLOAD_TOO_LARGE,
-                rpc_code::INVALID_ARGUMENT,
-                e.to_string(),
-            );
+    let (bytes, mut reservation) = match state.budget.read(&headers, body).await {
+        Ok(read) => read,
+        Err(refusal) => {
+            if matches!(refusal, BodyRefusal::OverBudget { .. }) {
+                state
+                    .ctx
+                    .stats
+                    .requests_throttled
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            let status = refusal.status();
+            return failure(kind, status, rpc_code_of(status), refusal.to_string());
         }
     };
     let encoding = text_header(header::CONTENT_ENCODING);
@@ -142,7 +169,10 @@ async fn export<S: Signal>(
     let prepared = ctx
         .run_cpu(move || {
             let request: S::Request =
-                decode_export_request(kind, encoding.as_deref(), &bytes, limits)?;
+                decode_export_request(kind, encoding.as_deref(), &bytes, limits, &mut reservation)?;
+            // The decoded request is what is held from here: the body's bytes go back.
+            drop(bytes);
+            drop(reservation);
             Ok::<_, DecodeError>(S::prepare(&store, &tenant, request, &bounds))
         })
         .await;
@@ -152,6 +182,14 @@ async fn export<S: Signal>(
         Ok(Err(e)) => {
             let status = match e {
                 DecodeError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+                DecodeError::OverBudget => {
+                    return failure(
+                        kind,
+                        StatusCode::TOO_MANY_REQUESTS,
+                        rpc_code::RESOURCE_EXHAUSTED,
+                        e.to_string(),
+                    )
+                }
                 DecodeError::UnsupportedMediaType(_) | DecodeError::UnsupportedEncoding(_) => {
                     StatusCode::UNSUPPORTED_MEDIA_TYPE
                 }
@@ -171,6 +209,17 @@ async fn export<S: Signal>(
             (StatusCode::OK, [(header::CONTENT_TYPE, kind.mime())], body).into_response()
         }
         Err(e) => ingest_failure(kind, e),
+    }
+}
+
+/// The `google.rpc.Status` code that goes with an HTTP status of a refusal.
+fn rpc_code_of(status: StatusCode) -> i32 {
+    match status {
+        StatusCode::TOO_MANY_REQUESTS => rpc_code::RESOURCE_EXHAUSTED,
+        StatusCode::UNAUTHORIZED => rpc_code::UNAUTHENTICATED,
+        StatusCode::FORBIDDEN => rpc_code::PERMISSION_DENIED,
+        StatusCode::REQUEST_TIMEOUT => rpc_code::DEADLINE_EXCEEDED,
+        _ => rpc_code::INVALID_ARGUMENT,
     }
 }
 

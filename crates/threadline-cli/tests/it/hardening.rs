@@ -130,3 +130,232 @@ fn half_sent_and_idle_connections_are_closed_on_every_port() {
     let (status, _) = server.get("/api/v1/health", None);
     assert_eq!(status, 200);
 }
+
+/// POST with any content type and headers; (status, JSON body or Null, headers).
+fn post_raw(
+    url: &str,
+    content_type: Option<&str>,
+    body: Vec<u8>,
+    headers: &[(&str, &str)],
+) -> (u16, serde_json::Value, reqwest::header::HeaderMap) {
+    let mut req = client().post(url).body(body);
+    if let Some(ct) = content_type {
+        req = req.header("content-type", ct);
+    }
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = req.send().expect("POST");
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    (
+        status,
+        resp.json().unwrap_or(serde_json::Value::Null),
+        headers,
+    )
+}
+
+/// With no API keys (the default), a page on another site the operator opens must not
+/// be able to erase or register anything: writes need JSON (which a browser cannot
+/// send cross-site without a preflight), a cross-origin `Origin` is refused, and a
+/// Host that is not this server's (DNS rebinding) is refused on reads too.
+#[test]
+fn another_site_cannot_write_through_the_operators_browser() {
+    let server = TestServer::start();
+    let now = now_nanos();
+    let mut request = llm_trace([5; 16], "gw", "gpt-4o", now);
+    for span in &mut request.resource_spans[0].scope_spans[0].spans {
+        span.attributes.push(kv("user.id", "user-40"));
+    }
+    assert_eq!(
+        server.post_traces(PROTOBUF, proto(&request), &[]).status(),
+        200
+    );
+    let erase = format!("{}/api/v1/erasures", server.api);
+    let body = br#"{"user_id":"user-40"}"#.to_vec();
+    // What a form or fetch() without preflight can send.
+    for ct in [
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+        Some("multipart/form-data; boundary=x"),
+        None,
+    ] {
+        let (status, error, _) = post_raw(&erase, ct, body.clone(), &[]);
+        assert_eq!(status, 415, "{ct:?}: {error}");
+        assert!(
+            error["error"]
+                .as_str()
+                .unwrap()
+                .contains("application/json"),
+            "{error}"
+        );
+    }
+    // JSON from another origin (a preflight-less fetch could not send it, a
+    // rebinding or permissive proxy might): refused.
+    let (status, error, _) = post_raw(
+        &erase,
+        Some("application/json"),
+        body.clone(),
+        &[("origin", "https://evil.example")],
+    );
+    assert_eq!(status, 403, "{error}");
+    assert!(
+        error["error"].as_str().unwrap().contains("cross-origin"),
+        "{error}"
+    );
+    // A Host that is not this server's: a page whose name was rebound to 127.0.0.1.
+    let (status, error, _) = post_raw(
+        &erase,
+        Some("application/json"),
+        body.clone(),
+        &[("host", "evil.example:8080")],
+    );
+    assert_eq!(status, 403, "{error}");
+    let resp = client()
+        .get(format!("{}/api/v1/traces", server.api))
+        .header("host", "evil.example")
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 403);
+    // The same on the OTLP port.
+    let resp = server.post_traces(
+        PROTOBUF,
+        proto(&request),
+        &[("origin", "https://evil.example")],
+    );
+    assert_eq!(resp.status(), 403);
+    // Nothing was erased.
+    let (status, _) = server.get(&format!("/api/v1/traces/{}", hex(&[5; 16])), None);
+    assert_eq!(status, 200);
+    // The UI's own origin, and a client that sends no Origin (the CLI, SDKs), may.
+    let own = server.api.clone();
+    let (status, report, _) = post_raw(&erase, Some("application/json"), body, &[("origin", &own)]);
+    assert_eq!(status, 201, "{report}");
+    let (status, _) = server.get(&format!("/api/v1/traces/{}", hex(&[5; 16])), None);
+    assert_eq!(status, 404);
+}
+
+/// Every endpoint that takes a body takes it the same way: the configured limit,
+/// checked on Content-Length before reading and after gzip; the key checked before
+/// the body is read; one JSON error shape.
+#[test]
+fn bodies_have_one_limit_and_one_error_shape_everywhere() {
+    let key = "tenant-a-key-0123456789";
+    let server = TestServer::start_with_config(Some(&format!(
+        "[server]\nmax_body_bytes = 100000\n[[tenants]]\nid = \"a\"\napi_keys = [\"{key}\"]\n"
+    )));
+    let bearer = format!("Bearer {key}");
+    let big = vec![b' '; 150_000];
+    for path in ["/api/v1/lineage", "/api/v1/assets", "/api/v1/erasures"] {
+        let url = format!("{}{path}", server.api);
+        let method = if path == "/api/v1/assets" {
+            reqwest::Method::PUT
+        } else {
+            reqwest::Method::POST
+        };
+        let send = |body: Vec<u8>, headers: &[(&str, &str)]| {
+            let mut req = client()
+                .request(method.clone(), &url)
+                .header("content-type", "application/json")
+                .body(body);
+            for (k, v) in headers {
+                req = req.header(*k, *v);
+            }
+            let resp = req.send().unwrap();
+            let status = resp.status().as_u16();
+            (status, resp.json::<serde_json::Value>().unwrap_or_default())
+        };
+        // Without a key: 401 before the 20 MB are read.
+        let (status, body) = send(vec![b' '; 20_000_000], &[]);
+        assert_eq!(status, 401, "{path}: {body}");
+        // Over the limit: 413 in JSON, naming it.
+        let (status, body) = send(big.clone(), &[("authorization", &bearer)]);
+        assert_eq!(status, 413, "{path}: {body}");
+        assert!(
+            body["error"].as_str().unwrap().contains("100000"),
+            "{path}: {body}"
+        );
+        // Under the limit on the wire, over it inflated.
+        let (status, body) = send(
+            gzip(&big),
+            &[("authorization", &bearer), ("content-encoding", "gzip")],
+        );
+        assert_eq!(status, 413, "{path}: {body}");
+        assert!(
+            body["error"]
+                .as_str()
+                .unwrap()
+                .contains("after decompression"),
+            "{path}: {body}"
+        );
+        // gzip is honoured everywhere.
+        let (status, body) = send(
+            gzip(b"{not json"),
+            &[("authorization", &bearer), ("content-encoding", "gzip")],
+        );
+        assert_eq!(status, 400, "{path}: {body}");
+        assert!(
+            body["error"].as_str().unwrap().contains("JSON")
+                || body["error"].as_str().unwrap().contains("json"),
+            "{path}: {body}"
+        );
+        // Two Authorization headers: 400.
+        let (status, _) = send(
+            b"{}".to_vec(),
+            &[
+                ("authorization", &bearer),
+                ("authorization", "Bearer other-key-0123456789"),
+            ],
+        );
+        assert_eq!(status, 400, "{path}");
+    }
+    // Two Authorization headers on the OTLP port and on reads too.
+    let resp = server.post_traces(
+        PROTOBUF,
+        Vec::new(),
+        &[("authorization", &bearer), ("authorization", "Bearer x")],
+    );
+    assert_eq!(resp.status(), 400);
+    let resp = client()
+        .get(format!("{}/api/v1/services", server.api))
+        .header("authorization", &bearer)
+        .header("authorization", "Bearer x")
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+}
+
+/// A client that writes its whole over-limit body before reading (Python's urllib)
+/// receives the 413, not a broken pipe.
+#[test]
+fn a_client_that_writes_the_whole_body_first_gets_the_413() {
+    let server = TestServer::start_with_config(Some("[server]\nmax_body_bytes = 100000\n"));
+    let python = std::env::var("THREADLINE_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    for url in [
+        format!("{}/v1/traces", server.otlp_http),
+        format!("{}/api/v1/lineage", server.api),
+    ] {
+        let script = format!(
+            r#"
+import urllib.request, urllib.error
+req = urllib.request.Request({url:?}, data=b" " * 20_000_000, method="POST",
+                             headers={{"Content-Type": "application/json"}})
+try:
+    urllib.request.urlopen(req, timeout=30)
+    print("ok")
+except urllib.error.HTTPError as e:
+    print(e.code, e.read().decode())
+"#
+        );
+        let out = std::process::Command::new(&python)
+            .args(["-c", &script])
+            .output()
+            .expect("run python");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.starts_with("413 ") && stdout.contains("100000"),
+            "{url}: stdout {stdout:?}, stderr {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -23,6 +23,12 @@ pub struct ServerConfig {
     pub max_queued_batches: usize,
     pub tenants: Vec<TenantKeys>,
     pub allow_unauthenticated: bool,
+    /// Host names the HTTP ports answer to besides IP addresses and localhost
+    /// (`[server] allowed_hosts`; `"*"` for any), lower case.
+    pub allowed_hosts: Vec<String>,
+    /// Origins besides the server's own whose pages may send state-changing requests
+    /// (`[server] allowed_origins`), lower case.
+    pub allowed_origins: Vec<String>,
     /// Rules for impact plans (`[server] impact_policy = "FILE"`; the shipped default
     /// otherwise).
     pub impact_policy: threadline_lineage::impact::ImpactPolicy,
@@ -95,6 +101,8 @@ impl Default for ServerConfig {
             max_queued_batches: 1024,
             tenants: Vec::new(),
             allow_unauthenticated: false,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
             impact_policy: threadline_lineage::impact::ImpactPolicy::default_policy(),
             detector: threadline_analysis::DetectorConfig::default(),
             rca_rules: threadline_analysis::FaultRules::default_rules(),
@@ -219,6 +227,10 @@ struct FileServer {
     max_body_bytes: Option<usize>,
     max_queued_batches: Option<usize>,
     allow_unauthenticated: Option<bool>,
+    #[serde(default)]
+    allowed_hosts: Vec<String>,
+    #[serde(default)]
+    allowed_origins: Vec<String>,
     impact_policy: Option<PathBuf>,
     rca_rules: Option<PathBuf>,
 }
@@ -435,6 +447,18 @@ impl ServerConfig {
             tenants,
             allow_unauthenticated: overrides.allow_unauthenticated
                 || parsed.server.allow_unauthenticated.unwrap_or(false),
+            allowed_hosts: parsed
+                .server
+                .allowed_hosts
+                .iter()
+                .map(|h| h.trim().to_ascii_lowercase())
+                .collect(),
+            allowed_origins: parsed
+                .server
+                .allowed_origins
+                .iter()
+                .map(|o| o.trim().trim_end_matches('/').to_ascii_lowercase())
+                .collect(),
         };
         problems.extend(config.problems());
         if problems.is_empty() {
@@ -449,6 +473,19 @@ impl ServerConfig {
         let mut problems = Vec::new();
         if self.max_body_bytes == 0 {
             problems.push("max_body_bytes must be greater than 0".to_owned());
+        }
+        if self.limits.max_inflight_body_bytes < self.max_body_bytes {
+            problems.push(format!(
+                "limits.max_inflight_body_bytes ({}) must be at least max_body_bytes ({}): a body of the largest size could never be taken",
+                self.limits.max_inflight_body_bytes, self.max_body_bytes
+            ));
+        }
+        for origin in &self.allowed_origins {
+            if !(origin.starts_with("http://") || origin.starts_with("https://")) {
+                problems.push(format!(
+                    "allowed_origins entry {origin:?} is not an origin like https://grafana.example.com"
+                ));
+            }
         }
         if self.max_queued_batches == 0 {
             problems.push("max_queued_batches must be greater than 0".to_owned());
