@@ -219,6 +219,7 @@ pub async fn serve_reporting(
         stats: Arc::clone(&stats),
         prices: Arc::new(config.prices.clone()),
     };
+    let grpc_budget = budget.clone();
     let api_guard = guard::ApiGuard {
         origins,
         auth: Arc::clone(&auth),
@@ -308,10 +309,12 @@ pub async fn serve_reporting(
         .add_service(otlp_grpc::service::<ingest::Traces>(
             ctx.clone(),
             config.max_body_bytes,
+            grpc_budget.clone(),
         ))
         .add_service(otlp_grpc::service::<ingest::Logs>(
             ctx,
             config.max_body_bytes,
+            grpc_budget,
         ))
         .add_service(otlp_grpc::MetricsRefusal)
         .serve_with_incoming_shutdown(grpc_incoming, stopped());

@@ -7,8 +7,17 @@
 //! malformed message with INTERNAL, where OTLP asks for INVALID_ARGUMENT. Here the
 //! codec hands over the raw message and the decode runs with the rest of the CPU-bound
 //! ingest work on the blocking pool, failing with INVALID_ARGUMENT.
+//!
+//! A message's bytes are taken from the server's in-flight byte budget as they arrive
+//! (`BudgetedBody`): beyond it the export gets RESOURCE_EXHAUSTED with RetryInfo. A
+//! message over `max_body_bytes`, compressed or inflated, gets INVALID_ARGUMENT — tonic
+//! says OUT_OF_RANGE or RESOURCE_EXHAUSTED, which OTLP exporters retry, forever, for a
+//! message that will never fit.
 
 use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -25,12 +34,14 @@ use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Request, Response, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
+use crate::body_budget::{BodyBudget, Reservation};
 use crate::ingest::{IngestContext, IngestFailure, Logs, Signal, Traces};
 
 /// One signal's export service, mounted on the gRPC listener.
 pub(crate) struct OtlpGrpcService<S> {
     ctx: IngestContext,
     max_message_bytes: usize,
+    budget: BodyBudget,
     signal: PhantomData<fn() -> S>,
 }
 
@@ -39,6 +50,7 @@ impl<S> Clone for OtlpGrpcService<S> {
         Self {
             ctx: self.ctx.clone(),
             max_message_bytes: self.max_message_bytes,
+            budget: self.budget.clone(),
             signal: PhantomData,
         }
     }
@@ -47,11 +59,69 @@ impl<S> Clone for OtlpGrpcService<S> {
 pub(crate) fn service<S: Signal>(
     ctx: IngestContext,
     max_message_bytes: usize,
+    budget: BodyBudget,
 ) -> OtlpGrpcService<S> {
     OtlpGrpcService {
         ctx,
         max_message_bytes,
+        budget,
         signal: PhantomData,
+    }
+}
+
+/// What one call's body took from the budget, and whether the budget refused it.
+struct CallBudget {
+    reservation: Mutex<Reservation>,
+    refused: AtomicBool,
+}
+
+/// A request body whose data frames are taken from the in-flight budget as they
+/// arrive; the first frame the budget cannot hold ends the body with an error.
+struct BudgetedBody<B> {
+    inner: Pin<Box<B>>,
+    budget: Arc<CallBudget>,
+}
+
+impl<B> tonic::codegen::Body for BudgetedBody<B>
+where
+    B: tonic::codegen::Body,
+    B::Error: Into<StdError>,
+{
+    type Data = B::Data;
+    type Error = StdError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        match self.inner.as_mut().poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    let granted = self
+                        .budget
+                        .reservation
+                        .lock()
+                        .map(|mut r| r.grow(data.remaining()))
+                        .unwrap_or(false);
+                    if !granted {
+                        self.budget.refused.store(true, Ordering::Relaxed);
+                        return Poll::Ready(Some(Err("the in-flight byte budget is full".into())));
+                    }
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -110,18 +180,71 @@ where
                 )
             });
         }
+        if req
+            .headers()
+            .get_all(http::header::AUTHORIZATION)
+            .iter()
+            .count()
+            > 1
+        {
+            return Box::pin(async {
+                Ok(
+                    Status::invalid_argument("more than one authorization header: send one")
+                        .into_http(),
+                )
+            });
+        }
         let mut gzip = EnabledCompressionEncodings::default();
         gzip.enable(CompressionEncoding::Gzip);
+        let max = self.max_message_bytes;
         let mut grpc = Grpc::new(RawRequestCodec::<S::Response>(PhantomData))
             .apply_compression_config(gzip, gzip)
-            .apply_max_message_size_config(Some(self.max_message_bytes), None);
-        let method = ExportMethod::<S>(self.ctx.clone(), PhantomData);
-        Box::pin(async move { Ok(grpc.unary(method, req).await) })
+            .apply_max_message_size_config(Some(max), None);
+        let ran = Arc::new(AtomicBool::new(false));
+        let method = ExportMethod::<S>(self.ctx.clone(), Arc::clone(&ran), PhantomData);
+        let budget = Arc::new(CallBudget {
+            reservation: Mutex::new(self.budget.reserve()),
+            refused: AtomicBool::new(false),
+        });
+        let req = req.map(|body| BudgetedBody {
+            inner: Box::pin(body),
+            budget: Arc::clone(&budget),
+        });
+        let ctx = self.ctx.clone();
+        Box::pin(async move {
+            let response = grpc.unary(method, req).await;
+            // `budget` (and so the message's reservation) lives until here: the bytes
+            // count until the export is answered.
+            if budget.refused.load(Ordering::Relaxed) {
+                ctx.stats.requests_throttled.fetch_add(1, Ordering::Relaxed);
+                return Ok(to_status(IngestFailure::Busy(
+                    "the server holds too many request bytes at once".to_owned(),
+                ))
+                .into_http());
+            }
+            let code = response
+                .headers()
+                .get("grpc-status")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<i32>().ok());
+            let too_large = [
+                tonic::Code::OutOfRange as i32,
+                tonic::Code::ResourceExhausted as i32,
+            ];
+            if !ran.load(Ordering::Relaxed) && code.is_some_and(|c| too_large.contains(&c)) {
+                return Ok(Status::invalid_argument(format!(
+                    "message exceeds the limit of {max} bytes (max_body_bytes), as sent or once decompressed"
+                ))
+                .into_http());
+            }
+            Ok(response)
+        })
     }
 }
 
-/// `Export`: the request arrives as raw protobuf bytes.
-struct ExportMethod<S>(IngestContext, PhantomData<fn() -> S>);
+/// `Export`: the request arrives as raw protobuf bytes. Sets its flag once called (the
+/// message was read whole).
+struct ExportMethod<S>(IngestContext, Arc<AtomicBool>, PhantomData<fn() -> S>);
 
 impl<S: Signal> UnaryService<Bytes> for ExportMethod<S> {
     type Response = S::Response;
@@ -129,6 +252,7 @@ impl<S: Signal> UnaryService<Bytes> for ExportMethod<S> {
 
     fn call(&mut self, request: Request<Bytes>) -> Self::Future {
         let ctx = self.0.clone();
+        self.1.store(true, Ordering::Relaxed);
         Box::pin(async move {
             let authorization = request
                 .metadata()

@@ -359,3 +359,118 @@ except urllib.error.HTTPError as e:
         );
     }
 }
+
+/// A gRPC export over the limit, as sent or once inflated, is INVALID_ARGUMENT (which
+/// exporters do not retry), not OUT_OF_RANGE or RESOURCE_EXHAUSTED (which they do,
+/// forever); two authorization entries are refused.
+#[test]
+fn an_oversized_grpc_export_is_not_retryable() {
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+    use tonic::codec::CompressionEncoding;
+
+    let server = TestServer::start_with_config(Some("[server]\nmax_body_bytes = 100000\n"));
+    let mut big = llm_trace([6; 16], "gw", "gpt-4o", now_nanos());
+    big.resource_spans[0].scope_spans[0].spans[0]
+        .attributes
+        .push(kv("padding", &"x".repeat(300_000)));
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let mut plain = TraceServiceClient::connect(server.otlp_grpc.clone())
+                .await
+                .unwrap()
+                .max_encoding_message_size(usize::MAX);
+            let err = plain.export(big.clone()).await.unwrap_err();
+            assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
+            assert!(err.message().contains("100000"), "{err}");
+            // Small on the wire, over the limit inflated.
+            let mut gzip = TraceServiceClient::connect(server.otlp_grpc.clone())
+                .await
+                .unwrap()
+                .send_compressed(CompressionEncoding::Gzip);
+            let err = gzip.export(big).await.unwrap_err();
+            assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
+            let mut twice = tonic::Request::new(llm_trace([6; 16], "gw", "m", now_nanos()));
+            for key in [
+                "Bearer a-key-0123456789abcdef",
+                "Bearer b-key-0123456789abcdef",
+            ] {
+                twice
+                    .metadata_mut()
+                    .append("authorization", key.parse().unwrap());
+            }
+            let err = plain.export(twice).await.unwrap_err();
+            assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
+            // The server still takes a good export.
+            plain
+                .export(llm_trace([6; 16], "gw", "gpt-4o", now_nanos()))
+                .await
+                .unwrap();
+        });
+}
+
+/// Request bodies in flight share one byte budget over every port: while a client
+/// holds most of it with a half-sent body, another body that does not fit gets 429 /
+/// RESOURCE_EXHAUSTED with Retry-After, on OTLP/HTTP, the API and gRPC; once the
+/// first is gone the budget is whole again.
+#[test]
+fn bodies_in_flight_share_one_byte_budget() {
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+    use std::io::Write;
+
+    let server = TestServer::start_with_config(Some(
+        "[server]\nmax_body_bytes = 1000000\n[limits]\nmax_inflight_body_bytes = 1500000\n",
+    ));
+    let otlp = server.otlp_http.trim_start_matches("http://").to_owned();
+    let mut holder = std::net::TcpStream::connect(&otlp).unwrap();
+    holder
+        .write_all(
+            b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{\"resourceSpans\":[",
+        )
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut big = llm_trace([8; 16], "gw", "gpt-4o", now_nanos());
+    big.resource_spans[0].scope_spans[0].spans[0]
+        .attributes
+        .push(kv("padding", &"x".repeat(600_000)));
+    let resp = server.post_traces(PROTOBUF, proto(&big), &[]);
+    assert_eq!(resp.status(), 429);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    let (status, body, headers) = post_raw(
+        &format!("{}/api/v1/lineage", server.api),
+        Some("application/json"),
+        vec![b' '; 600_000],
+        &[],
+    );
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(headers["retry-after"], "1");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut client = TraceServiceClient::connect(server.otlp_grpc.clone())
+            .await
+            .unwrap();
+        let err = client.export(big.clone()).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err}");
+        assert!(err.metadata().get("retry-after").is_some(), "{err:?}");
+    });
+    // Small bodies still fit beside the held one.
+    let small = llm_trace([9; 16], "gw", "gpt-4o", now_nanos());
+    assert_eq!(
+        server.post_traces(PROTOBUF, proto(&small), &[]).status(),
+        200
+    );
+    drop(holder);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(server.post_traces(PROTOBUF, proto(&big), &[]).status(), 200);
+    runtime.block_on(async {
+        let mut client = TraceServiceClient::connect(server.otlp_grpc.clone())
+            .await
+            .unwrap();
+        client.export(big).await.unwrap();
+    });
+}
