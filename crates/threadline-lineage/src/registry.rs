@@ -160,7 +160,56 @@ pub struct InstanceSpec {
 
 /// Parses a manifest from JSON.
 pub fn parse_manifest(value: Value) -> Result<Manifest, ManifestError> {
-    serde_json::from_value(value).map_err(|e| ManifestError::Shape(e.to_string()))
+    // serde would take a struct from a positional array (`[[{"id": "m"}]]` as models):
+    // a manifest and its entries must be objects, named field by field.
+    let kind = |v: &Value| match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    };
+    let Value::Object(collections) = &value else {
+        return Err(ManifestError::Shape(format!(
+            "a manifest is an object with any of {}, not {}",
+            COLLECTIONS.join(", "),
+            kind(&value)
+        )));
+    };
+    for (collection, entries) in collections {
+        if let Value::Array(entries) = entries {
+            if let Some((i, entry)) = entries.iter().enumerate().find(|(_, e)| !e.is_object()) {
+                return Err(entry_error(
+                    format!("{collection}[{i}]"),
+                    format!(
+                        "an entry is an object with named fields, not {}",
+                        kind(entry)
+                    ),
+                ));
+            }
+        }
+    }
+    let manifest: Manifest =
+        serde_json::from_value(value).map_err(|e| ManifestError::Shape(e.to_string()))?;
+    if manifest.is_empty() {
+        return Err(ManifestError::Shape(format!(
+            "the manifest has no entries: give at least one of {}",
+            COLLECTIONS.join(", ")
+        )));
+    }
+    Ok(manifest)
+}
+
+impl Manifest {
+    /// Whether it registers nothing.
+    pub fn is_empty(&self) -> bool {
+        self.models.is_empty()
+            && self.model_versions.is_empty()
+            && self.adapters.is_empty()
+            && self.prompt_templates.is_empty()
+            && self.deployments.is_empty()
+    }
 }
 
 /// The dataset an artifact URI's files are, by OpenLineage naming: `s3://bucket/key` is
@@ -575,6 +624,24 @@ mod tests {
         );
         assert!(edge(EdgeKind::Answers)
             .contains(&"instance:inst-3 -> route:/v1/chat/completions".to_owned()));
+    }
+
+    /// A manifest that registers nothing, or registers from positional arrays, is
+    /// refused by name instead of answering 200.
+    #[test]
+    fn empty_and_positional_manifests_are_refused() {
+        for (value, needle) in [
+            (json!([]), "not an array"),
+            (json!([[{"id": "m"}]]), "not an array"),
+            (json!({}), "no entries"),
+            (json!({"models": []}), "no entries"),
+            (json!({"models": [["m"]]}), "models[0]"),
+            (json!({"models": ["m"]}), "not a string"),
+        ] {
+            let err = parse_manifest(value.clone()).unwrap_err().to_string();
+            assert!(err.contains(needle), "{value}: {err}");
+        }
+        assert!(parse_manifest(json!({"models": [{"id": "m"}]})).is_ok());
     }
 
     #[test]

@@ -93,6 +93,7 @@ async fn register(
 /// `prompt_templates`, `deployments`).
 async fn register_manifest(
     State(state): State<AssetsState>,
+    _: crate::params::NoQuery,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
@@ -113,6 +114,7 @@ fn check_collection(collection: &str) -> Result<(), ApiError> {
 /// `PUT /api/v1/assets/{collection}/{id}`: one entry; its `id` may be left out.
 async fn register_one(
     State(state): State<AssetsState>,
+    _: crate::params::NoQuery,
     headers: HeaderMap,
     Path((collection, id)): Path<(String, String)>,
     body: Bytes,
@@ -145,6 +147,7 @@ fn asset_json(node: &threadline_model::LineageNode) -> Value {
 
 async fn list_assets(
     State(state): State<AssetsState>,
+    _: crate::params::NoQuery,
     headers: HeaderMap,
     Path(collection): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
@@ -165,6 +168,7 @@ async fn list_assets(
 
 async fn get_asset(
     State(state): State<AssetsState>,
+    _: crate::params::NoQuery,
     headers: HeaderMap,
     Path((collection, id)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {

@@ -53,6 +53,7 @@ fn subject(body: &Value) -> Result<ErasureSubject, ApiError> {
 
 async fn erase(
     State(state): State<ErasureState>,
+    _: crate::params::NoQuery,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
@@ -114,6 +115,7 @@ async fn erase(
 
 async fn audit_log(
     State(state): State<ErasureState>,
+    _: crate::params::NoQuery,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let tenant = state.auth.tenant_of(&headers)?;

@@ -38,6 +38,7 @@ fn render(health: &NodeHealth) -> Value {
 
 async fn node_health(
     State(state): State<HealthState>,
+    _: crate::params::NoQuery,
     headers: HeaderMap,
     Path(node): Path<String>,
 ) -> Result<Json<Value>, ApiError> {

@@ -104,6 +104,7 @@ async fn list(
 
 async fn one(
     State(state): State<IncidentsState>,
+    _: crate::params::NoQuery,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {

@@ -22,6 +22,7 @@ use crate::jaeger_model as model;
 use crate::jaeger_params::{
     epoch_to_nanos, parse_jaeger_trace_id, parse_v1_search, parse_v3_search,
 };
+use crate::params::only;
 
 #[derive(Clone)]
 pub(crate) struct JaegerState {
@@ -103,7 +104,12 @@ fn v3<T>(r: Result<T, ApiError>) -> Result<T, JaegerError> {
 /// Most traces a dependency graph is drawn from.
 const DEPENDENCY_TRACES: usize = 5000;
 
-async fn v1_services(State(st): State<JaegerState>, headers: HeaderMap) -> V1 {
+async fn v1_services(
+    State(st): State<JaegerState>,
+    headers: HeaderMap,
+    Query(params): Query<Vec<(String, String)>>,
+) -> V1 {
+    v1(only(&params, &[]))?;
     let tenant = v1(st.auth.tenant_of(&headers))?;
     let store = st.store.clone();
     let names: Vec<String> = v1(blocking(move || Ok(store.services(&tenant)?)).await)?
@@ -138,7 +144,9 @@ async fn v1_service_operations(
     State(st): State<JaegerState>,
     headers: HeaderMap,
     Path(service): Path<String>,
+    Query(params): Query<Vec<(String, String)>>,
 ) -> V1 {
+    v1(only(&params, &[]))?;
     let tenant = v1(st.auth.tenant_of(&headers))?;
     let mut names: Vec<String> = v1(operations_of(&st, tenant, Some(service), None).await)?
         .into_iter()
@@ -162,6 +170,7 @@ async fn v1_operations(
     headers: HeaderMap,
     Query(params): Query<Vec<(String, String)>>,
 ) -> V1 {
+    v1(only(&params, &["service", "spanKind"]))?;
     let tenant = v1(st.auth.tenant_of(&headers))?;
     let service = param(&params, &["service"]).map(str::to_owned);
     let kind = param(&params, &["spanKind"]).map(str::to_owned);
@@ -189,23 +198,38 @@ async fn v1_find_traces(
 ) -> Result<Response, JaegerError> {
     let tenant = v1(st.auth.tenant_of(&headers))?;
     let query = v1(parse_v1_search(&params))?;
-    let store = st.store.clone();
-    let search_tenant = tenant.clone();
-    let page = v1(blocking(move || Ok(store.search(&search_tenant, &query)?)).await)?;
+    // `traceID=A&traceID=B` asks for exactly those traces (Jaeger's UI compares traces
+    // this way); the search filters do not apply then.
+    let mut trace_ids = Vec::new();
+    for (_, raw) in params
+        .iter()
+        .filter(|(k, v)| k == "traceID" && !v.is_empty())
+    {
+        let id = v1(parse_jaeger_trace_id(raw))?;
+        if !trace_ids.contains(&id) {
+            trace_ids.push(id);
+        }
+    }
+    if trace_ids.is_empty() {
+        let store = st.store.clone();
+        let search_tenant = tenant.clone();
+        let page = v1(blocking(move || Ok(store.search(&search_tenant, &query)?)).await)?;
+        trace_ids = page.traces.iter().map(|t| t.trace_id).collect();
+    }
     let (store, prices) = (st.store.clone(), Arc::clone(&st.prices));
     // Each trace is written span by span, opened when its turn comes.
     Ok(
         crate::trace_stream::streamed("Jaeger search response", move |out| {
             out.write(br#"{"data":["#)?;
             let mut written = 0usize;
-            for summary in &page.traces {
-                let Some((spans, reader)) = store.open_trace(&tenant, summary.trace_id)? else {
+            for trace_id in trace_ids {
+                let Some((spans, reader)) = store.open_trace(&tenant, trace_id)? else {
                     continue;
                 };
                 if written > 0 {
                     out.write(b",")?;
                 }
-                write_v1_trace(out, summary.trace_id, &spans, reader, &prices)?;
+                write_v1_trace(out, trace_id, &spans, reader, &prices)?;
                 written += 1;
             }
             out.write(
@@ -246,6 +270,7 @@ async fn v1_get_trace(
     Path(raw): Path<String>,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Response, JaegerError> {
+    v1(only(&params, &["start", "end"]))?;
     let tenant = v1(st.auth.tenant_of(&headers))?;
     // `start` / `end` (µs or ms) narrow Jaeger's own lookup; the trace is found by id.
     for (k, v) in &params {
@@ -273,6 +298,7 @@ async fn v1_dependencies(
     headers: HeaderMap,
     Query(params): Query<Vec<(String, String)>>,
 ) -> V1 {
+    v1(only(&params, &["endTs", "lookback"]))?;
     let tenant = v1(st.auth.tenant_of(&headers))?;
     let now_ms = (crate::query_api::now_ns() / 1_000_000) as u64;
     let mut end_ms = now_ms;
@@ -320,7 +346,9 @@ async fn v1_dependencies(
 async fn v3_services(
     State(st): State<JaegerState>,
     headers: HeaderMap,
+    Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Json<Value>, JaegerError> {
+    v3(only(&params, &[]))?;
     let tenant = v3(st.auth.tenant_of(&headers))?;
     let store = st.store.clone();
     let names: Vec<String> = v3(blocking(move || Ok(store.services(&tenant)?)).await)?
@@ -335,6 +363,7 @@ async fn v3_operations(
     headers: HeaderMap,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Json<Value>, JaegerError> {
+    v3(only(&params, &["service", "span_kind", "spanKind"]))?;
     let tenant = v3(st.auth.tenant_of(&headers))?;
     let service = param(&params, &["service"]).map(str::to_owned);
     let kind = param(&params, &["span_kind", "spanKind"]).map(str::to_owned);
@@ -431,7 +460,31 @@ async fn v3_get_trace(
     State(st): State<JaegerState>,
     headers: HeaderMap,
     Path(raw): Path<String>,
+    Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Response, JaegerError> {
+    // Jaeger's GetTrace parameters: the time bounds narrow its own lookup (checked,
+    // then not needed: the trace is found by id).
+    v3(only(
+        &params,
+        &[
+            "start_time",
+            "end_time",
+            "raw_traces",
+            "startTime",
+            "endTime",
+            "rawTraces",
+        ],
+    ))?;
+    for (k, v) in &params {
+        if matches!(
+            k.as_str(),
+            "start_time" | "end_time" | "startTime" | "endTime"
+        ) {
+            v3(crate::query_api::rfc3339_nanos(v).map_err(|e| {
+                ApiError::BadRequest(format!("{k} {v:?} is not an RFC 3339 time: {e}"))
+            }))?;
+        }
+    }
     let tenant = v3(st.auth.tenant_of(&headers))?;
     let trace_id = v3(parse_jaeger_trace_id(&raw))?;
     let (spans, reader) =

@@ -164,6 +164,9 @@ pub(crate) fn parse_v1_search(params: &[(String, String)]) -> Result<TraceQuery,
     if let (None, Some(back)) = (q.start_from_unix_nano, lookback) {
         q.start_from_unix_nano = Some((crate::query_api::now_ns() as u64).saturating_sub(back));
     }
+    if let Some(problem) = q.problem() {
+        return Err(ApiError::BadRequest(problem));
+    }
     Ok(q)
 }
 
@@ -214,6 +217,9 @@ pub(crate) fn parse_v3_search(params: &[(String, String)]) -> Result<TraceQuery,
                 None => return Err(ApiError::BadRequest(format!("unknown parameter {k:?}"))),
             },
         }
+    }
+    if let Some(problem) = q.problem() {
+        return Err(ApiError::BadRequest(problem));
     }
     Ok(q)
 }

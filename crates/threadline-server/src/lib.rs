@@ -25,6 +25,7 @@ mod marquez;
 mod metrics_api;
 mod otlp_grpc;
 mod otlp_http;
+mod params;
 mod prometheus;
 mod prov_api;
 mod query_api;

@@ -49,6 +49,7 @@ const INLINE_PARSE_MAX_BYTES: usize = 16 * 1024;
 /// `{"status": "stored" | "duplicate", "warnings": [...]}`.
 async fn ingest_event(
     State(state): State<LineageState>,
+    _: crate::params::NoQuery,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
@@ -250,6 +251,7 @@ async fn marquez_lineage(
 /// `GET /api/v1/traces/{trace_id}/lineage`: the chain behind one request.
 async fn trace_chain(
     State(state): State<LineageState>,
+    _: crate::params::NoQuery,
     headers: HeaderMap,
     Path(raw_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {

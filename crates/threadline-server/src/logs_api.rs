@@ -125,6 +125,7 @@ async fn search_logs(
 
 async fn trace_logs(
     State(state): State<QueryState>,
+    _: crate::params::NoQuery,
     headers: HeaderMap,
     Path(raw_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {

@@ -303,6 +303,7 @@ impl Collector for BoundInstances {
 
 async fn scrape(
     State(state): State<PrometheusState>,
+    _: crate::params::NoQuery,
     headers: HeaderMap,
 ) -> Result<impl IntoResponse, ApiError> {
     let tenant = state.auth.tenant_of(&headers)?;

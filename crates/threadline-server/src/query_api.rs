@@ -42,6 +42,7 @@ pub(crate) fn router(state: QueryState) -> Router {
 
 async fn get_trace(
     State(state): State<QueryState>,
+    _: crate::params::NoQuery,
     headers: HeaderMap,
     Path(raw_id): Path<String>,
 ) -> Result<axum::response::Response, ApiError> {
@@ -59,6 +60,7 @@ async fn get_trace(
 /// Every span of a trace in compact columns (see `trace_view`), or 404.
 async fn get_skeleton(
     State(state): State<QueryState>,
+    _: crate::params::NoQuery,
     headers: HeaderMap,
     Path(raw_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
@@ -80,6 +82,7 @@ async fn get_skeleton(
 /// One span whole, with its logs and conversation, or 404.
 async fn get_span(
     State(state): State<QueryState>,
+    _: crate::params::NoQuery,
     headers: HeaderMap,
     Path((raw_trace, raw_span)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
@@ -110,6 +113,7 @@ const SESSION_MAX_TRACES: usize = 5000;
 /// The traces of one conversation (session id), oldest first, with totals.
 async fn get_session(
     State(state): State<QueryState>,
+    _: crate::params::NoQuery,
     headers: HeaderMap,
     Path(session_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
@@ -181,6 +185,7 @@ async fn search_traces(
 
 async fn list_services(
     State(state): State<QueryState>,
+    _: crate::params::NoQuery,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let tenant = state.auth.tenant_of(&headers)?;
@@ -192,7 +197,10 @@ async fn list_services(
 }
 
 /// Liveness and store health; carries no tenant data, so it needs no key.
-async fn health(State(state): State<QueryState>) -> Result<Json<Value>, ApiError> {
+async fn health(
+    State(state): State<QueryState>,
+    _: crate::params::NoQuery,
+) -> Result<Json<Value>, ApiError> {
     let store = state.store.clone();
     let (store_ok, text_backlog) =
         blocking(move || Ok((store.ping().is_ok(), store.text_index_backlog().ok()))).await?;
@@ -269,6 +277,9 @@ fn parse_search(params: &[(String, String)]) -> Result<TraceQuery, ApiError> {
                 "min_duration ({a} ns) is greater than max_duration ({b} ns)"
             )));
         }
+    }
+    if let Some(problem) = q.problem() {
+        return Err(bad(problem));
     }
     Ok(q)
 }

@@ -474,3 +474,77 @@ fn bodies_in_flight_share_one_byte_budget() {
         client.export(big).await.unwrap();
     });
 }
+
+/// Query parameters: unknown ones are refused on every endpoint, too many attribute
+/// filters are a 400 naming the limit (not the database's 500), and Jaeger's
+/// `traceID=A&traceID=B` returns exactly those traces. A manifest that registers
+/// nothing, or registers from positional arrays, is refused.
+#[test]
+fn queries_are_checked_the_same_way_everywhere() {
+    let server = TestServer::start();
+    let now = now_nanos();
+    for (i, id) in [[0x11u8; 16], [0x12; 16], [0x13; 16]].iter().enumerate() {
+        let request = llm_trace(*id, "gw", "gpt-4o", now + i as u64);
+        assert_eq!(
+            server.post_traces(PROTOBUF, proto(&request), &[]).status(),
+            200
+        );
+    }
+    let trace = hex(&[0x11; 16]);
+    for path in [
+        "/api/v1/services?limit=5".to_owned(),
+        "/api/v1/health?verbose=1".to_owned(),
+        format!("/api/v1/traces/{trace}?span=x"),
+        format!("/api/v1/traces/{trace}/skeleton?x=1"),
+        format!("/api/v1/traces/{trace}/logs?q=a"),
+        "/api/v1/erasures?user=1".to_owned(),
+        "/api/v1/traces?sevice=gw".to_owned(),
+        "/jaeger/api/services?x=1".to_owned(),
+        "/jaeger/api/dependencies?endTs=1&bogus=2".to_owned(),
+        format!("/jaeger/api/v3/traces/{trace}?bogus=1"),
+    ] {
+        let resp = client()
+            .get(format!("{}{path}", server.api))
+            .send()
+            .unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.text().unwrap();
+        assert_eq!(status, 400, "{path}: {text}");
+        assert!(text.contains("unknown"), "{path}: {text}");
+    }
+    let many: String = (0..1000).map(|i| format!("&attr.k{i}=v")).collect();
+    let (status, body) = server.get(&format!("/api/v1/traces?service=gw{many}"), None);
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("at most 64"),
+        "{body}"
+    );
+
+    let (status, body) = server.get(
+        &format!(
+            "/jaeger/api/traces?traceID={}&traceID={}",
+            hex(&[0x11; 16]),
+            hex(&[0x13; 16])
+        ),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    let mut ids: Vec<&str> = body["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["traceID"].as_str().unwrap())
+        .collect();
+    ids.sort();
+    assert_eq!(ids, [hex(&[0x11; 16]), hex(&[0x13; 16])]);
+
+    for manifest in ["[]", "[[{\"id\":\"m\"}]]", "{}", "{\"models\":[[\"m\"]]}"] {
+        let resp = client()
+            .put(format!("{}/api/v1/assets", server.api))
+            .header("content-type", "application/json")
+            .body(manifest)
+            .send()
+            .unwrap();
+        assert_eq!(resp.status(), 400, "{manifest}");
+    }
+}

@@ -58,6 +58,23 @@ pub struct TraceQuery {
     pub cursor: Option<TraceCursor>,
 }
 
+impl TraceQuery {
+    /// Attribute filters one search may carry: each is a condition on every block
+    /// and span read, and the database bounds a statement's arguments.
+    pub const MAX_ATTRIBUTE_FILTERS: usize = 64;
+
+    /// Why this query cannot run as asked, if it cannot.
+    pub fn problem(&self) -> Option<String> {
+        (self.attributes.len() > Self::MAX_ATTRIBUTE_FILTERS).then(|| {
+            format!(
+                "{} attribute filters given: a search takes at most {}",
+                self.attributes.len(),
+                Self::MAX_ATTRIBUTE_FILTERS
+            )
+        })
+    }
+}
+
 /// How a service or model filter matches stored names.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum NameMatch {
