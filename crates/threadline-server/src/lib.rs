@@ -43,7 +43,7 @@ use threadline_store::{SqliteConfig, SqliteStore, StoreError};
 use tokio::net::TcpListener;
 
 pub use config::{
-    AlertFormat, AlertsConfig, ConfigError, ConfigOverrides, ServerConfig, TenantKeys,
+    AlertFormat, AlertsConfig, ConfigError, ConfigOverrides, OperatorKeys, ServerConfig, TenantKeys,
 };
 pub use error::ApiError;
 
@@ -121,7 +121,10 @@ pub async fn serve_reporting(
     };
     let store = SqliteStore::open(&config.data_dir, store_config)?;
     tracing::info!(data_dir = %config.data_dir.display(), auth = config.auth_required(), "store opened");
-    let auth = Arc::new(auth::Authenticator::new(&config.tenants));
+    let auth = Arc::new(auth::Authenticator::new(
+        &config.tenants,
+        &config.operator_keys.0,
+    ));
     let stats = Arc::new(ingest::IngestStats::default());
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let ctx = ingest::IngestContext {

@@ -5,7 +5,9 @@
 //! bound to each image, model / adapter and route in the lineage graph.
 //!
 //! LLM metrics are kept per tenant and a scrape shows only the scraper's tenant (the
-//! API key decides, as everywhere); internals are server-wide.
+//! API key decides, as everywhere). Internals are server-wide — every tenant's volume
+//! over time — so a scrape shows them only with an operator key (which sees no
+//! tenant's series) or on a server without tenant keys.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -27,7 +29,7 @@ use threadline_analysis::{Dimension, Level, Observed};
 use threadline_model::{SpanRecord, TenantId};
 use threadline_store::SqliteStore;
 
-use crate::auth::Authenticator;
+use crate::auth::{Authenticator, Caller};
 use crate::error::ApiError;
 use crate::ingest::IngestStats;
 
@@ -306,15 +308,43 @@ async fn scrape(
     _: crate::params::NoQuery,
     headers: HeaderMap,
 ) -> Result<impl IntoResponse, ApiError> {
-    let tenant = state.auth.tenant_of(&headers)?;
-    let store = state.store.clone();
-    let bound = {
-        let tenant = tenant.clone();
-        crate::error::blocking(move || Ok(store.bound_instances(&tenant)?)).await?
+    let (tenant, internals) = match state.auth.caller_of(&headers)? {
+        Caller::Operator => (None, true),
+        Caller::Tenant(tenant) => (Some(tenant), !state.auth.required()),
+        Caller::Anonymous => return Err(crate::auth::AuthError::Missing.into()),
     };
+    let mut registry = Registry::default();
+    if internals {
+        registry.register_collector(Box::new(internals_now(&state)));
+    }
+    if let Some(tenant) = &tenant {
+        let store = state.store.clone();
+        let tenant = tenant.clone();
+        let bound = crate::error::blocking(move || Ok(store.bound_instances(&tenant)?)).await?;
+        registry.register_collector(Box::new(BoundInstances(bound)));
+    }
+    let mut body = String::new();
+    let encoded = prometheus_client::encoding::text::encode_registry(&mut body, &registry)
+        .and_then(|()| match tenant.and_then(|t| state.llm.of(&t)) {
+            Some(f) => prometheus_client::encoding::text::encode_registry(&mut body, &f.registry),
+            None => Ok(()),
+        })
+        .and_then(|()| prometheus_client::encoding::text::encode_eof(&mut body));
+    encoded.map_err(|e| ApiError::Internal(format!("cannot encode metrics: {e}")))?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        to_text_format(&body),
+    ))
+}
+
+/// The server's internals as they are now.
+fn internals_now(state: &PrometheusState) -> Internals {
     let writer = state.store.writer_stats();
     let s = &state.stats;
-    let internals = Internals {
+    Internals {
         values: vec![
             (
                 "threadline_spans_ingested",
@@ -352,25 +382,7 @@ async fn scrape(
                 Value::CounterF(writer.commit_nanos_total as f64 / 1e9),
             ),
         ],
-    };
-    let mut registry = Registry::default();
-    registry.register_collector(Box::new(internals));
-    registry.register_collector(Box::new(BoundInstances(bound)));
-    let mut body = String::new();
-    let encoded = prometheus_client::encoding::text::encode_registry(&mut body, &registry)
-        .and_then(|()| match state.llm.of(&tenant) {
-            Some(f) => prometheus_client::encoding::text::encode_registry(&mut body, &f.registry),
-            None => Ok(()),
-        })
-        .and_then(|()| prometheus_client::encoding::text::encode_eof(&mut body));
-    encoded.map_err(|e| ApiError::Internal(format!("cannot encode metrics: {e}")))?;
-    Ok((
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        to_text_format(&body),
-    ))
+    }
 }
 
 /// OpenMetrics (what the encoder writes) → the Prometheus text format 0.0.4 that every

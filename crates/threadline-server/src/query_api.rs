@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use threadline_analysis::PriceTable;
 use threadline_store::{SqliteStore, TraceCursor, TraceQuery};
 
-use crate::auth::Authenticator;
+use crate::auth::{Authenticator, Caller};
 use crate::error::{blocking, ApiError};
 use crate::ingest::IngestStats;
 use crate::{dto, trace_view};
@@ -197,30 +197,46 @@ async fn list_services(
 }
 
 /// Liveness and store health; carries no tenant data, so it needs no key.
+/// Liveness for anyone; the server-wide counters (write queue, commits, ingest
+/// totals: every tenant's volume) only for an operator key or on a server without
+/// tenant keys. A tenant's key learns its tenant's name.
 async fn health(
     State(state): State<QueryState>,
     _: crate::params::NoQuery,
+    headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
+    let caller = state.auth.caller_of(&headers)?;
     let store = state.store.clone();
     let (store_ok, text_backlog) =
         blocking(move || Ok((store.ping().is_ok(), store.text_index_backlog().ok()))).await?;
-    let writer = state.store.writer_stats();
-    Ok(Json(json!({
+    let mut body = json!({
         "status": if store_ok { "ok" } else { "degraded" },
         "auth_required": state.auth.required(),
         "version": env!("CARGO_PKG_VERSION"),
-        "store": { "ok": store_ok, "queued_batches": writer.queued_batches, "spans_committed": writer.spans_committed,
+    });
+    let server_wide = match &caller {
+        Caller::Operator => true,
+        Caller::Tenant(tenant) => {
+            body["tenant"] = json!(tenant.as_str());
+            !state.auth.required()
+        }
+        Caller::Anonymous => false,
+    };
+    if server_wide {
+        let writer = state.store.writer_stats();
+        body["store"] = json!({ "ok": store_ok, "queued_batches": writer.queued_batches, "spans_committed": writer.spans_committed,
             "commits": writer.commits,
             "commit_seconds_total": writer.commit_nanos_total as f64 / 1e9,
-            "text_index_backlog_blocks": text_backlog },
-        "ingest": {
+            "text_index_backlog_blocks": text_backlog });
+        body["ingest"] = json!({
             "spans_accepted": state.stats.spans_accepted.load(Ordering::Relaxed),
             "spans_rejected": state.stats.spans_rejected.load(Ordering::Relaxed),
             "logs_accepted": state.stats.logs_accepted.load(Ordering::Relaxed),
             "logs_rejected": state.stats.logs_rejected.load(Ordering::Relaxed),
             "requests_throttled": state.stats.requests_throttled.load(Ordering::Relaxed),
-        },
-    })))
+        });
+    }
+    Ok(Json(body))
 }
 
 const DEFAULT_LIMIT: usize = 20;

@@ -22,6 +22,8 @@ pub struct ServerConfig {
     /// Export requests waiting for the store writer before new ones get 429.
     pub max_queued_batches: usize,
     pub tenants: Vec<TenantKeys>,
+    /// Keys that read server-wide figures (`[operator] api_keys`), never a tenant's data.
+    pub operator_keys: OperatorKeys,
     pub allow_unauthenticated: bool,
     /// Host names the HTTP ports answer to besides IP addresses and localhost
     /// (`[server] allowed_hosts`; `"*"` for any), lower case.
@@ -77,6 +79,17 @@ pub struct TenantKeys {
     pub api_keys: Vec<String>,
 }
 
+/// The operator's API keys.
+#[derive(Clone, Default)]
+pub struct OperatorKeys(pub Vec<String>);
+
+impl std::fmt::Debug for OperatorKeys {
+    // API keys never reach a log line, not even through `{:?}`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "[{} redacted]", self.0.len())
+    }
+}
+
 impl std::fmt::Debug for TenantKeys {
     // API keys never reach a log line, not even through `{:?}`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -100,6 +113,7 @@ impl Default for ServerConfig {
             max_body_bytes: 64 * 1024 * 1024,
             max_queued_batches: 1024,
             tenants: Vec::new(),
+            operator_keys: OperatorKeys::default(),
             allow_unauthenticated: false,
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
@@ -122,6 +136,8 @@ struct FileConfig {
     server: FileServer,
     #[serde(default)]
     tenants: Vec<FileTenant>,
+    #[serde(default)]
+    operator: FileOperator,
     detector: Option<threadline_analysis::DetectorConfig>,
     alerts: Option<FileAlerts>,
     drift: Option<threadline_analysis::DriftConfig>,
@@ -233,6 +249,14 @@ struct FileServer {
     allowed_origins: Vec<String>,
     impact_policy: Option<PathBuf>,
     rca_rules: Option<PathBuf>,
+}
+
+/// `[operator]`: keys for server-wide figures.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileOperator {
+    #[serde(default)]
+    api_keys: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -353,6 +377,14 @@ impl ServerConfig {
                 Err(e) => problems.push(e.to_string()),
             }
         }
+        for key in &parsed.operator.api_keys {
+            if key.len() < 16 {
+                problems.push("an operator API key is shorter than 16 characters".to_owned());
+            }
+            if !seen_keys.insert(key.clone()) {
+                problems.push("an operator API key is also used by another entry".to_owned());
+            }
+        }
         let impact_policy = match &parsed.server.impact_policy {
             None => defaults.impact_policy.clone(),
             Some(path) => match std::fs::read_to_string(path) {
@@ -445,6 +477,7 @@ impl ServerConfig {
                 .max_queued_batches
                 .unwrap_or(defaults.max_queued_batches),
             tenants,
+            operator_keys: OperatorKeys(parsed.operator.api_keys),
             allow_unauthenticated: overrides.allow_unauthenticated
                 || parsed.server.allow_unauthenticated.unwrap_or(false),
             allowed_hosts: parsed
