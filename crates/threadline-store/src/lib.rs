@@ -10,6 +10,7 @@ mod block_values;
 mod bloom;
 mod checkpoint;
 mod codec;
+mod dir_lock;
 mod erase;
 mod erase_copies;
 mod graph;
@@ -81,6 +82,8 @@ pub enum StoreError {
         found: i64,
         supported: i64,
     },
+    #[error("data directory {dir} is in use by {holder}: stop it, or give this one another data directory")]
+    Locked { dir: PathBuf, holder: String },
     #[error("write queue is full ({queued_batches} batches, {queued_bytes} bytes queued)")]
     QueueFull {
         queued_batches: usize,
@@ -138,6 +141,8 @@ pub struct SqliteStore {
 
 struct Inner {
     path: PathBuf,
+    /// This process's hold on the data directory.
+    _lock: dir_lock::DirLock,
     writer: writer::WriterHandle,
     readers: Mutex<Vec<Connection>>,
     /// The trace-id runs' filters the readers have read.
@@ -153,6 +158,7 @@ impl SqliteStore {
             path: data_dir.to_owned(),
             source,
         })?;
+        let lock = dir_lock::DirLock::acquire(data_dir)?;
         let path = data_dir.join(DB_FILE_NAME);
         let mut conn = schema::open_connection(&path)?;
         schema::migrate(&mut conn, &path)?;
@@ -173,6 +179,7 @@ impl SqliteStore {
             writer::WriterHandle::spawn(conn, path.clone(), config, checkpoints, text_feed)?;
         let inner = Arc::new(Inner {
             path,
+            _lock: lock,
             writer,
             readers: Mutex::new(Vec::new()),
             run_filters: Default::default(),

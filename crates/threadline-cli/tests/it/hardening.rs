@@ -615,3 +615,34 @@ fn tenants_see_only_their_own_numbers() {
         "{body}"
     );
 }
+
+/// A second `serve` on a data directory in use refuses to start and names the process
+/// that holds it; once that one is gone (even by SIGKILL), the directory is free.
+#[test]
+fn a_second_server_on_the_same_data_directory_refuses_to_start() {
+    let mut server = TestServer::start();
+    let second = std::process::Command::new(BIN)
+        .args([
+            "serve",
+            "--http",
+            "127.0.0.1:0",
+            "--otlp-http",
+            "127.0.0.1:0",
+            "--otlp-grpc",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
+        .arg(&server.data_dir)
+        .output()
+        .expect("run a second serve");
+    assert!(!second.status.success());
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        stderr.contains(&format!("in use by process {}", server.pid())) && stderr.contains("serve"),
+        "{stderr}"
+    );
+    // The first one is untouched, and after a crash the directory opens again.
+    assert_eq!(server.get("/api/v1/services", None).0, 200);
+    server.restart();
+    assert_eq!(server.get("/api/v1/services", None).0, 200);
+}
