@@ -99,10 +99,18 @@ impl PriceTable {
     /// USD for `input` and `output` tokens of `model` (0 for an unpriced model).
     pub fn cost_usd(&self, model: &str, input_tokens: i64, output_tokens: i64) -> f64 {
         self.price_of(model).map_or(0.0, |p| {
+            // `+ 0.0` turns a -0.0 (a price written as -0.0) into 0.0.
             (input_tokens.max(0) as f64 * p.input_per_million
                 + output_tokens.max(0) as f64 * p.output_per_million)
                 / 1e6
+                + 0.0
         })
+    }
+
+    /// The total of several costs: 0.0 for none (`Iterator::sum` of no `f64` is -0.0,
+    /// which JSON shows as `-0.0`).
+    pub fn total_usd(costs: impl IntoIterator<Item = f64>) -> f64 {
+        costs.into_iter().fold(0.0, |total, c| total + c)
     }
 
     /// Checks every entry (for config loading): prices finite and not negative.
@@ -158,6 +166,21 @@ fn glob_matches(glob: &str, text: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    /// No cost is ever -0.0: not a total of nothing, not a price written as -0.0.
+    #[test]
+    fn costs_are_never_negative_zero() {
+        let none = super::PriceTable::total_usd(std::iter::empty());
+        assert!(none == 0.0 && none.is_sign_positive());
+        let table = super::PriceTable::with_overrides(vec![super::ModelPrice {
+            model: "free/*".into(),
+            input_per_million: -0.0,
+            output_per_million: -0.0,
+        }]);
+        let c = table.cost_usd("free/m", 1000, 1000);
+        assert!(c == 0.0 && c.is_sign_positive());
+        assert_eq!(serde_json::json!(none).to_string(), "0.0");
+    }
+
     use super::*;
 
     #[test]

@@ -3,6 +3,7 @@
 
 use std::io::Read;
 
+use crate::lenient::Undecodable;
 use crate::otlp_json::parse_otlp_json_as;
 use crate::ExportRequest;
 
@@ -116,21 +117,37 @@ pub fn decode_body<'a>(
     Ok(bytes)
 }
 
-/// Decompresses (if asked) and decodes one OTLP/HTTP export body (traces or logs).
+/// Decompresses (if asked) and decodes one OTLP/HTTP export body (traces or logs),
+/// with the records that could not be decoded (protobuf only: see `decode_protobuf`).
 pub fn decode_export_request<R: ExportRequest>(
     kind: ContentKind,
     content_encoding: Option<&str>,
     body: &[u8],
     limits: BodyLimits,
     budget: &mut dyn InflateBudget,
-) -> Result<R, DecodeError> {
+) -> Result<(R, Undecodable), DecodeError> {
     let bytes = decode_body(content_encoding, body, limits, budget)?;
     let bytes: &[u8] = &bytes;
     match kind {
-        ContentKind::Protobuf => R::decode(bytes).map_err(|e| {
-            DecodeError::Malformed(format!("protobuf body is not a valid {}: {e}", R::NAME))
-        }),
-        ContentKind::Json => parse_otlp_json_as::<R>(bytes).map_err(DecodeError::Malformed),
+        ContentKind::Protobuf => decode_protobuf(bytes),
+        ContentKind::Json => parse_otlp_json_as::<R>(bytes)
+            .map(|r| (r, Undecodable::default()))
+            .map_err(DecodeError::Malformed),
+    }
+}
+
+/// A protobuf export request; when it does not decode whole, record by record (a span
+/// with a string that is not UTF-8 is refused alone, its batch kept).
+pub fn decode_protobuf<R: ExportRequest>(bytes: &[u8]) -> Result<(R, Undecodable), DecodeError> {
+    match R::decode(bytes) {
+        Ok(request) => Ok((request, Undecodable::default())),
+        Err(whole) => match crate::lenient::decode_record_wise::<R>(bytes) {
+            Ok((request, refused)) if refused.records > 0 => Ok((request, refused)),
+            _ => Err(DecodeError::Malformed(format!(
+                "protobuf body is not a valid {}: {whole}",
+                R::NAME
+            ))),
+        },
     }
 }
 

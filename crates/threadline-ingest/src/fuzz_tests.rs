@@ -81,7 +81,9 @@ fn exercise(kind: ContentKind, body: &[u8]) {
     let limits = BodyLimits {
         max_body_bytes: 1 << 20,
     };
-    if let Ok(request) = decode_export_request(kind, None, body, limits, &mut crate::Unbudgeted) {
+    if let Ok((request, _)) =
+        decode_export_request(kind, None, body, limits, &mut crate::Unbudgeted)
+    {
         let batch = convert_request(request, &crate::TimeBounds::storable());
         let _ = batch.error_message();
     }

@@ -8,18 +8,20 @@ mod convert;
 mod export;
 #[cfg(test)]
 mod fuzz_tests;
+mod lenient;
 mod logs;
 mod normalize;
 mod otlp_json;
 mod time_bounds;
 
 pub use body::{
-    decode_body, decode_export_request, BodyLimits, ContentKind, DecodeError, InflateBudget,
-    RpcStatus, Unbudgeted,
+    decode_body, decode_export_request, decode_protobuf, BodyLimits, ContentKind, DecodeError,
+    InflateBudget, RpcStatus, Unbudgeted,
 };
 pub use conversation::{conversation, with_log_events, Conversation, Message, ToolCall};
 pub use convert::{convert_request, ConvertedBatch};
 pub use export::{any_value, key_values, to_resource_spans};
+pub use lenient::{RecordWise, Undecodable};
 pub use logs::{convert_logs_request, ConvertedLogs};
 pub use normalize::llm_view;
 pub use otlp_json::parse_otlp_json;
@@ -34,7 +36,9 @@ pub use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 
 /// An OTLP export request this crate decodes.
-pub trait ExportRequest: prost::Message + Default + serde::de::DeserializeOwned {
+pub trait ExportRequest:
+    prost::Message + Default + serde::de::DeserializeOwned + RecordWise
+{
     /// The message's name, for errors.
     const NAME: &'static str;
     /// Its top-level field in OTLP/JSON.

@@ -18,6 +18,16 @@ pub struct ConvertedLogs {
 }
 
 impl ConvertedLogs {
+    /// Counts the records refused before conversion (they did not decode), their
+    /// reasons first.
+    pub fn add_undecodable(&mut self, refused: crate::Undecodable) {
+        self.rejected += refused.records;
+        let mut errors = refused.errors;
+        errors.append(&mut self.errors);
+        errors.truncate(MAX_REPORTED_ERRORS);
+        self.errors = errors;
+    }
+
     /// The `partial_success.error_message`, empty when nothing was refused.
     pub fn error_message(&self) -> String {
         rejection_message(self.rejected, "log record(s)", &self.errors)

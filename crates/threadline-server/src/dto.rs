@@ -135,10 +135,11 @@ pub(crate) fn span(s: &SpanRecord, self_time_nanos: u64, prices: &PriceTable) ->
 
 /// USD of a trace summary's tokens.
 pub(crate) fn summary_cost(t: &TraceSummary, prices: &PriceTable) -> f64 {
-    t.usage
-        .iter()
-        .map(|u| prices.cost_usd(&u.model, u.input_tokens, u.output_tokens))
-        .sum()
+    PriceTable::total_usd(
+        t.usage
+            .iter()
+            .map(|u| prices.cost_usd(&u.model, u.input_tokens, u.output_tokens)),
+    )
 }
 
 pub(crate) fn trace_summary(t: &TraceSummary, prices: &PriceTable) -> Value {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use threadline_ingest::{
     convert_logs_request, convert_request, ExportLogsPartialSuccess, ExportLogsServiceRequest,
     ExportLogsServiceResponse, ExportRequest, ExportTracePartialSuccess, ExportTraceServiceRequest,
-    ExportTraceServiceResponse, TimeBounds,
+    ExportTraceServiceResponse, TimeBounds, Undecodable,
 };
 use threadline_model::TenantId;
 use threadline_store::{PreparedBatch, SqliteStore, StoreError};
@@ -78,11 +78,13 @@ pub(crate) trait Signal: Send + Sync + 'static {
     const HTTP_PATH: &'static str;
     const GRPC_PATH: &'static str;
 
-    /// CPU-bound half: OTLP → records → encoded rows. Run it on the ingest CPU pool.
+    /// CPU-bound half: OTLP → records → encoded rows (`refused`: the records that did
+    /// not decode, for partial success). Run it on the ingest CPU pool.
     fn prepare(
         store: &SqliteStore,
         tenant: &TenantId,
         request: Self::Request,
+        refused: Undecodable,
         bounds: &TimeBounds,
     ) -> Result<Self::Ready, IngestFailure>;
 
@@ -107,9 +109,11 @@ impl Signal for Traces {
         store: &SqliteStore,
         tenant: &TenantId,
         request: Self::Request,
+        refused: Undecodable,
         bounds: &TimeBounds,
     ) -> Result<Self::Ready, IngestFailure> {
-        let converted = convert_request(request, bounds);
+        let mut converted = convert_request(request, bounds);
+        converted.add_undecodable(refused);
         let partial_success = (converted.rejected_spans > 0).then(|| ExportTracePartialSuccess {
             rejected_spans: converted.rejected_spans as i64,
             error_message: converted.error_message(),
@@ -172,9 +176,11 @@ impl Signal for Logs {
         store: &SqliteStore,
         tenant: &TenantId,
         request: Self::Request,
+        refused: Undecodable,
         bounds: &TimeBounds,
     ) -> Result<Self::Ready, IngestFailure> {
-        let converted = convert_logs_request(request, bounds);
+        let mut converted = convert_logs_request(request, bounds);
+        converted.add_undecodable(refused);
         let partial_success = (converted.rejected > 0).then(|| ExportLogsPartialSuccess {
             rejected_log_records: converted.rejected as i64,
             error_message: converted.error_message(),

@@ -25,7 +25,6 @@ use bytes::{Buf, Bytes};
 use prost::Message;
 use std::marker::PhantomData;
 
-use threadline_ingest::ExportRequest;
 use tonic::codec::{
     Codec, CompressionEncoding, DecodeBuf, Decoder, EnabledCompressionEncodings, EncodeBuf, Encoder,
 };
@@ -268,13 +267,10 @@ impl<S: Signal> UnaryService<Bytes> for ExportMethod<S> {
             let bounds = ctx.time_bounds();
             let ready = ctx
                 .run_cpu(move || {
-                    let request = S::Request::decode(body).map_err(|e| {
-                        Status::invalid_argument(format!(
-                            "message is not a valid {}: {e}",
-                            <S::Request as ExportRequest>::NAME
-                        ))
-                    })?;
-                    S::prepare(&store, &tenant, request, &bounds).map_err(to_status)
+                    let (request, refused) =
+                        threadline_ingest::decode_protobuf::<S::Request>(&body)
+                            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+                    S::prepare(&store, &tenant, request, refused, &bounds).map_err(to_status)
                 })
                 .await
                 .map_err(to_status)??;

@@ -168,12 +168,12 @@ async fn export<S: Signal>(
     let bounds = ctx.time_bounds();
     let prepared = ctx
         .run_cpu(move || {
-            let request: S::Request =
+            let (request, refused): (S::Request, _) =
                 decode_export_request(kind, encoding.as_deref(), &bytes, limits, &mut reservation)?;
             // The decoded request is what is held from here: the body's bytes go back.
             drop(bytes);
             drop(reservation);
-            Ok::<_, DecodeError>(S::prepare(&store, &tenant, request, &bounds))
+            Ok::<_, DecodeError>(S::prepare(&store, &tenant, request, refused, &bounds))
         })
         .await;
     let ready = match prepared {

@@ -150,10 +150,9 @@ async fn get_session(
         .map(|t| t.start_time_unix_nano + t.duration_nanos)
         .max()
         .unwrap_or(first);
-    let cost: f64 = traces
-        .iter()
-        .map(|t| dto::summary_cost(t, &state.prices))
-        .sum();
+    let cost = threadline_analysis::PriceTable::total_usd(
+        traces.iter().map(|t| dto::summary_cost(t, &state.prices)),
+    );
     Ok(Json(json!({
         "session_id": session_id,
         "trace_count": traces.len(),

@@ -646,3 +646,124 @@ fn a_second_server_on_the_same_data_directory_refuses_to_start() {
     server.restart();
     assert_eq!(server.get("/api/v1/services", None).0, 200);
 }
+
+/// One span whose name is not UTF-8 is refused alone, through partial success, on both
+/// transports; the rest of its batch is stored. A cost is never `-0.0`.
+#[test]
+fn a_span_with_invalid_utf8_is_refused_alone_and_costs_are_never_negative_zero() {
+    let server = TestServer::start();
+    let broken = |trace: u8| {
+        let mut request = llm_trace([trace; 16], "gw", "gpt-4o", now_nanos());
+        let spans = &mut request.resource_spans[0].scope_spans[0].spans;
+        spans[1].name = "BROKEN-NAME".into();
+        for span in spans.iter_mut() {
+            span.attributes.push(kv("session.id", "sess-utf8"));
+        }
+        let mut bytes = proto(&request);
+        let at = bytes.windows(6).position(|w| w == b"BROKEN").unwrap();
+        bytes[at] = 0xc3; // a UTF-8 lead byte followed by ASCII
+        bytes
+    };
+    let resp = server.post_traces(PROTOBUF, broken(0x31), &[]);
+    assert_eq!(resp.status(), 200);
+    let body = ExportTraceServiceResponse::decode(resp.bytes().unwrap()).unwrap();
+    let partial = body.partial_success.expect("partial success");
+    assert_eq!(partial.rejected_spans, 1, "{}", partial.error_message);
+    assert!(
+        partial.error_message.contains("span 1 of scope 0"),
+        "{}",
+        partial.error_message
+    );
+    let (status, trace) = server.get(&format!("/api/v1/traces/{}", hex(&[0x31; 16])), None);
+    assert_eq!(status, 200);
+    assert_eq!(trace["span_count"], 1);
+
+    // gRPC: the same bytes as the message.
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let channel = tonic::transport::Channel::from_shared(server.otlp_grpc.clone())
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+            let mut grpc = tonic::client::Grpc::new(channel);
+            grpc.ready().await.unwrap();
+            let response: tonic::Response<ExportTraceServiceResponse> = grpc
+                .unary(
+                    tonic::Request::new(RawBytes(broken(0x32))),
+                    "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+                        .parse()
+                        .unwrap(),
+                    RawCodec,
+                )
+                .await
+                .unwrap();
+            let partial = response
+                .into_inner()
+                .partial_success
+                .expect("partial success");
+            assert_eq!(partial.rejected_spans, 1);
+        });
+    let (status, trace) = server.get(&format!("/api/v1/traces/{}", hex(&[0x32; 16])), None);
+    assert_eq!(status, 200);
+    assert_eq!(trace["span_count"], 1);
+
+    // The session's kept spans carry no tokens: its cost is 0.0, not -0.0.
+    let resp = client()
+        .get(format!("{}/api/v1/sessions/sess-utf8", server.api))
+        .send()
+        .unwrap();
+    let text = resp.text().unwrap();
+    assert!(text.contains("\"cost_usd\":0.0"), "{text}");
+    assert!(!text.contains("-0.0"), "{text}");
+}
+
+/// Already-encoded protobuf bytes, sent as they are.
+struct RawBytes(Vec<u8>);
+
+/// Encodes `RawBytes` as is and decodes an export response.
+#[derive(Clone, Copy)]
+struct RawCodec;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = RawBytes;
+    type Decode = ExportTraceServiceResponse;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+    fn encoder(&mut self) -> Self::Encoder {
+        RawCodec
+    }
+    fn decoder(&mut self) -> Self::Decoder {
+        RawCodec
+    }
+}
+
+impl tonic::codec::Encoder for RawCodec {
+    type Item = RawBytes;
+    type Error = tonic::Status;
+    fn encode(
+        &mut self,
+        item: RawBytes,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        use bytes::BufMut;
+        dst.put_slice(&item.0);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawCodec {
+    type Item = ExportTraceServiceResponse;
+    type Error = tonic::Status;
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<ExportTraceServiceResponse>, tonic::Status> {
+        ExportTraceServiceResponse::decode(src)
+            .map(Some)
+            .map_err(|e| tonic::Status::internal(e.to_string()))
+    }
+}

@@ -1,0 +1,270 @@
+//! Protobuf export requests decoded record by record when the whole message does not
+//! decode: one span or log record carrying a string that is not UTF-8 (a sender that
+//! truncated a multi-byte character) makes prost refuse the entire batch, where OTLP
+//! asks for the rest to be kept and the bad records reported through partial success.
+//! The message's outer layers are read with their records left as bytes, then each
+//! record is decoded on its own; a resource or scope that does not decode takes its
+//! records with it.
+
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
+use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use prost::Message;
+
+use crate::convert::MAX_REPORTED_ERRORS;
+
+/// Records refused while decoding, before conversion.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Undecodable {
+    pub records: u64,
+    /// The first few reasons.
+    pub errors: Vec<String>,
+}
+
+impl Undecodable {
+    fn push(&mut self, count: u64, reason: String) {
+        self.records += count;
+        if self.errors.len() < MAX_REPORTED_ERRORS {
+            self.errors.push(reason);
+        }
+    }
+}
+
+/// The two export messages share one layout (tag 1: resources; in each, tag 1 the
+/// resource, tag 2 the scopes, tag 3 the schema URL; in each scope, tag 1 the scope,
+/// tag 2 the records, tag 3 the schema URL), read here with the records as bytes.
+#[derive(Clone, PartialEq, Message)]
+struct RawRequest {
+    #[prost(bytes = "vec", repeated, tag = "1")]
+    resources: Vec<Vec<u8>>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct RawResource {
+    #[prost(bytes = "vec", optional, tag = "1")]
+    resource: Option<Vec<u8>>,
+    #[prost(bytes = "vec", repeated, tag = "2")]
+    scopes: Vec<Vec<u8>>,
+    #[prost(bytes = "vec", tag = "3")]
+    schema_url: Vec<u8>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct RawScope {
+    #[prost(bytes = "vec", optional, tag = "1")]
+    scope: Option<Vec<u8>>,
+    #[prost(bytes = "vec", repeated, tag = "2")]
+    records: Vec<Vec<u8>>,
+    #[prost(bytes = "vec", tag = "3")]
+    schema_url: Vec<u8>,
+}
+
+/// An export request the lenient decode can rebuild from its records.
+pub trait RecordWise: Sized {
+    /// The record's name in messages ("span", "log record").
+    const RECORD: &'static str;
+    type Record: Message + Default;
+    type Scope;
+    type Resource;
+    fn scope(
+        scope: Option<InstrumentationScope>,
+        records: Vec<Self::Record>,
+        schema_url: String,
+    ) -> Self::Scope;
+    fn resource(
+        resource: Option<Resource>,
+        scopes: Vec<Self::Scope>,
+        schema_url: String,
+    ) -> Self::Resource;
+    fn request(resources: Vec<Self::Resource>) -> Self;
+}
+
+impl RecordWise for ExportTraceServiceRequest {
+    const RECORD: &'static str = "span";
+    type Record = Span;
+    type Scope = ScopeSpans;
+    type Resource = ResourceSpans;
+    fn scope(
+        scope: Option<InstrumentationScope>,
+        spans: Vec<Span>,
+        schema_url: String,
+    ) -> ScopeSpans {
+        ScopeSpans {
+            scope,
+            spans,
+            schema_url,
+        }
+    }
+    fn resource(
+        resource: Option<Resource>,
+        scope_spans: Vec<ScopeSpans>,
+        schema_url: String,
+    ) -> ResourceSpans {
+        ResourceSpans {
+            resource,
+            scope_spans,
+            schema_url,
+        }
+    }
+    fn request(resource_spans: Vec<ResourceSpans>) -> Self {
+        Self { resource_spans }
+    }
+}
+
+impl RecordWise for ExportLogsServiceRequest {
+    const RECORD: &'static str = "log record";
+    type Record = LogRecord;
+    type Scope = ScopeLogs;
+    type Resource = ResourceLogs;
+    fn scope(
+        scope: Option<InstrumentationScope>,
+        log_records: Vec<LogRecord>,
+        schema_url: String,
+    ) -> ScopeLogs {
+        ScopeLogs {
+            scope,
+            log_records,
+            schema_url,
+        }
+    }
+    fn resource(
+        resource: Option<Resource>,
+        scope_logs: Vec<ScopeLogs>,
+        schema_url: String,
+    ) -> ResourceLogs {
+        ResourceLogs {
+            resource,
+            scope_logs,
+            schema_url,
+        }
+    }
+    fn request(resource_logs: Vec<ResourceLogs>) -> Self {
+        Self { resource_logs }
+    }
+}
+
+/// Decodes `bytes` record by record: the records that decode, and those that did not.
+/// `Err` when the message's own layers are not protobuf at all.
+pub(crate) fn decode_record_wise<R: RecordWise>(
+    bytes: &[u8],
+) -> Result<(R, Undecodable), prost::DecodeError> {
+    let raw = RawRequest::decode(bytes)?;
+    let mut refused = Undecodable::default();
+    let mut resources = Vec::with_capacity(raw.resources.len());
+    for (r, resource_bytes) in raw.resources.iter().enumerate() {
+        let raw_resource = RawResource::decode(resource_bytes.as_slice())?;
+        let in_resource: u64 = raw_resource
+            .scopes
+            .iter()
+            .map(|s| RawScope::decode(s.as_slice()).map_or(0, |s| s.records.len() as u64))
+            .sum();
+        let resource = match raw_resource
+            .resource
+            .as_deref()
+            .map(Resource::decode)
+            .transpose()
+        {
+            Ok(resource) => resource,
+            Err(e) => {
+                refused.push(
+                    in_resource,
+                    format!("resource {r} and its {in_resource} {}(s): {e}", R::RECORD),
+                );
+                continue;
+            }
+        };
+        let mut scopes = Vec::with_capacity(raw_resource.scopes.len());
+        for (s, scope_bytes) in raw_resource.scopes.iter().enumerate() {
+            let raw_scope = RawScope::decode(scope_bytes.as_slice())?;
+            let in_scope = raw_scope.records.len() as u64;
+            let scope = match raw_scope
+                .scope
+                .as_deref()
+                .map(InstrumentationScope::decode)
+                .transpose()
+            {
+                Ok(scope) => scope,
+                Err(e) => {
+                    refused.push(
+                        in_scope,
+                        format!(
+                            "scope {s} of resource {r} and its {in_scope} {}(s): {e}",
+                            R::RECORD
+                        ),
+                    );
+                    continue;
+                }
+            };
+            let mut records = Vec::with_capacity(raw_scope.records.len());
+            for (i, record) in raw_scope.records.iter().enumerate() {
+                match R::Record::decode(record.as_slice()) {
+                    Ok(record) => records.push(record),
+                    Err(e) => refused.push(
+                        1,
+                        format!("{} {i} of scope {s} of resource {r}: {e}", R::RECORD),
+                    ),
+                }
+            }
+            scopes.push(R::scope(scope, records, lossy(raw_scope.schema_url)));
+        }
+        resources.push(R::resource(
+            resource,
+            scopes,
+            lossy(raw_resource.schema_url),
+        ));
+    }
+    Ok((R::request(resources), refused))
+}
+
+fn lossy(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A request whose second span's name is not UTF-8: protobuf's own decode refuses
+    /// all of it; record by record, the first and third spans are kept.
+    #[test]
+    fn a_span_with_a_broken_string_is_refused_alone() {
+        let span = |id: u8, name: &str| Span {
+            trace_id: vec![1; 16],
+            span_id: vec![id; 8],
+            name: name.into(),
+            start_time_unix_nano: 1,
+            end_time_unix_nano: 2,
+            ..Default::default()
+        };
+        let request = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans {
+                    spans: vec![span(1, "a"), span(2, "XX"), span(3, "c")],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        let mut bytes = request.encode_to_vec();
+        let at = bytes.windows(2).position(|w| w == b"XX").unwrap();
+        bytes[at] = 0xff;
+        assert!(ExportTraceServiceRequest::decode(bytes.as_slice()).is_err());
+        let (kept, refused) = decode_record_wise::<ExportTraceServiceRequest>(&bytes).unwrap();
+        let names: Vec<&str> = kept.resource_spans[0].scope_spans[0]
+            .spans
+            .iter()
+            .map(|s| s.name.as_str())
+            .collect();
+        assert_eq!(names, ["a", "c"]);
+        assert_eq!(refused.records, 1);
+        assert!(
+            refused.errors[0].starts_with("span 1 of scope 0 of resource 0"),
+            "{:?}",
+            refused.errors
+        );
+        assert!(decode_record_wise::<ExportTraceServiceRequest>(&[0xff, 0xff, 0xff]).is_err());
+    }
+}
