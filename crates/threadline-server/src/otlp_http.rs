@@ -147,6 +147,7 @@ async fn export<S: Signal>(
             );
         }
     };
+    let mut held = None;
     let (bytes, mut reservation) = match state.budget.read(&headers, body).await {
         Ok(read) => read,
         Err(refusal) => {
@@ -166,16 +167,24 @@ async fn export<S: Signal>(
     let limits = state.limits;
     let store = ctx.store.clone();
     let bounds = ctx.time_bounds();
+    // The reservation (the body's bytes, and what inflating it took) is held until
+    // the export is answered: it stands for the request's memory while decoded,
+    // converted and queued.
     let prepared = ctx
         .run_cpu(move || {
-            let (request, refused): (S::Request, _) =
-                decode_export_request(kind, encoding.as_deref(), &bytes, limits, &mut reservation)?;
-            // The decoded request is what is held from here: the body's bytes go back.
+            let decoded =
+                decode_export_request(kind, encoding.as_deref(), &bytes, limits, &mut reservation);
             drop(bytes);
-            drop(reservation);
-            Ok::<_, DecodeError>(S::prepare(&store, &tenant, request, refused, &bounds))
+            let prepared = decoded.map(|(request, refused): (S::Request, _)| {
+                S::prepare(&store, &tenant, request, refused, &bounds)
+            });
+            (prepared, reservation)
         })
-        .await;
+        .await
+        .map(|(prepared, reservation)| {
+            held = Some(reservation);
+            prepared
+        });
     let ready = match prepared {
         Ok(Ok(Ok(ready))) => ready,
         Ok(Ok(Err(e))) | Err(e) => return ingest_failure(kind, e),
@@ -198,7 +207,9 @@ async fn export<S: Signal>(
             return failure(kind, status, rpc_code::INVALID_ARGUMENT, e.to_string());
         }
     };
-    match S::commit(&state.ctx, ready).await {
+    let committed = S::commit(&state.ctx, ready).await;
+    drop(held);
+    match committed {
         Ok(response) => {
             let body = match kind {
                 ContentKind::Protobuf => response.encode_to_vec(),
