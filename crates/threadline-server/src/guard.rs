@@ -3,7 +3,9 @@
 //! - **Host** must be one this server answers to — an IP address, `localhost` (or a
 //!   name under it), or one of `[server] allowed_hosts` — so that a web page whose
 //!   DNS name was rebound to 127.0.0.1 cannot read or write through the operator's
-//!   browser (DNS rebinding).
+//!   browser (DNS rebinding). Only on a server without API keys: with keys, such a page
+//!   has none (the UI keeps its key per origin), and exporters address the server by
+//!   whatever name their network gives it.
 //! - **One `Authorization` header** at most: with two, which one decides the tenant
 //!   would depend on the reader.
 //! - **State-changing requests** (anything but GET, HEAD, OPTIONS) from a browser must
@@ -31,6 +33,8 @@ use crate::error::ApiError;
 /// Which names and origins the server answers to.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Origins {
+    /// Whether Host is checked (a server without API keys).
+    pub(crate) check_hosts: bool,
     /// Extra host names (no port), lower case; `*` allows any.
     pub(crate) hosts: Vec<String>,
     /// Extra origins (`https://grafana.example.com`), lower case, no trailing slash.
@@ -59,7 +63,7 @@ impl From<BodyRefusal> for Refusal {
 impl Origins {
     /// The checks every request passes, on every HTTP port.
     pub(crate) fn check(&self, method: &Method, headers: &HeaderMap) -> Result<(), Refusal> {
-        if let Some(host) = request_host(headers) {
+        if let Some(host) = request_host(headers).filter(|_| self.check_hosts) {
             if !self.host_allowed(&host) {
                 return Err(Refusal::new(
                     StatusCode::FORBIDDEN,
@@ -290,6 +294,7 @@ mod tests {
     #[test]
     fn hosts_are_addresses_localhost_or_listed() {
         let origins = Origins {
+            check_hosts: true,
             hosts: vec!["threadline.internal".into()],
             origins: vec![],
         };
@@ -318,17 +323,23 @@ mod tests {
             refused.message
         );
         let any = Origins {
+            check_hosts: true,
             hosts: vec!["*".into()],
             origins: vec![],
         };
         assert!(any
             .check(&Method::GET, &headers(&[("host", "evil.example")]))
             .is_ok());
+        // With API keys the Host is not checked.
+        assert!(Origins::default()
+            .check(&Method::GET, &headers(&[("host", "threadline.svc:4318")]))
+            .is_ok());
     }
 
     #[test]
     fn writes_from_another_origin_are_refused() {
         let origins = Origins {
+            check_hosts: true,
             hosts: vec![],
             origins: vec!["https://grafana.example.com".into()],
         };

@@ -206,6 +206,7 @@ pub async fn serve_reporting(
         config.limits.body_read_timeout,
     );
     let origins = Arc::new(guard::Origins {
+        check_hosts: !config.auth_required(),
         hosts: config.allowed_hosts.clone(),
         origins: config.allowed_origins.clone(),
     });

@@ -61,6 +61,15 @@ fn tenants_see_only_their_own_numbers() {
         "{text_op}"
     );
     assert!(!text_op.contains("b-app"), "{text_op}");
+    // With keys, the Host is not checked: exporters use whatever name their network
+    // gives the server.
+    let resp = client()
+        .get(format!("{}/api/v1/services", server.api))
+        .header("host", "threadline.svc.cluster.local:8080")
+        .bearer_auth(a)
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
     // An operator key is no tenant's key.
     let (status, body) = server.get("/api/v1/traces", Some(op));
     assert_eq!(status, 401, "{body}");
