@@ -29,11 +29,7 @@ impl ConvertedBatch {
     /// Counts the spans refused before conversion (they did not decode), their
     /// reasons first.
     pub fn add_undecodable(&mut self, refused: crate::Undecodable) {
-        self.rejected_spans += refused.records;
-        let mut errors = refused.errors;
-        errors.append(&mut self.errors);
-        errors.truncate(MAX_REPORTED_ERRORS);
-        self.errors = errors;
+        refused.count_into(&mut self.rejected_spans, &mut self.errors);
     }
 
     /// The `partial_success.error_message` for this batch, empty when nothing was refused.

@@ -25,6 +25,15 @@ pub struct Undecodable {
 }
 
 impl Undecodable {
+    /// Adds these to a conversion's refused count and reasons, their reasons first.
+    pub(crate) fn count_into(self, rejected: &mut u64, errors: &mut Vec<String>) {
+        *rejected += self.records;
+        let mut reasons = self.errors;
+        reasons.append(errors);
+        reasons.truncate(MAX_REPORTED_ERRORS);
+        *errors = reasons;
+    }
+
     fn push(&mut self, count: u64, reason: String) {
         self.records += count;
         if self.errors.len() < MAX_REPORTED_ERRORS {
@@ -82,69 +91,61 @@ pub trait RecordWise: Sized {
     fn request(resources: Vec<Self::Resource>) -> Self;
 }
 
-impl RecordWise for ExportTraceServiceRequest {
-    const RECORD: &'static str = "span";
-    type Record = Span;
-    type Scope = ScopeSpans;
-    type Resource = ResourceSpans;
-    fn scope(
-        scope: Option<InstrumentationScope>,
-        spans: Vec<Span>,
-        schema_url: String,
-    ) -> ScopeSpans {
-        ScopeSpans {
-            scope,
-            spans,
-            schema_url,
+/// `RecordWise` for one export message: its record's name and types, and the fields
+/// its scope, resource and request keep them in.
+macro_rules! record_wise {
+    ($request:ty, $name:literal, $record:ty, $scope:ident . $records:ident,
+     $resource:ident . $scopes:ident, $resources:ident) => {
+        impl RecordWise for $request {
+            const RECORD: &'static str = $name;
+            type Record = $record;
+            type Scope = $scope;
+            type Resource = $resource;
+            fn scope(
+                scope: Option<InstrumentationScope>,
+                $records: Vec<$record>,
+                schema_url: String,
+            ) -> $scope {
+                $scope {
+                    scope,
+                    $records,
+                    schema_url,
+                }
+            }
+            fn resource(
+                resource: Option<Resource>,
+                $scopes: Vec<$scope>,
+                schema_url: String,
+            ) -> $resource {
+                $resource {
+                    resource,
+                    $scopes,
+                    schema_url,
+                }
+            }
+            fn request($resources: Vec<$resource>) -> Self {
+                Self { $resources }
+            }
         }
-    }
-    fn resource(
-        resource: Option<Resource>,
-        scope_spans: Vec<ScopeSpans>,
-        schema_url: String,
-    ) -> ResourceSpans {
-        ResourceSpans {
-            resource,
-            scope_spans,
-            schema_url,
-        }
-    }
-    fn request(resource_spans: Vec<ResourceSpans>) -> Self {
-        Self { resource_spans }
-    }
+    };
 }
 
-impl RecordWise for ExportLogsServiceRequest {
-    const RECORD: &'static str = "log record";
-    type Record = LogRecord;
-    type Scope = ScopeLogs;
-    type Resource = ResourceLogs;
-    fn scope(
-        scope: Option<InstrumentationScope>,
-        log_records: Vec<LogRecord>,
-        schema_url: String,
-    ) -> ScopeLogs {
-        ScopeLogs {
-            scope,
-            log_records,
-            schema_url,
-        }
-    }
-    fn resource(
-        resource: Option<Resource>,
-        scope_logs: Vec<ScopeLogs>,
-        schema_url: String,
-    ) -> ResourceLogs {
-        ResourceLogs {
-            resource,
-            scope_logs,
-            schema_url,
-        }
-    }
-    fn request(resource_logs: Vec<ResourceLogs>) -> Self {
-        Self { resource_logs }
-    }
-}
+record_wise!(
+    ExportTraceServiceRequest,
+    "span",
+    Span,
+    ScopeSpans.spans,
+    ResourceSpans.scope_spans,
+    resource_spans
+);
+record_wise!(
+    ExportLogsServiceRequest,
+    "log record",
+    LogRecord,
+    ScopeLogs.log_records,
+    ResourceLogs.scope_logs,
+    resource_logs
+);
 
 /// Decodes `bytes` record by record: the records that decode, and those that did not.
 /// `Err` when the message's own layers are not protobuf at all.

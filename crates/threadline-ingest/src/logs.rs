@@ -21,11 +21,7 @@ impl ConvertedLogs {
     /// Counts the records refused before conversion (they did not decode), their
     /// reasons first.
     pub fn add_undecodable(&mut self, refused: crate::Undecodable) {
-        self.rejected += refused.records;
-        let mut errors = refused.errors;
-        errors.append(&mut self.errors);
-        errors.truncate(MAX_REPORTED_ERRORS);
-        self.errors = errors;
+        refused.count_into(&mut self.rejected, &mut self.errors);
     }
 
     /// The `partial_success.error_message`, empty when nothing was refused.

@@ -47,6 +47,25 @@ impl IdleClosing {
         self.deadline.as_mut().reset(Instant::now() + self.idle);
     }
 
+    /// A write's outcome: bytes written are progress; Pending waits for the stream or
+    /// the idle deadline.
+    fn after_write(
+        &mut self,
+        cx: &mut Context<'_>,
+        written: Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        match written {
+            Poll::Ready(Ok(n)) => {
+                if n > 0 {
+                    self.moved();
+                }
+                Poll::Ready(Ok(n))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => self.idle_or_pending(cx),
+        }
+    }
+
     /// After the inner stream said Pending: an error once the idle time is over
     /// (the deadline's waker is registered either way).
     fn idle_or_pending<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
@@ -88,16 +107,8 @@ impl AsyncWrite for IdleClosing {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.stream).poll_write(cx, buf) {
-            Poll::Ready(Ok(n)) => {
-                if n > 0 {
-                    this.moved();
-                }
-                Poll::Ready(Ok(n))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => this.idle_or_pending(cx),
-        }
+        let written = Pin::new(&mut this.stream).poll_write(cx, buf);
+        this.after_write(cx, written)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -114,16 +125,8 @@ impl AsyncWrite for IdleClosing {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.stream).poll_write_vectored(cx, bufs) {
-            Poll::Ready(Ok(n)) => {
-                if n > 0 {
-                    this.moved();
-                }
-                Poll::Ready(Ok(n))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => this.idle_or_pending(cx),
-        }
+        let written = Pin::new(&mut this.stream).poll_write_vectored(cx, bufs);
+        this.after_write(cx, written)
     }
 
     fn is_write_vectored(&self) -> bool {

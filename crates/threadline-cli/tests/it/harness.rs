@@ -516,3 +516,132 @@ pub(crate) fn pipe_through(program: &str, args: &[&str], input: &str) -> std::pr
         .unwrap();
     child.wait_with_output().unwrap()
 }
+
+impl TestServer {
+    /// Sends `message` as it is (no encoding) to the gRPC method `path` of the OTLP
+    /// port; the answer's bytes, or its status.
+    pub(crate) fn grpc_raw(&self, path: &str, message: Vec<u8>) -> Result<Vec<u8>, tonic::Status> {
+        runtime().block_on(async {
+            let channel = tonic::transport::Channel::from_shared(self.otlp_grpc.clone())
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+            let mut grpc = tonic::client::Grpc::new(channel);
+            grpc.ready().await.unwrap();
+            let path = tonic::codegen::http::uri::PathAndQuery::try_from(path).unwrap();
+            grpc.unary::<RawBytes, RawBytes, RawCodec>(
+                tonic::Request::new(RawBytes(message)),
+                path,
+                RawCodec,
+            )
+            .await
+            .map(|response| response.into_inner().0)
+        })
+    }
+}
+
+/// Bytes sent as they are: lets a test put an invalid message on the wire.
+#[derive(Debug, Clone)]
+struct RawBytes(Vec<u8>);
+
+#[derive(Debug, Clone, Default)]
+struct RawCodec;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = RawBytes;
+    type Decode = RawBytes;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        RawCodec
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        RawCodec
+    }
+}
+
+impl tonic::codec::Encoder for RawCodec {
+    type Item = RawBytes;
+    type Error = tonic::Status;
+
+    fn encode(
+        &mut self,
+        item: RawBytes,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        use bytes::BufMut;
+        dst.put_slice(&item.0);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawCodec {
+    type Item = RawBytes;
+    type Error = tonic::Status;
+
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<RawBytes>, tonic::Status> {
+        use bytes::Buf;
+        let n = src.remaining();
+        Ok(Some(RawBytes(src.copy_to_bytes(n).to_vec())))
+    }
+}
+
+/// An SDK set up with one endpoint for every signal also exports metrics there: they
+/// are refused with a reason (HTTP 501, gRPC UNIMPLEMENTED: not retried), over both transports.
+#[test]
+fn otlp_metrics_are_refused_with_a_reason_not_a_404() {
+    use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
+    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+    use prost::Message;
+
+    let server = TestServer::start();
+    let body = ExportMetricsServiceRequest::default().encode_to_vec();
+    let response = client()
+        .post(format!("{}/v1/metrics", server.otlp_http))
+        .header("content-type", "application/x-protobuf")
+        .body(body)
+        .send()
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 501);
+    assert_eq!(
+        response.headers()["content-type"].to_str().unwrap(),
+        "application/x-protobuf"
+    );
+    let bytes = response.bytes().unwrap();
+    let message = String::from_utf8_lossy(&bytes);
+    assert!(
+        message.contains("does not accept OTLP metrics"),
+        "{message}"
+    );
+    let json = client()
+        .post(format!("{}/v1/metrics", server.otlp_http))
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .unwrap();
+    assert_eq!(json.status().as_u16(), 501);
+    let status: serde_json::Value = json.json().unwrap();
+    assert_eq!(status["code"], 12, "{status}");
+
+    runtime().block_on(async {
+        let mut client = MetricsServiceClient::connect(server.otlp_grpc.clone())
+            .await
+            .unwrap();
+        let err = client
+            .export(ExportMetricsServiceRequest::default())
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::Unimplemented);
+        assert!(
+            err.message().contains("does not accept OTLP metrics"),
+            "{}",
+            err.message()
+        );
+    });
+}

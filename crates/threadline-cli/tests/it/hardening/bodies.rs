@@ -164,10 +164,7 @@ fn bodies_in_flight_share_one_byte_budget() {
     );
     assert_eq!(status, 429, "{body}");
     assert_eq!(headers["retry-after"], "1");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     runtime.block_on(async {
         let mut client = TraceServiceClient::connect(server.otlp_grpc.clone())
             .await

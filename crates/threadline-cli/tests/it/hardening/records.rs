@@ -70,42 +70,38 @@ fn an_oversized_grpc_export_is_not_retryable() {
     big.resource_spans[0].scope_spans[0].spans[0]
         .attributes
         .push(kv("padding", &"x".repeat(300_000)));
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
-            let mut plain = TraceServiceClient::connect(server.otlp_grpc.clone())
-                .await
-                .unwrap()
-                .max_encoding_message_size(usize::MAX);
-            let err = plain.export(big.clone()).await.unwrap_err();
-            assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
-            assert!(err.message().contains("100000"), "{err}");
-            // Small on the wire, over the limit inflated.
-            let mut gzip = TraceServiceClient::connect(server.otlp_grpc.clone())
-                .await
-                .unwrap()
-                .send_compressed(CompressionEncoding::Gzip);
-            let err = gzip.export(big).await.unwrap_err();
-            assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
-            let mut twice = tonic::Request::new(llm_trace([6; 16], "gw", "m", now_nanos()));
-            for key in [
-                "Bearer a-key-0123456789abcdef",
-                "Bearer b-key-0123456789abcdef",
-            ] {
-                twice
-                    .metadata_mut()
-                    .append("authorization", key.parse().unwrap());
-            }
-            let err = plain.export(twice).await.unwrap_err();
-            assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
-            // The server still takes a good export.
-            plain
-                .export(llm_trace([6; 16], "gw", "gpt-4o", now_nanos()))
-                .await
-                .unwrap();
-        });
+    runtime().block_on(async {
+        let mut plain = TraceServiceClient::connect(server.otlp_grpc.clone())
+            .await
+            .unwrap()
+            .max_encoding_message_size(usize::MAX);
+        let err = plain.export(big.clone()).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
+        assert!(err.message().contains("100000"), "{err}");
+        // Small on the wire, over the limit inflated.
+        let mut gzip = TraceServiceClient::connect(server.otlp_grpc.clone())
+            .await
+            .unwrap()
+            .send_compressed(CompressionEncoding::Gzip);
+        let err = gzip.export(big).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
+        let mut twice = tonic::Request::new(llm_trace([6; 16], "gw", "m", now_nanos()));
+        for key in [
+            "Bearer a-key-0123456789abcdef",
+            "Bearer b-key-0123456789abcdef",
+        ] {
+            twice
+                .metadata_mut()
+                .append("authorization", key.parse().unwrap());
+        }
+        let err = plain.export(twice).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
+        // The server still takes a good export.
+        plain
+            .export(llm_trace([6; 16], "gw", "gpt-4o", now_nanos()))
+            .await
+            .unwrap();
+    });
 }
 
 /// One span whose name is not UTF-8 is refused alone, through partial success, on both
@@ -140,34 +136,17 @@ fn a_span_with_invalid_utf8_is_refused_alone_and_costs_are_never_negative_zero()
     assert_eq!(trace["span_count"], 1);
 
     // gRPC: the same bytes as the message.
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
+    let response = server
+        .grpc_raw(
+            "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+            broken(0x32),
+        )
+        .unwrap();
+    let partial = ExportTraceServiceResponse::decode(response.as_slice())
         .unwrap()
-        .block_on(async {
-            let channel = tonic::transport::Channel::from_shared(server.otlp_grpc.clone())
-                .unwrap()
-                .connect()
-                .await
-                .unwrap();
-            let mut grpc = tonic::client::Grpc::new(channel);
-            grpc.ready().await.unwrap();
-            let response: tonic::Response<ExportTraceServiceResponse> = grpc
-                .unary(
-                    tonic::Request::new(RawBytes(broken(0x32))),
-                    "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
-                        .parse()
-                        .unwrap(),
-                    RawCodec,
-                )
-                .await
-                .unwrap();
-            let partial = response
-                .into_inner()
-                .partial_success
-                .expect("partial success");
-            assert_eq!(partial.rejected_spans, 1);
-        });
+        .partial_success
+        .expect("partial success");
+    assert_eq!(partial.rejected_spans, 1);
     let (status, trace) = server.get(&format!("/api/v1/traces/{}", hex(&[0x32; 16])), None);
     assert_eq!(status, 200);
     assert_eq!(trace["span_count"], 1);
@@ -180,51 +159,4 @@ fn a_span_with_invalid_utf8_is_refused_alone_and_costs_are_never_negative_zero()
     let text = resp.text().unwrap();
     assert!(text.contains("\"cost_usd\":0.0"), "{text}");
     assert!(!text.contains("-0.0"), "{text}");
-}
-
-/// Already-encoded protobuf bytes, sent as they are.
-struct RawBytes(Vec<u8>);
-
-/// Encodes `RawBytes` as is and decodes an export response.
-#[derive(Clone, Copy)]
-struct RawCodec;
-
-impl tonic::codec::Codec for RawCodec {
-    type Encode = RawBytes;
-    type Decode = ExportTraceServiceResponse;
-    type Encoder = RawCodec;
-    type Decoder = RawCodec;
-    fn encoder(&mut self) -> Self::Encoder {
-        RawCodec
-    }
-    fn decoder(&mut self) -> Self::Decoder {
-        RawCodec
-    }
-}
-
-impl tonic::codec::Encoder for RawCodec {
-    type Item = RawBytes;
-    type Error = tonic::Status;
-    fn encode(
-        &mut self,
-        item: RawBytes,
-        dst: &mut tonic::codec::EncodeBuf<'_>,
-    ) -> Result<(), tonic::Status> {
-        use bytes::BufMut;
-        dst.put_slice(&item.0);
-        Ok(())
-    }
-}
-
-impl tonic::codec::Decoder for RawCodec {
-    type Item = ExportTraceServiceResponse;
-    type Error = tonic::Status;
-    fn decode(
-        &mut self,
-        src: &mut tonic::codec::DecodeBuf<'_>,
-    ) -> Result<Option<ExportTraceServiceResponse>, tonic::Status> {
-        ExportTraceServiceResponse::decode(src)
-            .map(Some)
-            .map_err(|e| tonic::Status::internal(e.to_string()))
-    }
 }
