@@ -140,8 +140,10 @@ impl IncidentWatcher {
         let Some((first, last)) = self.store.rollup_minute_range(tenant)? else {
             return Ok(());
         };
-        // A minute is closed once span time has moved past it and the wall clock too.
-        let mut closed = (last - 1).min(wall_clock_minute() - 1);
+        // A minute is closed once span time has moved past it and the wall clock too:
+        // span time past the clock (stored before ingest bounded it) counts as now.
+        let last = last.min(wall_clock_minute());
+        let mut closed = last - 1;
         if pass == Pass::Background {
             let previous = self
                 .newest_at_last_pass
