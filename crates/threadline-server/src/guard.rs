@@ -115,8 +115,21 @@ fn changes_state(method: &Method) -> bool {
     !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
 }
 
-/// The request's Host (HTTP/1) in lower case; HTTP/2's `:authority` reaches axum as
-/// the URI's authority and hyper mirrors it into Host.
+/// An HTTP/2 request names its host in `:authority`, which reaches us as the URI's
+/// authority, not a Host header: copied into Host so that the checks read one place.
+pub(crate) fn authority_as_host(uri: &axum::http::Uri, headers: &mut HeaderMap) {
+    if headers.contains_key(header::HOST) {
+        return;
+    }
+    if let Some(value) = uri
+        .authority()
+        .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+    {
+        headers.insert(header::HOST, value);
+    }
+}
+
+/// The request's Host in lower case.
 fn request_host(headers: &HeaderMap) -> Option<String> {
     headers
         .get(header::HOST)
@@ -191,6 +204,7 @@ async fn admit(
     request: Request,
 ) -> Result<(Request, Option<crate::body_budget::Reservation>), Refusal> {
     let (mut parts, body) = request.into_parts();
+    authority_as_host(&parts.uri, &mut parts.headers);
     if let Err(refusal) = guard.origins.check(&parts.method, &parts.headers) {
         drain(body, announced(&parts.headers)).await;
         return Err(refusal);
@@ -372,6 +386,21 @@ mod tests {
                 ])
             )
             .is_ok());
+    }
+
+    #[test]
+    fn an_http2_authority_is_read_as_the_host() {
+        let mut h = headers(&[]);
+        let uri: axum::http::Uri = "http://evil.example:8080/api/v1/traces".parse().unwrap();
+        authority_as_host(&uri, &mut h);
+        let origins = Origins {
+            check_hosts: true,
+            ..Origins::default()
+        };
+        assert!(origins.check(&Method::GET, &h).is_err());
+        let mut h = headers(&[("host", "127.0.0.1:8080")]);
+        authority_as_host(&uri, &mut h);
+        assert_eq!(h[header::HOST], "127.0.0.1:8080");
     }
 
     #[test]

@@ -94,9 +94,11 @@ async fn export_metrics(headers: HeaderMap) -> Response {
 async fn export<S: Signal>(
     State(state): State<OtlpHttpState>,
     method: axum::http::Method,
-    headers: HeaderMap,
+    uri: axum::http::Uri,
+    mut headers: HeaderMap,
     body: Body,
 ) -> Response {
+    crate::guard::authority_as_host(&uri, &mut headers);
     let text_header = |name: header::HeaderName| {
         headers
             .get(name)
