@@ -138,3 +138,34 @@ mod tests {
             .contains("not valid JSON"));
     }
 }
+
+#[cfg(test)]
+mod empty_id_tests {
+    use super::*;
+    use crate::{convert_request, TimeBounds};
+
+    /// `"spanId": ""` (or missing) is refused like a short trace id: that span alone,
+    /// by partial success, naming its length.
+    #[test]
+    fn an_empty_span_id_is_refused_by_span() {
+        let doc = br#"{"resourceSpans":[{"scopeSpans":[{"spans":[
+            {"traceId":"5b8efff798038103d269b633813fc60c","spanId":"","name":"empty",
+             "startTimeUnixNano":"1","endTimeUnixNano":"2"},
+            {"traceId":"5b8efff798038103d269b633813fc60c","name":"missing",
+             "startTimeUnixNano":"1","endTimeUnixNano":"2"},
+            {"traceId":"5b8efff798038103d269b633813f","spanId":"eee19b7ec3c1b174","name":"short",
+             "startTimeUnixNano":"1","endTimeUnixNano":"2"},
+            {"traceId":"5b8efff798038103d269b633813fc60c","spanId":"eee19b7ec3c1b174","name":"ok",
+             "startTimeUnixNano":"1","endTimeUnixNano":"2"}]}]}]}"#;
+        let batch = convert_request(parse_otlp_json(doc).unwrap(), &TimeBounds::storable());
+        assert_eq!(batch.spans.len(), 1);
+        assert_eq!(batch.rejected_spans, 3);
+        let msg = batch.error_message();
+        assert!(
+            msg.contains("\"empty\" (span_id ): span id must be 8 bytes, got 0"),
+            "{msg}"
+        );
+        assert!(msg.contains("\"missing\""), "{msg}");
+        assert!(msg.contains("trace id must be 16 bytes, got 14"), "{msg}");
+    }
+}
