@@ -51,24 +51,22 @@ struct RawRequest {
     resources: Vec<Vec<u8>>,
 }
 
+/// A resource or a scope, left as bytes: its own message (`Resource`,
+/// `InstrumentationScope`), what it holds (scopes, records) and its schema URL.
 #[derive(Clone, PartialEq, Message)]
-struct RawResource {
+struct RawLayer {
     #[prost(bytes = "vec", optional, tag = "1")]
-    resource: Option<Vec<u8>>,
+    head: Option<Vec<u8>>,
     #[prost(bytes = "vec", repeated, tag = "2")]
-    scopes: Vec<Vec<u8>>,
+    items: Vec<Vec<u8>>,
     #[prost(bytes = "vec", tag = "3")]
     schema_url: Vec<u8>,
 }
 
-#[derive(Clone, PartialEq, Message)]
-struct RawScope {
-    #[prost(bytes = "vec", optional, tag = "1")]
-    scope: Option<Vec<u8>>,
-    #[prost(bytes = "vec", repeated, tag = "2")]
-    records: Vec<Vec<u8>>,
-    #[prost(bytes = "vec", tag = "3")]
-    schema_url: Vec<u8>,
+impl RawLayer {
+    fn decode_head<M: Message + Default>(&self) -> Result<Option<M>, prost::DecodeError> {
+        self.head.as_deref().map(M::decode).transpose()
+    }
 }
 
 /// An export request the lenient decode can rebuild from its records.
@@ -156,20 +154,16 @@ pub(crate) fn decode_record_wise<R: RecordWise>(
     let mut refused = Undecodable::default();
     let mut resources = Vec::with_capacity(raw.resources.len());
     for (r, resource_bytes) in raw.resources.iter().enumerate() {
-        let raw_resource = RawResource::decode(resource_bytes.as_slice())?;
-        let in_resource: u64 = raw_resource
-            .scopes
+        let raw_resource = RawLayer::decode(resource_bytes.as_slice())?;
+        let raw_scopes = raw_resource
+            .items
             .iter()
-            .map(|s| RawScope::decode(s.as_slice()).map_or(0, |s| s.records.len() as u64))
-            .sum();
-        let resource = match raw_resource
-            .resource
-            .as_deref()
-            .map(Resource::decode)
-            .transpose()
-        {
+            .map(|s| RawLayer::decode(s.as_slice()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let resource = match raw_resource.decode_head::<Resource>() {
             Ok(resource) => resource,
             Err(e) => {
+                let in_resource: u64 = raw_scopes.iter().map(|s| s.items.len() as u64).sum();
                 refused.push(
                     in_resource,
                     format!("resource {r} and its {in_resource} {}(s): {e}", R::RECORD),
@@ -177,18 +171,12 @@ pub(crate) fn decode_record_wise<R: RecordWise>(
                 continue;
             }
         };
-        let mut scopes = Vec::with_capacity(raw_resource.scopes.len());
-        for (s, scope_bytes) in raw_resource.scopes.iter().enumerate() {
-            let raw_scope = RawScope::decode(scope_bytes.as_slice())?;
-            let in_scope = raw_scope.records.len() as u64;
-            let scope = match raw_scope
-                .scope
-                .as_deref()
-                .map(InstrumentationScope::decode)
-                .transpose()
-            {
+        let mut scopes = Vec::with_capacity(raw_scopes.len());
+        for (s, raw_scope) in raw_scopes.into_iter().enumerate() {
+            let scope = match raw_scope.decode_head::<InstrumentationScope>() {
                 Ok(scope) => scope,
                 Err(e) => {
+                    let in_scope = raw_scope.items.len() as u64;
                     refused.push(
                         in_scope,
                         format!(
@@ -199,8 +187,8 @@ pub(crate) fn decode_record_wise<R: RecordWise>(
                     continue;
                 }
             };
-            let mut records = Vec::with_capacity(raw_scope.records.len());
-            for (i, record) in raw_scope.records.iter().enumerate() {
+            let mut records = Vec::with_capacity(raw_scope.items.len());
+            for (i, record) in raw_scope.items.iter().enumerate() {
                 match R::Record::decode(record.as_slice()) {
                     Ok(record) => records.push(record),
                     Err(e) => refused.push(

@@ -73,10 +73,7 @@ impl Authenticator {
         &self,
         headers: &axum::http::HeaderMap,
     ) -> Result<Caller, crate::error::ApiError> {
-        let authorization = headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
-        Ok(self.caller(authorization)?)
+        Ok(self.caller(authorization(headers))?)
     }
 
     /// True when requests must carry an API key (tenants are configured).
@@ -89,10 +86,7 @@ impl Authenticator {
         &self,
         headers: &axum::http::HeaderMap,
     ) -> Result<TenantId, crate::error::ApiError> {
-        let authorization = headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
-        Ok(self.authenticate(authorization)?)
+        Ok(self.authenticate(authorization(headers))?)
     }
 
     pub fn authenticate(&self, authorization: Option<&str>) -> Result<TenantId, AuthError> {
@@ -123,6 +117,13 @@ impl Authenticator {
             (None, false) => Err(AuthError::Invalid),
         }
     }
+}
+
+/// A request's `Authorization` header, when it is text.
+pub(crate) fn authorization(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
 }
 
 fn digest(key: &str) -> [u8; 32] {

@@ -104,8 +104,11 @@ impl BodyBudget {
         }
     }
 
-    pub(crate) fn max_body_bytes(&self) -> usize {
-        self.max_body_bytes
+    /// The per-body limit, for decoding what was read.
+    pub(crate) fn limits(&self) -> threadline_ingest::BodyLimits {
+        threadline_ingest::BodyLimits {
+            max_body_bytes: self.max_body_bytes,
+        }
     }
 
     /// An empty reservation, to grow.
@@ -188,6 +191,25 @@ pub(crate) async fn drain(mut body: Body, announced: u64) {
         }
     })
     .await;
+}
+
+/// The HTTP status of a body that could not be inflated or decoded.
+pub(crate) fn decode_status(e: &threadline_ingest::DecodeError) -> StatusCode {
+    use threadline_ingest::DecodeError;
+    match e {
+        DecodeError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+        DecodeError::OverBudget => StatusCode::TOO_MANY_REQUESTS,
+        DecodeError::UnsupportedMediaType(_) | DecodeError::UnsupportedEncoding(_) => {
+            StatusCode::UNSUPPORTED_MEDIA_TYPE
+        }
+        DecodeError::Malformed(_) => StatusCode::BAD_REQUEST,
+    }
+}
+
+/// The length a request announces (0 when it announces none): how much a refusal
+/// drains.
+pub(crate) fn announced(headers: &HeaderMap) -> u64 {
+    content_length(headers).unwrap_or(0)
 }
 
 /// The `Content-Length` header, when there is a valid one.

@@ -27,7 +27,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::auth::Authenticator;
-use crate::body_budget::{drain, BodyBudget, BodyRefusal};
+use crate::body_budget::{announced, decode_status, drain, BodyBudget, BodyRefusal};
 use crate::error::ApiError;
 
 /// Which names and origins the server answers to.
@@ -224,11 +224,10 @@ async fn admit(
             format!("unsupported content type {content_type:?}: send application/json"),
         ));
     }
-    let authorization = parts
-        .headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    if let Err(e) = guard.auth.authenticate(authorization) {
+    if let Err(e) = guard
+        .auth
+        .authenticate(crate::auth::authorization(&parts.headers))
+    {
         drain(body, announced(&parts.headers)).await;
         let e = ApiError::from(e);
         return Err(Refusal::new(e.status(), e.to_string()));
@@ -241,25 +240,13 @@ async fn admit(
     let bytes = match encoding {
         None => bytes,
         Some(encoding) => {
-            let limits = threadline_ingest::BodyLimits {
-                max_body_bytes: guard.budget.max_body_bytes(),
-            };
-            let inflated =
-                threadline_ingest::decode_body(Some(&encoding), &bytes, limits, &mut reservation)
-                    .map_err(|e| {
-                    let status = match e {
-                        threadline_ingest::DecodeError::TooLarge { .. } => {
-                            StatusCode::PAYLOAD_TOO_LARGE
-                        }
-                        threadline_ingest::DecodeError::OverBudget => StatusCode::TOO_MANY_REQUESTS,
-                        threadline_ingest::DecodeError::UnsupportedEncoding(_)
-                        | threadline_ingest::DecodeError::UnsupportedMediaType(_) => {
-                            StatusCode::UNSUPPORTED_MEDIA_TYPE
-                        }
-                        threadline_ingest::DecodeError::Malformed(_) => StatusCode::BAD_REQUEST,
-                    };
-                    Refusal::new(status, e.to_string())
-                })?;
+            let inflated = threadline_ingest::decode_body(
+                Some(&encoding),
+                &bytes,
+                guard.budget.limits(),
+                &mut reservation,
+            )
+            .map_err(|e| Refusal::new(decode_status(&e), e.to_string()))?;
             parts.headers.remove(header::CONTENT_ENCODING);
             bytes::Bytes::from(inflated.into_owned())
         }
@@ -269,14 +256,6 @@ async fn admit(
         Request::from_parts(parts, Body::from(bytes)),
         Some(reservation),
     ))
-}
-
-fn announced(headers: &HeaderMap) -> u64 {
-    headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
 }
 
 /// `application/json` or a `+json` type, parameters aside.

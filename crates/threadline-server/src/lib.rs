@@ -38,7 +38,6 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use threadline_ingest::BodyLimits;
 use threadline_store::{SqliteConfig, SqliteStore, StoreError};
 use tokio::net::TcpListener;
 
@@ -212,9 +211,6 @@ pub async fn serve_reporting(
     });
     let otlp_http_app = otlp_http::router(otlp_http::OtlpHttpState {
         ctx: ctx.clone(),
-        limits: BodyLimits {
-            max_body_bytes: config.max_body_bytes,
-        },
         budget: budget.clone(),
         origins: Arc::clone(&origins),
     });
@@ -296,17 +292,6 @@ pub async fn serve_reporting(
         header_read: config.limits.header_read_timeout,
         idle: config.limits.idle_timeout,
     };
-    let idle = config.limits.idle_timeout;
-    let grpc_incoming = tokio_stream::StreamExt::then(
-        tokio_stream::wrappers::TcpListenerStream::new(otlp_grpc),
-        move |accepted| async move {
-            if let Err(e) = &accepted {
-                tracing::warn!(error = %e, "otlp-grpc accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            }
-            accepted.map(|stream| listen::IdleClosing::new(stream, idle))
-        },
-    );
     let grpc = tonic::transport::Server::builder()
         // A request (its message read, stored and answered) that takes longer is
         // cancelled; a connection silent for the idle timeout is closed.
@@ -322,7 +307,10 @@ pub async fn serve_reporting(
             grpc_budget,
         ))
         .add_service(otlp_grpc::MetricsRefusal)
-        .serve_with_incoming_shutdown(grpc_incoming, stopped());
+        .serve_with_incoming_shutdown(
+            listen::idle_closing(otlp_grpc, config.limits.idle_timeout),
+            stopped(),
+        );
 
     let (a, b, c) = tokio::join!(
         listen::serve_http(otlp_http, otlp_http_app, timeouts, false, stopped()),

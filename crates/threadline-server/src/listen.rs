@@ -157,6 +157,25 @@ pub(crate) async fn accept(listener: &TcpListener) -> io::Result<TcpStream> {
     }
 }
 
+/// The connections `listener` accepts, each closing after `idle`, for tonic (which
+/// goes on past a failed accept: the brief sleep keeps a persistent failure, out of
+/// file descriptors, from spinning).
+pub(crate) fn idle_closing(
+    listener: TcpListener,
+    idle: Duration,
+) -> impl tokio_stream::Stream<Item = io::Result<IdleClosing>> {
+    tokio_stream::StreamExt::then(
+        tokio_stream::wrappers::TcpListenerStream::new(listener),
+        move |accepted| async move {
+            if let Err(e) = &accepted {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            accepted.map(|stream| IdleClosing::new(stream, idle))
+        },
+    )
+}
+
 fn transient(e: &io::Error) -> bool {
     matches!(
         e.kind(),

@@ -179,19 +179,10 @@ where
                 )
             });
         }
-        if req
-            .headers()
-            .get_all(http::header::AUTHORIZATION)
-            .iter()
-            .count()
-            > 1
-        {
-            return Box::pin(async {
-                Ok(
-                    Status::invalid_argument("more than one authorization header: send one")
-                        .into_http(),
-                )
-            });
+        if let Err(refusal) = crate::guard::single_authorization(req.headers()) {
+            return Box::pin(
+                async move { Ok(Status::invalid_argument(refusal.message).into_http()) },
+            );
         }
         let mut gzip = EnabledCompressionEncodings::default();
         gzip.enable(CompressionEncoding::Gzip);

@@ -11,9 +11,9 @@ use axum::Router;
 use prost::Message;
 use std::sync::Arc;
 
-use threadline_ingest::{decode_export_request, BodyLimits, ContentKind, DecodeError, RpcStatus};
+use threadline_ingest::{decode_export_request, ContentKind, RpcStatus};
 
-use crate::body_budget::{drain, BodyBudget, BodyRefusal};
+use crate::body_budget::{announced, decode_status, drain, BodyBudget, BodyRefusal};
 use crate::guard::Origins;
 
 use crate::ingest::{IngestContext, IngestFailure, Logs, Signal, Traces};
@@ -21,7 +21,6 @@ use crate::ingest::{IngestContext, IngestFailure, Logs, Signal, Traces};
 #[derive(Clone)]
 pub(crate) struct OtlpHttpState {
     pub(crate) ctx: IngestContext,
-    pub(crate) limits: BodyLimits,
     pub(crate) budget: BodyBudget,
     pub(crate) origins: Arc<Origins>,
 }
@@ -106,9 +105,7 @@ async fn export<S: Signal>(
             .map(str::to_owned)
     };
     let content_type = text_header(header::CONTENT_TYPE);
-    let announced = text_header(header::CONTENT_LENGTH)
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
+    let announced = announced(&headers);
     // Errors before the content type is known are answered in JSON.
     let kind = ContentKind::from_content_type(content_type.as_deref());
     if let Err(refusal) = state.origins.check(&method, &headers) {
@@ -136,7 +133,7 @@ async fn export<S: Signal>(
     let tenant = match state
         .ctx
         .auth
-        .authenticate(text_header(header::AUTHORIZATION).as_deref())
+        .authenticate(crate::auth::authorization(&headers))
     {
         Ok(t) => t,
         Err(e) => {
@@ -166,7 +163,7 @@ async fn export<S: Signal>(
     };
     let encoding = text_header(header::CONTENT_ENCODING);
     let ctx = state.ctx.clone();
-    let limits = state.limits;
+    let limits = state.budget.limits();
     let store = ctx.store.clone();
     let bounds = ctx.time_bounds();
     // The reservation (the body's bytes, and what inflating it took) is held until
@@ -191,22 +188,8 @@ async fn export<S: Signal>(
         Ok(Ok(Ok(ready))) => ready,
         Ok(Ok(Err(e))) | Err(e) => return ingest_failure(kind, e),
         Ok(Err(e)) => {
-            let status = match e {
-                DecodeError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-                DecodeError::OverBudget => {
-                    return failure(
-                        kind,
-                        StatusCode::TOO_MANY_REQUESTS,
-                        rpc_code::RESOURCE_EXHAUSTED,
-                        e.to_string(),
-                    )
-                }
-                DecodeError::UnsupportedMediaType(_) | DecodeError::UnsupportedEncoding(_) => {
-                    StatusCode::UNSUPPORTED_MEDIA_TYPE
-                }
-                DecodeError::Malformed(_) => StatusCode::BAD_REQUEST,
-            };
-            return failure(kind, status, rpc_code::INVALID_ARGUMENT, e.to_string());
+            let status = decode_status(&e);
+            return failure(kind, status, rpc_code_of(status), e.to_string());
         }
     };
     let committed = S::commit(&state.ctx, ready).await;

@@ -349,26 +349,26 @@ impl ServerConfig {
         );
         let mut tenants = Vec::new();
         let mut seen_keys = std::collections::HashSet::new();
+        // Every key, a tenant's or the operator's, is long enough and used once; `whose`
+        // names it without quoting it.
+        let mut check_keys = |whose: &str, keys: &[String], problems: &mut Vec<String>| {
+            for key in keys {
+                if key.len() < 16 {
+                    problems.push(format!("{whose} is shorter than 16 characters"));
+                }
+                if !seen_keys.insert(key.clone()) {
+                    problems.push(format!("{whose} is also used by another entry"));
+                }
+            }
+        };
         for t in parsed.tenants {
             match TenantId::new(&t.id) {
                 Ok(tenant) => {
                     if t.api_keys.is_empty() {
                         problems.push(format!("tenant {:?} has no api_keys", t.id));
                     }
-                    for key in &t.api_keys {
-                        if key.len() < 16 {
-                            problems.push(format!(
-                                "an API key of tenant {:?} is shorter than 16 characters",
-                                t.id
-                            ));
-                        }
-                        if !seen_keys.insert(key.clone()) {
-                            problems.push(format!(
-                                "an API key of tenant {:?} is also used by another entry",
-                                t.id
-                            ));
-                        }
-                    }
+                    let whose = format!("an API key of tenant {:?}", t.id);
+                    check_keys(&whose, &t.api_keys, &mut problems);
                     tenants.push(TenantKeys {
                         tenant,
                         api_keys: t.api_keys,
@@ -377,14 +377,11 @@ impl ServerConfig {
                 Err(e) => problems.push(e.to_string()),
             }
         }
-        for key in &parsed.operator.api_keys {
-            if key.len() < 16 {
-                problems.push("an operator API key is shorter than 16 characters".to_owned());
-            }
-            if !seen_keys.insert(key.clone()) {
-                problems.push("an operator API key is also used by another entry".to_owned());
-            }
-        }
+        check_keys(
+            "an operator API key",
+            &parsed.operator.api_keys,
+            &mut problems,
+        );
         let impact_policy = match &parsed.server.impact_policy {
             None => defaults.impact_policy.clone(),
             Some(path) => match std::fs::read_to_string(path) {
