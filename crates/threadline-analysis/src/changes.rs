@@ -203,6 +203,9 @@ mod tests {
 
     fn edge(src: &str, dst: &str, kind: EdgeKind, first: i64) -> LineageEdge {
         LineageEdge {
+            valid_from_ns: None,
+            superseded_ns: None,
+            declared: false,
             src: src.parse().unwrap(),
             dst: dst.parse().unwrap(),
             kind,

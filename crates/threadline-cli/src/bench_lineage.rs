@@ -81,6 +81,7 @@ const T0: i64 = 1_760_000_000_000_000_000;
 
 fn edge(src: NodeId, dst: NodeId, kind: EdgeKind, seen_ns: i64) -> EdgeUpsert {
     EdgeUpsert {
+        declared: None,
         src: EdgeEnd::Node(src),
         dst: EdgeEnd::Node(dst),
         kind,
@@ -312,8 +313,22 @@ pub(crate) fn lineage(data_dir: &Path, size: LineageBenchSize) -> Result<Value, 
         let began = Instant::now();
         let spans = store.get_trace(&tenant, trace_id)?;
         let mut served = threadline_diagnosis::trace_lineage::ServedBy::of(&spans);
-        let graph =
-            threadline_diagnosis::trace_lineage::chain(&store, &tenant, trace_id, &mut served)?;
+        let (start_ns, end_ns) = threadline_model::trace_tree::time_bounds(
+            spans
+                .iter()
+                .map(|s| (s.start_time_unix_nano, s.end_time_unix_nano)),
+        );
+        let window = threadline_lineage::validity::Window {
+            start_ns: start_ns as i64,
+            end_ns: end_ns as i64,
+        };
+        let graph = threadline_diagnosis::trace_lineage::chain(
+            &store,
+            &tenant,
+            trace_id,
+            window,
+            &mut served,
+        )?;
         chain_times.push(began.elapsed());
         chain_datasets += graph
             .nodes

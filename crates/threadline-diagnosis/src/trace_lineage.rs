@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use threadline_lineage::validity::{as_of, Window};
 use threadline_model::{
     Direction, EdgeKind, LineageEdge, LineageGraph, LineageNode, NodeId, NodeKind, SpanRecord,
     TenantId, TraceId,
@@ -139,6 +140,15 @@ impl TraceFacts {
         })
     }
 
+    /// The span time the request ran in.
+    pub fn window(&self) -> Window {
+        let ns = |t: u64| i64::try_from(t).unwrap_or(i64::MAX);
+        Window {
+            start_ns: ns(self.start_ns),
+            end_ns: ns(self.end_ns),
+        }
+    }
+
     /// The facts of the tenant's trace `trace_id`; not found when the tenant has none.
     pub fn of_trace(
         store: &SqliteStore,
@@ -177,12 +187,15 @@ impl Merged {
     }
 }
 
-/// The graph behind what served trace `trace_id`, and the OpenLineage runs that named
-/// the trace (set on `served`).
+/// The graph behind what served trace `trace_id` as it stood while the request ran
+/// (`window`: edges in force then, see `threadline_lineage::validity`), and the
+/// OpenLineage runs that named the trace (set on `served`). Where the request's spans
+/// name an image, that is the image, whatever else ran on the instance.
 pub fn chain(
     store: &SqliteStore,
     tenant: &TenantId,
     trace_id: TraceId,
+    window: Window,
     served: &mut ServedBy,
 ) -> Result<LineageGraph, StoreError> {
     served.traced_runs = store.runs_for_trace(tenant, trace_id)?;
@@ -193,17 +206,21 @@ pub fn chain(
         edge_keys: HashSet::new(),
     };
     let walk = |start: &NodeId, depth: usize, edge_kinds: Vec<EdgeKind>| {
-        store.walk(
+        walk_as_of(
+            store,
             tenant,
             start,
-            &WalkLimits {
-                direction: Direction::Upstream,
-                depth,
-                max_nodes: 2000,
-                edge_kinds,
-            },
+            Direction::Upstream,
+            depth,
+            edge_kinds,
+            window,
         )
     };
+    let named_images: Vec<&NodeId> = served
+        .sources
+        .iter()
+        .filter(|s| s.kind == NodeKind::Image)
+        .collect();
     for route in &served.routes {
         if let Some(g) = walk(route, 0, Vec::new())? {
             merged.add(g);
@@ -211,7 +228,13 @@ pub fn chain(
     }
     for instance in &served.instances {
         // Its image and deployment, not every adapter it ever served.
-        if let Some(g) = walk(instance, 1, vec![EdgeKind::RunsOn, EdgeKind::Deploys])? {
+        if let Some(mut g) = walk(instance, 1, vec![EdgeKind::RunsOn, EdgeKind::Deploys])? {
+            if !named_images.is_empty() {
+                g.edges
+                    .retain(|e| e.kind != EdgeKind::RunsOn || named_images.contains(&&e.src));
+                g.nodes
+                    .retain(|n| n.id.kind != NodeKind::Image || named_images.contains(&&n.id));
+            }
             merged.add(g);
         }
     }
@@ -244,15 +267,14 @@ pub fn chain(
     }
     // And what the traced runs wrote.
     for run in &served.traced_runs {
-        let outputs = store.walk(
+        let outputs = walk_as_of(
+            store,
             tenant,
             run,
-            &WalkLimits {
-                direction: Direction::Downstream,
-                depth: 1,
-                max_nodes: 2000,
-                edge_kinds: vec![EdgeKind::Produced],
-            },
+            Direction::Downstream,
+            1,
+            vec![EdgeKind::Produced],
+            window,
         )?;
         if let Some(g) = outputs {
             merged.add(g);
@@ -267,6 +289,37 @@ pub fn chain(
         nodes: merged.nodes,
         edges: merged.edges,
     })
+}
+
+/// A walk from `start`, kept to the edges in force during `window` and the nodes they
+/// reach.
+fn walk_as_of(
+    store: &SqliteStore,
+    tenant: &TenantId,
+    start: &NodeId,
+    direction: Direction,
+    depth: usize,
+    edge_kinds: Vec<EdgeKind>,
+    window: Window,
+) -> Result<Option<LineageGraph>, StoreError> {
+    let graph = store.walk(
+        tenant,
+        start,
+        &WalkLimits {
+            direction,
+            depth,
+            max_nodes: 2000,
+            edge_kinds,
+        },
+    )?;
+    Ok(graph.map(|g| {
+        as_of(
+            g,
+            std::slice::from_ref(start),
+            window,
+            direction == Direction::Upstream,
+        )
+    }))
 }
 
 /// A binding the request's own spans made (request ← route ← instance ← adapter …),
@@ -301,7 +354,8 @@ pub fn trace_lineage(
     tenant: &TenantId,
     mut facts: TraceFacts,
 ) -> Result<TraceLineage, StoreError> {
-    let graph = chain(store, tenant, facts.trace_id, &mut facts.served)?;
+    let window = facts.window();
+    let graph = chain(store, tenant, facts.trace_id, window, &mut facts.served)?;
     let served = &facts.served;
     let node_ids: HashSet<NodeId> = graph.nodes.iter().map(|n| n.id.clone()).collect();
     // The request's own bindings, as this trace saw them.

@@ -163,6 +163,7 @@ pub fn span_bindings(spans: &[SpanRecord]) -> Vec<EdgeUpsert> {
         };
         for &t in times {
             out.push(EdgeUpsert {
+                declared: None,
                 src: EdgeEnd::Node(src.clone()),
                 dst: EdgeEnd::Node(dst.clone()),
                 kind,

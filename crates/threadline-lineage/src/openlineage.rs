@@ -216,6 +216,7 @@ impl Builder {
 
     fn edge(&mut self, src: EdgeEnd, dst: EdgeEnd, kind: EdgeKind, evidence: Value) {
         self.update.edges.push(EdgeUpsert {
+            declared: None,
             src,
             dst,
             kind,

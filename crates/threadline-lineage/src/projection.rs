@@ -108,6 +108,9 @@ mod tests {
             "instance:i3",
         ];
         let edge = |s: &str, d: &str, kind| LineageEdge {
+            valid_from_ns: None,
+            superseded_ns: None,
+            declared: false,
             src: id(s),
             dst: id(d),
             kind,

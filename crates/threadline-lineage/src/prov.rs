@@ -702,6 +702,9 @@ mod tests {
 
     fn edge(src: &str, dst: &str, kind: EdgeKind, t: i64) -> LineageEdge {
         LineageEdge {
+            valid_from_ns: None,
+            superseded_ns: None,
+            declared: false,
             src: src.parse().unwrap(),
             dst: dst.parse().unwrap(),
             kind,

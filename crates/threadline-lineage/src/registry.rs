@@ -18,7 +18,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use threadline_model::{
-    AssetRegistration, EdgeEnd, EdgeKind, EdgeUpsert, GraphUpdate, NodeId, NodeKind,
+    AssetRegistration, DeclaredEdge, DeclaredValidity, EdgeEnd, EdgeKind, EdgeUpsert, GraphUpdate,
+    NodeId, NodeKind,
 };
 
 /// Why a manifest was refused; names the entry and field.
@@ -264,16 +265,39 @@ impl Builder {
             id,
             spec: serde_json::to_value(spec).unwrap_or(Value::Null),
             registered_ns: self.now_ns,
+            declares: Vec::new(),
         });
     }
 
+    /// A provenance edge the registry declares: it holds for good (until a revision
+    /// supersedes it).
     fn edge(&mut self, src: NodeId, dst: NodeId, kind: EdgeKind, seen_ns: i64, evidence: Value) {
+        self.declare(
+            src,
+            dst,
+            kind,
+            seen_ns,
+            evidence,
+            DeclaredValidity::default(),
+        );
+    }
+
+    fn declare(
+        &mut self,
+        src: NodeId,
+        dst: NodeId,
+        kind: EdgeKind,
+        seen_ns: i64,
+        evidence: Value,
+        validity: DeclaredValidity,
+    ) {
         self.update.edges.push(EdgeUpsert {
             src: EdgeEnd::Node(src),
             dst: EdgeEnd::Node(dst),
             kind,
             seen_ns,
             evidence,
+            declared: Some(validity),
         });
     }
 
@@ -297,6 +321,32 @@ impl Builder {
                 json!({"via": "registry training_run"}),
             );
         }
+    }
+}
+
+impl Builder {
+    /// The update, each asset with the edges its spec declares into it.
+    fn finish(mut self) -> GraphUpdate {
+        let update = &mut self.update;
+        for asset in &mut update.assets {
+            let mut declares: Vec<DeclaredEdge> = update
+                .edges
+                .iter()
+                .filter(|e| EdgeKind::DECLARED.contains(&e.kind))
+                .filter(|e| matches!(&e.dst, EdgeEnd::Node(dst) if *dst == asset.id))
+                .filter_map(|e| match &e.src {
+                    EdgeEnd::Node(src) => Some(DeclaredEdge {
+                        src: src.clone(),
+                        kind: e.kind,
+                    }),
+                    EdgeEnd::CurrentVersionOf(_) => None,
+                })
+                .collect();
+            declares.sort();
+            declares.dedup();
+            asset.declares = declares;
+        }
+        self.update
     }
 }
 
@@ -370,12 +420,12 @@ pub fn manifest_to_update(manifest: &Manifest, now_ns: i64) -> Result<GraphUpdat
     }
     for (i, d) in manifest.deployments.iter().enumerate() {
         let entry = check_id("deployments", i, &d.id)?;
-        let from = d
+        let declared_from = d
             .from
             .as_deref()
             .map(|t| parse_time(&entry, "from", t))
-            .transpose()?
-            .unwrap_or(now_ns);
+            .transpose()?;
+        let from = declared_from.unwrap_or(now_ns);
         let to =
             d.to.as_deref()
                 .map(|t| parse_time(&entry, "to", t))
@@ -385,10 +435,15 @@ pub fn manifest_to_update(manifest: &Manifest, now_ns: i64) -> Result<GraphUpdat
         }
         let id = NodeId::new(NodeKind::Deployment, d.id.trim());
         b.asset(id.clone(), d);
-        // An edge's seen-interval is the deployment's from..to (or ..now).
+        // An edge's seen-interval is the deployment's from..to (or ..now); it holds
+        // from `from` (without one, from the start) until `to`.
+        let validity = DeclaredValidity {
+            from_ns: declared_from,
+            until_ns: to,
+        };
         let edge = |b: &mut Builder, src: NodeId, dst: NodeId, kind: EdgeKind| {
-            b.edge(src.clone(), dst.clone(), kind, from, Value::Null);
-            b.edge(src, dst, kind, to.unwrap_or(now_ns), Value::Null);
+            b.declare(src.clone(), dst.clone(), kind, from, Value::Null, validity);
+            b.declare(src, dst, kind, to.unwrap_or(now_ns), Value::Null, validity);
         };
         for (j, inst) in d.instances.iter().enumerate() {
             if inst.id.trim().is_empty() {
@@ -421,7 +476,7 @@ pub fn manifest_to_update(manifest: &Manifest, now_ns: i64) -> Result<GraphUpdat
             }
         }
     }
-    Ok(b.update)
+    Ok(b.finish())
 }
 
 /// `prompt:ID@VERSION`.

@@ -15,9 +15,9 @@ pub mod trace_tree;
 
 pub use ids::{IdError, SpanId, TenantId, TraceId};
 pub use lineage::{
-    AssetOutcome, AssetRegistration, Direction, EdgeEnd, EdgeKind, EdgeUpsert, GraphUpdate,
-    LineageEdge, LineageEventKey, LineageGraph, LineageNode, NodeId, NodeIdError, NodeKind,
-    NodeUpsert, RunState, RunTransition, UnknownNodeKind,
+    AssetOutcome, AssetRegistration, DeclaredEdge, DeclaredValidity, Direction, EdgeEnd, EdgeKind,
+    EdgeUpsert, GraphUpdate, LineageEdge, LineageEventKey, LineageGraph, LineageNode, NodeId,
+    NodeIdError, NodeKind, NodeUpsert, RunState, RunTransition, UnknownNodeKind,
 };
 pub use llm::{LlmView, RejectionReason};
 pub use log::{severity_from_name, severity_name, LogDetail, LogRecord};

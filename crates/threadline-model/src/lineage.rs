@@ -308,6 +308,17 @@ pub struct EdgeUpsert {
     pub kind: EdgeKind,
     pub seen_ns: i64,
     pub evidence: serde_json::Value,
+    /// `Some` for an edge a registry declares (it holds over this validity, whenever
+    /// it was seen); `None` for one observed in spans or lineage events.
+    pub declared: Option<DeclaredValidity>,
+}
+
+/// When a declared edge holds: from `from_ns` (`None`: from the start) until
+/// `until_ns` (`None`: still).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeclaredValidity {
+    pub from_ns: Option<i64>,
+    pub until_ns: Option<i64>,
 }
 
 /// A run's state change at an event time; the store keeps the state of the latest
@@ -338,6 +349,45 @@ pub struct AssetRegistration {
     /// The entry as given in the manifest (a JSON object).
     pub spec: serde_json::Value,
     pub registered_ns: i64,
+    /// The edges into `id` this spec declares (its base model, its model, its
+    /// artifact, its training run). When the spec is a new revision, stored declared
+    /// edges it no longer names are superseded at `registered_ns`, and the ones it
+    /// names anew hold from then.
+    pub declares: Vec<DeclaredEdge>,
+}
+
+/// An edge a registry spec declares into its own node: `src` → the asset, of `kind`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DeclaredEdge {
+    pub src: NodeId,
+    pub kind: EdgeKind,
+}
+
+impl EdgeKind {
+    /// Kinds a registry spec declares into the asset it registers; a re-registration
+    /// supersedes the ones it no longer names.
+    pub const DECLARED: [EdgeKind; 4] = [
+        EdgeKind::BaseOf,
+        EdgeKind::HasVersion,
+        EdgeKind::ArtifactOf,
+        EdgeKind::Produced,
+    ];
+
+    /// Where an edge of this kind is placement observed in traffic or deployment
+    /// windows (an instance runs an image, serves an adapter, answers a route, belongs
+    /// to a deployment, a service calls another): it holds while it was seen. The
+    /// others are provenance (what was derived from what), which holds for good unless
+    /// a later registration supersedes it.
+    pub fn is_placement(self) -> bool {
+        matches!(
+            self,
+            EdgeKind::ServedBy
+                | EdgeKind::RunsOn
+                | EdgeKind::Deploys
+                | EdgeKind::Answers
+                | EdgeKind::Serves
+        )
+    }
 }
 
 /// What registering one asset did.
@@ -380,6 +430,25 @@ pub struct LineageEdge {
     pub first_seen_ns: i64,
     pub last_seen_ns: i64,
     pub evidence: serde_json::Value,
+    /// Set when a registry revision introduced (or reinstated) the edge: it holds from
+    /// then. `None`: from the start of the asset's history.
+    pub valid_from_ns: Option<i64>,
+    /// Set when a later registration of the edge's asset no longer declared it (or a
+    /// deployment's `to`): it held until then.
+    pub superseded_ns: Option<i64>,
+    /// Declared by a registry (its validity is `valid_from_ns` .. `superseded_ns`),
+    /// rather than observed (spans, lineage events: its seen-interval).
+    pub declared: bool,
+}
+
+impl LineageEdge {
+    /// Whether the edge's declared validity (`valid_from_ns` .. `superseded_ns`)
+    /// covers the instant `t_ns`. Placement edges also need their seen-interval; see
+    /// `threadline_lineage::validity`.
+    pub fn declared_at(&self, t_ns: i64) -> bool {
+        self.valid_from_ns.is_none_or(|from| from <= t_ns)
+            && self.superseded_ns.is_none_or(|until| t_ns < until)
+    }
 }
 
 /// Which way to walk from a node.

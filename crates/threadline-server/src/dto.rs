@@ -169,7 +169,9 @@ pub(crate) fn lineage_node(node: &threadline_model::LineageNode) -> Value {
     })
 }
 
-/// A lineage edge; `src` feeds `dst`.
+/// A lineage edge; `src` feeds `dst`. Its validity: observed edges hold while seen
+/// (`first_seen` .. `last_seen`); `declared` ones (registry) from `valid_from` (null:
+/// from the start) until `superseded` (null: still hold).
 pub(crate) fn lineage_edge(edge: &threadline_model::LineageEdge) -> Value {
     json!({
         "src": edge.src.to_string(),
@@ -177,6 +179,9 @@ pub(crate) fn lineage_edge(edge: &threadline_model::LineageEdge) -> Value {
         "kind": edge.kind.as_str(),
         "first_seen_unix_nano": edge.first_seen_ns.to_string(),
         "last_seen_unix_nano": edge.last_seen_ns.to_string(),
+        "valid_from_unix_nano": edge.valid_from_ns.map(|t| t.to_string()),
+        "superseded_unix_nano": edge.superseded_ns.map(|t| t.to_string()),
+        "declared": edge.declared,
         "evidence": edge.evidence,
     })
 }

@@ -73,6 +73,14 @@ async fn impact(
                 },
             )?
             .ok_or_else(|| ApiError::NotFound(format!("no lineage node {node:?}")))?;
+        // What depends on the node now: a declared edge a later registration
+        // superseded (or a deployment that ended) no longer carries the change.
+        let graph = threadline_lineage::validity::still_holding(
+            graph,
+            std::slice::from_ref(&root),
+            now,
+            false,
+        );
         let mut by_kind: BTreeMap<&str, Vec<String>> = BTreeMap::new();
         let mut plan = Vec::new();
         let mut adapters = Vec::new();
@@ -90,12 +98,12 @@ async fn impact(
                 NodeKind::Instance => instances.push(n.id.key.clone()),
                 _ => {}
             }
-            if let Some(rule) = policy.decide(n) {
+            // The plan is for what the change reaches, not the changed node itself.
+            if let Some(rule) = policy.decide(n).filter(|_| !is_root) {
                 plan.push(json!({
                     "node": n.id.to_string(),
                     "action": rule.action.as_str(),
                     "reason": rule.reason,
-                    "root": is_root,
                 }));
             }
         }

@@ -104,8 +104,13 @@ fn request_export(
     let trace_id = crate::error::parse_trace_id(trace)?;
     let mut facts =
         threadline_diagnosis::trace_lineage::TraceFacts::of_trace(store, tenant, trace_id)?;
-    let graph =
-        threadline_diagnosis::trace_lineage::chain(store, tenant, trace_id, &mut facts.served)?;
+    let graph = threadline_diagnosis::trace_lineage::chain(
+        store,
+        tenant,
+        trace_id,
+        facts.window(),
+        &mut facts.served,
+    )?;
     let served = &facts.served;
     let present: std::collections::HashSet<&NodeId> = graph.nodes.iter().map(|n| &n.id).collect();
     let request = ProvRequest {

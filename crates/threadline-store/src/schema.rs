@@ -346,6 +346,12 @@ const MIGRATIONS: &[&str] = &[
         run_id INTEGER PRIMARY KEY,
         filter BLOB NOT NULL
      );",
+    // 19: edges a registry declared (not observed), and their validity: from the
+    //    revision that named them or a deployment's `from` (NULL: from the start), until
+    //    the revision that no longer did or a deployment's `to` (NULL: still holds).
+    "ALTER TABLE graph_edges ADD COLUMN declared INTEGER NOT NULL DEFAULT 0;
+     ALTER TABLE graph_edges ADD COLUMN valid_from_ns INTEGER;
+     ALTER TABLE graph_edges ADD COLUMN superseded_ns INTEGER;",
 ];
 
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -581,6 +581,9 @@ fn migration_17_recomputes_the_rollups_at_both_levels() {
            INSERT INTO rollups (tenant_id, minute, series_id, cell) VALUES (1, 29000000, 77, x'0102');
            UPDATE store_marks SET value = 999 WHERE name = 'rollups_through_block';
            DROP TABLE trace_run_filters;
+           ALTER TABLE graph_edges DROP COLUMN declared;
+           ALTER TABLE graph_edges DROP COLUMN valid_from_ns;
+           ALTER TABLE graph_edges DROP COLUMN superseded_ns;
            PRAGMA user_version = 16;"#,
     )
     .unwrap();
@@ -619,6 +622,7 @@ fn artifact_claims_join_runs_in_either_order_and_inputs_read_the_newest_version(
     let (_dir, store) = open();
     let id = |s: &str| -> NodeId { s.parse().unwrap() };
     let edge = |src: EdgeEnd, dst: &str, kind, seen_ns| EdgeUpsert {
+        declared: None,
         src,
         dst: EdgeEnd::Node(id(dst)),
         kind,
@@ -749,6 +753,7 @@ fn drift_compares_with_the_previous_version_before_and_after_a_reopen() {
             props: serde_json::json!({"facets": {"dataQualityMetrics": {"rowCount": rows}}}),
         }],
         edges: vec![EdgeUpsert {
+            declared: None,
             src: EdgeEnd::Node(id("dataset:wh:t")),
             dst: EdgeEnd::Node(id(&format!("dataset_version:wh:t@{v}"))),
             kind: EdgeKind::HasVersion,

@@ -17,6 +17,7 @@ mod harness;
 mod http_ingest;
 mod jaeger;
 mod lineage_chain;
+mod lineage_in_time;
 mod openai_instrumentors;
 mod openlineage;
 mod python_sdk;

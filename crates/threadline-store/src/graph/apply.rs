@@ -3,7 +3,10 @@
 //! registered and joined to the runs that produce their artifacts.
 
 use rusqlite::{named_params, params, Connection, OptionalExtension};
-use threadline_model::{AssetOutcome, EdgeEnd, EdgeKind, NodeId, NodeKind};
+use threadline_lineage::validity::{plan_revision, DeclaredChange, StoredDeclared};
+use threadline_model::{
+    AssetOutcome, DeclaredEdge, DeclaredValidity, EdgeEnd, EdgeKind, NodeId, NodeKind,
+};
 
 use super::transitions::{apply_run_transition, move_run_state, refresh_drift};
 use super::*;
@@ -40,11 +43,24 @@ pub(crate) fn apply(
         }
     }
     let mut outcomes = Vec::with_capacity(update.assets.len());
+    // Declared edges a revision names anew: they hold from it, once upserted below.
+    let mut hold_from = Vec::new();
     for asset in &update.assets {
-        outcomes.push((
-            asset.id.clone(),
-            register_asset(tx, tenant_id, asset, cache)?,
-        ));
+        let (row, outcome) = register_asset(tx, tenant_id, asset, cache)?;
+        if let AssetOutcome::Revised(_) = outcome {
+            let stored = stored_declared(tx, row)?;
+            for change in plan_revision(&asset.declares, &stored) {
+                match change {
+                    DeclaredChange::Supersede(edge) => {
+                        set_validity(tx, tenant_id, row, &edge, (None, Some(asset.registered_ns)))?
+                    }
+                    DeclaredChange::HoldFrom(edge) => {
+                        hold_from.push((row, edge, asset.registered_ns))
+                    }
+                }
+            }
+        }
+        outcomes.push((asset.id.clone(), outcome));
     }
     // (row, Some(new version)) for a row this node created: its properties are the
     // patch as it is, and so is its profile.
@@ -102,6 +118,9 @@ pub(crate) fn apply(
     }
     for (dataset, asset) in claims {
         join_artifact_producers(tx, tenant_id, dataset, ArtifactJoin::NewClaim(asset), cache)?;
+    }
+    for (row, edge, from) in &hold_from {
+        set_validity(tx, tenant_id, *row, edge, (Some(*from), None))?;
     }
     for run in &update.runs {
         apply_run_transition(tx, tenant_id, run, cache)?;
@@ -314,13 +333,70 @@ fn join_artifact_producers(
     Ok(())
 }
 
-/// Stores the asset's spec as a new revision unless it equals the latest one.
+/// The declared edges stored into the asset `row` (edges of the declared kinds, less
+/// `produced` edges joined through an artifact dataset, which the artifact implies).
+fn stored_declared(tx: &Connection, row: i64) -> rusqlite::Result<Vec<StoredDeclared>> {
+    let mut stmt = tx.prepare_cached(
+        "SELECT n.kind, n.key, e.kind, e.superseded_ns IS NOT NULL
+         FROM graph_edges e JOIN graph_nodes n ON n.id = e.src
+         WHERE e.dst = ?1 AND e.kind IN ('base_of', 'has_version', 'artifact_of', 'produced')
+           AND json_extract(e.evidence, '$.via_artifact_version') IS NULL",
+    )?;
+    let rows = stmt.query_map([row], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+            r.get::<_, bool>(3)?,
+        ))
+    })?;
+    let mut stored = Vec::new();
+    for row in rows {
+        let (node_kind, key, kind, superseded) = row?;
+        if let (Ok(node_kind), Ok(kind)) = (node_kind.parse(), kind.parse()) {
+            stored.push(StoredDeclared {
+                src: NodeId::new(node_kind, key),
+                kind,
+                superseded,
+            });
+        }
+    }
+    Ok(stored)
+}
+
+/// Sets a declared edge's validity (valid from, superseded at) into the asset `row`.
+fn set_validity(
+    tx: &Connection,
+    tenant_id: i64,
+    row: i64,
+    edge: &DeclaredEdge,
+    (from, until): (Option<i64>, Option<i64>),
+) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "UPDATE graph_edges SET valid_from_ns = coalesce(?5, valid_from_ns), superseded_ns = ?6
+         WHERE dst = ?1 AND kind = ?2 AND src =
+            (SELECT id FROM graph_nodes WHERE tenant_id = ?3 AND kind = ?4 AND key = ?7)",
+    )?
+    .execute(params![
+        row,
+        edge.kind.as_str(),
+        tenant_id,
+        edge.src.kind.as_str(),
+        from,
+        until,
+        edge.src.key,
+    ])?;
+    Ok(())
+}
+
+/// Stores the asset's spec as a new revision unless it equals the latest one. Returns
+/// the asset's row and what became of it.
 fn register_asset(
     tx: &Connection,
     tenant_id: i64,
     asset: &PreparedAsset,
     cache: &mut GraphCache,
-) -> rusqlite::Result<AssetOutcome> {
+) -> rusqlite::Result<(i64, AssetOutcome)> {
     let row = upsert_node(tx, tenant_id, &asset.id, asset.registered_ns, None, cache)?;
     let latest: Option<(u32, String)> = tx
         .prepare_cached(
@@ -331,7 +407,7 @@ fn register_asset(
         .optional()?;
     let revision = match &latest {
         Some((_, latest_sha)) if *latest_sha == asset.spec_sha256 => {
-            return Ok(AssetOutcome::Unchanged)
+            return Ok((row, AssetOutcome::Unchanged))
         }
         Some((n, _)) => n + 1,
         None => 1,
@@ -352,11 +428,14 @@ fn register_asset(
             '$.registered_at_ns', ?4) WHERE id = ?1",
     )?
     .execute(params![row, asset.spec, revision, asset.registered_ns])?;
-    Ok(if revision == 1 {
-        AssetOutcome::Created
-    } else {
-        AssetOutcome::Revised(revision)
-    })
+    Ok((
+        row,
+        if revision == 1 {
+            AssetOutcome::Created
+        } else {
+            AssetOutcome::Revised(revision)
+        },
+    ))
 }
 
 pub(super) fn upsert_node(
@@ -496,7 +575,7 @@ fn resolve_end(
                 tx,
                 tenant_id,
                 (dataset_row, version_row, EdgeKind::HasVersion),
-                seen_ns,
+                (seen_ns, None),
                 None,
                 cache,
             )?;
@@ -521,34 +600,38 @@ fn upsert_edge(
         tx,
         tenant_id,
         (src, dst, edge.kind),
-        edge.seen_ns,
+        (edge.seen_ns, edge.declared),
         edge.patch.as_ref(),
         cache,
     )?;
     Ok((src, dst))
 }
 
+/// Upserts an edge seen at `seen_ns`; a declared one (registry) also gets its
+/// validity (a re-declaration keeps a revision's `valid_from` unless it names one).
 fn insert_edge_rows(
     tx: &Connection,
     tenant_id: i64,
     key: (i64, i64, EdgeKind),
-    seen_ns: i64,
+    (seen_ns, declared): (i64, Option<DeclaredValidity>),
     patch: Option<&Patch>,
     cache: &mut GraphCache,
 ) -> rusqlite::Result<()> {
     if let Some(&(first, last, last_patch)) = cache.edges.get(&key) {
         let covered = seen_ns >= first && seen_ns <= last + LAST_SEEN_SLACK_NS;
-        if covered && patch.is_none_or(|p| p.digest == last_patch) {
+        if covered && patch.is_none_or(|p| p.digest == last_patch) && declared.is_none() {
             return Ok(());
         }
     }
     // As for nodes: RETURNING (an ephemeral table per execution) only on a merge.
     let patch_text = patch.map(|p| p.text.as_str());
+    let (valid_from, until) = declared.map_or((None, None), |d| (d.from_ns, d.until_ns));
     let inserted = tx
         .prepare_cached(
             "INSERT OR IGNORE INTO graph_edges
-                (src, kind, dst, tenant_id, first_seen_ns, last_seen_ns, evidence)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?5, coalesce(?6, '{}'))",
+                (src, kind, dst, tenant_id, first_seen_ns, last_seen_ns, evidence,
+                 declared, valid_from_ns, superseded_ns)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?5, coalesce(?6, '{}'), ?7, ?8, ?9)",
         )?
         .execute(params![
             key.0,
@@ -556,7 +639,10 @@ fn insert_edge_rows(
             key.1,
             tenant_id,
             seen_ns,
-            patch_text
+            patch_text,
+            declared.is_some(),
+            valid_from,
+            until,
         ])?;
     let (first, last): (i64, i64) = if inserted == 1 {
         (seen_ns, seen_ns)
@@ -565,12 +651,24 @@ fn insert_edge_rows(
             "UPDATE graph_edges SET
                 first_seen_ns = min(first_seen_ns, ?4),
                 last_seen_ns = max(last_seen_ns, ?4),
-                evidence = CASE WHEN ?5 IS NULL THEN evidence ELSE json_patch(evidence, ?5) END
+                evidence = CASE WHEN ?5 IS NULL THEN evidence ELSE json_patch(evidence, ?5) END,
+                declared = max(declared, ?6),
+                valid_from_ns = CASE WHEN ?6 THEN coalesce(?7, valid_from_ns) ELSE valid_from_ns END,
+                superseded_ns = CASE WHEN ?6 THEN ?8 ELSE superseded_ns END
              WHERE src = ?1 AND kind = ?2 AND dst = ?3
              RETURNING first_seen_ns, last_seen_ns",
         )?
         .query_row(
-            params![key.0, key.2.as_str(), key.1, seen_ns, patch_text],
+            params![
+                key.0,
+                key.2.as_str(),
+                key.1,
+                seen_ns,
+                patch_text,
+                declared.is_some(),
+                valid_from,
+                until
+            ],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?
     };

@@ -131,10 +131,12 @@ struct PreparedEdge {
     kind: EdgeKind,
     seen_ns: i64,
     patch: Option<Patch>,
+    declared: Option<threadline_model::DeclaredValidity>,
 }
 
 struct PreparedAsset {
     id: NodeId,
+    declares: Vec<threadline_model::DeclaredEdge>,
     spec: String,
     spec_sha256: String,
     registered_ns: i64,
@@ -242,6 +244,7 @@ impl PreparedGraph {
                     let spec = json_text(&a.spec);
                     PreparedAsset {
                         id: a.id,
+                        declares: a.declares,
                         spec_sha256: hex::encode(sha2::Sha256::digest(spec.as_bytes())),
                         spec,
                         registered_ns: a.registered_ns,
@@ -269,6 +272,7 @@ impl PreparedGraph {
                     dst: e.dst,
                     kind: e.kind,
                     seen_ns: e.seen_ns,
+                    declared: e.declared,
                 })
                 .collect(),
             runs: update.runs,

@@ -166,6 +166,7 @@ pub(crate) fn walk(
             let batch: Vec<i64> = frontier.drain(..).collect();
             for chunk in batch.chunks(500) {
                 for (src, dst, edge) in edges_touching(conn, chunk, downstream)? {
+                    let Some(edge) = edge else { continue };
                     if !limits.edge_kinds.is_empty() && !limits.edge_kinds.contains(&edge.kind) {
                         continue;
                     }
@@ -211,33 +212,44 @@ fn edges_touching(
     conn: &Connection,
     rows: &[i64],
     downstream: bool,
-) -> Result<Vec<(i64, i64, LineageEdge)>, StoreError> {
+) -> Result<Vec<(i64, i64, Option<LineageEdge>)>, StoreError> {
     let column = if downstream { "src" } else { "dst" };
     let sql = format!(
-        "SELECT src, dst, kind, first_seen_ns, last_seen_ns, evidence FROM graph_edges
-         WHERE {column} IN ({})",
+        "SELECT {EDGE_COLUMNS} FROM graph_edges WHERE {column} IN ({})",
         crate::placeholders(rows.len())
     );
     let mut stmt = conn.prepare(&sql).map_err(|e| sqlite_err(conn, e))?;
+    stmt.query_map(params_from_iter(rows), parse_edge_row)
+        .and_then(|rows| rows.collect())
+        .map_err(|e| sqlite_err(conn, e))
+}
+
+const EDGE_COLUMNS: &str =
+    "src, dst, kind, first_seen_ns, last_seen_ns, evidence, valid_from_ns, superseded_ns, declared";
+
+/// An `EDGE_COLUMNS` row: (src row, dst row, the edge with placeholder ends, resolved
+/// by the caller from the row ids). An unknown kind reads as `None`.
+fn parse_edge_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, i64, Option<LineageEdge>)> {
     let placeholder = NodeId::new(NodeKind::Dataset, "");
-    stmt.query_map(params_from_iter(rows), |r| {
-        let kind: String = r.get(2)?;
-        let evidence: String = r.get(5)?;
-        Ok((
-            r.get(0)?,
-            r.get(1)?,
-            LineageEdge {
-                src: placeholder.clone(),
-                dst: placeholder.clone(),
-                kind: kind.parse().unwrap_or(EdgeKind::Produced),
-                first_seen_ns: r.get(3)?,
-                last_seen_ns: r.get(4)?,
-                evidence: serde_json::from_str(&evidence).unwrap_or(serde_json::Value::Null),
-            },
-        ))
-    })
-    .and_then(|rows| rows.collect())
-    .map_err(|e| sqlite_err(conn, e))
+    let kind: String = r.get(2)?;
+    let evidence: String = r.get(5)?;
+    let (first_seen_ns, last_seen_ns) = (r.get(3)?, r.get(4)?);
+    let (valid_from_ns, superseded_ns, declared) = (r.get(6)?, r.get(7)?, r.get(8)?);
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        kind.parse().ok().map(|kind| LineageEdge {
+            src: placeholder.clone(),
+            dst: placeholder,
+            kind,
+            first_seen_ns,
+            last_seen_ns,
+            evidence: serde_json::from_str(&evidence).unwrap_or(serde_json::Value::Null),
+            valid_from_ns,
+            superseded_ns,
+            declared,
+        }),
+    ))
 }
 
 fn nodes_by_row(conn: &Connection, rows: &[i64]) -> Result<Vec<(i64, LineageNode)>, StoreError> {
@@ -275,36 +287,20 @@ pub(crate) fn dump(
     }
     let ids: HashMap<i64, NodeId> = rows.iter().map(|(r, n)| (*r, n.id.clone())).collect();
     let mut stmt = conn
-        .prepare(
-            "SELECT src, dst, kind, first_seen_ns, last_seen_ns, evidence FROM graph_edges
-             WHERE tenant_id = ?1",
-        )
+        .prepare(&format!(
+            "SELECT {EDGE_COLUMNS} FROM graph_edges WHERE tenant_id = ?1"
+        ))
         .map_err(|e| sqlite_err(conn, e))?;
     let edges = stmt
-        .query_map([tenant_id], |r| {
-            let kind: String = r.get(2)?;
-            let evidence: String = r.get(5)?;
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, i64>(1)?,
-                kind,
-                r.get(3)?,
-                r.get(4)?,
-                evidence,
-            ))
-        })
+        .query_map([tenant_id], parse_edge_row)
         .and_then(|r| r.collect::<Result<Vec<_>, _>>())
         .map_err(|e| sqlite_err(conn, e))?
         .into_iter()
-        .filter_map(|(src, dst, kind, first, last, evidence)| {
-            Some(LineageEdge {
-                src: ids.get(&src)?.clone(),
-                dst: ids.get(&dst)?.clone(),
-                kind: kind.parse().ok()?,
-                first_seen_ns: first,
-                last_seen_ns: last,
-                evidence: serde_json::from_str(&evidence).unwrap_or(serde_json::Value::Null),
-            })
+        .filter_map(|(src, dst, edge)| {
+            let mut edge = edge?;
+            edge.src = ids.get(&src)?.clone();
+            edge.dst = ids.get(&dst)?.clone();
+            Some(edge)
         })
         .collect();
     Ok(Some(LineageGraph {

@@ -26,6 +26,6 @@ export function ImpactPage({ node }) {
         <td class="num">${fmtNum(b.traces)}</td></tr>`)}</tbody></table>
     <h2>Plan</h2>
     <table class="grid plan"><thead><tr><th>Action</th><th>Node</th><th>Why</th></tr></thead>
-      <tbody>${d.plan.map((p) => html`<tr><td><b>${p.action}</b></td><td><a href=${lineageUrl(p.node)}>${p.node}</a>${p.root ? ' (the node itself)' : ''}</td>
+      <tbody>${d.plan.map((p) => html`<tr><td><b>${p.action}</b></td><td><a href=${lineageUrl(p.node)}>${p.node}</a></td>
         <td>${p.reason}</td></tr>`)}</tbody></table>`;
 }
