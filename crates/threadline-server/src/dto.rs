@@ -154,6 +154,8 @@ pub(crate) fn trace_summary(t: &TraceSummary, prices: &PriceTable) -> Value {
         "models": t.models,
         "total_tokens": t.total_tokens,
         "cost_usd": summary_cost(t, prices),
+        "session_id": t.session_id,
+        "user_id": t.user_id,
     })
 }
 

@@ -33,7 +33,8 @@ pub(crate) fn router(state: QueryState) -> Router {
         .route("/api/v1/traces/{trace_id}", get(get_trace))
         .route("/api/v1/traces/{trace_id}/skeleton", get(get_skeleton))
         .route("/api/v1/traces/{trace_id}/spans/{span_id}", get(get_span))
-        .route("/api/v1/sessions/{session_id}", get(get_session))
+        .route("/api/v1/sessions", get(crate::sessions_api::list))
+        .route("/api/v1/sessions/{session_id}", get(crate::sessions_api::one))
         .route("/api/v1/services", get(list_services))
         .route("/api/v1/health", get(health))
         .fallback(|| async { ApiError::NotFound("no such endpoint".to_owned()) })
@@ -105,66 +106,6 @@ async fn get_span(
         ApiError::NotFound(format!("span {span_id} of trace {trace_id} not found"))
     })?;
     Ok(Json(trace_view::span_detail(&span, &logs, &state.prices)))
-}
-
-/// Most traces a session page lists.
-const SESSION_MAX_TRACES: usize = 5000;
-
-/// The traces of one conversation (session id), oldest first, with totals.
-async fn get_session(
-    State(state): State<QueryState>,
-    _: crate::params::NoQuery,
-    headers: HeaderMap,
-    Path(session_id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    let tenant = state.auth.tenant_of(&headers)?;
-    let store = state.store.clone();
-    let wanted = session_id.clone();
-    let (mut traces, truncated) = blocking(move || {
-        let mut query = TraceQuery {
-            session_id: Some(wanted),
-            limit: MAX_LIMIT,
-            ..Default::default()
-        };
-        let mut traces = Vec::new();
-        loop {
-            let page = store.search(&tenant, &query)?;
-            traces.extend(page.traces);
-            match page.next_cursor {
-                Some(c) if traces.len() < SESSION_MAX_TRACES => query.cursor = Some(c),
-                Some(_) => return Ok((traces, true)),
-                None => return Ok((traces, false)),
-            }
-        }
-    })
-    .await?;
-    if traces.is_empty() {
-        return Err(ApiError::NotFound(format!(
-            "session {session_id:?} not found"
-        )));
-    }
-    traces.sort_by_key(|t| (t.start_time_unix_nano, t.trace_id));
-    let first = traces.first().map_or(0, |t| t.start_time_unix_nano);
-    let last_end = traces
-        .iter()
-        .map(|t| t.start_time_unix_nano + t.duration_nanos)
-        .max()
-        .unwrap_or(first);
-    let cost = threadline_analysis::PriceTable::total_usd(
-        traces.iter().map(|t| dto::summary_cost(t, &state.prices)),
-    );
-    Ok(Json(json!({
-        "session_id": session_id,
-        "trace_count": traces.len(),
-        "truncated": truncated,
-        "span_count": traces.iter().map(|t| t.span_count).sum::<usize>(),
-        "error_count": traces.iter().filter(|t| t.error).count(),
-        "total_tokens": traces.iter().map(|t| t.total_tokens).sum::<i64>(),
-        "cost_usd": cost,
-        "start_time_unix_nano": first.to_string(),
-        "duration_ms": last_end.saturating_sub(first) as f64 / 1e6,
-        "traces": traces.iter().map(|t| dto::trace_summary(t, &state.prices)).collect::<Vec<_>>(),
-    })))
 }
 
 async fn search_traces(
@@ -240,7 +181,7 @@ async fn health(
 }
 
 const DEFAULT_LIMIT: usize = 20;
-const MAX_LIMIT: usize = 1000;
+pub(crate) const MAX_LIMIT: usize = 1000;
 
 fn parse_search(params: &[(String, String)]) -> Result<TraceQuery, ApiError> {
     let mut q = TraceQuery {
@@ -258,6 +199,7 @@ fn parse_search(params: &[(String, String)]) -> Result<TraceQuery, ApiError> {
             "adapter" => q.adapter = text(),
             "ab_group" => q.ab_group = text(),
             "session" | "session_id" => q.session_id = text(),
+            "user" | "user_id" => q.user_id = text(),
             "q" => q.text = Some(value.trim().to_owned()).filter(|t| !t.is_empty()),
             "status" => match value.as_str() {
                 "error" => q.errors_only = true,
@@ -266,6 +208,7 @@ fn parse_search(params: &[(String, String)]) -> Result<TraceQuery, ApiError> {
             "min_duration" => q.min_duration_nanos = Some(parse_duration(key, value)?),
             "max_duration" => q.max_duration_nanos = Some(parse_duration(key, value)?),
             "from" | "start" => q.start_from_unix_nano = Some(parse_time(key, value)?),
+            "since" => q.start_from_unix_nano = Some(parse_since(key, value)?),
             "to" | "end" => q.start_to_unix_nano = Some(parse_time(key, value)?),
             "limit" => {
                 let n: usize = value
@@ -281,7 +224,7 @@ fn parse_search(params: &[(String, String)]) -> Result<TraceQuery, ApiError> {
                 Some(attr) if !attr.is_empty() => q.attributes.push((attr.to_owned(), value.clone())),
                 _ => {
                     return Err(bad(format!(
-                        "unknown query parameter {other:?}: use service, name, model, route, adapter, ab_group, session, q, status, min_duration, max_duration, from, to, limit, cursor or attr.KEY"
+                        "unknown query parameter {other:?}: use service, name, model, route, adapter, ab_group, session, user, q, status, min_duration, max_duration, from, since, to, limit, cursor or attr.KEY"
                     )))
                 }
             },
@@ -298,6 +241,17 @@ fn parse_search(params: &[(String, String)]) -> Result<TraceQuery, ApiError> {
         return Err(bad(problem));
     }
     Ok(q)
+}
+
+/// `since=1h` (a duration back from now) as the unix nanoseconds it starts at.
+pub(crate) fn parse_since(key: &str, value: &str) -> Result<u64, ApiError> {
+    let back = humantime::parse_duration(value).map_err(|e| {
+        ApiError::BadRequest(format!(
+            "{key} {value:?} is not a duration back from now (e.g. 15m, 1h, 7d): {e}"
+        ))
+    })?;
+    let back = i64::try_from(back.as_nanos()).unwrap_or(i64::MAX);
+    Ok(now_ns().saturating_sub(back).max(0) as u64)
 }
 
 /// `250ms`, `1.5s`, `2m` … or a bare number of milliseconds.

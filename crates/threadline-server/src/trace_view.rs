@@ -206,6 +206,8 @@ mod tests {
 
     fn s(id: u8, parent: Option<u8>, start: u64, end: u64) -> SkeletonSpan {
         SkeletonSpan {
+            session_id: None,
+            user_id: None,
             span_id: SpanId([id; 8]),
             parent_span_id: parent.map(|p| SpanId([p; 8])),
             name: format!("op-{id}"),

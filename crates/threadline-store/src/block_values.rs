@@ -28,10 +28,12 @@ pub(crate) enum ValueField {
     AbGroup,
     /// Spans with an error status; the value is always ''.
     Error,
+    Session,
+    User,
 }
 
 impl ValueField {
-    pub(crate) const ALL: [ValueField; 9] = [
+    pub(crate) const ALL: [ValueField; 11] = [
         ValueField::Service,
         ValueField::Model,
         ValueField::Route,
@@ -41,6 +43,8 @@ impl ValueField {
         ValueField::PromptVersion,
         ValueField::AbGroup,
         ValueField::Error,
+        ValueField::Session,
+        ValueField::User,
     ];
 
     /// The stored code; fixed forever (migration 16 writes them as literals).
@@ -55,6 +59,8 @@ impl ValueField {
             ValueField::PromptVersion => 7,
             ValueField::AbGroup => 8,
             ValueField::Error => 9,
+            ValueField::Session => 10,
+            ValueField::User => 11,
         }
     }
 
@@ -71,6 +77,8 @@ impl ValueField {
             ValueField::PromptVersion => ("prompt_version", "prompt_version IS NOT NULL"),
             ValueField::AbGroup => ("ab_group", "ab_group IS NOT NULL"),
             ValueField::Error => ("''", "status_code = 2"),
+            ValueField::Session => ("session_id", "session_id IS NOT NULL"),
+            ValueField::User => ("user_id", "user_id IS NOT NULL"),
         }
     }
 
@@ -103,6 +111,8 @@ pub(crate) struct SpanValues<'a> {
     pub(crate) image: Option<&'a str>,
     pub(crate) prompt_version: Option<&'a str>,
     pub(crate) ab_group: Option<&'a str>,
+    pub(crate) session: Option<&'a str>,
+    pub(crate) user: Option<&'a str>,
     pub(crate) error: bool,
 }
 
@@ -119,6 +129,8 @@ impl BlockValues {
                 (ValueField::Image, s.image),
                 (ValueField::PromptVersion, s.prompt_version),
                 (ValueField::AbGroup, s.ab_group),
+                (ValueField::Session, s.session),
+                (ValueField::User, s.user),
             ] {
                 if let Some(v) = value {
                     borrowed.push((field, v));
@@ -312,7 +324,8 @@ mod tests {
             }
         }
         assert_eq!(ValueField::of_column("''"), None);
-        assert_eq!(ValueField::of_column("user_id"), None);
+        assert_eq!(ValueField::of_column("user_id"), Some(ValueField::User));
+        assert_eq!(ValueField::of_column("span_name"), None);
     }
 
     #[test]
@@ -326,6 +339,8 @@ mod tests {
             image: None,
             prompt_version: None,
             ab_group: None,
+            session: None,
+            user: None,
             error,
         };
         let values = BlockValues::of_spans(

@@ -622,6 +622,19 @@ impl SqliteStore {
         self.with_reader(|conn| search::search(conn, &self.inner.run_filters, tenant, query))
     }
 
+    /// Up to `limit` session ids of the tenant with spans starting in `from..=to`,
+    /// newest activity first; with `user`, sessions seen beside that user's spans (the
+    /// caller checks each session's user on its traces).
+    pub fn recent_sessions(
+        &self,
+        tenant: &TenantId,
+        (from, to): (Option<u64>, Option<u64>),
+        user: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        self.with_reader(|conn| search::recent_sessions(conn, tenant, (from, to), user, limit))
+    }
+
     pub fn services(&self, tenant: &TenantId) -> Result<Vec<ServiceSummary>, StoreError> {
         self.with_reader(|conn| query::services(conn, tenant))
     }

@@ -352,6 +352,13 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE graph_edges ADD COLUMN declared INTEGER NOT NULL DEFAULT 0;
      ALTER TABLE graph_edges ADD COLUMN valid_from_ns INTEGER;
      ALTER TABLE graph_edges ADD COLUMN superseded_ns INTEGER;",
+    // 20: sessions and users among the per-block column values (`block_values`), so a
+    //    session or user filter skips blocks without it and sessions list from the
+    //    index.
+    "INSERT OR IGNORE INTO block_values
+        SELECT DISTINCT tenant_id, 10, session_id, block_id FROM spans WHERE session_id IS NOT NULL
+        UNION ALL SELECT DISTINCT tenant_id, 11, user_id, block_id FROM spans
+            WHERE user_id IS NOT NULL;",
 ];
 
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

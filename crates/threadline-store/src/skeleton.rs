@@ -28,6 +28,9 @@ pub struct SkeletonSpan {
     pub total_tokens: Option<i64>,
     pub input_tokens: Option<i64>,
     pub output_tokens: Option<i64>,
+    /// The conversation and end user the span names.
+    pub session_id: Option<String>,
+    pub user_id: Option<String>,
     /// Where the rest of the span is, for `SpanReader::span`.
     pub location: SpanLocation,
 }
@@ -125,7 +128,7 @@ pub(crate) fn skeleton_rows(
         .prepare_cached(
             "SELECT span_id, parent_span_id, name, service, kind, start_ns, end_ns, status_code,
                     model, total_tokens, input_tokens, output_tokens, origin_hash,
-                    block_id, block_offset, block_len
+                    block_id, block_offset, block_len, session_id, user_id
              FROM spans NOT INDEXED
              WHERE rowid BETWEEN ?1 AND ?2 AND tenant_id = ?3 AND trace_id = ?4
              ORDER BY rowid",
@@ -162,6 +165,8 @@ pub(crate) fn skeleton_rows(
                 total_tokens: row.get(9).map_err(get_err)?,
                 input_tokens: row.get(10).map_err(get_err)?,
                 output_tokens: row.get(11).map_err(get_err)?,
+                session_id: row.get(16).map_err(get_err)?,
+                user_id: row.get(17).map_err(get_err)?,
                 location: SpanLocation {
                     origin_hash: row.get(12).map_err(get_err)?,
                     slot: DetailSlot::from_row(conn, row, 13)?,

@@ -41,6 +41,7 @@ pub struct TraceQuery {
     pub adapter: Option<String>,
     pub ab_group: Option<String>,
     pub session_id: Option<String>,
+    pub user_id: Option<String>,
     /// Free text: every word in a span's name or texts (prompts, completions,
     /// messages, exceptions; `SpanDetail::for_each_text`), in any case, the last word
     /// by prefix. Text without a word filters nothing.
@@ -106,6 +107,9 @@ pub struct TraceSummary {
     /// Tokens by model, of the spans that count toward `total_tokens`: what a price
     /// table turns into the trace's cost.
     pub usage: Vec<ModelUsage>,
+    /// The first session and user its spans name (by start time).
+    pub session_id: Option<String>,
+    pub user_id: Option<String>,
 }
 
 /// Tokens one model consumed and produced.
@@ -332,6 +336,48 @@ pub(crate) fn search(
     })
 }
 
+/// Session ids by their newest block (blocks are numbered in arrival order), among
+/// blocks whose span-time zone meets `from..=to`.
+pub(crate) fn recent_sessions(
+    conn: &Connection,
+    tenant: &TenantId,
+    (from, to): (Option<u64>, Option<u64>),
+    user: Option<&str>,
+    limit: usize,
+) -> Result<Vec<String>, StoreError> {
+    let Some(tenant_id) = tenant_key(conn, tenant)? else {
+        return Ok(Vec::new());
+    };
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT v.value, max(v.block_id) AS newest FROM block_values v
+             JOIN block_traces b ON b.tenant_id = v.tenant_id AND b.block_id = v.block_id
+             WHERE v.tenant_id = ?1 AND v.field = ?2
+               AND b.max_start_ns >= ?3 AND b.min_start_ns <= ?4
+               AND (?5 IS NULL OR v.block_id IN
+                    (SELECT block_id FROM block_values
+                     WHERE tenant_id = ?1 AND field = ?6 AND value = ?5))
+             GROUP BY v.value ORDER BY newest DESC, v.value LIMIT ?7",
+        )
+        .map_err(|e| sqlite_err(conn, e))?;
+    let rows = stmt
+        .query_map(
+            rusqlite::params![
+                tenant_id,
+                ValueField::Session.code(),
+                from.map_or(i64::MIN, sql_nanos),
+                to.map_or(i64::MAX, sql_nanos),
+                user,
+                ValueField::User.code(),
+                limit.min(10_000) as i64,
+            ],
+            |r| r.get::<_, String>(0),
+        )
+        .map_err(|e| sqlite_err(conn, e))?;
+    rows.collect::<Result<_, _>>()
+        .map_err(|e| sqlite_err(conn, e))
+}
+
 /// Whether the trace has a matching span at or after the cursor, i.e. it was on an
 /// earlier page.
 fn matched_before_cursor(
@@ -430,7 +476,18 @@ fn summarize(
         usage[at].input_tokens += h.input_tokens.unwrap_or(0).max(0);
         usage[at].output_tokens += h.output_tokens.unwrap_or(0).max(0);
     }
+    let first_named = |get: fn(&crate::SkeletonSpan) -> Option<&String>| {
+        heads
+            .iter()
+            .filter(|h| get(h).is_some())
+            .min_by_key(|h| h.start_time_unix_nano)
+            .and_then(|h| get(h).cloned())
+    };
+    let session_id = first_named(|h| h.session_id.as_ref());
+    let user_id = first_named(|h| h.user_id.as_ref());
     Ok(TraceSummary {
+        session_id,
+        user_id,
         trace_id,
         root_service: root.map(|r| r.service.clone()).unwrap_or_default(),
         root_name: root.map(|r| r.name.clone()).unwrap_or_default(),

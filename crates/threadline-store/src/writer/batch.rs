@@ -90,6 +90,8 @@ impl PreparedBatch {
                 image: r.image.as_deref(),
                 prompt_version: r.prompt_version.as_deref(),
                 ab_group: r.ab_group.as_deref(),
+                session: r.session_id.as_deref(),
+                user: r.user_id.as_deref(),
                 error: r.status_code == 2,
             }
         }));
