@@ -25,6 +25,7 @@ pub(crate) fn router(state: IncidentsState) -> Router {
     Router::new()
         .route("/api/v1/incidents", get(list))
         .route("/api/v1/incidents/{id}", get(one))
+        .route("/api/v1/nodes", get(crate::nodes_api::list))
         .with_state(state)
 }
 

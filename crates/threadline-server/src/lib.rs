@@ -23,6 +23,7 @@ mod listen;
 mod logs_api;
 mod marquez;
 mod metrics_api;
+mod nodes_api;
 mod otlp_grpc;
 mod otlp_http;
 mod params;

@@ -366,6 +366,23 @@ impl SqliteStore {
         self.with_reader(|conn| graph::get_node(conn, tenant, id))
     }
 
+    /// Nodes of `kind` (any kind: `None`) whose key contains `contains` (any case),
+    /// most recently seen first.
+    pub fn find_nodes(
+        &self,
+        tenant: &TenantId,
+        kind: Option<NodeKind>,
+        contains: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<LineageNode>, StoreError> {
+        self.with_reader(|conn| graph::find_nodes(conn, tenant, kind, contains, limit))
+    }
+
+    /// How many lineage nodes of each kind the tenant has.
+    pub fn node_counts(&self, tenant: &TenantId) -> Result<Vec<(NodeKind, u64)>, StoreError> {
+        self.with_reader(|conn| graph::node_counts(conn, tenant))
+    }
+
     /// Nodes of one kind, most recently seen first.
     pub fn nodes_of_kind(
         &self,

@@ -336,7 +336,8 @@ mod transitions;
 pub(crate) use apply::apply;
 pub use read::WalkLimits;
 pub(crate) use read::{
-    bound_instances, dump, get_node, nodes_of_kind, resolve, runs_for_trace, walk,
+    bound_instances, dump, find_nodes, get_node, node_counts, nodes_of_kind, resolve,
+    runs_for_trace, walk,
 };
 
 #[cfg(test)]

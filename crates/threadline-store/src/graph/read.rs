@@ -122,6 +122,62 @@ pub(crate) fn nodes_of_kind(
     .map_err(|e| sqlite_err(conn, e))
 }
 
+/// Nodes of `kind` (any, when `None`) whose key contains `contains` (any case), most
+/// recently seen first.
+pub(crate) fn find_nodes(
+    conn: &Connection,
+    tenant: &TenantId,
+    kind: Option<NodeKind>,
+    contains: Option<&str>,
+    limit: usize,
+) -> Result<Vec<LineageNode>, StoreError> {
+    let Some(tenant_id) = crate::query::tenant_key(conn, tenant)? else {
+        return Ok(Vec::new());
+    };
+    // LIKE with its wildcards escaped: the text is matched literally.
+    let pattern = contains.map(|c| {
+        let escaped = c
+            .replace('\\', "\\\\")
+            .replace('%', "\\%")
+            .replace('_', "\\_");
+        format!("%{escaped}%")
+    });
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "SELECT {NODE_COLUMNS} FROM graph_nodes WHERE tenant_id = ?1
+                AND (?2 IS NULL OR kind = ?2) AND (?3 IS NULL OR key LIKE ?3 ESCAPE '\\')
+             ORDER BY last_seen_ns DESC, id DESC LIMIT ?4"
+        ))
+        .map_err(|e| sqlite_err(conn, e))?;
+    stmt.query_map(
+        params![tenant_id, kind.map(NodeKind::as_str), pattern, limit as i64],
+        parse_node_row,
+    )
+    .and_then(|rows| rows.map(|r| r.map(|(_, n)| n)).collect())
+    .map_err(|e| sqlite_err(conn, e))
+}
+
+/// How many nodes of each kind the tenant has.
+pub(crate) fn node_counts(
+    conn: &Connection,
+    tenant: &TenantId,
+) -> Result<Vec<(NodeKind, u64)>, StoreError> {
+    let Some(tenant_id) = crate::query::tenant_key(conn, tenant)? else {
+        return Ok(Vec::new());
+    };
+    let mut stmt = conn
+        .prepare_cached("SELECT kind, count(*) FROM graph_nodes WHERE tenant_id = ?1 GROUP BY kind")
+        .map_err(|e| sqlite_err(conn, e))?;
+    let rows: Vec<(String, i64)> = stmt
+        .query_map([tenant_id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .and_then(|rows| rows.collect())
+        .map_err(|e| sqlite_err(conn, e))?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(kind, n)| Some((kind.parse().ok()?, n as u64)))
+        .collect())
+}
+
 /// What a walk may visit.
 #[derive(Clone, Debug)]
 pub struct WalkLimits {
