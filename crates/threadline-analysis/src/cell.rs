@@ -276,6 +276,11 @@ impl RollupCell {
         );
     }
 
+    /// The `q` quantile of the latency (ms); `None` without requests.
+    pub fn latency_quantile_ms(&self, q: f64) -> Option<f64> {
+        self.latency_ms.quantile(q).ok().flatten()
+    }
+
     pub fn rejected(&self) -> u64 {
         self.rejections.values().sum()
     }

@@ -9,6 +9,7 @@ pub mod changes;
 pub mod cost;
 pub mod drift;
 pub mod health;
+pub mod hops;
 pub mod incident;
 pub mod metric;
 pub mod observe;

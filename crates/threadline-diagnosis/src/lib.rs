@@ -7,6 +7,7 @@
 
 pub mod health;
 pub mod rca;
+pub mod service_map;
 #[cfg(test)]
 mod test_traffic;
 pub mod trace_lineage;

@@ -14,7 +14,7 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 use threadline_analysis::PriceTable;
 use threadline_model::{SpanKind, SpanRecord, TenantId};
-use threadline_store::{SqliteStore, TraceQuery};
+use threadline_store::SqliteStore;
 
 use crate::auth::Authenticator;
 use crate::error::{blocking, ApiError};
@@ -100,9 +100,6 @@ fn v1<T>(r: Result<T, ApiError>) -> Result<T, JaegerError> {
 fn v3<T>(r: Result<T, ApiError>) -> Result<T, JaegerError> {
     r.map_err(JaegerError::V3)
 }
-
-/// Most traces a dependency graph is drawn from.
-const DEPENDENCY_TRACES: usize = 5000;
 
 async fn v1_services(
     State(st): State<JaegerState>,
@@ -316,27 +313,19 @@ async fn v1_dependencies(
         }
     }
     let store = st.store.clone();
+    // From the stored per-minute hops (parent/child pairs across services, joined
+    // across processes): every call in the range, however many traces it holds.
     let data = v1(blocking(move || {
-        let mut query = TraceQuery {
-            start_from_unix_nano: Some(end_ms.saturating_sub(lookback_ms) * 1_000_000),
-            start_to_unix_nano: Some(end_ms.saturating_mul(1_000_000)),
-            limit: 1000,
-            ..Default::default()
-        };
-        let mut calls = model::Dependencies::default();
-        let mut traces = 0;
-        while traces < DEPENDENCY_TRACES {
-            let page = store.search(&tenant, &query)?;
-            for t in &page.traces {
-                calls.add(&store.trace_skeleton(&tenant, t.trace_id)?);
-                traces += 1;
-            }
-            match page.next_cursor {
-                Some(c) => query.cursor = Some(c),
-                None => break,
-            }
-        }
-        Ok(calls.into_json())
+        let to_ns = end_ms.saturating_mul(1_000_000).min(i64::MAX as u64) as i64;
+        let from_ns =
+            to_ns.saturating_sub(lookback_ms.saturating_mul(1_000_000).min(i64::MAX as u64) as i64);
+        let map = threadline_diagnosis::service_map::service_map(&store, &tenant, from_ns, to_ns)?;
+        Ok(map
+            .edges
+            .iter()
+            .filter(|e| e.target == threadline_diagnosis::service_map::EdgeTarget::Service)
+            .map(|e| json!({"parent": e.caller, "child": e.callee, "callCount": e.calls}))
+            .collect::<Vec<_>>())
     })
     .await)?;
     let n = data.len();

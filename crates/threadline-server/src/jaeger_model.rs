@@ -11,7 +11,7 @@
 //! - v3 (current Jaeger UI and tooling): OTLP JSON with default values left out, as
 //!   Jaeger's gateway writes it, and trace summaries.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use base64::Engine;
 use serde_json::{json, Map, Value};
@@ -277,42 +277,6 @@ pub(crate) fn v3_summary(trace_id: threadline_model::TraceId, spans: &[SkeletonS
         "errorSpanCount": spans.iter().filter(|s| s.error).count(),
         "services": services.iter().map(|(name, (n, e))| json!({"name": name, "spanCount": n, "errorSpanCount": e})).collect::<Vec<_>>(),
     })
-}
-
-/// Calls between services, trace by trace: (parent service, child service) → count,
-/// from parent/child span pairs whose services differ. Traces are added one at a
-/// time, so a caller holds one trace's skeleton at once.
-#[derive(Default)]
-pub(crate) struct Dependencies {
-    calls: BTreeMap<(String, String), u64>,
-}
-
-impl Dependencies {
-    pub(crate) fn add(&mut self, spans: &[threadline_store::SkeletonSpan]) {
-        let service_of: HashMap<_, &str> = spans
-            .iter()
-            .map(|s| (s.span_id, s.service.as_str()))
-            .collect();
-        for s in spans {
-            let Some(parent) = s.parent_span_id.and_then(|p| service_of.get(&p)) else {
-                continue;
-            };
-            if *parent != s.service {
-                *self
-                    .calls
-                    .entry(((*parent).to_owned(), s.service.clone()))
-                    .or_default() += 1;
-            }
-        }
-    }
-
-    /// Jaeger's `dependencies` items.
-    pub(crate) fn into_json(self) -> Vec<Value> {
-        self.calls
-            .into_iter()
-            .map(|((parent, child), n)| json!({"parent": parent, "child": child, "callCount": n}))
-            .collect()
-    }
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@ mod prometheus;
 mod prov_api;
 mod query_api;
 mod rca_api;
+mod service_map_api;
 mod sessions_api;
 mod trace_stream;
 mod trace_view;

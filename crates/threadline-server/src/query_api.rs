@@ -34,8 +34,12 @@ pub(crate) fn router(state: QueryState) -> Router {
         .route("/api/v1/traces/{trace_id}/skeleton", get(get_skeleton))
         .route("/api/v1/traces/{trace_id}/spans/{span_id}", get(get_span))
         .route("/api/v1/sessions", get(crate::sessions_api::list))
-        .route("/api/v1/sessions/{session_id}", get(crate::sessions_api::one))
+        .route(
+            "/api/v1/sessions/{session_id}",
+            get(crate::sessions_api::one),
+        )
         .route("/api/v1/services", get(list_services))
+        .route("/api/v1/service-map", get(crate::service_map_api::get))
         .route("/api/v1/health", get(health))
         .fallback(|| async { ApiError::NotFound("no such endpoint".to_owned()) })
         .with_state(state)

@@ -45,7 +45,12 @@ fn session_traces(
 }
 
 /// A session's totals over `traces` (sorted oldest first here).
-fn totals(session: &str, traces: &mut [TraceSummary], truncated: bool, prices: &PriceTable) -> Value {
+fn totals(
+    session: &str,
+    traces: &mut [TraceSummary],
+    truncated: bool,
+    prices: &PriceTable,
+) -> Value {
     traces.sort_by_key(|t| (t.start_time_unix_nano, t.trace_id));
     let first = traces.first().map_or(0, |t| t.start_time_unix_nano);
     let last_end = traces

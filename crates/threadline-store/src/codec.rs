@@ -311,15 +311,31 @@ pub(crate) fn decode_origin(blob: &[u8]) -> Result<SpanOrigin, StoreError> {
 }
 
 pub(crate) fn encode_cell(cell: &threadline_analysis::RollupCell) -> Result<Vec<u8>, StoreError> {
-    let raw = postcard::to_stdvec(cell)
-        .map_err(|e| StoreError::Corrupt(format!("cannot encode rollup cell: {e}")))?;
-    Ok(wrap(raw))
+    encode_postcard(cell, "rollup cell")
 }
 
 pub(crate) fn decode_cell(blob: &[u8]) -> Result<threadline_analysis::RollupCell, StoreError> {
+    decode_postcard(blob, "rollup cell")
+}
+
+/// Any serializable value as postcard, compressed when large; `what` names it in errors.
+pub(crate) fn encode_postcard<T: serde::Serialize>(
+    value: &T,
+    what: &str,
+) -> Result<Vec<u8>, StoreError> {
+    let raw = postcard::to_stdvec(value)
+        .map_err(|e| StoreError::Corrupt(format!("cannot encode {what}: {e}")))?;
+    Ok(wrap(raw))
+}
+
+/// What `encode_postcard` wrote.
+pub(crate) fn decode_postcard<T: serde::de::DeserializeOwned>(
+    blob: &[u8],
+    what: &str,
+) -> Result<T, StoreError> {
     let raw = unwrap(blob)?;
     postcard::from_bytes(&raw)
-        .map_err(|e| StoreError::Corrupt(format!("rollup cell does not decode: {e}")))
+        .map_err(|e| StoreError::Corrupt(format!("{what} does not decode: {e}")))
 }
 
 fn wrap(raw: Vec<u8>) -> Vec<u8> {

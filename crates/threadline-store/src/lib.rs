@@ -14,6 +14,7 @@ mod dir_lock;
 mod erase;
 mod erase_copies;
 mod graph;
+mod hops;
 mod incidents;
 mod logs;
 mod newest_first;
@@ -149,6 +150,8 @@ struct Inner {
     run_filters: trace_index::RunFilters,
     /// Identities of the most recent spans, prepared or stored.
     recent: Mutex<retries::RecentSpans>,
+    /// Spans waiting for the other end of a service hop sent in another request.
+    hop_joiner: Mutex<threadline_analysis::hops::HopJoiner<TenantId>>,
 }
 
 impl SqliteStore {
@@ -184,6 +187,7 @@ impl SqliteStore {
             readers: Mutex::new(Vec::new()),
             run_filters: Default::default(),
             recent: Mutex::new(recent),
+            hop_joiner: Mutex::new(Default::default()),
         });
         trace_compactor::spawn(
             schema::open_background_reader(&inner.path)?,
@@ -231,6 +235,15 @@ impl SqliteStore {
         observed.retain(|o| !repeated[o.span]);
         let mut batch = writer::PreparedBatch::encode(tenant, spans, observed)?;
         batch.marked = marked;
+        let now_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i64);
+        batch.hops = self
+            .inner
+            .hop_joiner
+            .lock()
+            .map_err(|_| StoreError::Corrupt("hop joiner lock poisoned".into()))?
+            .hops(tenant, spans, &repeated, now_ns);
         Ok(batch)
     }
 
@@ -376,6 +389,22 @@ impl SqliteStore {
         limit: usize,
     ) -> Result<Vec<LineageNode>, StoreError> {
         self.with_reader(|conn| graph::find_nodes(conn, tenant, kind, contains, limit))
+    }
+
+    /// Calls between services (hops) in `from_minute..=to_minute`, merged per hop.
+    pub fn service_hops(
+        &self,
+        tenant: &TenantId,
+        from_minute: i64,
+        to_minute: i64,
+    ) -> Result<
+        Vec<(
+            threadline_analysis::hops::Hop,
+            threadline_analysis::hops::HopCell,
+        )>,
+        StoreError,
+    > {
+        self.with_reader(|conn| hops::between(conn, tenant, from_minute, to_minute))
     }
 
     /// How many lineage nodes of each kind the tenant has.

@@ -359,6 +359,15 @@ const MIGRATIONS: &[&str] = &[
         SELECT DISTINCT tenant_id, 10, session_id, block_id FROM spans WHERE session_id IS NOT NULL
         UNION ALL SELECT DISTINCT tenant_id, 11, user_id, block_id FROM spans
             WHERE user_id IS NOT NULL;",
+    // 21: calls between services per minute (`hops`): what the service map draws.
+    "CREATE TABLE service_hops (
+        tenant_id INTEGER NOT NULL,
+        minute INTEGER NOT NULL,
+        caller TEXT NOT NULL,
+        callee TEXT NOT NULL,
+        cell BLOB NOT NULL,
+        PRIMARY KEY (tenant_id, minute, caller, callee)
+     ) WITHOUT ROWID;",
 ];
 
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -113,6 +113,7 @@ impl PreparedBatch {
             encoded_bytes,
             graph: None,
             rollups: threadline_analysis::Rollups::of_observed(spans, observed),
+            hops: Default::default(),
             texts,
             inserted: None,
         })

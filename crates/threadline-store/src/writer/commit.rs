@@ -258,6 +258,7 @@ fn commit_jobs(
                     .entry(tenant_id)
                     .or_default()
                     .absorb(std::mem::take(&mut batch.rollups));
+                crate::hops::merge(&tx, tenant_id, &batch.hops)?;
                 if let Some(update) = &batch.graph {
                     crate::graph::apply(
                         &tx,

@@ -89,6 +89,8 @@ pub struct PreparedBatch {
     graph: Option<crate::graph::PreparedGraph>,
     /// The request spans' rollup cells, computed here rather than on the writer.
     rollups: threadline_analysis::Rollups,
+    /// Calls between services among the spans (and joined with earlier requests).
+    pub(crate) hops: threadline_analysis::hops::Hops,
     /// The spans' searchable texts, handed to the full-text indexer once committed.
     texts: crate::text_index::BlockTexts,
     /// (block id, erasures so far), set by the transaction that inserts the block.

@@ -1,0 +1,303 @@
+//! Service hops: calls from one service to another, per minute — what a service map
+//! draws. A hop is a span whose parent is a span of another service; it is measured on
+//! the callee's span (its duration and status). Parent and child in one export request
+//! join at once; a child whose parent is in another export request (another process:
+//! a client span calling a server span) waits in `HopJoiner` until the parent comes,
+//! or the parent waits for its children, for `JOIN_WINDOW_NS` of wall time.
+
+use foldhash::HashMap;
+use serde::{Deserialize, Serialize};
+use sketches_ddsketch::DDSketch;
+use threadline_model::{SpanId, SpanRecord, TraceId};
+
+use crate::rollup::minute_of;
+
+/// How long a span waits for the other end of a hop in another export request.
+pub const JOIN_WINDOW_NS: i64 = 5 * 60 * 1_000_000_000;
+/// Entries the joiner holds, per kind, before it drops the oldest half.
+const JOINER_CAP: usize = 500_000;
+
+/// Calls of one hop in one minute.
+#[derive(Clone, Serialize, Deserialize)]
+pub struct HopCell {
+    pub calls: u64,
+    pub errors: u64,
+    pub latency_ms: DDSketch,
+}
+
+impl Default for HopCell {
+    fn default() -> Self {
+        Self {
+            calls: 0,
+            errors: 0,
+            latency_ms: crate::cell::new_sketch(),
+        }
+    }
+}
+
+impl HopCell {
+    fn add(&mut self, call: &Call) {
+        self.calls += 1;
+        self.errors += u64::from(call.error);
+        self.latency_ms.add(call.duration_ns as f64 / 1e6);
+    }
+
+    /// The `q` quantile of the calls' latency (ms); `None` without calls.
+    pub fn latency_quantile_ms(&self, q: f64) -> Option<f64> {
+        self.latency_ms.quantile(q).ok().flatten()
+    }
+
+    pub fn merge(&mut self, other: &HopCell) {
+        self.calls += other.calls;
+        self.errors += other.errors;
+        // Both sketches share one configuration (`new_sketch`).
+        let _ = self.latency_ms.merge(&other.latency_ms);
+    }
+}
+
+/// A hop's ends: the calling service and the called one.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Hop {
+    pub caller: String,
+    pub callee: String,
+}
+
+/// Hop cells by (minute of the callee span's start, hop).
+#[derive(Clone, Default)]
+pub struct Hops {
+    pub cells: HashMap<(i64, Hop), HopCell>,
+}
+
+impl Hops {
+    pub fn is_empty(&self) -> bool {
+        self.cells.is_empty()
+    }
+
+    fn add(&mut self, caller: &str, call: &Call) {
+        if caller == call.service {
+            return;
+        }
+        let hop = Hop {
+            caller: caller.to_owned(),
+            callee: call.service.clone(),
+        };
+        self.cells
+            .entry((minute_of(call.start_ns), hop))
+            .or_default()
+            .add(call);
+    }
+
+    pub fn absorb(&mut self, other: Hops) {
+        for (at, cell) in other.cells {
+            self.cells.entry(at).or_default().merge(&cell);
+        }
+    }
+}
+
+/// The callee end of a hop.
+#[derive(Clone, Debug)]
+struct Call {
+    service: String,
+    start_ns: i64,
+    duration_ns: u64,
+    error: bool,
+}
+
+impl Call {
+    fn of(span: &SpanRecord) -> Self {
+        Self {
+            service: span.service.clone(),
+            start_ns: span.start_time_unix_nano.min(i64::MAX as u64) as i64,
+            duration_ns: span.duration_nanos(),
+            error: span.is_error(),
+        }
+    }
+}
+
+/// Spans waiting for the other end of a hop sent in another export request, per
+/// tenant (`K`: the caller's tenant key).
+pub struct HopJoiner<K> {
+    /// (tenant, trace, span) → its service, and when it came (wall time): a possible
+    /// parent of children still to come.
+    parents: HashMap<(K, TraceId, SpanId), (String, i64)>,
+    /// (tenant, trace, parent span) → children that came before it, and when.
+    orphans: HashMap<(K, TraceId, SpanId), Vec<(Call, i64)>>,
+}
+
+impl<K> Default for HopJoiner<K> {
+    fn default() -> Self {
+        Self {
+            parents: HashMap::default(),
+            orphans: HashMap::default(),
+        }
+    }
+}
+
+impl<K: Clone + Eq + std::hash::Hash> HopJoiner<K> {
+    /// The hops among `spans` (one export request of `tenant`, received at `now_ns`),
+    /// less the spans `repeated` marks (a retried export): parent and child in the
+    /// request, and those joined with the other end waiting from earlier requests.
+    pub fn hops(
+        &mut self,
+        tenant: &K,
+        spans: &[SpanRecord],
+        repeated: &[bool],
+        now_ns: i64,
+    ) -> Hops {
+        self.expire(now_ns);
+        let mut out = Hops::default();
+        let by_id: HashMap<(TraceId, SpanId), &SpanRecord> =
+            spans.iter().map(|s| ((s.trace_id, s.span_id), s)).collect();
+        let has_child: std::collections::HashSet<(TraceId, SpanId)> = spans
+            .iter()
+            .filter_map(|s| Some((s.trace_id, s.parent_span_id?)))
+            .collect();
+        for (i, span) in spans.iter().enumerate() {
+            if repeated.get(i).copied().unwrap_or(false) {
+                continue;
+            }
+            if let Some(parent) = span.parent_span_id {
+                match by_id.get(&(span.trace_id, parent)) {
+                    Some(p) => out.add(&p.service, &Call::of(span)),
+                    None => {
+                        let key = (tenant.clone(), span.trace_id, parent);
+                        match self.parents.get(&key) {
+                            Some((service, _)) => out.add(service, &Call::of(span)),
+                            None => self
+                                .orphans
+                                .entry(key)
+                                .or_default()
+                                .push((Call::of(span), now_ns)),
+                        }
+                    }
+                }
+            }
+            // A span may be the parent of children in other requests: children that
+            // came already join now; later ones find it. A span with children here is
+            // a parent in its own process (children across processes hang off leaves:
+            // the client span of a call).
+            let key = (tenant.clone(), span.trace_id, span.span_id);
+            if let Some(waiting) = self.orphans.remove(&key) {
+                for (call, _) in &waiting {
+                    out.add(&span.service, call);
+                }
+            } else if !has_child.contains(&(span.trace_id, span.span_id)) {
+                self.parents.insert(key, (span.service.clone(), now_ns));
+            }
+        }
+        out
+    }
+
+    /// Drops what waited longer than the join window, and the oldest half of a map
+    /// past its cap.
+    fn expire(&mut self, now_ns: i64) {
+        let cutoff = now_ns.saturating_sub(JOIN_WINDOW_NS);
+        if self.parents.len() > JOINER_CAP {
+            let mut times: Vec<i64> = self.parents.values().map(|(_, t)| *t).collect();
+            let mid = times.len() / 2;
+            let (_, median, _) = times.select_nth_unstable(mid);
+            let median = *median;
+            self.parents.retain(|_, (_, t)| *t > median.max(cutoff));
+        } else {
+            self.parents.retain(|_, (_, t)| *t > cutoff);
+        }
+        if self.orphans.len() > JOINER_CAP {
+            self.orphans.clear();
+        } else {
+            self.orphans.retain(|_, calls| {
+                calls.retain(|(_, t)| *t > cutoff);
+                !calls.is_empty()
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use threadline_model::{SpanDetail, SpanKind, SpanOrigin, SpanRecord, StatusCode};
+
+    use super::*;
+
+    fn span(trace: u8, id: u8, parent: Option<u8>, service: &str, error: bool) -> SpanRecord {
+        let mut s = SpanRecord {
+            trace_id: TraceId([trace; 16]),
+            span_id: SpanId([id; 8]),
+            parent_span_id: parent.map(|p| SpanId([p; 8])),
+            name: "op".into(),
+            service: service.into(),
+            kind: SpanKind::Internal,
+            start_time_unix_nano: 120_000_000_000,
+            end_time_unix_nano: 120_000_000_000 + u64::from(id) * 1_000_000,
+            detail: SpanDetail::default(),
+            origin: std::sync::Arc::new(SpanOrigin::default()),
+            llm: None,
+        };
+        if error {
+            s.detail.status.code = StatusCode::Error;
+        }
+        s
+    }
+
+    fn calls(hops: &Hops) -> Vec<(String, String, u64, u64)> {
+        let mut v: Vec<_> = hops
+            .cells
+            .iter()
+            .map(|((_, h), c)| (h.caller.clone(), h.callee.clone(), c.calls, c.errors))
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_parent_of_another_service_in_the_request_is_a_hop() {
+        let spans = [
+            span(1, 1, None, "gateway", false),
+            span(1, 2, Some(1), "gateway", false),
+            span(1, 3, Some(2), "retriever", true),
+        ];
+        let mut joiner = HopJoiner::<u8>::default();
+        let hops = joiner.hops(&0, &spans, &[false; 3], 0);
+        assert_eq!(calls(&hops), [("gateway".into(), "retriever".into(), 1, 1)]);
+        // A retried export counts nothing again.
+        assert!(joiner.hops(&0, &spans, &[true; 3], 0).is_empty());
+    }
+
+    #[test]
+    fn ends_in_other_requests_join_whichever_comes_first() {
+        let mut joiner = HopJoiner::<u8>::default();
+        // The server span first (its process exported sooner), then the client's.
+        let server = [span(1, 3, Some(2), "llm-backend", false)];
+        assert!(joiner.hops(&0, &server, &[false], 0).is_empty());
+        let client = [
+            span(1, 1, None, "app", false),
+            span(1, 2, Some(1), "app", false),
+        ];
+        let hops = joiner.hops(&0, &client, &[false; 2], 1);
+        assert_eq!(calls(&hops), [("app".into(), "llm-backend".into(), 1, 0)]);
+        // The client's first, then the server's.
+        let client = [
+            span(2, 1, None, "app", false),
+            span(2, 2, Some(1), "app", false),
+        ];
+        assert!(joiner.hops(&0, &client, &[false; 2], 2).is_empty());
+        let server = [span(2, 3, Some(2), "llm-backend", true)];
+        let hops = joiner.hops(&0, &server, &[false], 3);
+        assert_eq!(calls(&hops), [("app".into(), "llm-backend".into(), 1, 1)]);
+        // Another tenant's span with the same ids joins nothing.
+        let server = [span(2, 3, Some(2), "llm-backend", true)];
+        assert!(joiner.hops(&1, &server, &[false], 4).is_empty());
+    }
+
+    #[test]
+    fn what_waits_past_the_window_is_dropped() {
+        let mut joiner = HopJoiner::<u8>::default();
+        let server = [span(1, 3, Some(2), "llm-backend", false)];
+        joiner.hops(&0, &server, &[false], 0);
+        let client = [
+            span(1, 1, None, "app", false),
+            span(1, 2, Some(1), "app", false),
+        ];
+        let later = JOIN_WINDOW_NS + 1;
+        assert!(joiner.hops(&0, &client, &[false; 2], later).is_empty());
+    }
+}
