@@ -217,7 +217,14 @@ pub async fn serve_reporting(
         budget: budget.clone(),
         origins: Arc::clone(&origins),
     });
+    let port = |l: &TcpListener, addr: std::net::SocketAddr| {
+        l.local_addr().map_or(addr.port(), |a| a.port())
+    };
     let query_state = query_api::QueryState {
+        otlp_ports: query_api::OtlpPorts {
+            http: port(&otlp_http, config.otlp_http_addr),
+            grpc: port(&otlp_grpc, config.otlp_grpc_addr),
+        },
         store: store.clone(),
         auth: Arc::clone(&auth),
         stats: Arc::clone(&stats),

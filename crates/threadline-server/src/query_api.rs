@@ -19,8 +19,16 @@ use crate::error::{blocking, ApiError};
 use crate::ingest::IngestStats;
 use crate::{dto, trace_view};
 
+/// The ports the OTLP receivers listen on, for the UI's "send data" guidance.
+#[derive(Clone, Copy)]
+pub(crate) struct OtlpPorts {
+    pub(crate) http: u16,
+    pub(crate) grpc: u16,
+}
+
 #[derive(Clone)]
 pub(crate) struct QueryState {
+    pub(crate) otlp_ports: OtlpPorts,
     pub(crate) store: SqliteStore,
     pub(crate) auth: Arc<Authenticator>,
     pub(crate) stats: Arc<IngestStats>,
@@ -156,6 +164,8 @@ async fn health(
         "status": if store_ok { "ok" } else { "degraded" },
         "auth_required": state.auth.required(),
         "version": env!("CARGO_PKG_VERSION"),
+        // Where to send data (ports only: the host is the one the caller reached).
+        "otlp": {"http_port": state.otlp_ports.http, "grpc_port": state.otlp_ports.grpc},
     });
     let server_wide = match &caller {
         Caller::Operator => true,

@@ -145,6 +145,17 @@ pub(crate) async fn list(
                 rows.push(row);
             }
         }
+        // The index orders sessions by the block they were last stored in; within the
+        // page, by their last activity in span time.
+        rows.sort_by(|a, b| {
+            let last = |r: &Value| {
+                r["last_activity_unix_nano"]
+                    .as_str()
+                    .and_then(|t| t.parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            last(b).cmp(&last(a))
+        });
         Ok::<_, ApiError>(rows)
     })
     .await?;

@@ -14,11 +14,14 @@ use memory_serve::CacheControl;
 use tower::ServiceExt;
 
 /// The UI's deep links.
-pub(crate) const PAGES: [&str; 9] = [
+pub(crate) const PAGES: [&str; 12] = [
     "/",
     "/traces",
     "/traces/{trace_id}",
+    "/sessions",
     "/sessions/{session_id}",
+    "/service-map",
+    "/lineage",
     "/lineage/{*node_id}",
     "/dashboard",
     "/incidents",

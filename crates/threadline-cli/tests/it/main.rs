@@ -25,5 +25,6 @@ mod tenants;
 mod tidy;
 mod time_went;
 mod ui;
+mod ui_pages;
 #[path = "../../src/webdriver.rs"]
 mod webdriver;

@@ -238,6 +238,9 @@ fn every_page_renders_from_its_url_and_clicks_lead_where_they_say() {
         b.screenshot("impact").await;
         b.assert_no_console_errors("impact").await;
 
+        // Every section from the navigation.
+        crate::ui_pages::every_section_from_the_navigation(&b, &base).await;
+
         // The dark theme follows the system setting.
         b.prefer_color_scheme("dark").await;
         b.open(demo.page("incident"), ".cause").await;

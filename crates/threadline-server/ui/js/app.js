@@ -3,8 +3,10 @@
 import { html, render, useState, useEffect, useRef, auth, navigate, onNavigate } from './lib.js';
 import { SearchPage } from './pages/search.js';
 import { TracePage } from './pages/trace.js';
-import { SessionPage } from './pages/session.js';
+import { SessionPage, SessionsPage } from './pages/session.js';
 import { LineagePage } from './pages/lineage.js';
+import { LineageBrowserPage } from './pages/nodes.js';
+import { ServiceMapPage } from './pages/servicemap.js';
 import { DashboardPage } from './pages/dashboard.js';
 import { IncidentsPage, IncidentPage } from './pages/incidents.js';
 import { ImpactPage } from './pages/impact.js';
@@ -12,7 +14,10 @@ import { ImpactPage } from './pages/impact.js';
 const ROUTES = [
   [/^\/(traces\/?)?$/, () => html`<${SearchPage} />`, 'traces'],
   [/^\/traces\/([^/]+)$/, (m) => html`<${TracePage} id=${m[1]} />`, 'traces'],
-  [/^\/sessions\/(.+)$/, (m) => html`<${SessionPage} id=${decodeURIComponent(m[1])} />`, 'traces'],
+  [/^\/sessions\/?$/, () => html`<${SessionsPage} />`, 'sessions'],
+  [/^\/sessions\/(.+)$/, (m) => html`<${SessionPage} id=${decodeURIComponent(m[1])} />`, 'sessions'],
+  [/^\/service-map\/?$/, () => html`<${ServiceMapPage} />`, 'service-map'],
+  [/^\/lineage\/?$/, () => html`<${LineageBrowserPage} />`, 'lineage'],
   [/^\/lineage\/(.+)$/, (m) => html`<${LineagePage} node=${decodeURIComponent(m[1])} />`, 'lineage'],
   [/^\/dashboard\/?$/, () => html`<${DashboardPage} />`, 'dashboard'],
   [/^\/incidents\/?$/, () => html`<${IncidentsPage} />`, 'incidents'],
@@ -67,8 +72,9 @@ function Shell() {
     return () => window.removeEventListener('popstate', pop);
   }, []);
   const { view, section } = route(location.pathname);
-  const nav = [['/traces', 'Traces', 'traces'], ['/dashboard', 'Dashboard', 'dashboard'],
-    ['/incidents', 'Incidents', 'incidents']];
+  const nav = [['/traces', 'Traces', 'traces'], ['/sessions', 'Sessions', 'sessions'],
+    ['/service-map', 'Service map', 'service-map'], ['/lineage', 'Lineage', 'lineage'],
+    ['/dashboard', 'Dashboard', 'dashboard'], ['/incidents', 'Incidents', 'incidents']];
   return html`
     <header class="top">
       <a class="brand" href="/">Threadline</a>

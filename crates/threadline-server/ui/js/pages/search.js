@@ -1,11 +1,14 @@
 // `/` and `/traces?…`: trace search. The query lives in the URL (same names as the
 // API's parameters, plus `range=` for a preset time window); results newest first.
-import { html, useState, useApi, navigate, qs, fmtMs, fmtNum, fmtCost, fmtTime, traceUrl, ErrorBox, Loading, setTitle } from '../lib.js';
+import { html, useState, useApi, navigate, qs, fmtMs, fmtNum, fmtCost, fmtTime, traceUrl, sessionUrl, ErrorBox, Loading,
+  setTitle } from '../lib.js';
+import { GetStarted } from '../getstarted.js';
 
-const FIELDS = ['service', 'name', 'model', 'route', 'adapter', 'ab_group', 'min_duration', 'max_duration', 'q'];
+const FIELDS = ['service', 'name', 'model', 'route', 'adapter', 'ab_group', 'session', 'user', 'min_duration',
+  'max_duration', 'q'];
 export const RANGES = [['', 'Any time'], ['15m', 'Last 15 minutes'], ['1h', 'Last hour'], ['6h', 'Last 6 hours'],
   ['24h', 'Last 24 hours'], ['7d', 'Last 7 days'], ['custom', 'Absolute range']];
-const RANGE_SECONDS = { '15m': 900, '1h': 3600, '6h': 21600, '24h': 86400, '7d': 604800 };
+const PRESETS = new Set(['15m', '1h', '6h', '24h', '7d']);
 
 /** The page's filters as read from the URL. */
 function readUrl() {
@@ -48,7 +51,8 @@ function apiUrl(f) {
   for (const k of FIELDS) params[k] = f[k].trim();
   params.status = f.errors ? 'error' : '';
   const toApiTime = (v) => (v && !/[zZ]|[+-]\d\d:?\d\d$/.test(v) && v.includes('T') ? `${v.length === 16 ? `${v}:00` : v}Z` : v);
-  if (RANGE_SECONDS[f.range]) params.from = Math.floor(Date.now() / 1000) - RANGE_SECONDS[f.range];
+  // A preset is `since=` as the CLI's `--since` sends it: the server counts back from its clock.
+  if (PRESETS.has(f.range)) params.since = f.range;
   if (f.range === 'custom') { params.from = toApiTime(f.from); params.to = toApiTime(f.to); }
   params.cursor = f.cursor;
   let s = qs(params);
@@ -74,6 +78,8 @@ export function SearchPage() {
   const submit = (e) => { e.preventDefault(); navigate(pageUrl(form)); };
   const reset = () => navigate('/traces');
   const traces = result.data ? result.data.traces : [];
+  // Nothing stored at all (not merely nothing matching): where to send data instead.
+  const emptyStore = traces.length === 0 && !fromUrl.cursor && services.data && services.data.services.length === 0;
   return html`
     <h1>Traces</h1>
     <form class="filters" role="search" aria-label="Trace search" onSubmit=${submit}>
@@ -90,6 +96,8 @@ export function SearchPage() {
       <${Field} id="route" label="Route" value=${form.route} onInput=${set('route')} placeholder="/v1/chat" />
       <${Field} id="adapter" label="Adapter" value=${form.adapter} onInput=${set('adapter')} />
       <${Field} id="ab_group" label="A/B group" value=${form.ab_group} onInput=${set('ab_group')} />
+      <${Field} id="session" label="Session" value=${form.session} onInput=${set('session')} />
+      <${Field} id="user" label="User" value=${form.user} onInput=${set('user')} />
       <${Field} id="min_duration" label="Min duration" value=${form.min_duration} onInput=${set('min_duration')} placeholder="250ms" />
       <${Field} id="max_duration" label="Max duration" value=${form.max_duration} onInput=${set('max_duration')} placeholder="2s" />
       <label for="range">Time range
@@ -111,10 +119,11 @@ export function SearchPage() {
     </form>
     <${ErrorBox} error=${result.error} />
     ${result.loading && !result.data ? html`<${Loading} what="traces" />` : null}
-    ${result.data ? html`
+    ${emptyStore ? html`<${GetStarted} />` : null}
+    ${result.data && !emptyStore ? html`
       <div class="table-wrap"><table class="grid" aria-label="Traces, newest first">
         <thead><tr><th>Trace</th><th>Started</th><th>Root</th><th class="num">Duration</th>
-          <th class="num">Spans</th><th>Models</th><th class="num">Tokens</th><th class="num">Cost</th><th>Status</th></tr></thead>
+          <th class="num">Spans</th><th>Models</th><th>Session</th><th>User</th><th class="num">Tokens</th><th class="num">Cost</th><th>Status</th></tr></thead>
         <tbody>
           ${traces.map((t) => html`<tr>
             <td><a class="mono trace-link" href=${traceUrl(t.trace_id)}>${t.trace_id.slice(0, 16)}…</a></td>
@@ -123,6 +132,8 @@ export function SearchPage() {
             <td class="num">${fmtMs(t.duration_ms)}</td>
             <td class="num">${fmtNum(t.span_count)}</td>
             <td>${t.models.map((m) => html`<span class="pill">${m}</span>`)}</td>
+            <td>${t.session_id ? html`<a class="session-link" href=${sessionUrl(t.session_id)}>${t.session_id}</a>` : null}</td>
+            <td>${t.user_id ? html`<a href=${pageUrl({ ...readUrl(), user: t.user_id, cursor: '' })}>${t.user_id}</a>` : null}</td>
             <td class="num">${fmtNum(t.total_tokens)}</td>
             <td class="num">${fmtCost(t.cost_usd)}</td>
             <td>${t.error ? html`<span class="pill err">error</span>` : html`<span class="pill ok">ok</span>`}</td>

@@ -24,6 +24,10 @@ export function TracePage({ id }) {
   if (revealed !== selected && selected >= 0 && revealed < 0) setRevealed(selected);
   return html`
     <h1>${ix.names[ix.s.name[root]]} <span class="muted mono" style="font-size:13px">${id}</span></h1>
+    ${d.session_id || d.user_id ? html`<p class="trace-context">
+      ${d.session_id ? html`Session <a class="session-link" href=${sessionUrl(d.session_id)}>${d.session_id}</a>` : null}
+      ${d.session_id && d.user_id ? ' · ' : null}
+      ${d.user_id ? html`User <a class="user-link" href=${`/traces?user=${enc(d.user_id)}`}>${d.user_id}</a>` : null}</p>` : null}
     <div class="stats">
       <${Stat} k="started" v=${fmtTime(d.start_time_unix_nano)} />
       <${Stat} k="duration" v=${fmtMs(d.duration_ms)} />
