@@ -94,10 +94,22 @@ impl ApiClient {
         if let Some(key) = &self.api_key {
             req = req.bearer_auth(key);
         }
-        let resp = req
-            .send()
-            .await
-            .with_context(|| format!("cannot reach {url}"))?;
+        let resp = req.send().await.map_err(|e| {
+            // An HTTP/2-only peer (the OTLP/gRPC receiver) answers HTTP/1.1 with frames.
+            let mut text = String::new();
+            let mut cause: Option<&dyn std::error::Error> = Some(&e);
+            while let Some(c) = cause {
+                text.push_str(&c.to_string());
+                cause = c.source();
+            }
+            let h2_only = text.contains("unexpected message") || text.contains("invalid HTTP version");
+            let hint = if h2_only {
+                " (it does not speak HTTP/1.1: is this the OTLP/gRPC port? The CLI talks to the JSON API, the UI's address: --server http://127.0.0.1:8080 by default)"
+            } else {
+                ""
+            };
+            anyhow::Error::new(e).context(format!("cannot reach {url}{hint}"))
+        })?;
         let status = resp.status();
         let body = resp
             .bytes()

@@ -165,6 +165,8 @@ pub(crate) struct ApiGuard {
     pub(crate) origins: Arc<Origins>,
     pub(crate) auth: Arc<Authenticator>,
     pub(crate) budget: BodyBudget,
+    /// Where OTLP goes, for what is sent here instead.
+    pub(crate) ports: crate::misdirected::OtlpPorts,
 }
 
 /// The API port's middleware: the checks above, then for state-changing requests the
@@ -174,6 +176,16 @@ pub(crate) async fn api_guard(
     request: Request,
     next: Next,
 ) -> Response {
+    if let Some(answer) = crate::misdirected::on_api_port(
+        request.method(),
+        request.uri().path(),
+        request.headers(),
+        guard.ports,
+    ) {
+        let announced = announced(request.headers());
+        drain(request.into_body(), announced).await;
+        return answer;
+    }
     match admit(&guard, request).await {
         Ok((request, reservation)) => {
             let response = next.run(request).await;

@@ -23,6 +23,7 @@ mod listen;
 mod logs_api;
 mod marquez;
 mod metrics_api;
+mod misdirected;
 mod nodes_api;
 mod otlp_grpc;
 mod otlp_http;
@@ -212,19 +213,21 @@ pub async fn serve_reporting(
         hosts: config.allowed_hosts.clone(),
         origins: config.allowed_origins.clone(),
     });
+    let port = |l: &TcpListener, addr: std::net::SocketAddr| {
+        l.local_addr().map_or(addr.port(), |a| a.port())
+    };
+    let otlp_ports = misdirected::OtlpPorts {
+        http: port(&otlp_http, config.otlp_http_addr),
+        grpc: port(&otlp_grpc, config.otlp_grpc_addr),
+    };
     let otlp_http_app = otlp_http::router(otlp_http::OtlpHttpState {
         ctx: ctx.clone(),
         budget: budget.clone(),
         origins: Arc::clone(&origins),
+        ports: otlp_ports,
     });
-    let port = |l: &TcpListener, addr: std::net::SocketAddr| {
-        l.local_addr().map_or(addr.port(), |a| a.port())
-    };
     let query_state = query_api::QueryState {
-        otlp_ports: query_api::OtlpPorts {
-            http: port(&otlp_http, config.otlp_http_addr),
-            grpc: port(&otlp_grpc, config.otlp_grpc_addr),
-        },
+        otlp_ports,
         store: store.clone(),
         auth: Arc::clone(&auth),
         stats: Arc::clone(&stats),
@@ -235,6 +238,7 @@ pub async fn serve_reporting(
         origins,
         auth: Arc::clone(&auth),
         budget,
+        ports: otlp_ports,
     };
     let query_app = lineage_api::router(lineage_api::LineageState {
         store: store.clone(),

@@ -23,17 +23,23 @@ pub(crate) struct OtlpHttpState {
     pub(crate) ctx: IngestContext,
     pub(crate) budget: BodyBudget,
     pub(crate) origins: Arc<Origins>,
+    pub(crate) ports: crate::misdirected::OtlpPorts,
 }
 
 pub(crate) fn router(state: OtlpHttpState) -> Router {
+    let ports = state.ports;
     Router::new()
         .route(Traces::HTTP_PATH, post(export::<Traces>))
         .route(Logs::HTTP_PATH, post(export::<Logs>))
         .route("/v1/metrics", post(export_metrics))
-        .fallback(|| async {
-            crate::error::ApiError::NotFound(
-                "this is Threadline's OTLP/HTTP receiver (POST /v1/traces, /v1/logs); the JSON API and the UI are on the API port (default :8080)".to_owned(),
-            )
+        .fallback(move |headers: axum::http::HeaderMap| async move {
+            match crate::misdirected::grpc_on_http_port(&headers, ports) {
+                Some(answer) => answer,
+                None => crate::error::ApiError::NotFound(
+                    "this is Threadline's OTLP/HTTP receiver (POST /v1/traces, /v1/logs); the JSON API and the UI are on the API port (default :8080)".to_owned(),
+                )
+                .into_response(),
+            }
         })
         .with_state(state)
 }

@@ -19,16 +19,9 @@ use crate::error::{blocking, ApiError};
 use crate::ingest::IngestStats;
 use crate::{dto, trace_view};
 
-/// The ports the OTLP receivers listen on, for the UI's "send data" guidance.
-#[derive(Clone, Copy)]
-pub(crate) struct OtlpPorts {
-    pub(crate) http: u16,
-    pub(crate) grpc: u16,
-}
-
 #[derive(Clone)]
 pub(crate) struct QueryState {
-    pub(crate) otlp_ports: OtlpPorts,
+    pub(crate) otlp_ports: crate::misdirected::OtlpPorts,
     pub(crate) store: SqliteStore,
     pub(crate) auth: Arc<Authenticator>,
     pub(crate) stats: Arc<IngestStats>,

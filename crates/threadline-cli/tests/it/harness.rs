@@ -521,8 +521,18 @@ impl TestServer {
     /// Sends `message` as it is (no encoding) to the gRPC method `path` of the OTLP
     /// port; the answer's bytes, or its status.
     pub(crate) fn grpc_raw(&self, path: &str, message: Vec<u8>) -> Result<Vec<u8>, tonic::Status> {
+        self.grpc_raw_at(&self.otlp_grpc, path, message)
+    }
+
+    /// `grpc_raw` to the server at `base` (another port: a client sent to the wrong one).
+    pub(crate) fn grpc_raw_at(
+        &self,
+        base: &str,
+        path: &str,
+        message: Vec<u8>,
+    ) -> Result<Vec<u8>, tonic::Status> {
         runtime().block_on(async {
-            let channel = tonic::transport::Channel::from_shared(self.otlp_grpc.clone())
+            let channel = tonic::transport::Channel::from_shared(base.to_owned())
                 .unwrap()
                 .connect()
                 .await

@@ -8,6 +8,7 @@ mod cli;
 mod conformance;
 mod cost;
 mod crash;
+mod data_in;
 mod diagnosis;
 mod erasure;
 mod erasure_paths;
