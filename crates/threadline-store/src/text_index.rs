@@ -370,17 +370,40 @@ impl<'a> BlockWords<'a> {
     }
 }
 
-/// A free-text query: its words, the last matched by prefix.
+/// A free-text query: its words, the last matched by prefix, and its phrases — words
+/// that must follow one another in one text: a quoted run (`"charged twice"`) or a
+/// token that punctuation splits into words (`user-40`: `user` then `40`, not each
+/// anywhere). A phrase's last word is whole unless the query ends with it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct TextQuery {
     words: Vec<String>,
+    /// Index ranges into `words`, of two words or more.
+    phrases: Vec<std::ops::Range<usize>>,
 }
 
 impl TextQuery {
     /// `None` when the text holds no word (only punctuation or spaces).
     pub(crate) fn parse(text: &str) -> Option<Self> {
-        let words: Vec<String> = words(text).map(Cow::into_owned).collect();
-        (!words.is_empty()).then_some(Self { words })
+        let mut words: Vec<String> = Vec::new();
+        let mut phrases = Vec::new();
+        let mut push = |piece: &str, words: &mut Vec<String>| {
+            let start = words.len();
+            words.extend(self::words(piece).map(Cow::into_owned));
+            if words.len() - start > 1 {
+                phrases.push(start..words.len());
+            }
+        };
+        // Outside quotes, each whitespace-separated token; inside, the quoted run.
+        for (i, part) in text.split('"').enumerate() {
+            if i % 2 == 1 {
+                push(part, &mut words);
+            } else {
+                for token in part.split_whitespace() {
+                    push(token, &mut words);
+                }
+            }
+        }
+        (!words.is_empty()).then_some(Self { words, phrases })
     }
 
     /// The query's words, lowercase.
@@ -412,21 +435,45 @@ impl TextQuery {
         })
     }
 
-    /// Whether the texts `feed` hands over hold every word.
+    /// Whether the texts `feed` hands over hold every word, and each phrase within
+    /// one text.
     pub(crate) fn matches_texts<'t>(&self, feed: impl FnOnce(&mut dyn FnMut(&'t str))) -> bool {
         let last = self.words.len() - 1;
+        let word_matches = |i: usize, w: &str| {
+            self.words[i] == w || (i == last && w.starts_with(self.words[i].as_str()))
+        };
         let mut found = vec![false; self.words.len()];
-        let mut left = self.words.len();
+        let mut phrase_found = vec![false; self.phrases.len()];
+        let mut left = self.words.len() + self.phrases.len();
         feed(&mut |text| {
             if left == 0 {
                 return;
             }
+            let mut seen: Vec<Cow<'t, str>> = Vec::new();
             for w in words(text) {
-                for (i, word) in self.words.iter().enumerate() {
-                    if !found[i] && (*word == w || (i == last && w.starts_with(word.as_str()))) {
+                for i in 0..self.words.len() {
+                    if !found[i] && word_matches(i, &w) {
                         found[i] = true;
                         left -= 1;
                     }
+                }
+                if !self.phrases.is_empty() {
+                    seen.push(w);
+                }
+            }
+            for (p, range) in self.phrases.iter().enumerate() {
+                if phrase_found[p] || seen.len() < range.len() {
+                    continue;
+                }
+                let hit = seen.windows(range.len()).any(|window| {
+                    window
+                        .iter()
+                        .zip(range.clone())
+                        .all(|(w, i)| word_matches(i, w))
+                });
+                if hit {
+                    phrase_found[p] = true;
+                    left -= 1;
                 }
             }
         });
@@ -573,5 +620,28 @@ mod tests {
                 .fts_expression(),
             format!("\"{}\"* AND \"z\"*", "y".repeat(32))
         );
+    }
+
+    #[test]
+    fn hyphenated_tokens_and_quoted_runs_are_phrases() {
+        let d = detail("user-40 asked about order 77; user 7 then 41 and 40 items");
+        let q = |t: &str| TextQuery::parse(t).unwrap().matches("chat", &d);
+        assert!(q("user-40"));
+        assert!(q("\"asked about order\""));
+        assert!(q("user-4"), "the query's last word, in a phrase, by prefix");
+        assert!(
+            !q("user-41"),
+            "user and 41 each occur, not one after the other"
+        );
+        assert!(!q("\"about asked\""));
+        assert!(q("about asked"), "unquoted words match anywhere");
+        // Words of a phrase must follow one another within one text.
+        let split = SpanDetail {
+            events: vec![],
+            ..detail("ends with user")
+        };
+        assert!(!TextQuery::parse("user-40")
+            .unwrap()
+            .matches("40 starts", &split));
     }
 }
