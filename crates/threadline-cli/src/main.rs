@@ -64,7 +64,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Search traces, newest first.
+    /// Search traces, newest start first (each filter holds on some span of the trace)
     Search(Box<SearchArgs>),
     /// Send synthetic LLM-shaped OTLP traffic and report throughput and ack latency.
     Loadgen(Box<loadgen::LoadgenArgs>),
@@ -217,8 +217,10 @@ pub(crate) struct ApiKeyArg {
 struct SearchArgs {
     #[command(flatten)]
     client: ClientArgs,
-    /// Words in a span's name, prompt, reply or error message (any case; the last
-    /// word may be the start of one), e.g. "charged twice".
+    /// Words in a span's name, prompt, reply or error message or in one of the trace's
+    /// log records (any case; the last word may be the start of one), e.g. "charged
+    /// twice". A token with punctuation (user-40) or a quoted run ("\"charged
+    /// twice\"") is a phrase: its words one after the other.
     #[arg(long)]
     text: Option<String>,
     /// A span of this service (its resource's service.name), or the start of its name.
@@ -240,6 +242,12 @@ struct SearchArgs {
     /// A span in this A/B experiment arm (ab.group).
     #[arg(long)]
     ab_group: Option<String>,
+    /// A span of this conversation (session.id, gen_ai.conversation.id).
+    #[arg(long)]
+    session: Option<String>,
+    /// A span of this end user (user.id, enduser.id).
+    #[arg(long)]
+    user: Option<String>,
     /// Only traces with an error span.
     #[arg(long)]
     errors: bool,
@@ -249,6 +257,9 @@ struct SearchArgs {
     /// A span no longer than this, e.g. 2s.
     #[arg(long)]
     max_duration: Option<String>,
+    /// Traces that started this long ago or later, e.g. 15m, 1h, 7d (the UI's presets).
+    #[arg(long, conflicts_with = "from")]
+    since: Option<String>,
     /// Start of the time range: RFC 3339 or unix seconds.
     #[arg(long)]
     from: Option<String>,
@@ -475,8 +486,11 @@ async fn search(args: SearchArgs) -> anyhow::Result<()> {
     push("route", &args.route);
     push("adapter", &args.adapter);
     push("ab_group", &args.ab_group);
+    push("session", &args.session);
+    push("user", &args.user);
     push("min_duration", &args.min_duration);
     push("max_duration", &args.max_duration);
+    push("since", &args.since);
     push("from", &args.from);
     push("to", &args.to);
     push("cursor", &args.cursor);

@@ -773,3 +773,5 @@ mod tests;
 mod text_tests;
 #[cfg(test)]
 mod trace_index_tests;
+#[cfg(test)]
+mod trace_search_tests;

@@ -451,9 +451,9 @@ impl TextQuery {
             }
             let mut seen: Vec<Cow<'t, str>> = Vec::new();
             for w in words(text) {
-                for i in 0..self.words.len() {
-                    if !found[i] && word_matches(i, &w) {
-                        found[i] = true;
+                for (i, done) in found.iter_mut().enumerate() {
+                    if !*done && word_matches(i, &w) {
+                        *done = true;
                         left -= 1;
                     }
                 }

@@ -22,6 +22,7 @@ mod lineage_in_time;
 mod openai_instrumentors;
 mod openlineage;
 mod python_sdk;
+mod search;
 mod tenants;
 mod tidy;
 mod time_went;

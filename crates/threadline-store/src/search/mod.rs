@@ -1,9 +1,15 @@
 //! Trace search: filters, a stable cursor, and the summaries of a page.
 //!
-//! Semantics: a trace matches when at least one of its spans matches every filter.
-//! Traces are ordered newest first by the start time of their newest matching span,
-//! ties broken by trace id (descending); the cursor is that (time, trace id) pair, so
-//! pages never repeat or skip a trace while data is appended.
+//! Semantics: a trace matches when each filter holds on at least one of its spans (not
+//! necessarily the same one); free text also holds when one of the trace's log records
+//! has the words. Traces are ordered newest first by their start (their earliest
+//! span), ties broken by trace id (descending); the cursor is that (start, trace id)
+//! pair, so pages never repeat or skip a trace. The time range is the trace start's,
+//! and a trace is found through a span (or log record) in the range.
+//!
+//! How: the most selective filter (`predicates`' order) is the anchor, whose matching
+//! spans are read newest first; each trace they name is checked against the other
+//! filters (`Check`) and waits until no trace still to come can start after it.
 //!
 //! How the filters find spans: column filters are SQL on `spans` (through a column's
 //! index when one applies); `attr.` filters skip blocks by their attribute filter
@@ -28,7 +34,7 @@ use crate::trace_index::RunFilters;
 use crate::trace_lookup::{self, RowRange};
 use crate::{sqlite_err, StoreError};
 
-/// Filters of a trace search. Every set filter must hold on one span of the trace.
+/// Filters of a trace search. Every set filter must hold on some span of the trace.
 #[derive(Clone, Debug, Default)]
 pub struct TraceQuery {
     /// A service name or its beginning, in any case.
@@ -212,6 +218,205 @@ impl PartialEq for Candidate {
 
 impl Eq for Candidate {}
 
+/// One filter of a search as a query of its own: what one span of a trace must match.
+fn predicates(q: &TraceQuery) -> Vec<TraceQuery> {
+    let base = || TraceQuery {
+        names: q.names,
+        ..Default::default()
+    };
+    let mut out = Vec::new();
+    // Most selective first: the first is the anchor whose matching spans are read.
+    if q.text.is_some() {
+        out.push(TraceQuery {
+            text: q.text.clone(),
+            ..base()
+        });
+    }
+    for pair in &q.attributes {
+        out.push(TraceQuery {
+            attributes: vec![pair.clone()],
+            ..base()
+        });
+    }
+    type Field = fn(&mut TraceQuery) -> &mut Option<String>;
+    let fields: [(&Option<String>, Field); 3] = [
+        (&q.session_id, |t| &mut t.session_id),
+        (&q.user_id, |t| &mut t.user_id),
+        (&q.adapter, |t| &mut t.adapter),
+    ];
+    for (value, slot) in fields {
+        if value.is_some() {
+            let mut t = base();
+            *slot(&mut t) = value.clone();
+            out.push(t);
+        }
+    }
+    if q.errors_only {
+        out.push(TraceQuery {
+            errors_only: true,
+            ..base()
+        });
+    }
+    let fields: [(&Option<String>, Field); 4] = [
+        (&q.route, |t| &mut t.route),
+        (&q.model, |t| &mut t.model),
+        (&q.span_name, |t| &mut t.span_name),
+        (&q.service, |t| &mut t.service),
+    ];
+    for (value, slot) in fields {
+        if value.is_some() {
+            let mut t = base();
+            *slot(&mut t) = value.clone();
+            out.push(t);
+        }
+    }
+    if q.ab_group.is_some() {
+        out.push(TraceQuery {
+            ab_group: q.ab_group.clone(),
+            ..base()
+        });
+    }
+    // A span's duration: both bounds on one span.
+    if q.min_duration_nanos.is_some() || q.max_duration_nanos.is_some() {
+        out.push(TraceQuery {
+            min_duration_nanos: q.min_duration_nanos,
+            max_duration_nanos: q.max_duration_nanos,
+            ..base()
+        });
+    }
+    out
+}
+
+/// A filter checked on a trace found by another: some span of the trace matches it
+/// (or, for free text, one of its log records does).
+struct Check<'q> {
+    filters: SqlFilters,
+    matcher: SpanMatcher<'q>,
+    text: Option<&'q str>,
+}
+
+impl<'q> Check<'q> {
+    fn new(conn: &Connection, tenant_id: i64, q: &'q TraceQuery) -> Result<Self, StoreError> {
+        Ok(Self {
+            filters: sql_filters(conn, tenant_id, q)?,
+            matcher: SpanMatcher::new(
+                conn,
+                tenant_id,
+                &q.attributes,
+                q.text.as_deref().and_then(TextQuery::parse),
+            )?,
+            text: q.text.as_deref(),
+        })
+    }
+
+    fn holds(
+        &mut self,
+        conn: &Connection,
+        tenant: &TenantId,
+        trace_id: TraceId,
+        ranges: &[RowRange],
+    ) -> Result<bool, StoreError> {
+        let sql = format!(
+            "SELECT origin_hash, block_id, block_offset, block_len, name
+             FROM spans NOT INDEXED
+             WHERE rowid BETWEEN ? AND ? AND {} AND trace_id = ?",
+            self.filters.sql
+        );
+        let mut stmt = conn.prepare_cached(&sql).map_err(|e| sqlite_err(conn, e))?;
+        for range in ranges {
+            let mut args = vec![Value::Integer(range.first), Value::Integer(range.last)];
+            args.extend_from_slice(&self.filters.args);
+            args.push(Value::Blob(trace_id.0.to_vec()));
+            let mut rows = stmt
+                .query(rusqlite::params_from_iter(args.iter()))
+                .map_err(|e| sqlite_err(conn, e))?;
+            while let Some(row) = rows.next().map_err(|e| sqlite_err(conn, e))? {
+                let origin_hash: i64 = row.get(0).map_err(|e| sqlite_err(conn, e))?;
+                let slot = DetailSlot::from_row(conn, row, 1)?;
+                let name: String = row.get(4).map_err(|e| sqlite_err(conn, e))?;
+                if self.matcher.matches(conn, slot, origin_hash, Some(&name))? {
+                    return Ok(true);
+                }
+            }
+        }
+        match self.text {
+            Some(text) => Ok(!crate::logs::search(
+                conn,
+                tenant,
+                &crate::LogQuery {
+                    text: Some(text.to_owned()),
+                    trace_id: Some(trace_id),
+                    limit: 1,
+                    ..Default::default()
+                },
+            )?
+            .logs
+            .is_empty()),
+            None => Ok(false),
+        }
+    }
+}
+
+/// Log records matching free text, newest first, page by page: traces found by their
+/// logs (`q=` covers log text).
+struct LogHits<'a> {
+    conn: &'a Connection,
+    tenant: &'a TenantId,
+    query: crate::LogQuery,
+    page: std::vec::IntoIter<(i64, TraceId)>,
+    done: bool,
+}
+
+impl LogHits<'_> {
+    fn peek_time(&mut self) -> Result<Option<i64>, StoreError> {
+        self.fill()?;
+        Ok(self.page.as_slice().first().map(|(t, _)| *t))
+    }
+
+    fn next(&mut self) -> Result<Option<(i64, TraceId)>, StoreError> {
+        self.fill()?;
+        Ok(self.page.next())
+    }
+
+    fn fill(&mut self) -> Result<(), StoreError> {
+        while self.page.as_slice().is_empty() && !self.done {
+            let page = crate::logs::search(self.conn, self.tenant, &self.query)?;
+            self.done = page.next_cursor.is_none();
+            self.query.cursor = page.next_cursor;
+            let hits: Vec<(i64, TraceId)> = page
+                .logs
+                .iter()
+                .filter_map(|l| Some((sql_nanos(l.record.time_unix_nano), l.record.trace_id?)))
+                .collect();
+            self.page = hits.into_iter();
+        }
+        Ok(())
+    }
+}
+
+/// A trace found and checked, waiting for its turn in the page's order.
+struct Found {
+    start: u64,
+    summary: TraceSummary,
+}
+
+impl PartialEq for Found {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+impl Eq for Found {}
+impl PartialOrd for Found {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Found {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.start, self.summary.trace_id.0).cmp(&(other.start, other.summary.trace_id.0))
+    }
+}
+
 pub(crate) fn search(
     conn: &Connection,
     run_filters: &RunFilters,
@@ -225,18 +430,36 @@ pub(crate) fn search(
             next_cursor: None,
         });
     };
-    let filters = sql_filters(conn, tenant_id, q)?;
+    let mut predicates = predicates(q);
+    let anchor = if predicates.is_empty() {
+        TraceQuery::default()
+    } else {
+        predicates.remove(0)
+    };
+    let mut checks = predicates
+        .iter()
+        .map(|p| Check::new(conn, tenant_id, p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let filters = sql_filters(conn, tenant_id, &anchor)?;
     let window = SpanWindow {
         tenant_id,
         from: q.start_from_unix_nano.map_or(i64::MIN, sql_nanos),
-        to: [q.start_to_unix_nano, q.cursor.map(|c| c.start_unix_nano)]
-            .into_iter()
-            .flatten()
-            .map(sql_nanos)
-            .min()
-            .unwrap_or(i64::MAX),
+        to: q.start_to_unix_nano.map_or(i64::MAX, sql_nanos),
     };
-    let text = q.text.as_deref().and_then(TextQuery::parse);
+    let text = anchor.text.as_deref().and_then(TextQuery::parse);
+    let mut logs = text.is_some().then(|| LogHits {
+        conn,
+        tenant,
+        query: crate::LogQuery {
+            text: anchor.text.clone(),
+            from_unix_nano: q.start_from_unix_nano,
+            to_unix_nano: q.start_to_unix_nano,
+            limit: 200,
+            ..Default::default()
+        },
+        page: Vec::new().into_iter(),
+        done: false,
+    });
     let (columns, decode): (String, crate::newest_first::DecodeRow<Candidate>) = if text.is_some() {
         (format!("{CANDIDATE_COLUMNS}, name"), |conn, row| {
             Candidate::from_row_named(conn, row).map(|c| (c.start_ns, c))
@@ -246,8 +469,8 @@ pub(crate) fn search(
             Candidate::from_row(conn, row).map(|c| (c.start_ns, c))
         })
     };
-    let mut matcher = SpanMatcher::new(conn, tenant_id, &q.attributes, text)?;
-    let attr_hashes = filter_hashes(&q.attributes);
+    let mut matcher = SpanMatcher::new(conn, tenant_id, &anchor.attributes, text)?;
+    let attr_hashes = filter_hashes(&anchor.attributes);
     let mut candidates = NewestFirst::new(
         conn,
         window,
@@ -256,82 +479,109 @@ pub(crate) fn search(
         decode,
     );
 
-    let mut emitted: Vec<(i64, Vec<u8>)> = Vec::new();
-    let mut seen: HashSet<Vec<u8>> = HashSet::new();
-    // Candidates come newest first, ties by trace id descending: the page's order.
-    // Blocks are skipped by their filters as they are read; a row's detail is checked
-    // when it comes out, newest first. (A `loop`, not `while let`: the filter's borrow
-    // of `matcher` must end before the body hands `matcher` on.)
+    // Candidates come newest first by the start of a span (or log record) that matches
+    // the anchor. A trace starts no later than any of its spans, so once the candidates
+    // are older than a found trace's start, no trace still to come starts after it:
+    // found traces wait in `ready` until then, and leave it newest start first.
+    let mut seen: HashSet<TraceId> = HashSet::new();
+    let mut ready: std::collections::BinaryHeap<Found> = Default::default();
+    let mut emitted: Vec<TraceSummary> = Vec::new();
+    let mut next_span: Option<(i64, TraceId)> = None;
+    let mut spans_done = false;
     loop {
-        let next = candidates.next(&mut SearchKeep {
-            conn,
-            matcher: &mut matcher,
-        })?;
-        let Some(cand) = next else { break };
-        if seen.contains(&cand.trace_id) {
-            continue;
-        }
-        if let Some(c) = &q.cursor {
-            if cand.start_ns == c.start_unix_nano as i64
-                && cand.trace_id.as_slice() >= &c.trace_id.0[..]
+        // The next matching span, read ahead one.
+        while next_span.is_none() && !spans_done {
+            let next = candidates.next(&mut SearchKeep {
+                conn,
+                matcher: &mut matcher,
+            })?;
+            let Some(cand) = next else {
+                spans_done = true;
+                break;
+            };
+            let id = TraceId::from_bytes(&cand.trace_id)
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            if seen.contains(&id) {
+                continue;
+            }
+            if cand.screened != Screened::Matches
+                && !matcher.matches(conn, cand.slot, cand.origin_hash, cand.name.as_deref())?
             {
                 continue;
             }
+            next_span = Some((cand.start_ns, id));
         }
-        if cand.screened != Screened::Matches
-            && !matcher.matches(conn, cand.slot, cand.origin_hash, cand.name.as_deref())?
+        let log_time = match &mut logs {
+            Some(l) => l.peek_time()?,
+            None => None,
+        };
+        let next = match (next_span, log_time) {
+            (Some((t, _)), Some(lt)) if lt > t => {
+                logs.as_mut().map(|l| l.next()).transpose()?.flatten()
+            }
+            (Some(_), _) => next_span.take(),
+            (None, Some(_)) => logs.as_mut().map(|l| l.next()).transpose()?.flatten(),
+            (None, None) => None,
+        };
+        let horizon = next.map_or(i64::MIN, |(t, _)| t);
+        while ready
+            .peek()
+            .is_some_and(|f| next.is_none() || sql_nanos(f.start) > horizon)
         {
-            continue;
-        }
-        seen.insert(cand.trace_id.clone());
-        if let Some(c) = &q.cursor {
-            let id = TraceId::from_bytes(&cand.trace_id)
-                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            let ranges = trace_lookup::ranges_for(conn, run_filters, tenant_id, &[id])?
-                .remove(&id)
-                .unwrap_or_default();
-            if matched_before_cursor(
-                conn,
-                &filters.sql,
-                &filters.args,
-                &cand.trace_id,
-                &ranges,
-                c,
-                &mut matcher,
-            )? {
-                continue;
+            if let Some(found) = ready.pop() {
+                emitted.push(found.summary);
+            }
+            if emitted.len() > limit {
+                break;
             }
         }
-        emitted.push((cand.start_ns, cand.trace_id));
         if emitted.len() > limit {
             break;
         }
+        let Some((_, trace_id)) = next else { break };
+        if !seen.insert(trace_id) {
+            continue;
+        }
+        let ranges = trace_lookup::ranges_for(conn, run_filters, tenant_id, &[trace_id])?
+            .remove(&trace_id)
+            .unwrap_or_default();
+        let summary = summarize(conn, tenant_id, trace_id, &ranges)?;
+        let start = summary.start_time_unix_nano;
+        // The range is the trace's start's.
+        if q.start_from_unix_nano.is_some_and(|from| start < from)
+            || q.start_to_unix_nano.is_some_and(|to| start > to)
+        {
+            continue;
+        }
+        // On an earlier page.
+        if let Some(c) = &q.cursor {
+            if (start, trace_id.0) >= (c.start_unix_nano, c.trace_id.0) {
+                continue;
+            }
+        }
+        let mut holds = true;
+        for check in &mut checks {
+            if !check.holds(conn, tenant, trace_id, &ranges)? {
+                holds = false;
+                break;
+            }
+        }
+        if holds {
+            ready.push(Found { start, summary });
+        }
     }
-
     let has_more = emitted.len() > limit;
     emitted.truncate(limit);
     let next_cursor = if has_more {
-        emitted.last().and_then(|(start, tid)| {
-            Some(TraceCursor {
-                start_unix_nano: *start as u64,
-                trace_id: TraceId::from_bytes(tid).ok()?,
-            })
+        emitted.last().map(|t| TraceCursor {
+            start_unix_nano: t.start_time_unix_nano,
+            trace_id: t.trace_id,
         })
     } else {
         None
     };
-    let ids = emitted
-        .iter()
-        .map(|(_, tid)| TraceId::from_bytes(tid).map_err(|e| StoreError::Corrupt(e.to_string())))
-        .collect::<Result<Vec<TraceId>, StoreError>>()?;
-    let ranges = trace_lookup::ranges_for(conn, run_filters, tenant_id, &ids)?;
-    let mut traces = Vec::with_capacity(ids.len());
-    for trace_id in ids {
-        let trace_ranges = ranges.get(&trace_id).map(Vec::as_slice).unwrap_or_default();
-        traces.push(summarize(conn, tenant_id, trace_id, trace_ranges)?);
-    }
     Ok(TracePage {
-        traces,
+        traces: emitted,
         next_cursor,
     })
 }
@@ -376,48 +626,6 @@ pub(crate) fn recent_sessions(
         .map_err(|e| sqlite_err(conn, e))?;
     rows.collect::<Result<_, _>>()
         .map_err(|e| sqlite_err(conn, e))
-}
-
-/// Whether the trace has a matching span at or after the cursor, i.e. it was on an
-/// earlier page.
-fn matched_before_cursor(
-    conn: &Connection,
-    filters: &str,
-    filter_args: &[Value],
-    trace_id: &[u8],
-    ranges: &[RowRange],
-    cursor: &TraceCursor,
-    matcher: &mut SpanMatcher<'_>,
-) -> Result<bool, StoreError> {
-    let sql = format!(
-        "SELECT start_ns, origin_hash, block_id, block_offset, block_len, name
-         FROM spans NOT INDEXED
-         WHERE rowid BETWEEN ? AND ? AND {filters} AND trace_id = ? AND start_ns >= ?"
-    );
-    let mut stmt = conn.prepare_cached(&sql).map_err(|e| sqlite_err(conn, e))?;
-    for range in ranges {
-        let mut args = vec![Value::Integer(range.first), Value::Integer(range.last)];
-        args.extend_from_slice(filter_args);
-        args.push(Value::Blob(trace_id.to_vec()));
-        args.push(Value::Integer(cursor.start_unix_nano as i64));
-        let mut rows = stmt
-            .query(rusqlite::params_from_iter(args.iter()))
-            .map_err(|e| sqlite_err(conn, e))?;
-        while let Some(row) = rows.next().map_err(|e| sqlite_err(conn, e))? {
-            let start: i64 = row.get(0).map_err(|e| sqlite_err(conn, e))?;
-            let later = start > cursor.start_unix_nano as i64 || trace_id >= &cursor.trace_id.0[..];
-            if !later {
-                continue;
-            }
-            let origin_hash: i64 = row.get(1).map_err(|e| sqlite_err(conn, e))?;
-            let slot = DetailSlot::from_row(conn, row, 2)?;
-            let name: String = row.get(5).map_err(|e| sqlite_err(conn, e))?;
-            if matcher.matches(conn, slot, origin_hash, Some(&name))? {
-                return Ok(true);
-            }
-        }
-    }
-    Ok(false)
 }
 
 fn summarize(
