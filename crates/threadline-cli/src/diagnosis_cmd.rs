@@ -183,7 +183,11 @@ pub(crate) async fn rca(args: RcaArgs) -> anyhow::Result<()> {
         text(&t["metric"]),
         series.join(" "),
         text(&t["onset"]),
-        crate::render::metric_value(&report["metric_before"], unit),
+        if report["metric_before"].is_null() {
+            "no requests".to_owned()
+        } else {
+            crate::render::metric_value(&report["metric_before"], unit)
+        },
         crate::render::metric_value(&report["metric_during"], unit),
     );
     crate::out::outln!(

@@ -420,7 +420,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("THREADLINE_LOG")
-                .unwrap_or_else(|_| "info".into()),
+                .unwrap_or_else(|_| "info,memory_serve=warn".into()),
         )
         .init();
     let overrides = threadline_server::ConfigOverrides {

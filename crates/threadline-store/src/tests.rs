@@ -168,8 +168,9 @@ fn search_pages_cover_every_trace_once_newest_first() {
 }
 
 /// Spans reach the store out of start order, so the time zones of blocks overlap: a
-/// search must still page through traces strictly newest first (by the newest matching
-/// span, ties by trace id descending), each trace once, whatever the filters.
+/// search must still page through traces strictly newest first (by the trace's start,
+/// ties by trace id descending), each trace once, whatever the filters — each of them
+/// holding on some span of the trace.
 #[test]
 fn search_merges_blocks_whose_times_overlap() {
     let (_dir, store) = open();
@@ -209,13 +210,20 @@ fn search_merges_blocks_whose_times_overlap() {
         store.write_blocking(&other, &[newer]).unwrap();
     }
 
-    let expected = |matches: &dyn Fn(&SpanRecord) -> bool| -> Vec<(u64, TraceId)> {
-        let mut newest: std::collections::HashMap<TraceId, u64> = Default::default();
-        for s in spans.iter().filter(|s| matches(s)) {
-            let at = newest.entry(s.trace_id).or_default();
-            *at = (*at).max(s.start_time_unix_nano);
+    // Each predicate holds on some span of the trace; newest trace start first (its
+    // earliest span), ties by trace id descending; a range bounds the trace's start.
+    type Holds<'a> = &'a dyn Fn(&SpanRecord) -> bool;
+    let expected = |predicates: &[Holds<'_>], range: Option<(u64, u64)>| -> Vec<(u64, TraceId)> {
+        let mut traces: std::collections::HashMap<TraceId, Vec<&SpanRecord>> = Default::default();
+        for s in &spans {
+            traces.entry(s.trace_id).or_default().push(s);
         }
-        let mut order: Vec<(u64, TraceId)> = newest.into_iter().map(|(t, at)| (at, t)).collect();
+        let mut order: Vec<(u64, TraceId)> = traces
+            .into_iter()
+            .filter(|(_, ss)| predicates.iter().all(|p| ss.iter().any(|s| p(s))))
+            .map(|(t, ss)| (ss.iter().map(|s| s.start_time_unix_nano).min().unwrap(), t))
+            .filter(|(start, _)| range.is_none_or(|(from, to)| (from..=to).contains(start)))
+            .collect();
         order.sort_by_key(|&(at, trace)| std::cmp::Reverse((at, trace.0)));
         order
     };
@@ -233,7 +241,7 @@ fn search_merges_blocks_whose_times_overlap() {
     };
     let ids = |order: Vec<(u64, TraceId)>| order.into_iter().map(|(_, t)| t).collect::<Vec<_>>();
 
-    assert_eq!(paged(TraceQuery::default()), ids(expected(&|_| true)));
+    assert_eq!(paged(TraceQuery::default()), ids(expected(&[], None)));
     let llama = |s: &SpanRecord| {
         s.llm
             .as_ref()
@@ -244,7 +252,7 @@ fn search_merges_blocks_whose_times_overlap() {
             model: Some("llama".into()),
             ..Default::default()
         }),
-        ids(expected(&llama))
+        ids(expected(&[&llama], None))
     );
     let failed = |s: &SpanRecord| s.detail.status.code == StatusCode::Error;
     assert_eq!(
@@ -252,7 +260,7 @@ fn search_merges_blocks_whose_times_overlap() {
             errors_only: true,
             ..Default::default()
         }),
-        ids(expected(&failed))
+        ids(expected(&[&failed], None))
     );
     let gold = |s: &SpanRecord| s.trace_id.0[0].is_multiple_of(2);
     assert_eq!(
@@ -261,18 +269,18 @@ fn search_merges_blocks_whose_times_overlap() {
             model: Some("gpt-4".into()),
             ..Default::default()
         }),
-        ids(expected(&|s| gold(s) && !llama(s) && s.llm.is_some()))
+        ids(expected(&[&gold, &|s| s.llm.is_some() && !llama(s)], None))
     );
-    let window = |s: &SpanRecord| (11_000..=13_000).contains(&s.start_time_unix_nano);
     assert_eq!(
         paged(TraceQuery {
             start_from_unix_nano: Some(11_000),
             start_to_unix_nano: Some(13_000),
             ..Default::default()
         }),
-        ids(expected(&window))
+        ids(expected(&[], Some((11_000, 13_000))))
     );
-    assert!(!expected(&failed).is_empty() && expected(&failed).len() < 60);
+    let errors = expected(&[&failed], None);
+    assert!(!errors.is_empty() && errors.len() < 60);
 }
 
 /// Time-window reads (requests served by an adapter or instance since a time; the

@@ -324,3 +324,46 @@ fn bench_diagnosis_only_prints_the_scenario_and_its_minutes() {
     let chance = out["outcome"]["prompt_chance"]["any"].as_f64().unwrap();
     assert!(chance < 0.05, "{out}");
 }
+
+/// `serve` at its default log level says where it listens and little else (no line per
+/// UI asset).
+#[test]
+fn serve_starts_with_a_few_lines() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(BIN)
+        .args([
+            "serve",
+            "--otlp-http",
+            "127.0.0.1:0",
+            "--otlp-grpc",
+            "127.0.0.1:0",
+        ])
+        .args(["--http", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .env_remove("THREADLINE_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<_>>()
+    });
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let lines = reader.join().unwrap();
+    assert!(
+        lines.iter().any(|l| l.contains(" http listening on ")),
+        "{lines:#?}"
+    );
+    assert!(
+        !lines.iter().any(|l| l.contains("memory_serve")),
+        "{lines:#?}"
+    );
+    assert!(lines.len() <= 8, "{lines:#?}");
+}

@@ -32,7 +32,7 @@ export function IncidentsPage() {
     ${list.loading ? html`<${Loading} what="incidents" />` : null}
     ${list.data ? html`<div class="table-wrap"><table class="grid" aria-label="Incidents">
       <thead><tr><th>Incident</th><th>Status</th><th>Route</th><th>Model</th><th>Metric</th><th>Onset</th>
-        <th class="num">Baseline → observed</th><th>Severity</th></tr></thead>
+        <th class="num" title="the detector's baseline and the value it flagged, at detection">Baseline → flagged</th><th>Severity</th></tr></thead>
       <tbody>${shown.map((i) => {
         const a = i.anomalies.find((x) => x.metric === i.metric) || i.anomalies[0] || {};
         return html`<tr>
@@ -60,6 +60,10 @@ export function IncidentPage({ id }) {
   if (!rca.data) return html`<h1>Incident <code>${id}</code></h1><${Loading} what="root-cause analysis" />`;
   const r = rca.data;
   const inc = r.incident;
+  const first = inc.anomalies.find((x) => x.metric === inc.metric) || inc.anomalies[0] || {};
+  const others = inc.anomalies.filter((x) => x !== first);
+  const before = r.metric_before === null || r.metric_before === undefined
+    ? 'no requests' : fmtMetric(inc.metric, r.metric_before);
   return html`
     <h1>${inc.metric} on ${inc.route || inc.model} <span class="muted mono" style="font-size:13px">${inc.id}</span></h1>
     <div class="stats">
@@ -67,9 +71,12 @@ export function IncidentPage({ id }) {
       <${Stat} k="severity" v=${html`<${Severity} s=${inc.severity} />`} />
       <${Stat} k="onset" v=${inc.onset} />
       <${Stat} k="service" v=${inc.service || '–'} />
-      <${Stat} k="before → during" v=${`${fmtMetric(inc.metric, r.metric_before)} → ${fmtMetric(inc.metric, r.metric_during)}`} />
+      <${Stat} k="detector: baseline → flagged (as listed)" v=${`${fmtMetric(inc.metric, first.baseline)} → ${fmtMetric(inc.metric, first.observed)}`} />
+      <${Stat} k="hour before → during (the causes' window)" v=${`${before} → ${fmtMetric(inc.metric, r.metric_during)}`} />
       <${Stat} k="requests before / during" v=${`${fmtNum(r.requests_before)} / ${fmtNum(r.requests_during)}`} />
     </div>
+    ${others.length ? html`<p class="also-anomalous">Also anomalous in this incident: ${others.map((a, k) => html`${k ? ', ' : ''}<b>${a.metric}</b> ${fmtMetric(a.metric, a.baseline)} → ${fmtMetric(a.metric, a.observed)} (onset ${a.onset})`)}</p>` : null}
+    <p class="muted" style="font-size:12px">The detector compares each minute with its baseline (median of the minutes before); the causes are ranked on the hour before the onset against the minutes since.</p>
     <${OnsetChart} inc=${inc} />
     <h2>Ranked causes</h2>
     <p class="muted">confidence = ${r.confidence_formula}</p>
