@@ -143,7 +143,10 @@ fn model_call(spans: &[SpanRecord], tree: &Tree, i: usize) -> Observed {
     let key = SeriesKey::default()
         .with(Dimension::Service, span.service.clone())
         .with(Dimension::Route, inherited(|l| l.route.as_ref()))
-        .with(Dimension::Model, llm.model().unwrap_or_default())
+        .with(
+            Dimension::Model,
+            threadline_model::model_family(llm.model().unwrap_or_default()),
+        )
         .with(Dimension::Adapter, text(llm.adapter_id.as_ref()))
         .with(Dimension::Instance, text(llm.instance_id.as_ref()))
         .with(Dimension::Image, text(llm.image.as_ref()))
@@ -197,7 +200,7 @@ fn request(spans: &[SpanRecord], tree: &Tree, on: &[Option<u64>], entry: usize) 
     let key = SeriesKey::at(Level::Request)
         .with(Dimension::Service, spans[entry].service.clone())
         .with(Dimension::Route, context(|l| l.route.as_ref()))
-        .with(Dimension::Model, model)
+        .with(Dimension::Model, threadline_model::model_family(model))
         .with(Dimension::Adapter, field(|l| l.adapter_id.as_ref()))
         .with(Dimension::Instance, field(|l| l.instance_id.as_ref()))
         .with(Dimension::Image, field(|l| l.image.as_ref()))

@@ -348,6 +348,23 @@ mod tests {
     }
 
     #[test]
+    fn a_dated_snapshot_rolls_up_with_its_family() {
+        let mut dated = request(60, 100.0, "", "a");
+        dated.llm.as_mut().unwrap().request_model = Some("gpt-4o-mini-2024-07-18".into());
+        let mut plain = request(60, 200.0, "", "a");
+        plain.span_id = span_id(3);
+        plain.llm.as_mut().unwrap().request_model = Some("gpt-4o-mini".into());
+        let rollups = Rollups::of_spans(&[dated, plain]);
+        let models: Vec<&str> = rollups
+            .cells
+            .keys()
+            .map(|(_, k)| k.get(Dimension::Model))
+            .collect();
+        assert_eq!(models, ["gpt-4o-mini"]);
+        assert_eq!(rollups.cells.values().next().unwrap().requests, 2);
+    }
+
+    #[test]
     fn cells_split_by_level_minute_and_series_and_merge() {
         let mut spans = vec![
             request(60, 100.0, "/v1/chat", "a"),

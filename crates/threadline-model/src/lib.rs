@@ -19,7 +19,7 @@ pub use lineage::{
     EdgeUpsert, GraphUpdate, LineageEdge, LineageEventKey, LineageGraph, LineageNode, NodeId,
     NodeIdError, NodeKind, NodeUpsert, RunState, RunTransition, UnknownNodeKind,
 };
-pub use llm::{LlmView, RejectionReason};
+pub use llm::{model_family, LlmView, RejectionReason};
 pub use log::{severity_from_name, severity_name, LogDetail, LogRecord};
 pub use span::{
     AttrValue, Attribute, InstrumentationScope, SpanDetail, SpanEvent, SpanKind, SpanLink,

@@ -87,3 +87,81 @@ impl LlmView {
             .or(self.response_model.as_deref())
     }
 }
+
+/// The family a dated model snapshot belongs to, for grouping: `gpt-4o-mini-2024-07-18`
+/// → `gpt-4o-mini`, `claude-3-5-sonnet-20241022` (or `@20241022`) →
+/// `claude-3-5-sonnet`, `gpt-3.5-turbo-0125` → `gpt-3.5-turbo`. Other names are
+/// their own family. The exact name stays on the span.
+pub fn model_family(name: &str) -> &str {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let plausible_date = |y: &str, m: &str, d: &str| {
+        y.starts_with("20")
+            && m.parse::<u8>().is_ok_and(|m| (1..=12).contains(&m))
+            && d.parse::<u8>().is_ok_and(|d| (1..=31).contains(&d))
+    };
+    // -YYYY-MM-DD
+    if name.len() > 11 {
+        let (head, tail) = name.split_at(name.len() - 11);
+        let b = tail.as_bytes();
+        if b[0] == b'-' && b[5] == b'-' && b[8] == b'-' {
+            let (y, m, d) = (&tail[1..5], &tail[6..8], &tail[9..11]);
+            if digits(y) && digits(m) && digits(d) && plausible_date(y, m, d) && !head.is_empty() {
+                return head;
+            }
+        }
+    }
+    // -YYYYMMDD or @YYYYMMDD
+    if name.len() > 9 {
+        let (head, tail) = name.split_at(name.len() - 9);
+        if matches!(tail.as_bytes()[0], b'-' | b'@') {
+            let date = &tail[1..];
+            if digits(date)
+                && plausible_date(&date[..4], &date[4..6], &date[6..])
+                && !head.is_empty()
+            {
+                return head;
+            }
+        }
+    }
+    // OpenAI's -MMDD snapshots (gpt-4-0613, gpt-3.5-turbo-0125).
+    if name.starts_with("gpt-") && name.len() > 9 {
+        let (head, tail) = name.split_at(name.len() - 5);
+        let date = &tail[1..];
+        if tail.starts_with('-')
+            && digits(date)
+            && date[..2].parse::<u8>().is_ok_and(|m| (1..=12).contains(&m))
+            && date[2..].parse::<u8>().is_ok_and(|d| (1..=31).contains(&d))
+        {
+            return head;
+        }
+    }
+    name
+}
+
+#[cfg(test)]
+mod family_tests {
+    use super::model_family;
+
+    #[test]
+    fn dated_snapshots_group_with_their_family() {
+        for (name, family) in [
+            ("gpt-4o-mini-2024-07-18", "gpt-4o-mini"),
+            ("gpt-4o-2024-08-06", "gpt-4o"),
+            ("claude-3-5-sonnet-20241022", "claude-3-5-sonnet"),
+            ("claude-3-5-sonnet@20240620", "claude-3-5-sonnet"),
+            ("gpt-3.5-turbo-0125", "gpt-3.5-turbo"),
+            ("gpt-4-0613", "gpt-4"),
+            ("gpt-4o-mini", "gpt-4o-mini"),
+            (
+                "meta-llama/Meta-Llama-3-8B-Instruct",
+                "meta-llama/Meta-Llama-3-8B-Instruct",
+            ),
+            ("llama-3-8b-0613", "llama-3-8b-0613"),
+            ("model-12345678", "model-12345678"),
+            ("text-embedding-3-small", "text-embedding-3-small"),
+            ("2024-07-18", "2024-07-18"),
+        ] {
+            assert_eq!(model_family(name), family, "{name}");
+        }
+    }
+}

@@ -70,6 +70,25 @@ pub(crate) async fn every_section_from_the_navigation(b: &Browser, base: &str) {
         "{rows}"
     );
 
+    // A time with an offset in the URL shows converted in the UTC range inputs.
+    b.open(
+        &format!("{base}/traces?from=2026-12-04T10:00:00%2B01:00&to=2026-12-04T12:30:00Z"),
+        "#from",
+    )
+    .await;
+    let value = |id: &'static str| async move {
+        b.client
+            .find(Locator::Css(id))
+            .await
+            .unwrap()
+            .prop("value")
+            .await
+            .unwrap()
+            .unwrap_or_default()
+    };
+    assert_eq!(value("#from").await, "2026-12-04T09:00");
+    assert_eq!(value("#to").await, "2026-12-04T12:30");
+
     // The service map: services and the calls between them, across processes.
     nav(b, "Service map", "/service-map").await;
     b.wait_for(".service-graph svg .map-node").await;

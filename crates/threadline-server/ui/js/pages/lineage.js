@@ -17,10 +17,14 @@ function layout(data) {
   g.setGraph({ rankdir: 'LR', nodesep: 18, ranksep: 70, marginx: 16, marginy: 16 });
   g.setDefaultEdgeLabel(() => ({}));
   for (const n of data.nodes) {
-    const label = n.key.length > 34 ? `${n.key.slice(0, 33)}…` : n.key;
+    // Long keys keep both ends: run ids and versions differ at the end as often as at
+    // the start.
+    const label = n.key.length > 40 ? `${n.key.slice(0, 18)}…${n.key.slice(-18)}` : n.key;
     g.setNode(n.id, { width: Math.max(110, label.length * 7 + 24), height: 40, label, node: n });
   }
-  data.edges.forEach((e, k) => { if (g.hasNode(e.src) && g.hasNode(e.dst)) g.setEdge(e.src, e.dst, { kind: e.kind }, `e${k}`); });
+  data.edges.forEach((e, k) => {
+    if (g.hasNode(e.src) && g.hasNode(e.dst)) g.setEdge(e.src, e.dst, { kind: e.kind, superseded: e.superseded_unix_nano }, `e${k}`);
+  });
   dagre.layout(g);
   return g;
 }
@@ -30,14 +34,21 @@ function Graph({ data, center, openRoutes, depth, direction, onPick, picked }) {
   const { width, height } = g.graph();
   const nodes = g.nodes().map((id) => ({ id, ...g.node(id) }));
   const edges = g.edges().map((e) => ({ ...e, ...g.edge(e) }));
-  return html`<svg width=${width} height=${height} role="group" aria-label="Lineage graph">
+  // As wide as the window allows (up to 1.6× its natural size), never narrower than
+  // its natural size (the frame scrolls then).
+  return html`<svg viewBox=${`0 0 ${width} ${height}`} preserveAspectRatio="xMinYMin meet"
+    style=${`width:min(100%, ${Math.round(width * 1.6)}px);min-width:${width}px;height:auto;display:block`}
+    role="group" aria-label="Lineage graph">
     <defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">
       <path d="M 0 0 L 10 5 L 0 10 z" fill="currentColor" style="color:var(--fg2)" /></marker></defs>
     ${edges.map((e) => {
       const pts = e.points || [];
       const d = pts.map((p, k) => `${k ? 'L' : 'M'}${p.x},${p.y}`).join(' ');
       const mid = pts[Math.floor(pts.length / 2)] || { x: 0, y: 0 };
-      return html`<g><path class="edge" d=${d} marker-end="url(#arrow)" /><text class="edge-label" x=${mid.x} y=${mid.y - 3} text-anchor="middle">${e.kind}</text></g>`;
+      const label = e.superseded ? `${e.kind} (until ${fmtTime(e.superseded)})` : e.kind;
+      return html`<g class=${e.superseded ? 'superseded' : ''}><path class="edge" d=${d} marker-end="url(#arrow)"
+        stroke-dasharray=${e.superseded ? '4 4' : null} style=${e.superseded ? 'opacity:.55' : ''} />
+        <text class="edge-label" x=${mid.x} y=${mid.y - 3} text-anchor="middle">${label}</text></g>`;
     })}
     ${nodes.map((n) => {
       const kind = n.node.kind;

@@ -24,6 +24,19 @@ function readUrl() {
   return f;
 }
 
+/** A time of the URL (RFC 3339 with or without a zone, or unix seconds) as the UTC
+ *  `YYYY-MM-DDTHH:MM` the range inputs show: an offset is converted, not dropped. */
+export function utcInputValue(v) {
+  if (!v) return '';
+  const zoned = /([zZ]|[+-]\d\d:?\d\d)$/.test(v);
+  const seconds = /^\d+(\.\d+)?$/.test(v);
+  if (zoned || seconds) {
+    const d = new Date(seconds ? Number(v) * 1000 : v);
+    if (!Number.isNaN(d.getTime())) return d.toISOString().slice(0, 16);
+  }
+  return v.slice(0, 16);
+}
+
 function attrPairs(text) {
   return text.split(/\n|;/).map((l) => l.trim()).filter(Boolean).map((l) => {
     const i = l.indexOf('=');
@@ -105,8 +118,8 @@ export function SearchPage() {
           ${RANGES.map(([v, l]) => html`<option value=${v}>${l}</option>`)}
         </select></label>
       ${form.range === 'custom' ? html`
-        <${Field} id="from" label="From (UTC)" type="datetime-local" value=${form.from.replace(/Z$/, '').slice(0, 16)} onInput=${set('from')} />
-        <${Field} id="to" label="To (UTC)" type="datetime-local" value=${form.to.replace(/Z$/, '').slice(0, 16)} onInput=${set('to')} />` : null}
+        <${Field} id="from" label="From (UTC)" type="datetime-local" value=${utcInputValue(form.from)} onInput=${set('from')} />
+        <${Field} id="to" label="To (UTC)" type="datetime-local" value=${utcInputValue(form.to)} onInput=${set('to')} />` : null}
       <label class="wide" for="attrs">Attributes (KEY=VALUE, one per line)
         <textarea id="attrs" name="attrs" rows="1" value=${form.attrs} onInput=${(e) => set('attrs')(e.target.value)}
           placeholder="gen_ai.tool.name=lookup_account"></textarea></label>

@@ -26,7 +26,9 @@ function layout(data) {
 function MapGraph({ data }) {
   const g = useMemo(() => layout(data), [data]);
   const { width, height } = g.graph();
-  return html`<div class="graph service-graph"><svg width=${width} height=${height} role="group" aria-label="Service map">
+  return html`<div class="graph service-graph"><svg viewBox=${`0 0 ${width} ${height}`} preserveAspectRatio="xMinYMin meet"
+    style=${`width:min(100%, ${Math.round(width * 1.4)}px);min-width:${width}px;height:auto;display:block`}
+    role="group" aria-label="Service map">
     <defs><marker id="map-arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">
       <path d="M 0 0 L 10 5 L 0 10 z" fill="currentColor" style="color:var(--fg2)" /></marker></defs>
     ${g.edges().map((id) => {
