@@ -231,6 +231,14 @@ fn every_page_renders_from_its_url_and_clicks_lead_where_they_say() {
         // Dashboard, impact.
         b.open(demo.page("dashboard"), ".chart .uplot").await;
         assert!(b.count("section.series-row").await >= 4);
+        // The overview compares every series in one chart per metric, busiest first;
+        // the blocks below come in the same order, the first three open.
+        assert!(b.count("section.overview .chart .uplot").await >= 4);
+        let legend = b.text("section.overview .chart .u-legend").await;
+        let blocks = b.text("section.series-row summary").await;
+        let busiest = blocks.split_whitespace().nth(1).unwrap().to_owned();
+        assert!(legend.contains(&busiest), "{busiest} not in {legend}");
+        assert_eq!(b.count("section.series-row details[open]").await, 3);
         b.screenshot("dashboard").await;
         b.assert_no_console_errors("the dashboard").await;
         b.open(demo.page("impact"), "table.plan").await;

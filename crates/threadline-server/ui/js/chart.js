@@ -23,11 +23,14 @@ export function Chart({ title, unit, series, bands = [], marker, height = 180 })
     const axis = { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid } };
     const opts = {
       width: Math.max(280, el.clientWidth - 4), height,
-      legend: { show: series.length > 1 || true },
-      // Shares start at 0 and never pass 100%; a flat zero series stays near 0.
+      // One series: the title names it; several: the legend, with values on hover.
+      legend: { show: series.length > 1 },
+      // Shares start at 0 and never pass 100%; other values from 0 (or their minimum
+      // below it); a flat zero series stays near 0 instead of uPlot's 0–100.
       scales: unit === 'ratio'
         ? { x: { time: true }, y: { range: (u, min, max) => [0, Math.min(1, Math.max(max, 0.01) * 1.15)] } }
-        : { x: { time: true } },
+        : { x: { time: true }, y: { range: (u, min, max) => [Math.min(0, min ?? 0),
+          (max ?? 0) > 0 ? max * 1.1 : (unit === 'USD' ? 0.01 : 1)] } },
       // UTC, as every time in the UI.
       tzDate: (t) => window.uPlot.tzDate(new Date(t * 1e3), 'Etc/UTC'),
       axes: [{ ...axis }, { ...axis, size: 74, values: (u, vals) => vals.map((v) => (v === null ? '' : fmtAxis(v, unit))) }],

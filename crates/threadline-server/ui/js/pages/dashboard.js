@@ -1,5 +1,7 @@
 // `/dashboard?group_by=route|model|service|adapter|instance&range=…`: the LLM golden
-// signals over time per series, incidents shaded.
+// signals over time — first an overview comparing every series of each metric in one
+// chart, then one block per series (busiest first, the top three open), incidents
+// shaded.
 import { html, useApi, navigate, qs, setTitle, ErrorBox, Loading } from '../lib.js';
 import { Chart } from '../chart.js';
 
@@ -27,7 +29,12 @@ export function DashboardPage() {
   const incidents = useApi(`/api/v1/incidents?from=${from}&to=${to}`);
   const err = results.find((r) => r.error);
   const first = results[0].data;
-  const keys = first ? first.series.map((s) => s.labels[groupBy]) : [];
+  // Series by volume: requests over the range (rate × step), busiest first.
+  const volume = new Map(first ? first.series.map((s) => [s.labels[groupBy],
+    s.points.reduce((a, pt) => a + (pt.value || 0), 0)]) : []);
+  const keys = [...volume.keys()].sort((a, b) => volume.get(b) - volume.get(a) || String(a).localeCompare(String(b)));
+  const allBands = incidents.data ? incidents.data.incidents
+    .map((i) => [i.onset_unix, i.end ? Date.parse(i.end) / 1000 : to]) : [];
   return html`
     <h1>Dashboard</h1>
     <div class="toolbar">
@@ -41,13 +48,25 @@ export function DashboardPage() {
     <${ErrorBox} error=${err && err.error} />
     ${!first ? html`<${Loading} what="metrics" />` : null}
     ${first && keys.length === 0 ? html`<p class="empty">No requests in this window.</p>` : null}
-    ${keys.map((key) => {
+    ${keys.length > 1 ? html`<section class="overview" aria-label=${`Every ${groupBy}, busiest first`}>
+      <h2>Every ${groupBy}, busiest first</h2>
+      <div class="charts">
+        ${METRICS.map(([m, label], k) => {
+          const r = results[k].data;
+          if (!r) return null;
+          const byKey = new Map(r.series.map((s) => [s.labels[groupBy], s.points]));
+          const series = keys.filter((key) => byKey.has(key)).map((key) => ({ label: key || '(none)', points: byKey.get(key) }));
+          const hasValue = series.some((x) => x.points.some((pt) => pt.value !== null));
+          return hasValue ? html`<${Chart} title=${label} unit=${r.unit} series=${series} bands=${allBands} height=${200} />` : null;
+        })}
+      </div></section>` : null}
+    ${keys.map((key, rank) => {
       const bands = incidents.data ? incidents.data.incidents
         .filter((i) => groupBy !== 'route' || i.route === key)
         .filter((i) => groupBy !== 'model' || i.model === key)
         .map((i) => [i.onset_unix, i.end ? Date.parse(i.end) / 1000 : to]) : [];
-      return html`<section class="series-row" aria-label=${`${groupBy} ${key}`}>
-        <h2>${groupBy} <code>${key || '(none)'}</code></h2>
+      return html`<section class="series-row" aria-label=${`${groupBy} ${key}`}><details open=${rank < 3}>
+        <summary><h2 style="display:inline">${groupBy} <code>${key || '(none)'}</code></h2></summary>
         <div class="charts">
           ${METRICS.map(([m, label], k) => {
             const r = results[k].data;
@@ -56,6 +75,6 @@ export function DashboardPage() {
             return hasValue ? html`<${Chart} title=${label} unit=${r.unit} series=${series} bands=${bands} height=${150} />` : null;
           })}
         </div>
-      </section>`;
+      </details></section>`;
     })}`;
 }
