@@ -58,6 +58,13 @@ enum Command {
     Trace {
         /// Trace id (32 hex characters).
         trace_id: String,
+        /// One span whole instead: its prompt and reply, tool calls, attributes and
+        /// logs (the tree prints LLM spans' ids as span=…).
+        #[arg(long, value_name = "SPAN_ID")]
+        span: Option<String>,
+        /// Every span, with big groups of like siblings unfolded.
+        #[arg(long)]
+        expand: bool,
         #[command(flatten)]
         client: ClientArgs,
         /// Print the API's JSON instead of the tree.
@@ -319,15 +326,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Health(args) => runtime.block_on(diagnosis_cmd::health(*args)),
         Command::Trace {
             trace_id,
+            span,
+            expand,
             client,
             json,
         } => runtime.block_on(async {
             let api = client::ApiClient::new(&client)?;
-            let trace = api.get(&format!("/api/v1/traces/{trace_id}"), &[]).await?;
+            let path = match &span {
+                Some(span) => format!("/api/v1/traces/{trace_id}/spans/{span}"),
+                None => format!("/api/v1/traces/{trace_id}"),
+            };
+            let answer = api.get(&path, &[]).await?;
             if json {
-                crate::out::outln!("{}", serde_json::to_string_pretty(&trace)?);
+                crate::out::outln!("{}", serde_json::to_string_pretty(&answer)?);
+            } else if span.is_some() {
+                crate::out::out!("{}", render::span_detail(&answer));
             } else {
-                crate::out::out!("{}", render::trace_tree(&trace));
+                crate::out::out!("{}", render::trace_tree(&answer, expand));
             }
             Ok(())
         }),

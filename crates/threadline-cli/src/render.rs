@@ -27,7 +27,13 @@ fn time(v: &Value, key: &str) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
 
-pub(crate) fn trace_tree(trace: &Value) -> String {
+/// Siblings sharing a service and name are folded into one line from this many on (as
+/// the UI's waterfall folds them).
+const FOLD_MIN: usize = 10;
+
+/// The trace as an indented tree; big groups of like siblings folded into one line
+/// each unless `expand`.
+pub(crate) fn trace_tree(trace: &Value, expand: bool) -> String {
     let mut out = String::new();
     let services: Vec<&str> = trace
         .get("services")
@@ -48,14 +54,92 @@ pub(crate) fn trace_tree(trace: &Value) -> String {
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    let n = roots.len();
-    for (i, root) in roots.iter().enumerate() {
-        node(&mut out, root, "", i + 1 == n);
-    }
+    siblings(&mut out, &roots, "", expand);
     out
 }
 
-fn node(out: &mut String, span: &Value, prefix: &str, last: bool) {
+/// What a sibling list prints as: a span, or a folded group of like spans.
+enum Item<'a> {
+    Span(&'a Value),
+    Group(Vec<&'a Value>),
+}
+
+fn siblings(out: &mut String, spans: &[Value], prefix: &str, expand: bool) {
+    let key = |v: &Value| (s(v, "service").to_owned(), s(v, "name").to_owned());
+    let mut counts: std::collections::HashMap<(String, String), usize> = Default::default();
+    for span in spans {
+        *counts.entry(key(span)).or_default() += 1;
+    }
+    let mut items: Vec<Item<'_>> = Vec::new();
+    let mut group_at: std::collections::HashMap<(String, String), usize> = Default::default();
+    for span in spans {
+        let k = key(span);
+        if expand || counts[&k] < FOLD_MIN {
+            items.push(Item::Span(span));
+            continue;
+        }
+        match group_at.get(&k) {
+            Some(&at) => {
+                if let Item::Group(members) = &mut items[at] {
+                    members.push(span);
+                }
+            }
+            None => {
+                group_at.insert(k, items.len());
+                items.push(Item::Group(vec![span]));
+            }
+        }
+    }
+    let n = items.len();
+    for (i, item) in items.iter().enumerate() {
+        let last = i + 1 == n;
+        match item {
+            Item::Span(span) => node(out, span, prefix, last, expand),
+            Item::Group(members) => group(out, members, prefix, last),
+        }
+    }
+}
+
+/// A folded group: how many, their total and slowest time, errors.
+fn group(out: &mut String, members: &[&Value], prefix: &str, last: bool) {
+    let branch = if last { "└─ " } else { "├─ " };
+    let durations: Vec<f64> = members
+        .iter()
+        .map(|m| m.get("duration_ms").and_then(Value::as_f64).unwrap_or(0.0))
+        .collect();
+    let errors = members
+        .iter()
+        .filter(|m| m.get("status").map(|st| s(st, "code")) == Some("error"))
+        .count();
+    let descendants: usize = members.iter().map(|m| count_below(m)).sum();
+    let _ = writeln!(
+        out,
+        "{prefix}{branch}{} × {} {}  total {}, slowest {}{}{}  (folded; --expand shows each)",
+        members.len(),
+        s(members[0], "service"),
+        s(members[0], "name"),
+        format_ms(durations.iter().sum()),
+        format_ms(durations.iter().copied().fold(0.0, f64::max)),
+        if errors > 0 {
+            format!(", {errors} ✗ ERROR")
+        } else {
+            String::new()
+        },
+        if descendants > 0 {
+            format!(", {descendants} spans below")
+        } else {
+            String::new()
+        },
+    );
+}
+
+fn count_below(span: &Value) -> usize {
+    span.get("children")
+        .and_then(Value::as_array)
+        .map_or(0, |c| c.len() + c.iter().map(count_below).sum::<usize>())
+}
+
+fn node(out: &mut String, span: &Value, prefix: &str, last: bool, expand: bool) {
     let branch = if last { "└─ " } else { "├─ " };
     let mut line = format!(
         "{prefix}{branch}{} {}  {} (self {})",
@@ -89,6 +173,8 @@ fn node(out: &mut String, span: &Value, prefix: &str, last: bool) {
         if let Some(r) = llm.get("rejection_reason").and_then(Value::as_str) {
             let _ = write!(line, " rejected={r}");
         }
+        // Its prompt and reply: `trace ID --span SPAN_ID`.
+        let _ = write!(line, "  span={}", s(span, "span_id"));
     }
     let status = span.get("status");
     if status.map(|st| s(st, "code")) == Some("error") {
@@ -110,10 +196,107 @@ fn node(out: &mut String, span: &Value, prefix: &str, last: bool) {
         .cloned()
         .unwrap_or_default();
     let child_prefix = format!("{prefix}{}", if last { "   " } else { "│  " });
-    let n = children.len();
-    for (i, child) in children.iter().enumerate() {
-        node(out, child, &child_prefix, i + 1 == n);
+    siblings(out, &children, &child_prefix, expand);
+}
+
+/// One span whole (`/api/v1/traces/{id}/spans/{span}`): what it is, its LLM fields,
+/// the conversation it carried (prompt and reply, tool calls), its attributes, its
+/// logs.
+pub(crate) fn span_detail(span: &Value) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "span {}  {} {}  {}  started {}",
+        s(span, "span_id"),
+        s(span, "service"),
+        s(span, "name"),
+        ms(span, "duration_ms"),
+        time(span, "start_time_unix_nano"),
+    );
+    if let Some(status) = span.get("status").filter(|st| s(st, "code") == "error") {
+        let _ = writeln!(out, "✗ ERROR: {}", s(status, "message"));
     }
+    if let Some(llm) = span.get("llm").and_then(Value::as_object) {
+        let fields: Vec<String> = llm
+            .iter()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, v)| match v {
+                Value::String(text) => format!("{k}={text}"),
+                Value::Number(n) if k == "cost_usd" => {
+                    format!("{k}=${:.6}", n.as_f64().unwrap_or_default())
+                }
+                other => format!("{k}={other}"),
+            })
+            .collect();
+        let _ = writeln!(out, "llm: {}", fields.join("  "));
+    }
+    let messages = span
+        .pointer("/conversation/messages")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if !messages.is_empty() {
+        let _ = writeln!(out, "\nconversation:");
+        for m in &messages {
+            let side = if m.get("output").and_then(Value::as_bool) == Some(true) {
+                "<"
+            } else {
+                ">"
+            };
+            let _ = writeln!(out, "{side} {}: {}", s(m, "role"), s(m, "content"));
+            for call in m
+                .get("tool_calls")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let _ = writeln!(
+                    out,
+                    "    tool call {}({})",
+                    s(call, "name"),
+                    s(call, "arguments")
+                );
+            }
+        }
+    }
+    let attributes = span
+        .get("attributes")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    if !attributes.is_empty() {
+        let _ = writeln!(out, "\nattributes:");
+        for (k, v) in &attributes {
+            let text = match v {
+                Value::String(t) => t.clone(),
+                other => other.to_string(),
+            };
+            let _ = writeln!(out, "  {k} = {}", fit(&text, 200));
+        }
+    }
+    let logs = span
+        .get("logs")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if !logs.is_empty() {
+        let _ = writeln!(out, "\nlogs:");
+        for l in &logs {
+            let body = match l.get("body") {
+                Some(Value::String(t)) => t.clone(),
+                Some(other) => other.to_string(),
+                None => String::new(),
+            };
+            let _ = writeln!(
+                out,
+                "  {} {} {}",
+                time(l, "time_unix_nano"),
+                s(l, "event_name"),
+                fit(&body, 200)
+            );
+        }
+    }
+    out
 }
 
 /// `text` in at most `width` characters, ending with `…` when cut.

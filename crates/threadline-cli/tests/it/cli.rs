@@ -367,3 +367,47 @@ fn serve_starts_with_a_few_lines() {
     );
     assert!(lines.len() <= 8, "{lines:#?}");
 }
+
+/// `trace` folds big groups of like siblings as the UI does (`--expand` shows each),
+/// names LLM spans' ids, and `--span` prints one span's prompt and reply.
+#[test]
+fn trace_folds_like_siblings_and_prints_a_spans_conversation() {
+    let server = TestServer::start();
+    let mut req = llm_trace([4; 16], "gateway", "gpt-4o-mini", now_nanos());
+    let spans = &mut req.resource_spans[0].scope_spans[0].spans;
+    spans[1].attributes.push(kv(
+        "gen_ai.input.messages",
+        r#"[{"role":"user","parts":[{"type":"text","content":"Why was I charged twice?"}]}]"#,
+    ));
+    spans[1].attributes.push(kv(
+        "gen_ai.output.messages",
+        r#"[{"role":"assistant","parts":[{"type":"text","content":"One charge was refunded."}]}]"#,
+    ));
+    let root = spans[0].clone();
+    for i in 0..12u8 {
+        let mut chunk = root.clone();
+        chunk.span_id = vec![9, 9, 9, 9, 9, 9, 9, i];
+        chunk.parent_span_id = root.span_id.clone();
+        chunk.name = "embed_chunk".into();
+        chunk.attributes.clear();
+        spans.push(chunk);
+    }
+    let resp = server.post_traces("application/x-protobuf", proto(&req), &[]);
+    assert_eq!(resp.status(), 200);
+    let id = hex(&[4; 16]);
+    let (ok, tree, err) = server.cli(&["trace", &id]);
+    assert!(ok, "{err}");
+    assert!(tree.contains("12 × gateway embed_chunk"), "{tree}");
+    assert_eq!(tree.lines().count(), 4, "{tree}");
+    let (ok, all, _) = server.cli(&["trace", &id, "--expand"]);
+    assert!(ok);
+    assert_eq!(all.matches("embed_chunk").count(), 12, "{all}");
+    assert!(tree.contains("span=0807060504030201"), "{tree}");
+    let (ok, span, err) = server.cli(&["trace", &id, "--span", "0807060504030201"]);
+    assert!(ok, "{err}");
+    assert!(span.contains("> user: Why was I charged twice?"), "{span}");
+    assert!(
+        span.contains("< assistant: One charge was refunded."),
+        "{span}"
+    );
+}
