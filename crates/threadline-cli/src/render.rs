@@ -267,11 +267,7 @@ pub(crate) fn span_detail(span: &Value) -> String {
     if !attributes.is_empty() {
         let _ = writeln!(out, "\nattributes:");
         for (k, v) in &attributes {
-            let text = match v {
-                Value::String(t) => t.clone(),
-                other => other.to_string(),
-            };
-            let _ = writeln!(out, "  {k} = {}", fit(&text, 200));
+            let _ = writeln!(out, "  {k} = {}", fit(&plain(Some(v)), 200));
         }
     }
     let logs = span
@@ -282,21 +278,25 @@ pub(crate) fn span_detail(span: &Value) -> String {
     if !logs.is_empty() {
         let _ = writeln!(out, "\nlogs:");
         for l in &logs {
-            let body = match l.get("body") {
-                Some(Value::String(t)) => t.clone(),
-                Some(other) => other.to_string(),
-                None => String::new(),
-            };
             let _ = writeln!(
                 out,
                 "  {} {} {}",
                 time(l, "time_unix_nano"),
                 s(l, "event_name"),
-                fit(&body, 200)
+                fit(&plain(l.get("body")), 200)
             );
         }
     }
     out
+}
+
+/// A JSON value as text: a string as it is, anything else as JSON, nothing as "".
+fn plain(v: Option<&Value>) -> String {
+    match v {
+        Some(Value::String(t)) => t.clone(),
+        Some(other) => other.to_string(),
+        None => String::new(),
+    }
 }
 
 /// `text` in at most `width` characters, ending with `…` when cut.

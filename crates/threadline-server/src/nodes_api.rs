@@ -71,17 +71,7 @@ pub(crate) async fn list(
                 )
             }
             "q" => text = Some(value.trim().to_owned()).filter(|t| !t.is_empty()),
-            "limit" => {
-                limit = value
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=MAX_LIMIT).contains(n))
-                    .ok_or_else(|| {
-                        ApiError::BadRequest(format!(
-                            "limit {value:?} is not an integer in 1..={MAX_LIMIT}"
-                        ))
-                    })?
-            }
+            "limit" => limit = crate::params::limit(value, MAX_LIMIT)?,
             other => {
                 return Err(ApiError::BadRequest(format!(
                     "unknown query parameter {other:?}: use kind, q or limit"

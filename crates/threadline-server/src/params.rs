@@ -116,3 +116,14 @@ mod tests {
         );
     }
 }
+
+/// A `limit` parameter: an integer in `1..=max`, else a 400 naming the range.
+pub(crate) fn limit(value: &str, max: usize) -> Result<usize, ApiError> {
+    value
+        .parse()
+        .ok()
+        .filter(|n| (1..=max).contains(n))
+        .ok_or_else(|| {
+            ApiError::BadRequest(format!("limit {value:?} is not an integer in 1..={max}"))
+        })
+}

@@ -115,17 +115,7 @@ pub(crate) async fn list(
             "since" => from = Some(parse_since(key, value)?),
             "to" | "end" => to = Some(parse_time(key, value)?),
             "user" | "user_id" => user = Some(value.clone()).filter(|u| !u.is_empty()),
-            "limit" => {
-                limit = value
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=LIST_MAX).contains(n))
-                    .ok_or_else(|| {
-                        ApiError::BadRequest(format!(
-                            "limit {value:?} is not an integer in 1..={LIST_MAX}"
-                        ))
-                    })?
-            }
+            "limit" => limit = crate::params::limit(value, LIST_MAX)?,
             other => {
                 return Err(ApiError::BadRequest(format!(
                     "unknown query parameter {other:?}: use from, since, to, user or limit"

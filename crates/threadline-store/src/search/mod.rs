@@ -224,57 +224,44 @@ fn predicates(q: &TraceQuery) -> Vec<TraceQuery> {
         names: q.names,
         ..Default::default()
     };
-    let mut out = Vec::new();
     // Most selective first: the first is the anchor whose matching spans are read.
-    if q.text.is_some() {
-        out.push(TraceQuery {
-            text: q.text.clone(),
+    let mut out: Vec<TraceQuery> = q
+        .text
+        .iter()
+        .map(|text| TraceQuery {
+            text: Some(text.clone()),
             ..base()
-        });
-    }
-    for pair in &q.attributes {
-        out.push(TraceQuery {
+        })
+        .chain(q.attributes.iter().map(|pair| TraceQuery {
             attributes: vec![pair.clone()],
             ..base()
-        });
-    }
+        }))
+        .collect();
     type Field = fn(&mut TraceQuery) -> &mut Option<String>;
-    let fields: [(&Option<String>, Field); 3] = [
+    let columns: [(&Option<String>, Field); 8] = [
         (&q.session_id, |t| &mut t.session_id),
         (&q.user_id, |t| &mut t.user_id),
         (&q.adapter, |t| &mut t.adapter),
-    ];
-    for (value, slot) in fields {
-        if value.is_some() {
-            let mut t = base();
-            *slot(&mut t) = value.clone();
-            out.push(t);
-        }
-    }
-    if q.errors_only {
-        out.push(TraceQuery {
-            errors_only: true,
-            ..base()
-        });
-    }
-    let fields: [(&Option<String>, Field); 4] = [
+        // errors_only is pushed here, before the route (see the loop)
         (&q.route, |t| &mut t.route),
         (&q.model, |t| &mut t.model),
         (&q.span_name, |t| &mut t.span_name),
         (&q.service, |t| &mut t.service),
+        (&q.ab_group, |t| &mut t.ab_group),
     ];
-    for (value, slot) in fields {
-        if value.is_some() {
+    for (i, (value, slot)) in columns.into_iter().enumerate() {
+        // Errors are rarer than a route or a model: they come after the ids.
+        if i == 3 && q.errors_only {
+            out.push(TraceQuery {
+                errors_only: true,
+                ..base()
+            });
+        }
+        if let Some(v) = value {
             let mut t = base();
-            *slot(&mut t) = value.clone();
+            *slot(&mut t) = Some(v.clone());
             out.push(t);
         }
-    }
-    if q.ab_group.is_some() {
-        out.push(TraceQuery {
-            ab_group: q.ab_group.clone(),
-            ..base()
-        });
     }
     // A span's duration: both bounds on one span.
     if q.min_duration_nanos.is_some() || q.max_duration_nanos.is_some() {
