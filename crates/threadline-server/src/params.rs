@@ -60,6 +60,17 @@ pub(crate) fn only(params: &[(String, String)], names: &[&str]) -> Result<(), Ap
     Ok(())
 }
 
+/// A `limit` parameter: an integer in `1..=max`, else a 400 naming the range.
+pub(crate) fn limit(value: &str, max: usize) -> Result<usize, ApiError> {
+    value
+        .parse()
+        .ok()
+        .filter(|n| (1..=max).contains(n))
+        .ok_or_else(|| {
+            ApiError::BadRequest(format!("limit {value:?} is not an integer in 1..={max}"))
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,15 +126,4 @@ mod tests {
             "{e}"
         );
     }
-}
-
-/// A `limit` parameter: an integer in `1..=max`, else a 400 naming the range.
-pub(crate) fn limit(value: &str, max: usize) -> Result<usize, ApiError> {
-    value
-        .parse()
-        .ok()
-        .filter(|n| (1..=max).contains(n))
-        .ok_or_else(|| {
-            ApiError::BadRequest(format!("limit {value:?} is not an integer in 1..={max}"))
-        })
 }
