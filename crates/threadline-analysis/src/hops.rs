@@ -8,7 +8,7 @@
 use foldhash::HashMap;
 use serde::{Deserialize, Serialize};
 use sketches_ddsketch::DDSketch;
-use threadline_model::{SpanId, SpanRecord, TraceId};
+use threadline_model::{SpanId, SpanKind, SpanRecord, TraceId};
 
 use crate::rollup::minute_of;
 
@@ -115,20 +115,26 @@ impl Call {
 }
 
 /// Spans waiting for the other end of a hop sent in another export request, per
-/// tenant (`K`: the caller's tenant key).
+/// tenant (`K`: the tenant's key).
 pub struct HopJoiner<K> {
-    /// (tenant, trace, span) → its service, and when it came (wall time): a possible
-    /// parent of children still to come.
-    parents: HashMap<(K, TraceId, SpanId), (String, i64)>,
-    /// (tenant, trace, parent span) → children that came before it, and when.
-    orphans: HashMap<(K, TraceId, SpanId), Vec<(Call, i64)>>,
+    tenants: HashMap<K, Waiting>,
+}
+
+/// One tenant's waiting spans.
+#[derive(Default)]
+struct Waiting {
+    /// (trace, span) → its service, and when it came (wall time): a client or producer
+    /// span with no child in its request, the parent of a call whose callee has not
+    /// reported yet.
+    parents: HashMap<(TraceId, SpanId), (String, i64)>,
+    /// (trace, parent span) → children that came before their parent, and when.
+    orphans: HashMap<(TraceId, SpanId), Vec<(Call, i64)>>,
 }
 
 impl<K> Default for HopJoiner<K> {
     fn default() -> Self {
         Self {
-            parents: HashMap::default(),
-            orphans: HashMap::default(),
+            tenants: HashMap::default(),
         }
     }
 }
@@ -144,7 +150,6 @@ impl<K: Clone + Eq + std::hash::Hash> HopJoiner<K> {
         repeated: &[bool],
         now_ns: i64,
     ) -> Hops {
-        self.expire(now_ns);
         let mut out = Hops::default();
         let by_id: HashMap<(TraceId, SpanId), &SpanRecord> =
             spans.iter().map(|s| ((s.trace_id, s.span_id), s)).collect();
@@ -152,6 +157,13 @@ impl<K: Clone + Eq + std::hash::Hash> HopJoiner<K> {
             .iter()
             .filter_map(|s| Some((s.trace_id, s.parent_span_id?)))
             .collect();
+        if !self.tenants.contains_key(tenant) {
+            self.tenants.insert(tenant.clone(), Waiting::default());
+        }
+        let Some(waiting) = self.tenants.get_mut(tenant) else {
+            return out;
+        };
+        waiting.expire(now_ns);
         for (i, span) in spans.iter().enumerate() {
             if repeated.get(i).copied().unwrap_or(false) {
                 continue;
@@ -159,48 +171,45 @@ impl<K: Clone + Eq + std::hash::Hash> HopJoiner<K> {
             if let Some(parent) = span.parent_span_id {
                 match by_id.get(&(span.trace_id, parent)) {
                     Some(p) => out.add(&p.service, &Call::of(span)),
-                    None => {
-                        let key = (tenant.clone(), span.trace_id, parent);
-                        match self.parents.get(&key) {
-                            Some((service, _)) => out.add(service, &Call::of(span)),
-                            None => self
-                                .orphans
-                                .entry(key)
-                                .or_default()
-                                .push((Call::of(span), now_ns)),
-                        }
-                    }
+                    None => match waiting.parents.get(&(span.trace_id, parent)) {
+                        Some((service, _)) => out.add(service, &Call::of(span)),
+                        None => waiting
+                            .orphans
+                            .entry((span.trace_id, parent))
+                            .or_default()
+                            .push((Call::of(span), now_ns)),
+                    },
                 }
             }
-            // A span may be the parent of children in other requests: children that
-            // came already join now; later ones find it. A span with children here is
-            // a parent in its own process (children across processes hang off leaves:
-            // the client span of a call).
-            let key = (tenant.clone(), span.trace_id, span.span_id);
-            if let Some(waiting) = self.orphans.remove(&key) {
-                for (call, _) in &waiting {
+            // Children that came before this span join it now; a client or producer
+            // span without a child here waits for its callee's.
+            let key = (span.trace_id, span.span_id);
+            if let Some(children) = waiting.orphans.remove(&key) {
+                for (call, _) in &children {
                     out.add(&span.service, call);
                 }
-            } else if !has_child.contains(&(span.trace_id, span.span_id)) {
-                self.parents.insert(key, (span.service.clone(), now_ns));
+            } else if matches!(span.kind, SpanKind::Client | SpanKind::Producer)
+                && !has_child.contains(&key)
+            {
+                waiting.parents.insert(key, (span.service.clone(), now_ns));
             }
         }
         out
     }
+}
 
-    /// Drops what waited longer than the join window, and the oldest half of a map
-    /// past its cap.
+impl Waiting {
+    /// Drops what waited longer than the join window, and the older half of a map past
+    /// its cap.
     fn expire(&mut self, now_ns: i64) {
         let cutoff = now_ns.saturating_sub(JOIN_WINDOW_NS);
+        let mut keep_after = cutoff;
         if self.parents.len() > JOINER_CAP {
             let mut times: Vec<i64> = self.parents.values().map(|(_, t)| *t).collect();
             let mid = times.len() / 2;
-            let (_, median, _) = times.select_nth_unstable(mid);
-            let median = *median;
-            self.parents.retain(|_, (_, t)| *t > median.max(cutoff));
-        } else {
-            self.parents.retain(|_, (_, t)| *t > cutoff);
+            keep_after = keep_after.max(*times.select_nth_unstable(mid).1);
         }
+        self.parents.retain(|_, (_, t)| *t > keep_after);
         if self.orphans.len() > JOINER_CAP {
             self.orphans.clear();
         } else {
@@ -214,9 +223,10 @@ impl<K: Clone + Eq + std::hash::Hash> HopJoiner<K> {
 
 #[cfg(test)]
 mod tests {
-    use threadline_model::{SpanDetail, SpanKind, SpanOrigin, SpanRecord, StatusCode};
+    use threadline_model::{SpanDetail, SpanOrigin, SpanRecord, StatusCode};
 
     use super::*;
+    use threadline_model::SpanKind;
 
     fn span(trace: u8, id: u8, parent: Option<u8>, service: &str, error: bool) -> SpanRecord {
         let mut s = SpanRecord {
@@ -274,11 +284,11 @@ mod tests {
         ];
         let hops = joiner.hops(&0, &client, &[false; 2], 1);
         assert_eq!(calls(&hops), [("app".into(), "llm-backend".into(), 1, 0)]);
-        // The client's first, then the server's.
-        let client = [
-            span(2, 1, None, "app", false),
-            span(2, 2, Some(1), "app", false),
-        ];
+        // The client's first (a client span: it waits for its callee), then the
+        // server's.
+        let mut call = span(2, 2, Some(1), "app", false);
+        call.kind = SpanKind::Client;
+        let client = [span(2, 1, None, "app", false), call];
         assert!(joiner.hops(&0, &client, &[false; 2], 2).is_empty());
         let server = [span(2, 3, Some(2), "llm-backend", true)];
         let hops = joiner.hops(&0, &server, &[false], 3);
@@ -293,6 +303,7 @@ mod tests {
         let mut joiner = HopJoiner::<u8>::default();
         let server = [span(1, 3, Some(2), "llm-backend", false)];
         joiner.hops(&0, &server, &[false], 0);
+        assert_eq!(joiner.tenants[&0].orphans.len(), 1);
         let client = [
             span(1, 1, None, "app", false),
             span(1, 2, Some(1), "app", false),
