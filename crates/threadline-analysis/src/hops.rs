@@ -14,8 +14,10 @@ use crate::rollup::minute_of;
 
 /// How long a span waits for the other end of a hop in another export request.
 pub const JOIN_WINDOW_NS: i64 = 5 * 60 * 1_000_000_000;
-/// Entries the joiner holds, per kind, before it drops the oldest half.
-const JOINER_CAP: usize = 500_000;
+/// Entries the joiner holds per tenant, per kind, before it drops the older half.
+const JOINER_CAP: usize = 200_000;
+/// How often what waited past the window is dropped (a sweep reads every entry).
+const SWEEP_EVERY_NS: i64 = 1_000_000_000;
 
 /// Calls of one hop in one minute.
 #[derive(Clone, Serialize, Deserialize)]
@@ -129,6 +131,8 @@ struct Waiting {
     parents: HashMap<(TraceId, SpanId), (String, i64)>,
     /// (trace, parent span) → children that came before their parent, and when.
     orphans: HashMap<(TraceId, SpanId), Vec<(Call, i64)>>,
+    /// When the last sweep ran.
+    swept_ns: i64,
 }
 
 impl<K> Default for HopJoiner<K> {
@@ -200,8 +204,13 @@ impl<K: Clone + Eq + std::hash::Hash> HopJoiner<K> {
 
 impl Waiting {
     /// Drops what waited longer than the join window, and the older half of a map past
-    /// its cap.
+    /// its cap: at most once a second, unless a map is past its cap.
     fn expire(&mut self, now_ns: i64) {
+        let full = self.parents.len() > JOINER_CAP || self.orphans.len() > JOINER_CAP;
+        if !full && now_ns.saturating_sub(self.swept_ns) < SWEEP_EVERY_NS {
+            return;
+        }
+        self.swept_ns = now_ns;
         let cutoff = now_ns.saturating_sub(JOIN_WINDOW_NS);
         let mut keep_after = cutoff;
         if self.parents.len() > JOINER_CAP {

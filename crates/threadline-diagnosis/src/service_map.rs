@@ -79,6 +79,8 @@ pub fn service_map(
     to_ns: i64,
 ) -> Result<ServiceMap, StoreError> {
     let (from_minute, to_minute) = (from_ns.div_euclid(BUCKET_NS), to_ns.div_euclid(BUCKET_NS));
+    // Hops and model-call cells are flushed at most once a second: in the store first.
+    store.flush_rollups()?.wait_blocking()?;
     let mut edges: Vec<MapEdge> = store
         .service_hops(tenant, from_minute, to_minute)?
         .into_iter()
@@ -93,7 +95,6 @@ pub fn service_map(
         })
         .collect();
     // Model calls by (service, model).
-    store.flush_rollups()?.wait_blocking()?;
     let mut calls: BTreeMap<(String, String), RollupCell> = BTreeMap::new();
     for (_, key, cell) in store.rollup_cells(tenant, from_minute, to_minute)? {
         if key.level() != Level::Call || key.get(Dimension::Model).is_empty() {

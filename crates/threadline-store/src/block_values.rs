@@ -28,12 +28,10 @@ pub(crate) enum ValueField {
     AbGroup,
     /// Spans with an error status; the value is always ''.
     Error,
-    Session,
-    User,
 }
 
 impl ValueField {
-    pub(crate) const ALL: [ValueField; 11] = [
+    pub(crate) const ALL: [ValueField; 9] = [
         ValueField::Service,
         ValueField::Model,
         ValueField::Route,
@@ -43,8 +41,6 @@ impl ValueField {
         ValueField::PromptVersion,
         ValueField::AbGroup,
         ValueField::Error,
-        ValueField::Session,
-        ValueField::User,
     ];
 
     /// The stored code; fixed forever (migration 16 writes them as literals).
@@ -59,8 +55,6 @@ impl ValueField {
             ValueField::PromptVersion => 7,
             ValueField::AbGroup => 8,
             ValueField::Error => 9,
-            ValueField::Session => 10,
-            ValueField::User => 11,
         }
     }
 
@@ -77,8 +71,6 @@ impl ValueField {
             ValueField::PromptVersion => ("prompt_version", "prompt_version IS NOT NULL"),
             ValueField::AbGroup => ("ab_group", "ab_group IS NOT NULL"),
             ValueField::Error => ("''", "status_code = 2"),
-            ValueField::Session => ("session_id", "session_id IS NOT NULL"),
-            ValueField::User => ("user_id", "user_id IS NOT NULL"),
         }
     }
 
@@ -111,8 +103,6 @@ pub(crate) struct SpanValues<'a> {
     pub(crate) image: Option<&'a str>,
     pub(crate) prompt_version: Option<&'a str>,
     pub(crate) ab_group: Option<&'a str>,
-    pub(crate) session: Option<&'a str>,
-    pub(crate) user: Option<&'a str>,
     pub(crate) error: bool,
 }
 
@@ -129,8 +119,6 @@ impl BlockValues {
                 (ValueField::Image, s.image),
                 (ValueField::PromptVersion, s.prompt_version),
                 (ValueField::AbGroup, s.ab_group),
-                (ValueField::Session, s.session),
-                (ValueField::User, s.user),
             ] {
                 if let Some(v) = value {
                     borrowed.push((field, v));
@@ -324,8 +312,7 @@ mod tests {
             }
         }
         assert_eq!(ValueField::of_column("''"), None);
-        assert_eq!(ValueField::of_column("user_id"), Some(ValueField::User));
-        assert_eq!(ValueField::of_column("span_name"), None);
+        assert_eq!(ValueField::of_column("user_id"), None);
     }
 
     #[test]
@@ -339,8 +326,6 @@ mod tests {
             image: None,
             prompt_version: None,
             ab_group: None,
-            session: None,
-            user: None,
             error,
         };
         let values = BlockValues::of_spans(

@@ -165,6 +165,9 @@ pub(crate) fn erase(
     for refill in refills {
         refill.after_erasure(tx)?;
     }
+    for block_id in by_block.keys() {
+        crate::sessions::refresh_block(tx, tenant_id, *block_id)?;
+    }
     for (group, blocks, before) in documents {
         let after = text_groups::group_document(tx, &blocks).map_err(store_error)?;
         text_groups::replace_document(tx, group, &before, &after)?;

@@ -23,6 +23,7 @@ mod retries;
 mod rollups;
 mod schema;
 mod search;
+mod sessions;
 mod skeleton;
 mod span_screen;
 mod text_groups;
@@ -669,8 +670,8 @@ impl SqliteStore {
     }
 
     /// Up to `limit` session ids of the tenant with spans starting in `from..=to`,
-    /// newest activity first; with `user`, sessions seen beside that user's spans (the
-    /// caller checks each session's user on its traces).
+    /// newest block first (blocks come in arrival order); with `user`, that user's
+    /// sessions.
     pub fn recent_sessions(
         &self,
         tenant: &TenantId,
@@ -678,7 +679,7 @@ impl SqliteStore {
         user: Option<&str>,
         limit: usize,
     ) -> Result<Vec<String>, StoreError> {
-        self.with_reader(|conn| search::recent_sessions(conn, tenant, (from, to), user, limit))
+        self.with_reader(|conn| sessions::recent(conn, tenant, (from, to), user, limit))
     }
 
     pub fn services(&self, tenant: &TenantId) -> Result<Vec<ServiceSummary>, StoreError> {

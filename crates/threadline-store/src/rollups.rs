@@ -23,10 +23,22 @@ const MARK: &str = "rollups_through_block";
 const REPLAY_CHUNK: i64 = 2_000;
 
 /// The writer's rollup state between flushes.
+/// What one transaction's span batches add to the aggregates, by tenant row id.
+#[derive(Default)]
+pub(crate) struct Staged {
+    pub(crate) rollups: HashMap<i64, Rollups>,
+    pub(crate) hops: HashMap<i64, threadline_analysis::hops::Hops>,
+}
+
 #[derive(Default)]
 pub(crate) struct RollupLedger {
     /// Tenant row id → cells committed since the last flush.
     pending: HashMap<i64, Rollups>,
+    /// Tenant row id → service hops committed since the last flush (merged into
+    /// `service_hops` with the cells: a hop's row is rewritten once a flush, not once a
+    /// batch). Derived from spans of several requests, they are not replayed: a crash
+    /// loses at most the last second of them.
+    pending_hops: HashMap<i64, threadline_analysis::hops::Hops>,
     pending_cells: usize,
     /// (tenant row id, series) → series row id.
     series: HashMap<(i64, SeriesKey), i64>,
@@ -46,7 +58,8 @@ impl RollupLedger {
     /// a second (which also moves the mark past blocks without LLM requests, keeping
     /// the replay at open short).
     pub(crate) fn due(&self, staged_cells: usize, last_block: i64) -> bool {
-        let cells = self.pending_cells + staged_cells;
+        let hop_cells: usize = self.pending_hops.values().map(|h| h.cells.len()).sum();
+        let cells = self.pending_cells + staged_cells + hop_cells;
         if cells == 0 && last_block <= self.marked_block {
             return false;
         }
@@ -58,19 +71,23 @@ impl RollupLedger {
     }
 
     /// After a commit: what it staged is now pending, or everything was flushed.
-    pub(crate) fn committed(&mut self, staged: HashMap<i64, Rollups>, flushed: bool) {
+    pub(crate) fn committed(&mut self, staged: Staged, flushed: bool) {
         // A request for a flush is answered by this commit either way: flushed, or
         // there was nothing to write.
         self.forced = false;
         if flushed {
             self.pending.clear();
+            self.pending_hops.clear();
             self.pending_cells = 0;
             self.last_flush = Some(Instant::now());
             self.marked_block = self.last_block;
             return;
         }
-        for (tenant, rollups) in staged {
+        for (tenant, rollups) in staged.rollups {
             self.pending.entry(tenant).or_default().absorb(rollups);
+        }
+        for (tenant, hops) in staged.hops {
+            self.pending_hops.entry(tenant).or_default().absorb(hops);
         }
         self.pending_cells = self.pending.values().map(Rollups::len).sum();
     }
@@ -95,15 +112,20 @@ impl RollupLedger {
     pub(crate) fn flush(
         &mut self,
         tx: &Connection,
-        staged: &HashMap<i64, Rollups>,
+        staged: &Staged,
         through_block: i64,
     ) -> rusqlite::Result<()> {
-        for source in [&self.pending, staged] {
+        for source in [&self.pending, &staged.rollups] {
             for (&tenant_id, rollups) in source {
                 for ((minute, key), cell) in rollups.iter() {
                     let series_id = series_id(tx, tenant_id, key, &mut self.series)?;
                     merge_cell(tx, tenant_id, *minute, series_id, cell)?;
                 }
+            }
+        }
+        for source in [&self.pending_hops, &staged.hops] {
+            for (&tenant_id, hops) in source {
+                crate::hops::merge(tx, tenant_id, hops)?;
             }
         }
         tx.prepare_cached("INSERT OR REPLACE INTO store_marks (name, value) VALUES (?1, ?2)")?
@@ -207,10 +229,11 @@ pub(crate) fn replay(conn: &mut Connection) -> Result<u64, StoreError> {
         let Some(&(last, _)) = blocks.last() else {
             return Ok(replayed);
         };
-        let mut staged: HashMap<i64, Rollups> = HashMap::new();
+        let mut staged = Staged::default();
         for (block_id, tenant_id) in &blocks {
             let spans = block_requests(conn, *tenant_id, *block_id)?;
             staged
+                .rollups
                 .entry(*tenant_id)
                 .or_default()
                 .absorb(Rollups::of_spans(&spans));

@@ -352,13 +352,20 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE graph_edges ADD COLUMN declared INTEGER NOT NULL DEFAULT 0;
      ALTER TABLE graph_edges ADD COLUMN valid_from_ns INTEGER;
      ALTER TABLE graph_edges ADD COLUMN superseded_ns INTEGER;",
-    // 20: sessions and users among the per-block column values (`block_values`), so a
-    //    session or user filter skips blocks without it and sessions list from the
-    //    index.
-    "INSERT OR IGNORE INTO block_values
-        SELECT DISTINCT tenant_id, 10, session_id, block_id FROM spans WHERE session_id IS NOT NULL
-        UNION ALL SELECT DISTINCT tenant_id, 11, user_id, block_id FROM spans
-            WHERE user_id IS NOT NULL;",
+    // 20: the distinct (session, user) pairs of each block (`sessions`), one row per
+    //    block appended as blocks are (no write lands among older rows): the session
+    //    list reads them newest block first.
+    "CREATE TABLE block_sessions (
+        tenant_id INTEGER NOT NULL,
+        block_id INTEGER NOT NULL,
+        pairs TEXT NOT NULL,
+        PRIMARY KEY (tenant_id, block_id)
+     ) WITHOUT ROWID;
+     INSERT INTO block_sessions
+        SELECT tenant_id, block_id, group_concat(pair, char(10)) FROM (
+            SELECT DISTINCT tenant_id, block_id, session_id || char(9) || coalesce(user_id, '') AS pair
+            FROM spans WHERE session_id IS NOT NULL ORDER BY tenant_id, block_id, pair)
+        GROUP BY tenant_id, block_id;",
     // 21: calls between services per minute (`hops`): what the service map draws.
     "CREATE TABLE service_hops (
         tenant_id INTEGER NOT NULL,

@@ -592,7 +592,7 @@ fn migration_17_recomputes_the_rollups_at_both_levels() {
            ALTER TABLE graph_edges DROP COLUMN declared;
            ALTER TABLE graph_edges DROP COLUMN valid_from_ns;
            ALTER TABLE graph_edges DROP COLUMN superseded_ns;
-           DELETE FROM block_values WHERE field IN (10, 11);
+           DROP TABLE block_sessions;
            DROP TABLE service_hops;
            PRAGMA user_version = 16;"#,
     )

@@ -134,8 +134,6 @@ pub(super) fn sql_filters(
         (ValueField::Route, &q.route),
         (ValueField::Adapter, &q.adapter),
         (ValueField::AbGroup, &q.ab_group),
-        (ValueField::Session, &q.session_id),
-        (ValueField::User, &q.user_id),
     ] {
         if let Some(v) = value {
             one_of(&mut sql, BlockProbe::new(field, vec![v.clone()]));
@@ -149,10 +147,16 @@ pub(super) fn sql_filters(
         args.extend(values);
         probes_decide = false;
     }
-    if let Some(v) = &q.span_name {
-        sql.push_str(" AND name = ?");
-        args.push(Value::Text(v.clone()));
-        probes_decide = false;
+    for (column, value) in [
+        ("name", &q.span_name),
+        ("session_id", &q.session_id),
+        ("user_id", &q.user_id),
+    ] {
+        if let Some(v) = value {
+            sql.push_str(&format!(" AND {column} = ?"));
+            args.push(Value::Text(v.clone()));
+            probes_decide = false;
+        }
     }
     // Start times are the window's, which the read tests on every row it keeps; the
     // probes still decide which blocks hold a match in it.

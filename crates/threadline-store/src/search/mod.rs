@@ -573,48 +573,6 @@ pub(crate) fn search(
     })
 }
 
-/// Session ids by their newest block (blocks are numbered in arrival order), among
-/// blocks whose span-time zone meets `from..=to`.
-pub(crate) fn recent_sessions(
-    conn: &Connection,
-    tenant: &TenantId,
-    (from, to): (Option<u64>, Option<u64>),
-    user: Option<&str>,
-    limit: usize,
-) -> Result<Vec<String>, StoreError> {
-    let Some(tenant_id) = tenant_key(conn, tenant)? else {
-        return Ok(Vec::new());
-    };
-    let mut stmt = conn
-        .prepare_cached(
-            "SELECT v.value, max(v.block_id) AS newest FROM block_values v
-             JOIN block_traces b ON b.tenant_id = v.tenant_id AND b.block_id = v.block_id
-             WHERE v.tenant_id = ?1 AND v.field = ?2
-               AND b.max_start_ns >= ?3 AND b.min_start_ns <= ?4
-               AND (?5 IS NULL OR v.block_id IN
-                    (SELECT block_id FROM block_values
-                     WHERE tenant_id = ?1 AND field = ?6 AND value = ?5))
-             GROUP BY v.value ORDER BY newest DESC, v.value LIMIT ?7",
-        )
-        .map_err(|e| sqlite_err(conn, e))?;
-    let rows = stmt
-        .query_map(
-            rusqlite::params![
-                tenant_id,
-                ValueField::Session.code(),
-                from.map_or(i64::MIN, sql_nanos),
-                to.map_or(i64::MAX, sql_nanos),
-                user,
-                ValueField::User.code(),
-                limit.min(10_000) as i64,
-            ],
-            |r| r.get::<_, String>(0),
-        )
-        .map_err(|e| sqlite_err(conn, e))?;
-    rows.collect::<Result<_, _>>()
-        .map_err(|e| sqlite_err(conn, e))
-}
-
 fn summarize(
     conn: &Connection,
     tenant_id: i64,

@@ -90,12 +90,14 @@ impl PreparedBatch {
                 image: r.image.as_deref(),
                 prompt_version: r.prompt_version.as_deref(),
                 ab_group: r.ab_group.as_deref(),
-                session: r.session_id.as_deref(),
-                user: r.user_id.as_deref(),
                 error: r.status_code == 2,
             }
         }));
-        encoded_bytes += origins.bytes() + values.bytes();
+        let sessions = crate::sessions::BlockSessions::of_rows(
+            rows.iter()
+                .filter_map(|r| Some((r.session_id.as_deref()?, r.user_id.as_deref()))),
+        );
+        encoded_bytes += origins.bytes() + values.bytes() + sessions.bytes();
         Ok(Self {
             tenant: tenant.clone(),
             marked: Vec::new(),
@@ -104,6 +106,7 @@ impl PreparedBatch {
             trace_ids: ids.concat(),
             attr_filter: filter.encode(),
             values,
+            sessions,
             services,
             operations,
             models,

@@ -235,7 +235,7 @@ fn commit_jobs(
     let tx = conn.transaction()?;
     let mut outcomes = Vec::with_capacity(jobs.len());
     // Rollup cells of this transaction's spans, by tenant row id.
-    let mut staged: HashMap<i64, threadline_analysis::Rollups> = HashMap::new();
+    let mut staged = crate::rollups::Staged::default();
     let mut last_block = ledger.last_block;
     // Erasures committed before the next span block, read once per transaction unless
     // one of its jobs erases.
@@ -255,10 +255,15 @@ fn commit_jobs(
                 // Moved, not copied: the writer is the serial stage. A failed commit
                 // drops them with the transaction.
                 staged
+                    .rollups
                     .entry(tenant_id)
                     .or_default()
                     .absorb(std::mem::take(&mut batch.rollups));
-                crate::hops::merge(&tx, tenant_id, &batch.hops)?;
+                staged
+                    .hops
+                    .entry(tenant_id)
+                    .or_default()
+                    .absorb(std::mem::take(&mut batch.hops));
                 if let Some(update) = &batch.graph {
                     crate::graph::apply(
                         &tx,
@@ -298,7 +303,7 @@ fn commit_jobs(
                 )?;
                 // Cells not flushed yet, this transaction's too, hold the id as well.
                 ledger.erased(tenant_id, job.subject.value());
-                if let Some(r) = staged.get_mut(&tenant_id) {
+                if let Some(r) = staged.rollups.get_mut(&tenant_id) {
                     r.redact(job.subject.value(), crate::ERASED);
                 }
                 Applied {
@@ -330,7 +335,11 @@ fn commit_jobs(
         };
         outcomes.push(Ok(outcome));
     }
-    let staged_cells = staged.values().map(threadline_analysis::Rollups::len).sum();
+    let staged_cells = staged
+        .rollups
+        .values()
+        .map(threadline_analysis::Rollups::len)
+        .sum();
     let flush = ledger.due(staged_cells, last_block);
     if flush {
         ledger.flush(&tx, &staged, last_block)?;

@@ -161,5 +161,6 @@ pub(super) fn insert_batch(
         .execute(params![tenant_id, block_id, batch.attr_filter])?;
     }
     batch.values.insert(tx, tenant_id, block_id)?;
+    batch.sessions.insert(tx, tenant_id, block_id)?;
     Ok(Some(block_id))
 }

@@ -77,6 +77,8 @@ pub struct PreparedBatch {
     attr_filter: Vec<u8>,
     /// The block's distinct values of filterable columns (`block_values`).
     values: crate::block_values::BlockValues,
+    /// The distinct (session, user) pairs of the rows, for the session list.
+    sessions: crate::sessions::BlockSessions,
     /// Distinct services, (service, span name, kind) operations, and (model,
     /// response model or "") pairs, of the rows.
     services: Vec<String>,
