@@ -92,6 +92,15 @@ pub(super) struct SqlFilters {
 }
 
 impl SqlFilters {
+    /// Only the spans a trace is entered by: its root, or a server or consumer span
+    /// (whose caller may not report): what an unfiltered search reads, so a trace is
+    /// found by its start and not by every span that started after it.
+    pub(super) fn entries_only(&mut self) {
+        self.sql
+            .push_str(" AND (parent_span_id IS NULL OR kind IN (2, 5))");
+        self.probes_decide = false;
+    }
+
     /// The rows to read, in blocks whose attribute filter may hold `attr_hashes`.
     pub(super) fn row_filter<'a>(&'a self, attr_hashes: &'a [u64]) -> RowFilter<'a> {
         RowFilter {

@@ -418,7 +418,8 @@ pub(crate) fn search(
         });
     };
     let mut predicates = predicates(q);
-    let anchor = if predicates.is_empty() {
+    let unfiltered = predicates.is_empty();
+    let anchor = if unfiltered {
         TraceQuery::default()
     } else {
         predicates.remove(0)
@@ -427,7 +428,10 @@ pub(crate) fn search(
         .iter()
         .map(|p| Check::new(conn, tenant_id, p))
         .collect::<Result<Vec<_>, _>>()?;
-    let filters = sql_filters(conn, tenant_id, &anchor)?;
+    let mut filters = sql_filters(conn, tenant_id, &anchor)?;
+    if unfiltered {
+        filters.entries_only();
+    }
     let window = SpanWindow {
         tenant_id,
         from: q.start_from_unix_nano.map_or(i64::MIN, sql_nanos),
