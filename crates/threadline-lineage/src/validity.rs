@@ -60,7 +60,7 @@ fn one_at_a_time(kind: EdgeKind) -> bool {
 
 /// The edges of `edges` that held during `window`.
 pub fn in_force(edges: Vec<LineageEdge>, window: Window) -> Vec<LineageEdge> {
-    let mut edges: Vec<LineageEdge> = edges.into_iter().filter(|e| may_hold(e, window)).collect();
+    let edges: Vec<LineageEdge> = edges.into_iter().filter(|e| may_hold(e, window)).collect();
     // Rivals: (dst, kind) for one-at-a-time kinds.
     let mut rivals: HashMap<(NodeId, EdgeKind), Vec<usize>> = HashMap::new();
     for (i, e) in edges.iter().enumerate() {
@@ -94,12 +94,12 @@ pub fn in_force(edges: Vec<LineageEdge>, window: Window) -> Vec<LineageEdge> {
         };
         dropped.extend(group.iter().filter(|i| !keep.contains(i)));
     }
-    let mut i = 0;
-    edges.retain(|_| {
-        i += 1;
-        !dropped.contains(&(i - 1))
-    });
     edges
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| !dropped.contains(i))
+        .map(|(_, e)| e)
+        .collect()
 }
 
 /// `graph` (walked from `starts`) as it stood during `window`: the edges in force, and

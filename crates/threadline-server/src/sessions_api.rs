@@ -20,15 +20,19 @@ const LIST_MAX_TRACES: usize = 200;
 const LIST_DEFAULT: usize = 50;
 const LIST_MAX: usize = 200;
 
-/// The traces of `session` (up to `max`, newest first) and whether it has more.
+/// The traces of `session` started in `from..=to` (up to `max`, newest first) and
+/// whether it has more.
 fn session_traces(
     store: &SqliteStore,
     tenant: &TenantId,
     session: &str,
     max: usize,
+    (from, to): (Option<u64>, Option<u64>),
 ) -> Result<(Vec<TraceSummary>, bool), ApiError> {
     let mut query = TraceQuery {
         session_id: Some(session.to_owned()),
+        start_from_unix_nano: from,
+        start_to_unix_nano: to,
         limit: max.min(MAX_LIMIT),
         ..Default::default()
     };
@@ -44,13 +48,13 @@ fn session_traces(
     }
 }
 
-/// A session's totals over `traces` (sorted oldest first here).
+/// A session's totals over `traces` (sorted oldest first here), and its last activity.
 fn totals(
     session: &str,
     traces: &mut [TraceSummary],
     truncated: bool,
     prices: &PriceTable,
-) -> Value {
+) -> (u64, Value) {
     traces.sort_by_key(|t| (t.start_time_unix_nano, t.trace_id));
     let first = traces.first().map_or(0, |t| t.start_time_unix_nano);
     let last_end = traces
@@ -59,7 +63,7 @@ fn totals(
         .max()
         .unwrap_or(first);
     let cost = PriceTable::total_usd(traces.iter().map(|t| dto::summary_cost(t, prices)));
-    json!({
+    let body = json!({
         "session_id": session,
         "user_id": traces.iter().find_map(|t| t.user_id.clone()),
         "trace_count": traces.len(),
@@ -71,7 +75,8 @@ fn totals(
         "start_time_unix_nano": first.to_string(),
         "last_activity_unix_nano": last_end.to_string(),
         "duration_ms": last_end.saturating_sub(first) as f64 / 1e6,
-    })
+    });
+    (last_end, body)
 }
 
 /// `GET /api/v1/sessions/{id}`: the traces of one conversation, oldest first, with
@@ -85,14 +90,16 @@ pub(crate) async fn one(
     let tenant = state.auth.tenant_of(&headers)?;
     let store = state.store.clone();
     let wanted = session_id.clone();
-    let (mut traces, truncated) =
-        blocking(move || session_traces(&store, &tenant, &wanted, SESSION_MAX_TRACES)).await?;
+    let (mut traces, truncated) = blocking(move || {
+        session_traces(&store, &tenant, &wanted, SESSION_MAX_TRACES, (None, None))
+    })
+    .await?;
     if traces.is_empty() {
         return Err(ApiError::NotFound(format!(
             "session {session_id:?} not found"
         )));
     }
-    let mut body = totals(&session_id, &mut traces, truncated, &state.prices);
+    let (_, mut body) = totals(&session_id, &mut traces, truncated, &state.prices);
     body["traces"] = traces
         .iter()
         .map(|t| dto::trace_summary(t, &state.prices))
@@ -129,24 +136,23 @@ pub(crate) async fn list(
         let ids = store.recent_sessions(&tenant, (from, to), user.as_deref(), limit)?;
         let mut rows = Vec::with_capacity(ids.len());
         for id in ids {
-            let (mut traces, truncated) = session_traces(&store, &tenant, &id, LIST_MAX_TRACES)?;
-            let row = totals(&id, &mut traces, truncated, &prices);
-            if user.as_ref().is_none_or(|u| row["user_id"] == u.as_str()) {
-                rows.push(row);
+            // A row totals the session's traces in the list's range: each session is
+            // read over that range only.
+            let (mut traces, truncated) =
+                session_traces(&store, &tenant, &id, LIST_MAX_TRACES, (from, to))?;
+            if traces.is_empty() {
+                continue;
+            }
+            let (last_activity, row) = totals(&id, &mut traces, truncated, &prices);
+            let session_user = traces.iter().find_map(|t| t.user_id.as_deref());
+            if user.is_none() || session_user == user.as_deref() {
+                rows.push((last_activity, row));
             }
         }
         // The index orders sessions by the block they were last stored in; within the
         // page, by their last activity in span time.
-        rows.sort_by(|a, b| {
-            let last = |r: &Value| {
-                r["last_activity_unix_nano"]
-                    .as_str()
-                    .and_then(|t| t.parse::<u64>().ok())
-                    .unwrap_or(0)
-            };
-            last(b).cmp(&last(a))
-        });
-        Ok::<_, ApiError>(rows)
+        rows.sort_by_key(|(last_activity, _)| std::cmp::Reverse(*last_activity));
+        Ok::<_, ApiError>(rows.into_iter().map(|(_, row)| row).collect::<Vec<_>>())
     })
     .await?;
     Ok(Json(json!({ "sessions": sessions })))

@@ -127,18 +127,12 @@ pub(crate) fn skeleton(trace_id: &str, spans: &[SkeletonSpan], prices: &PriceTab
             .push(s.model.as_deref().map_or(-1, |m| models.id(m) as i64));
         flags.2.push(s.total_tokens);
     }
-    // The conversation and end user the trace belongs to: the earliest span naming one.
-    let first_named = |get: fn(&SkeletonSpan) -> Option<&String>| {
-        spans
-            .iter()
-            .filter(|s| get(s).is_some())
-            .min_by_key(|s| s.start_time_unix_nano)
-            .and_then(get)
-    };
+    // The conversation and end user the trace belongs to.
+    let (session_id, user_id) = SkeletonSpan::session_and_user(spans);
     json!({
         "trace_id": trace_id,
-        "session_id": first_named(|s| s.session_id.as_ref()),
-        "user_id": first_named(|s| s.user_id.as_ref()),
+        "session_id": session_id,
+        "user_id": user_id,
         "span_count": n,
         "start_time_unix_nano": start.to_string(),
         "end_time_unix_nano": end.to_string(),

@@ -35,6 +35,23 @@ pub struct SkeletonSpan {
     pub location: SpanLocation,
 }
 
+impl SkeletonSpan {
+    /// The session and the user of a trace: the earliest of `spans` naming each.
+    pub fn session_and_user(spans: &[SkeletonSpan]) -> (Option<&String>, Option<&String>) {
+        let first = |get: fn(&SkeletonSpan) -> Option<&String>| {
+            spans
+                .iter()
+                .filter(|s| get(s).is_some())
+                .min_by_key(|s| s.start_time_unix_nano)
+                .and_then(get)
+        };
+        (
+            first(|s| s.session_id.as_ref()),
+            first(|s| s.user_id.as_ref()),
+        )
+    }
+}
+
 /// Where a span's full record is stored (opaque outside the store).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SpanLocation {

@@ -154,4 +154,10 @@ export function NodeChip({ kind, label, node }) {
   return html`<a class="chip" href=${lineageUrl(node)} data-node=${node}><b>${kind}</b>${label}</a>`;
 }
 
+/** The style of a laid-out SVG of natural `width`: as wide as its frame allows, up to
+ *  `grow` times that width, never narrower (the frame scrolls then). */
+export function svgFit(width, grow) {
+  return `width:min(100%, ${Math.round(width * grow)}px);min-width:${width}px;height:auto;display:block`;
+}
+
 export function setTitle(t) { document.title = t ? `${t} · Threadline` : 'Threadline'; }

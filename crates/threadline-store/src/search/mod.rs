@@ -224,6 +224,14 @@ fn predicates(q: &TraceQuery) -> Vec<TraceQuery> {
         names: q.names,
         ..Default::default()
     };
+    type Field = fn(&mut TraceQuery) -> &mut Option<String>;
+    let column = |value: &Option<String>, slot: Field| {
+        value.as_ref().map(|v| {
+            let mut t = base();
+            *slot(&mut t) = Some(v.clone());
+            t
+        })
+    };
     // Most selective first: the first is the anchor whose matching spans are read.
     let mut out: Vec<TraceQuery> = q
         .text
@@ -236,33 +244,26 @@ fn predicates(q: &TraceQuery) -> Vec<TraceQuery> {
             attributes: vec![pair.clone()],
             ..base()
         }))
+        .chain(
+            [
+                column(&q.session_id, |t| &mut t.session_id),
+                column(&q.user_id, |t| &mut t.user_id),
+                column(&q.adapter, |t| &mut t.adapter),
+                // Errors are rarer than a route or a model.
+                q.errors_only.then(|| TraceQuery {
+                    errors_only: true,
+                    ..base()
+                }),
+                column(&q.route, |t| &mut t.route),
+                column(&q.model, |t| &mut t.model),
+                column(&q.span_name, |t| &mut t.span_name),
+                column(&q.service, |t| &mut t.service),
+                column(&q.ab_group, |t| &mut t.ab_group),
+            ]
+            .into_iter()
+            .flatten(),
+        )
         .collect();
-    type Field = fn(&mut TraceQuery) -> &mut Option<String>;
-    let columns: [(&Option<String>, Field); 8] = [
-        (&q.session_id, |t| &mut t.session_id),
-        (&q.user_id, |t| &mut t.user_id),
-        (&q.adapter, |t| &mut t.adapter),
-        // errors_only is pushed here, before the route (see the loop)
-        (&q.route, |t| &mut t.route),
-        (&q.model, |t| &mut t.model),
-        (&q.span_name, |t| &mut t.span_name),
-        (&q.service, |t| &mut t.service),
-        (&q.ab_group, |t| &mut t.ab_group),
-    ];
-    for (i, (value, slot)) in columns.into_iter().enumerate() {
-        // Errors are rarer than a route or a model: they come after the ids.
-        if i == 3 && q.errors_only {
-            out.push(TraceQuery {
-                errors_only: true,
-                ..base()
-            });
-        }
-        if let Some(v) = value {
-            let mut t = base();
-            *slot(&mut t) = Some(v.clone());
-            out.push(t);
-        }
-    }
     // A span's duration: both bounds on one span.
     if q.min_duration_nanos.is_some() || q.max_duration_nanos.is_some() {
         out.push(TraceQuery {
@@ -381,11 +382,9 @@ impl LogHits<'_> {
     }
 }
 
-/// A trace found and checked, waiting for its turn in the page's order.
-struct Found {
-    start: u64,
-    summary: TraceSummary,
-}
+/// A trace found and checked, waiting for its turn in the page's order (newest
+/// start first, ties by trace id).
+struct Found(TraceSummary);
 
 impl PartialEq for Found {
     fn eq(&self, other: &Self) -> bool {
@@ -400,7 +399,8 @@ impl PartialOrd for Found {
 }
 impl Ord for Found {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.start, self.summary.trace_id.0).cmp(&(other.start, other.summary.trace_id.0))
+        let key = |f: &Found| (f.0.start_time_unix_nano, f.0.trace_id.0);
+        key(self).cmp(&key(other))
     }
 }
 
@@ -517,10 +517,10 @@ pub(crate) fn search(
         let horizon = next.map_or(i64::MIN, |(t, _)| t);
         while ready
             .peek()
-            .is_some_and(|f| next.is_none() || sql_nanos(f.start) > horizon)
+            .is_some_and(|f| next.is_none() || sql_nanos(f.0.start_time_unix_nano) > horizon)
         {
-            if let Some(found) = ready.pop() {
-                emitted.push(found.summary);
+            if let Some(Found(summary)) = ready.pop() {
+                emitted.push(summary);
             }
             if emitted.len() > limit {
                 break;
@@ -558,7 +558,7 @@ pub(crate) fn search(
             }
         }
         if holds {
-            ready.push(Found { start, summary });
+            ready.push(Found(summary));
         }
     }
     let has_more = emitted.len() > limit;
@@ -633,18 +633,10 @@ fn summarize(
         usage[at].input_tokens += h.input_tokens.unwrap_or(0).max(0);
         usage[at].output_tokens += h.output_tokens.unwrap_or(0).max(0);
     }
-    let first_named = |get: fn(&crate::SkeletonSpan) -> Option<&String>| {
-        heads
-            .iter()
-            .filter(|h| get(h).is_some())
-            .min_by_key(|h| h.start_time_unix_nano)
-            .and_then(|h| get(h).cloned())
-    };
-    let session_id = first_named(|h| h.session_id.as_ref());
-    let user_id = first_named(|h| h.user_id.as_ref());
+    let (session_id, user_id) = crate::SkeletonSpan::session_and_user(&heads);
     Ok(TraceSummary {
-        session_id,
-        user_id,
+        session_id: session_id.cloned(),
+        user_id: user_id.cloned(),
         trace_id,
         root_service: root.map(|r| r.service.clone()).unwrap_or_default(),
         root_name: root.map(|r| r.name.clone()).unwrap_or_default(),

@@ -3,7 +3,7 @@
 // with drift and open-incident badges and a side panel (facets, health, impact plan).
 import dagre from '/ui/vendor/dagre.mjs';
 import { html, useApi, useMemo, useState, useRef, useEffect, navigate, qs, enc, setTitle, ErrorBox, Loading, fmtTime,
-  lineageUrl, impactUrl, nodeKind, nodeName } from '../lib.js';
+  lineageUrl, impactUrl, nodeKind, nodeName, svgFit } from '../lib.js';
 
 export const KIND_CLASS = {
   dataset: 'dataset', dataset_version: 'dataset', job: 'run', run: 'run', model: 'model', model_version: 'model',
@@ -34,10 +34,8 @@ function Graph({ data, center, openRoutes, depth, direction, onPick, picked }) {
   const { width, height } = g.graph();
   const nodes = g.nodes().map((id) => ({ id, ...g.node(id) }));
   const edges = g.edges().map((e) => ({ ...e, ...g.edge(e) }));
-  // As wide as the window allows (up to 1.6× its natural size), never narrower than
-  // its natural size (the frame scrolls then).
   return html`<svg viewBox=${`0 0 ${width} ${height}`} preserveAspectRatio="xMinYMin meet"
-    style=${`width:min(100%, ${Math.round(width * 1.6)}px);min-width:${width}px;height:auto;display:block`}
+    style=${svgFit(width, 1.6)}
     role="group" aria-label="Lineage graph">
     <defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">
       <path d="M 0 0 L 10 5 L 0 10 z" fill="currentColor" style="color:var(--fg2)" /></marker></defs>

@@ -3,7 +3,7 @@
 // to right by dagre, each edge labelled with its request rate, error rate and P99 over
 // the range; a table below lists the same edges.
 import dagre from '/ui/vendor/dagre.mjs';
-import { html, useApi, useMemo, useState, qs, navigate, setTitle, ErrorBox, Loading, fmtMs, fmtNum, fmtPct } from '../lib.js';
+import { html, useApi, useMemo, useState, qs, navigate, setTitle, ErrorBox, Loading, fmtMs, fmtNum, fmtPct, svgFit } from '../lib.js';
 import { RANGES } from './search.js';
 
 const fmtRate = (r) => (r >= 10 ? `${fmtNum(r)}/min` : `${fmtNum(r, 2)}/min`);
@@ -27,7 +27,7 @@ function MapGraph({ data }) {
   const g = useMemo(() => layout(data), [data]);
   const { width, height } = g.graph();
   return html`<div class="graph service-graph"><svg viewBox=${`0 0 ${width} ${height}`} preserveAspectRatio="xMinYMin meet"
-    style=${`width:min(100%, ${Math.round(width * 1.4)}px);min-width:${width}px;height:auto;display:block`}
+    style=${svgFit(width, 1.4)}
     role="group" aria-label="Service map">
     <defs><marker id="map-arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">
       <path d="M 0 0 L 10 5 L 0 10 z" fill="currentColor" style="color:var(--fg2)" /></marker></defs>
