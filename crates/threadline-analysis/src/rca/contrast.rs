@@ -425,10 +425,11 @@ pub(super) fn contrast_json(c: &Contrast) -> serde_json::Value {
     })
 }
 
-/// A metric value in its unit, for explanations.
+/// A metric value in its unit, for explanations; "no requests" where the subject had
+/// none to measure.
 fn show(metric: Metric, v: Option<f64>) -> String {
     match (v, metric.unit()) {
-        (None, _) => "none".into(),
+        (None, _) => "no requests".into(),
         (Some(v), "ms") => crate::time_went::ms(v),
         (Some(v), "ratio") => format!("{:.1}%", v * 100.0),
         (Some(v), unit) => format!("{v:.1} {unit}"),

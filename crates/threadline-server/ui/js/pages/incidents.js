@@ -98,7 +98,7 @@ export function IncidentPage({ id }) {
             ${Object.entries(c.scores || {}).map(([k, v]) => `${k} ${Number(v).toFixed(2)}`).join(' · ')}
             ${ev.changed_at ? ` · changed ${ev.changed_at} (${ev.minutes_before_onset} min before onset)` : ''}
             ${contrast.share_of_bad !== undefined ? ` · ${fmtPct(contrast.share_of_bad)} of bad requests vs ${fmtPct(contrast.share_of_requests)} of all` : ''}
-            ${contrast.metric_during !== undefined && contrast.metric_during !== null ? ` · metric ${fmtMetric(inc.metric, contrast.metric_before)} → ${fmtMetric(inc.metric, contrast.metric_during)}` : ''}
+            ${contrast.metric_during !== undefined && contrast.metric_during !== null ? ` · metric ${contrast.metric_before === null || contrast.metric_before === undefined ? 'no requests' : fmtMetric(inc.metric, contrast.metric_before)} → ${fmtMetric(inc.metric, contrast.metric_during)}` : ''}
           </div>
           ${ev.path ? html`<div style="font-size:12px">path: ${ev.path.map((n, k) => html`${k ? ' → ' : ''}<a href=${lineageUrl(n)}>${n}</a>`)}</div>` : null}
           ${(ev.rules || []).map((rule) => html`<div style="font-size:12px" class="muted">rule: ${rule}</div>`)}
