@@ -17,7 +17,7 @@ use threadline_analysis::{
 };
 use threadline_diagnosis::{diagnose, IncidentWatcher, RcaTarget};
 use threadline_model::{LlmView, SpanDetail, SpanId, SpanKind, SpanRecord, TenantId, TraceId};
-use threadline_store::{SqliteConfig, SqliteStore};
+use threadline_store::{EmbeddedConfig, Store};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -205,7 +205,7 @@ pub(crate) fn request(rng: &mut StdRng, n: u64, hour_ns: i64, minute: usize) -> 
 }
 
 pub(crate) fn rca(data_dir: &Path, size: RcaBenchSize) -> anyhow::Result<Value> {
-    let store = SqliteStore::open(data_dir, SqliteConfig::default())?;
+    let store = Store::open_embedded(data_dir, EmbeddedConfig::default())?;
     let tenant = TenantId::default_tenant();
     let now_minute = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -227,12 +227,11 @@ pub(crate) fn rca(data_dir: &Path, size: RcaBenchSize) -> anyhow::Result<Value> 
                 .collect();
             left -= batch.len();
             let mut observed = threadline_analysis::observe(&batch);
-            let mut prepared = store.prepare(&tenant, &batch, &mut observed)?;
-            prepared.attach_graph(threadline_model::GraphUpdate {
+            let bindings = threadline_model::GraphUpdate {
                 edges: threadline_lineage::span_bindings(&batch),
                 ..Default::default()
-            });
-            acks.push_back(store.submit(prepared)?);
+            };
+            acks.push_back(store.write_spans(&tenant, &batch, &mut observed, bindings)?);
             if acks.len() > 16 {
                 if let Some(ack) = acks.pop_front() {
                     ack.wait_blocking()?;

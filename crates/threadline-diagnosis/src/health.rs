@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use serde_json::Value;
 use threadline_analysis::health::{score, staleness, HealthFactor};
 use threadline_model::{Direction, EdgeKind, NodeId, NodeKind, TenantId};
-use threadline_store::{SqliteStore, StoreError, WalkLimits};
+use threadline_store::{Store, StoreError, WalkLimits};
 
 use crate::IncidentWatcher;
 
@@ -28,7 +28,7 @@ const SERVES_DEPTH: usize = 3;
 const MAX_NODES: usize = 5_000;
 
 fn walk(
-    store: &SqliteStore,
+    store: &Store,
     tenant: &TenantId,
     from: &NodeId,
     direction: Direction,

@@ -10,7 +10,7 @@ use threadline_analysis::{
     RcaInput, RollupCell, SeriesKey, BUCKET_NS,
 };
 use threadline_model::{Direction, NodeId, NodeKind, TenantId, TraceId};
-use threadline_store::{ExemplarQuery, SqliteStore, WalkLimits};
+use threadline_store::{ExemplarQuery, Store, WalkLimits, EXEMPLAR_DIMENSIONS};
 
 use crate::DiagnosisError;
 
@@ -218,17 +218,6 @@ fn per_series(
     out.into_iter().map(|(k, c)| (k.clone(), c)).collect()
 }
 
-/// The span column an attribute dimension is stored in, for exemplar lookups: the
-/// columns carry the dimensions' names; gray tag, provider and the upstream service
-/// have none.
-fn column_of(dim: Dimension) -> Option<&'static str> {
-    let stored = !matches!(
-        dim,
-        Dimension::GrayTag | Dimension::Provider | Dimension::UpstreamService
-    );
-    stored.then(|| dim.as_str())
-}
-
 fn reason_shares(cell: &RollupCell) -> BTreeMap<String, f64> {
     let n = cell.requests.max(1) as f64;
     cell.rejections
@@ -237,16 +226,14 @@ fn reason_shares(cell: &RollupCell) -> BTreeMap<String, f64> {
         .collect()
 }
 
-/// Ranks the causes of `target`. Blocking: flushes the writer's rollup cells, reads
-/// them, walks the lineage graph upstream of the series and looks up exemplars.
+/// Ranks the causes of `target`. Blocking: reads the rollup cells, walks the lineage graph upstream of the series and looks up exemplars.
 pub fn diagnose(
-    store: &SqliteStore,
+    store: &Store,
     tenant: &TenantId,
     rules: &FaultRules,
     target: RcaTarget,
 ) -> Result<RcaReport, DiagnosisError> {
     let affected = target.affected_node()?;
-    store.flush_rollups()?.wait_blocking()?;
     let from = target.onset_minute - BASELINE_MINUTES;
     let cells = store.rollup_cells(tenant, from, target.end_minute)?;
     let baseline = per_series(
@@ -301,11 +288,13 @@ pub fn diagnose(
     // A request's entry span carries its service and route; its model fields are on
     // the model call below, with the call's own (shorter) duration: exemplars of those
     // are looked up on the calls, by route when they carry it.
-    let base_columns: Vec<(&'static str, String)> = target
+    let on_spans = |d: &Dimension| EXEMPLAR_DIMENSIONS.contains(d);
+    let base_filters: Vec<(Dimension, String)> = target
         .filter
         .iter()
         .filter(|(d, _)| target.level == Level::Call || *d == Dimension::Route)
-        .filter_map(|(d, v)| column_of(*d).map(|c| (c, v.clone())))
+        .filter(|(d, _)| on_spans(d))
+        .cloned()
         .collect();
     let mut causes = Vec::new();
     for (i, candidate) in ranked.into_iter().take(CANDIDATES).enumerate() {
@@ -315,10 +304,10 @@ pub fn diagnose(
             .as_ref()
             .filter(|_| i < EXEMPLAR_CANDIDATES);
         if let Some((dim, v)) = attribute {
-            if let Some(column) = column_of(*dim) {
+            if on_spans(dim) {
                 let on_entry = matches!(dim, Dimension::Route | Dimension::AbGroup);
                 let mut query = ExemplarQuery {
-                    columns: base_columns.clone(),
+                    filters: base_filters.clone(),
                     from_ns: target.onset_minute * BUCKET_NS,
                     to_ns: (target.end_minute + 1) * BUCKET_NS - 1,
                     min_duration_ns: threshold_ms
@@ -327,14 +316,14 @@ pub fn diagnose(
                     errors_only,
                     limit: EXEMPLARS,
                 };
-                query.columns.push((column, v.clone()));
+                query.filters.push((*dim, v.clone()));
                 let mut found = store.exemplars(tenant, &query)?;
                 if found.is_empty() {
                     // The route is often set on the gateway span only (rollups
-                    // inherit it); the model call's span then has no route column.
+                    // inherit it); the model call's span then has no route.
                     query
-                        .columns
-                        .retain(|(c, _)| *c != "route" || column == "route");
+                        .filters
+                        .retain(|(d, _)| *d != Dimension::Route || *dim == Dimension::Route);
                     found = store.exemplars(tenant, &query)?;
                 }
                 exemplars = Some(found.into_iter().map(|(t, _)| t).collect());
@@ -362,7 +351,7 @@ pub fn diagnose(
 /// The top `n` causes of an incident (for alerts); logged and empty when the
 /// analysis fails, so an alert still goes out.
 pub fn top_causes(
-    store: &SqliteStore,
+    store: &Store,
     tenant: &TenantId,
     rules: &FaultRules,
     incident: &Incident,
@@ -381,7 +370,7 @@ pub fn top_causes(
 mod tests {
     use super::*;
     use threadline_analysis::AnomalyOnset;
-    use threadline_store::SqliteConfig;
+    use threadline_store::EmbeddedConfig;
 
     use crate::test_traffic::{load, SWAP_MINUTE};
 
@@ -390,7 +379,7 @@ mod tests {
     #[test]
     fn a_series_report_ranks_the_slow_adapter_first_with_exemplars() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(dir.path(), SqliteConfig::default()).unwrap();
+        let store = Store::open_embedded(dir.path(), EmbeddedConfig::default()).unwrap();
         let tenant = TenantId::default_tenant();
         let hour_ns = 28_000_000 * BUCKET_NS;
         load(&store, &tenant, hour_ns, 0, 50, 60);

@@ -10,7 +10,7 @@ use threadline_analysis::cell::RollupCell;
 use threadline_analysis::hops::HopCell;
 use threadline_analysis::{Dimension, Level, BUCKET_NS};
 use threadline_model::TenantId;
-use threadline_store::{SqliteStore, StoreError};
+use threadline_store::{Store, StoreError};
 
 /// What an edge leads to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -73,14 +73,12 @@ impl ServiceMap {
 
 /// The map of `tenant` over span start times `from_ns..to_ns`.
 pub fn service_map(
-    store: &SqliteStore,
+    store: &Store,
     tenant: &TenantId,
     from_ns: i64,
     to_ns: i64,
 ) -> Result<ServiceMap, StoreError> {
     let (from_minute, to_minute) = (from_ns.div_euclid(BUCKET_NS), to_ns.div_euclid(BUCKET_NS));
-    // Hops and model-call cells are flushed at most once a second: in the store first.
-    store.flush_rollups()?.wait_blocking()?;
     let mut edges: Vec<MapEdge> = store
         .service_hops(tenant, from_minute, to_minute)?
         .into_iter()

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use threadline_model::{LlmView, SpanDetail, SpanId, SpanKind, SpanRecord, TenantId, TraceId};
-use threadline_store::SqliteStore;
+use threadline_store::Store;
 
 /// The minute the slow adapter arrives.
 pub(crate) const SWAP_MINUTE: usize = 40;
@@ -65,7 +65,7 @@ pub(crate) fn chat_requests(
 
 /// Writes minutes `from..from + minutes` of `per_minute` requests, acknowledged.
 pub(crate) fn load(
-    store: &SqliteStore,
+    store: &Store,
     tenant: &TenantId,
     hour_ns: i64,
     from: usize,
@@ -74,8 +74,6 @@ pub(crate) fn load(
 ) {
     for minute in from..from + minutes {
         let batch = chat_requests(hour_ns, minute, per_minute, from as u32);
-        let mut observed = threadline_analysis::observe(&batch);
-        let prepared = store.prepare(tenant, &batch, &mut observed).unwrap();
-        store.submit(prepared).unwrap().wait_blocking().unwrap();
+        store.write_blocking(tenant, &batch).unwrap();
     }
 }

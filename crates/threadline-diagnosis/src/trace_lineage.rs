@@ -12,7 +12,7 @@ use threadline_model::{
     Direction, EdgeKind, LineageEdge, LineageGraph, LineageNode, NodeId, NodeKind, SpanRecord,
     TenantId, TraceId,
 };
-use threadline_store::{SkeletonSpan, SpanReader, SqliteStore, StoreError, WalkLimits};
+use threadline_store::{SkeletonSpan, SpanReader, Store, StoreError, WalkLimits};
 
 use crate::DiagnosisError;
 
@@ -115,7 +115,7 @@ impl TraceFacts {
             .find(|s| s.parent_span_id.is_none())
             .or(spans.first())
             .cloned()
-            .ok_or_else(|| StoreError::Corrupt(format!("trace {trace_id} has no span")))?;
+            .ok_or_else(|| StoreError::corrupt(format!("trace {trace_id} has no span")))?;
         let (start_ns, end_ns) = threadline_model::trace_tree::time_bounds(
             spans
                 .iter()
@@ -151,7 +151,7 @@ impl TraceFacts {
 
     /// The facts of the tenant's trace `trace_id`; not found when the tenant has none.
     pub fn of_trace(
-        store: &SqliteStore,
+        store: &Store,
         tenant: &TenantId,
         trace_id: TraceId,
     ) -> Result<Self, DiagnosisError> {
@@ -192,7 +192,7 @@ impl Merged {
 /// OpenLineage runs that named the trace (set on `served`). Where the request's spans
 /// name an image, that is the image, whatever else ran on the instance.
 pub fn chain(
-    store: &SqliteStore,
+    store: &Store,
     tenant: &TenantId,
     trace_id: TraceId,
     window: Window,
@@ -294,7 +294,7 @@ pub fn chain(
 /// A walk from `start`, kept to the edges in force during `window` and the nodes they
 /// reach.
 fn walk_as_of(
-    store: &SqliteStore,
+    store: &Store,
     tenant: &TenantId,
     start: &NodeId,
     direction: Direction,
@@ -350,7 +350,7 @@ pub struct TraceLineage {
 
 /// The lineage chain of the request `facts` describe. Blocking (graph walks).
 pub fn trace_lineage(
-    store: &SqliteStore,
+    store: &Store,
     tenant: &TenantId,
     mut facts: TraceFacts,
 ) -> Result<TraceLineage, StoreError> {

@@ -18,7 +18,7 @@ use threadline_analysis::{
     DetectorConfig, FaultRules, Incident, SloEvent, SloRule, SloState, Watch,
 };
 use threadline_model::TenantId;
-use threadline_store::{SqliteStore, StoreError};
+use threadline_store::{Store, StoreError};
 
 use crate::rca::{top_causes, RankedCause};
 
@@ -56,7 +56,7 @@ struct TenantWatch {
 }
 
 pub struct IncidentWatcher {
-    store: SqliteStore,
+    store: Store,
     cfg: DetectorConfig,
     rca_rules: Arc<FaultRules>,
     slo_rules: Vec<SloRule>,
@@ -83,14 +83,14 @@ enum Pass {
 type Fed = (Vec<Incident>, Vec<(SloRule, SloEvent)>);
 
 fn poisoned() -> StoreError {
-    StoreError::Corrupt("incident watcher lock poisoned".into())
+    StoreError::poisoned("incident watcher")
 }
 
 impl IncidentWatcher {
     /// A watcher over `store`; SLO rules are evaluated and news is told to `listener`
     /// when there is one.
     pub fn new(
-        store: SqliteStore,
+        store: Store,
         cfg: DetectorConfig,
         rca_rules: Arc<FaultRules>,
         slo_rules: Vec<SloRule>,
@@ -113,7 +113,7 @@ impl IncidentWatcher {
         &self.cfg
     }
 
-    pub fn store(&self) -> &SqliteStore {
+    pub fn store(&self) -> &Store {
         &self.store
     }
 
@@ -136,7 +136,6 @@ impl IncidentWatcher {
     }
 
     fn catch_up_through(&self, tenant: &TenantId, pass: Pass) -> Result<(), StoreError> {
-        self.store.flush_rollups()?.wait_blocking()?;
         let Some((first, last)) = self.store.rollup_minute_range(tenant)? else {
             return Ok(());
         };
@@ -215,10 +214,7 @@ impl IncidentWatcher {
     ) -> Result<(), StoreError> {
         #[cfg(test)]
         if self.refuse_saves.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(StoreError::QueueFull {
-                queued_batches: 0,
-                queued_bytes: 0,
-            });
+            return Err(StoreError::queue_full(0, 0));
         }
         self.store
             .save_incidents(tenant, incidents, processed_minute)?
@@ -312,7 +308,7 @@ fn wall_clock_minute() -> i64 {
 /// Feeds minutes `from..=to` to the watch and the SLO rules; returns the incidents
 /// opened or changed and the SLO events.
 fn feed(
-    store: &SqliteStore,
+    store: &Store,
     tenant: &TenantId,
     watch: &mut Watch,
     slo: &mut [(SloRule, SloState)],
@@ -340,7 +336,7 @@ fn feed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use threadline_store::SqliteConfig;
+    use threadline_store::EmbeddedConfig;
 
     use crate::test_traffic::load;
 
@@ -349,9 +345,9 @@ mod tests {
 
     /// An empty store (kept while its directory lives) and a watcher over it without
     /// SLO rules or listener.
-    fn fresh_watcher() -> (tempfile::TempDir, SqliteStore, IncidentWatcher) {
+    fn fresh_watcher() -> (tempfile::TempDir, Store, IncidentWatcher) {
         let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(dir.path(), SqliteConfig::default()).unwrap();
+        let store = Store::open_embedded(dir.path(), EmbeddedConfig::default()).unwrap();
         let watcher = IncidentWatcher::new(
             store.clone(),
             DetectorConfig::default(),
@@ -374,7 +370,11 @@ mod tests {
             .refuse_saves
             .store(true, std::sync::atomic::Ordering::Relaxed);
         let refused = watcher.catch_up(&tenant).unwrap_err();
-        assert!(matches!(refused, StoreError::QueueFull { .. }), "{refused}");
+        assert_eq!(
+            refused.kind(),
+            threadline_store::ErrorKind::Busy,
+            "{refused}"
+        );
         assert_eq!(processed(&watcher, &tenant), None);
         assert_eq!(store.detector_mark(&tenant).unwrap(), None);
         assert!(store

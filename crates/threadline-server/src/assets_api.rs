@@ -12,7 +12,7 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 use threadline_lineage::registry::{self, COLLECTIONS};
 use threadline_model::{AssetOutcome, NodeId, TenantId};
-use threadline_store::SqliteStore;
+use threadline_store::Store;
 
 use crate::auth::Authenticator;
 use crate::dto;
@@ -20,7 +20,7 @@ use crate::error::ApiError;
 
 #[derive(Clone)]
 pub(crate) struct AssetsState {
-    pub(crate) store: SqliteStore,
+    pub(crate) store: Store,
     pub(crate) auth: Arc<Authenticator>,
 }
 
@@ -68,7 +68,7 @@ async fn register(
         Ok(out)
     })
     .await?;
-    let ack = state.store.submit_graph(tenant, update, now)?;
+    let ack = state.store.write_graph(tenant, update, now)?;
     let applied = ack.wait().await?;
     let assets: Vec<Value> = applied
         .assets
@@ -156,7 +156,8 @@ async fn list_assets(
     let kind = registry::collection_kind(&collection).expect("checked");
     let store = state.store.clone();
     let nodes =
-        crate::error::blocking(move || Ok(store.nodes_of_kind(&tenant, kind, 1000)?)).await?;
+        crate::error::blocking(move || Ok(store.find_nodes(&tenant, Some(kind), None, 1000)?))
+            .await?;
     // Nodes seen only in spans are not registered: list the registered ones.
     let assets: Vec<Value> = nodes
         .iter()

@@ -10,14 +10,14 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
-use threadline_store::{ErasureSubject, SqliteStore};
+use threadline_store::{ErasureSubject, Store};
 
 use crate::auth::Authenticator;
 use crate::error::ApiError;
 
 #[derive(Clone)]
 pub(crate) struct ErasureState {
-    pub(crate) store: SqliteStore,
+    pub(crate) store: Store,
     pub(crate) auth: Arc<Authenticator>,
     /// Prometheus series whose labels may name the subject.
     pub(crate) llm: Arc<crate::prometheus::LlmMetrics>,
@@ -71,9 +71,7 @@ async fn erase(
     let kind = subject.kind();
     let digest = subject.digest();
     let metric_series = state.llm.erase(&tenant, subject.value());
-    let ack = state
-        .store
-        .submit_erasure(&tenant, subject, &requested_by, now)?;
+    let ack = state.store.erase(&tenant, subject, &requested_by, now)?;
     let report = ack
         .wait()
         .await?

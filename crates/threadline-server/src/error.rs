@@ -5,6 +5,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
+use threadline_store::{ErrorKind, StoreError};
+
 use crate::auth::AuthError;
 
 #[derive(Debug, thiserror::Error)]
@@ -22,8 +24,34 @@ pub enum ApiError {
     /// The write queue is full: 429 with Retry-After.
     #[error("{0}")]
     Busy(String),
+    /// The store failed: its kind says the status (`store_status`), clients see only
+    /// the public message.
+    #[error("{}", .0.public_message())]
+    Store(#[from] StoreError),
     #[error("internal error")]
     Internal(String),
+}
+
+/// The one mapping of a store failure's kind to the HTTP status and the gRPC code a
+/// client gets, on every API (JSON, OTLP/HTTP, OTLP/gRPC). Busy comes with Retry-After.
+pub(crate) fn store_status(kind: ErrorKind) -> (StatusCode, tonic::Code) {
+    match kind {
+        ErrorKind::Busy => (
+            StatusCode::TOO_MANY_REQUESTS,
+            tonic::Code::ResourceExhausted,
+        ),
+        ErrorKind::NotFound => (StatusCode::NOT_FOUND, tonic::Code::NotFound),
+        ErrorKind::InvalidQuery => (StatusCode::BAD_REQUEST, tonic::Code::InvalidArgument),
+        ErrorKind::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, tonic::Code::Unavailable),
+        ErrorKind::Corrupt => (StatusCode::INTERNAL_SERVER_ERROR, tonic::Code::Internal),
+    }
+}
+
+/// Logs what the client is not told of a store failure (paths, backend messages).
+pub(crate) fn log_store_failure(e: &StoreError) {
+    if matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Corrupt) {
+        tracing::error!(error = %e, "store failed");
+    }
 }
 
 impl ApiError {
@@ -35,6 +63,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Busy(_) => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Store(e) => store_status(e.kind()).0,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -42,8 +71,10 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if let ApiError::Internal(detail) = &self {
-            tracing::error!(%detail, "api request failed");
+        match &self {
+            ApiError::Internal(detail) => tracing::error!(%detail, "api request failed"),
+            ApiError::Store(e) => log_store_failure(e),
+            _ => {}
         }
         let status = self.status();
         let mut response = (
@@ -58,18 +89,6 @@ impl IntoResponse for ApiError {
             );
         }
         response
-    }
-}
-
-/// A full write queue is the client's cue to retry (429 with Retry-After), whichever
-/// endpoint met it: ingest, registry writes, erasures, and the diagnosis reads that
-/// flush the writer's rollup cells first. Anything else is internal.
-impl From<threadline_store::StoreError> for ApiError {
-    fn from(e: threadline_store::StoreError) -> Self {
-        match e {
-            e @ threadline_store::StoreError::QueueFull { .. } => ApiError::Busy(e.to_string()),
-            other => ApiError::Internal(other.to_string()),
-        }
     }
 }
 
@@ -110,14 +129,25 @@ mod tests {
     /// 429 with Retry-After, as on ingest, not a 500.
     #[test]
     fn a_full_write_queue_is_429_with_retry_after_wherever_it_is_met() {
-        let e = ApiError::from(threadline_store::StoreError::QueueFull {
-            queued_batches: 1024,
-            queued_bytes: 1,
-        });
+        let e = ApiError::from(StoreError::queue_full(1024, 1));
         let response = e.into_response();
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(response.headers()["retry-after"], "1");
-        let other = ApiError::from(threadline_store::StoreError::WriterStopped);
-        assert_eq!(other.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let other = ApiError::from(StoreError::writer_stopped());
+        assert_eq!(other.status(), StatusCode::SERVICE_UNAVAILABLE);
+    }
+
+    #[tokio::test]
+    async fn a_store_failure_never_shows_the_client_a_path() {
+        let e = StoreError::unavailable("cannot open /srv/data/threadline.db")
+            .with_source(std::io::Error::other("disk I/O error"));
+        let response = ApiError::from(e).into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        let body = String::from_utf8_lossy(&body);
+        assert!(!body.contains("/srv/data"), "{body}");
+        assert!(body.contains("the store is unavailable"), "{body}");
     }
 }

@@ -12,7 +12,7 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 use threadline_lineage::impact::ImpactPolicy;
 use threadline_model::{Direction, NodeKind};
-use threadline_store::{SqliteStore, WalkLimits};
+use threadline_store::{Store, WalkLimits};
 
 use crate::auth::Authenticator;
 use crate::error::ApiError;
@@ -20,7 +20,7 @@ use crate::lineage_api::resolve_one;
 
 #[derive(Clone)]
 pub(crate) struct ImpactState {
-    pub(crate) store: SqliteStore,
+    pub(crate) store: Store,
     pub(crate) auth: Arc<Authenticator>,
     pub(crate) policy: Arc<ImpactPolicy>,
 }

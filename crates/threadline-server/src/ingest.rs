@@ -11,7 +11,7 @@ use threadline_ingest::{
     ExportTraceServiceResponse, TimeBounds, Undecodable,
 };
 use threadline_model::TenantId;
-use threadline_store::{PreparedBatch, SqliteStore, StoreError};
+use threadline_store::{ErrorKind, Store, StoreError, WriteAck};
 
 /// Counters exposed on the health endpoint (and `/metrics` later).
 #[derive(Default)]
@@ -28,13 +28,35 @@ pub(crate) struct IngestStats {
 pub(crate) enum IngestFailure {
     #[error("server is busy: {0}; retry later")]
     Busy(String),
-    #[error("storage is unavailable: {0}")]
-    Unavailable(String),
+    /// The store refused or failed; its kind says the status (`error::store_status`).
+    #[error("{}", .0.public_message())]
+    Store(StoreError),
+    #[error("ingest failed: {0}")]
+    Internal(String),
 }
 
-/// A converted request, ready to queue.
+impl IngestFailure {
+    /// The HTTP status and gRPC code of this failure (logging what the client is not
+    /// told).
+    pub(crate) fn statuses(&self) -> (axum::http::StatusCode, tonic::Code) {
+        match self {
+            IngestFailure::Busy(_) => crate::error::store_status(ErrorKind::Busy),
+            IngestFailure::Store(e) => {
+                crate::error::log_store_failure(e);
+                crate::error::store_status(e.kind())
+            }
+            IngestFailure::Internal(detail) => {
+                tracing::error!(%detail, "ingest failed");
+                crate::error::store_status(ErrorKind::Unavailable)
+            }
+        }
+    }
+}
+
+/// A converted request, queued for the writer (or refused).
 pub(crate) struct ReadyBatch {
-    prepared: Option<PreparedBatch>,
+    /// The queued write and how many spans it holds; `None` when nothing was left.
+    submitted: Option<(Result<WriteAck, StoreError>, u64)>,
     tenant: TenantId,
     /// What `/metrics` counts once the batch is committed.
     observations: Vec<crate::prometheus::LlmObservation>,
@@ -42,29 +64,27 @@ pub(crate) struct ReadyBatch {
     rejected: u64,
 }
 
-/// Waits for a submitted write to be durable; a full queue is `Busy` (429 /
-/// RESOURCE_EXHAUSTED), anything else `Unavailable`.
+/// Waits for a submitted write to be durable; a refusal counts as throttled when the
+/// store was busy (429 / RESOURCE_EXHAUSTED).
 async fn wait_durable(
     ctx: &IngestContext,
-    submitted: Result<threadline_store::WriteAck, StoreError>,
+    submitted: Result<WriteAck, StoreError>,
 ) -> Result<(), IngestFailure> {
-    let ack = match submitted {
-        Ok(ack) => ack,
-        Err(e @ StoreError::QueueFull { .. }) => {
+    let ack = submitted.inspect_err(|e| {
+        if e.kind() == ErrorKind::Busy {
             ctx.stats.requests_throttled.fetch_add(1, Ordering::Relaxed);
-            return Err(IngestFailure::Busy(e.to_string()));
         }
-        Err(e) => return Err(IngestFailure::Unavailable(e.to_string())),
-    };
-    ack.wait()
+    });
+    ack.map_err(IngestFailure::Store)?
+        .wait()
         .await
-        .map(|_| ())
-        .map_err(|e| IngestFailure::Unavailable(e.to_string()))
+        .map(drop)
+        .map_err(IngestFailure::Store)
 }
 
-/// Converted log records, ready to queue.
+/// Converted log records, queued for the writer (or refused).
 pub(crate) struct ReadyLogs {
-    prepared: Option<threadline_store::PreparedLogs>,
+    submitted: Option<(Result<WriteAck, StoreError>, u64)>,
     response: ExportLogsServiceResponse,
     rejected: u64,
 }
@@ -78,17 +98,17 @@ pub(crate) trait Signal: Send + Sync + 'static {
     const HTTP_PATH: &'static str;
     const GRPC_PATH: &'static str;
 
-    /// CPU-bound half: OTLP → records → encoded rows (`refused`: the records that did
-    /// not decode, for partial success). Run it on the ingest CPU pool.
+    /// CPU-bound half: OTLP → records → queued for the store (`refused`: the records
+    /// that did not decode, for partial success). Run it on the ingest CPU pool.
     fn prepare(
-        store: &SqliteStore,
+        store: &Store,
         tenant: &TenantId,
         request: Self::Request,
         refused: Undecodable,
         bounds: &TimeBounds,
     ) -> Result<Self::Ready, IngestFailure>;
 
-    /// Queues the rows and waits until they are durable.
+    /// Waits until the queued records are durable.
     fn commit(
         ctx: &IngestContext,
         ready: Self::Ready,
@@ -106,7 +126,7 @@ impl Signal for Traces {
     const GRPC_PATH: &'static str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
 
     fn prepare(
-        store: &SqliteStore,
+        store: &Store,
         tenant: &TenantId,
         request: Self::Request,
         refused: Undecodable,
@@ -119,23 +139,19 @@ impl Signal for Traces {
             error_message: converted.error_message(),
         });
         let mut observed = threadline_analysis::observe(&converted.spans);
-        let prepared = if converted.spans.is_empty() {
-            None
-        } else {
-            // Leaves out of `observed` what a retried export repeats.
-            let mut prepared = store
-                .prepare(tenant, &converted.spans, &mut observed)
-                .map_err(|e| IngestFailure::Unavailable(e.to_string()))?;
-            prepared.attach_graph(threadline_model::GraphUpdate {
+        let submitted = (!converted.spans.is_empty()).then(|| {
+            let bindings = threadline_model::GraphUpdate {
                 edges: threadline_lineage::span_bindings(&converted.spans),
                 ..Default::default()
-            });
-            Some(prepared)
-        };
+            };
+            // Leaves out of `observed` what a retried export repeats.
+            let queued = store.write_spans(tenant, &converted.spans, &mut observed, bindings);
+            (queued, converted.spans.len() as u64)
+        });
         let observations =
             crate::prometheus::LlmObservation::of_observed(&converted.spans, &observed);
         Ok(ReadyBatch {
-            prepared,
+            submitted,
             tenant: tenant.clone(),
             observations,
             response: ExportTraceServiceResponse { partial_success },
@@ -151,11 +167,10 @@ impl Signal for Traces {
         stats
             .spans_rejected
             .fetch_add(ready.rejected, Ordering::Relaxed);
-        let Some(prepared) = ready.prepared else {
+        let Some((queued, count)) = ready.submitted else {
             return Ok(ready.response);
         };
-        let count = prepared.span_count() as u64;
-        wait_durable(ctx, ctx.store.submit(prepared)).await?;
+        wait_durable(ctx, queued).await?;
         stats.spans_accepted.fetch_add(count, Ordering::Relaxed);
         ctx.llm_metrics.record(&ready.tenant, &ready.observations);
         Ok(ready.response)
@@ -173,7 +188,7 @@ impl Signal for Logs {
     const GRPC_PATH: &'static str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
 
     fn prepare(
-        store: &SqliteStore,
+        store: &Store,
         tenant: &TenantId,
         request: Self::Request,
         refused: Undecodable,
@@ -185,17 +200,14 @@ impl Signal for Logs {
             rejected_log_records: converted.rejected as i64,
             error_message: converted.error_message(),
         });
-        let prepared = if converted.records.is_empty() {
-            None
-        } else {
-            Some(
-                store
-                    .prepare_logs(tenant, &converted.records)
-                    .map_err(|e| IngestFailure::Unavailable(e.to_string()))?,
+        let submitted = (!converted.records.is_empty()).then(|| {
+            (
+                store.write_logs(tenant, &converted.records),
+                converted.records.len() as u64,
             )
-        };
+        });
         Ok(ReadyLogs {
-            prepared,
+            submitted,
             response: ExportLogsServiceResponse { partial_success },
             rejected: converted.rejected,
         })
@@ -208,11 +220,10 @@ impl Signal for Logs {
         ctx.stats
             .logs_rejected
             .fetch_add(ready.rejected, Ordering::Relaxed);
-        let Some(prepared) = ready.prepared else {
+        let Some((queued, count)) = ready.submitted else {
             return Ok(ready.response);
         };
-        let count = prepared.record_count() as u64;
-        wait_durable(ctx, ctx.store.submit_logs(prepared)).await?;
+        wait_durable(ctx, queued).await?;
         ctx.stats.logs_accepted.fetch_add(count, Ordering::Relaxed);
         Ok(ready.response)
     }
@@ -221,7 +232,7 @@ impl Signal for Logs {
 /// Shared by both transports.
 #[derive(Clone)]
 pub(crate) struct IngestContext {
-    pub(crate) store: SqliteStore,
+    pub(crate) store: Store,
     pub(crate) stats: Arc<IngestStats>,
     pub(crate) auth: Arc<crate::auth::Authenticator>,
     /// Decode/convert/encode work runs here, off the async runtime, about one task per
@@ -247,6 +258,6 @@ impl IngestContext {
         self.cpu_pool
             .run(work)
             .await
-            .map_err(|e| IngestFailure::Unavailable(format!("ingest task failed: {e}")))
+            .map_err(|e| IngestFailure::Internal(format!("ingest task failed: {e}")))
     }
 }

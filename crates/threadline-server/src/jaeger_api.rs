@@ -14,7 +14,7 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 use threadline_analysis::PriceTable;
 use threadline_model::{SpanKind, SpanRecord, TenantId};
-use threadline_store::SqliteStore;
+use threadline_store::Store;
 
 use crate::auth::Authenticator;
 use crate::error::{blocking, ApiError};
@@ -26,7 +26,7 @@ use crate::params::only;
 
 #[derive(Clone)]
 pub(crate) struct JaegerState {
-    pub(crate) store: SqliteStore,
+    pub(crate) store: Store,
     pub(crate) auth: Arc<Authenticator>,
     pub(crate) prices: Arc<PriceTable>,
 }

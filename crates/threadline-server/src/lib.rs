@@ -42,7 +42,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use threadline_store::{SqliteConfig, SqliteStore, StoreError};
+use threadline_store::{EmbeddedConfig, Store, StoreError};
 use tokio::net::TcpListener;
 
 pub use config::{
@@ -117,12 +117,12 @@ pub async fn serve_reporting(
     shutdown: impl Future<Output = ()> + Send + 'static,
     ready: Option<tokio::sync::oneshot::Sender<BoundAddrs>>,
 ) -> Result<(), ServeError> {
-    let store_config = SqliteConfig {
+    let store_config = EmbeddedConfig {
         max_queued_batches: config.max_queued_batches,
         drift: config.drift.clone(),
-        ..SqliteConfig::default()
+        ..EmbeddedConfig::default()
     };
-    let store = SqliteStore::open(&config.data_dir, store_config)?;
+    let store = Store::open_embedded(&config.data_dir, store_config)?;
     tracing::info!(data_dir = %config.data_dir.display(), auth = config.auth_required(), "store opened");
     let auth = Arc::new(auth::Authenticator::new(
         &config.tenants,

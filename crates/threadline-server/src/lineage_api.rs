@@ -13,7 +13,7 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 use threadline_diagnosis::trace_lineage::{trace_lineage, TraceFacts, TraceLineage};
 use threadline_model::{Direction, EdgeKind, NodeId, NodeKind, TenantId};
-use threadline_store::{SqliteStore, WalkLimits};
+use threadline_store::{Store, WalkLimits};
 
 use crate::auth::Authenticator;
 use crate::dto;
@@ -21,7 +21,7 @@ use crate::error::{blocking, ApiError};
 
 #[derive(Clone)]
 pub(crate) struct LineageState {
-    pub(crate) store: SqliteStore,
+    pub(crate) store: Store,
     pub(crate) auth: Arc<Authenticator>,
     /// Large events are parsed where span decoding runs, below the
     /// writer's priority.
@@ -55,12 +55,17 @@ async fn ingest_event(
 ) -> Result<Response, ApiError> {
     let tenant = state.auth.tenant_of(&headers)?;
     let inline = body.len() <= INLINE_PARSE_MAX_BYTES;
+    // Parsing and queueing (which serializes the change) are CPU work: a large event
+    // runs on the ingest pool, not on the async runtime.
+    let store = state.store.clone();
+    let writer_tenant = tenant.clone();
     let parse = move || {
         let parsed = threadline_lineage::parse_event(&body)
             .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-        Ok::<_, ApiError>((SqliteStore::prepare_graph(parsed.update), parsed.warnings))
+        let queued = store.write_graph(&writer_tenant, parsed.update, crate::query_api::now_ns());
+        Ok::<_, ApiError>((queued, parsed.warnings))
     };
-    let (graph, warnings) = if inline {
+    let (queued, warnings) = if inline {
         parse()?
     } else {
         state
@@ -69,10 +74,7 @@ async fn ingest_event(
             .await
             .map_err(|e| ApiError::Internal(format!("lineage task failed: {e}")))??
     };
-    let ack = state
-        .store
-        .submit_prepared_graph(&tenant, graph, crate::query_api::now_ns())?;
-    let applied = ack.wait().await?;
+    let applied = queued?.wait().await?;
     for warning in &warnings {
         tracing::debug!(tenant = %tenant, %warning, "openlineage event accepted with a warning");
     }
@@ -105,7 +107,7 @@ fn parse_depth(value: &str) -> Result<usize, ApiError> {
 /// The one node `name` means in this tenant: a `kind:key` id, or an unambiguous bare
 /// name (`fin-qa`, `fin-lora@7`, `inst-3`).
 pub(crate) fn resolve_one(
-    store: &SqliteStore,
+    store: &Store,
     tenant: &TenantId,
     name: &str,
 ) -> Result<NodeId, ApiError> {

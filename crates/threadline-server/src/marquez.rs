@@ -7,13 +7,13 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde_json::{json, Value};
 use threadline_model::{Direction, EdgeKind, LineageNode, NodeId, NodeKind, TenantId};
-use threadline_store::{SqliteStore, StoreError, WalkLimits};
+use threadline_store::{Store, StoreError, WalkLimits};
 
 /// Runs of one job looked at, most recent first.
 const MAX_RUNS_PER_JOB: usize = 100;
 
 fn step(
-    store: &SqliteStore,
+    store: &Store,
     tenant: &TenantId,
     from: &NodeId,
     direction: Direction,
@@ -33,7 +33,7 @@ fn step(
 
 /// The dataset a version belongs to (or the node itself when it is a dataset).
 fn dataset_of(
-    store: &SqliteStore,
+    store: &Store,
     tenant: &TenantId,
     node: &LineageNode,
 ) -> Result<Option<NodeId>, StoreError> {
@@ -55,7 +55,7 @@ fn dataset_of(
 
 /// The job a run (or job) node stands for.
 fn job_of(
-    store: &SqliteStore,
+    store: &Store,
     tenant: &TenantId,
     node: &LineageNode,
 ) -> Result<Option<NodeId>, StoreError> {
@@ -77,7 +77,7 @@ fn job_of(
 
 /// (inputs, outputs) datasets of a job.
 fn job_io(
-    store: &SqliteStore,
+    store: &Store,
     tenant: &TenantId,
     job: &NodeId,
 ) -> Result<(BTreeSet<NodeId>, BTreeSet<NodeId>), StoreError> {
@@ -113,7 +113,7 @@ fn job_io(
 
 /// (jobs reading, jobs writing) a dataset.
 fn dataset_io(
-    store: &SqliteStore,
+    store: &Store,
     tenant: &TenantId,
     dataset: &NodeId,
 ) -> Result<(BTreeSet<NodeId>, BTreeSet<NodeId>), StoreError> {
@@ -196,7 +196,7 @@ fn node_data(node: &LineageNode, inputs: &BTreeSet<NodeId>, outputs: &BTreeSet<N
 
 /// The Marquez-shaped graph around `start`, `depth` job/dataset hops out each way.
 pub(crate) fn lineage(
-    store: &SqliteStore,
+    store: &Store,
     tenant: &TenantId,
     start: &NodeId,
     depth: usize,
@@ -257,7 +257,7 @@ pub(crate) fn lineage(
 /// output field, read from the latest `columnLineage` facet of each dataset, followed
 /// upstream `depth` datasets deep.
 pub(crate) fn column_lineage(
-    store: &SqliteStore,
+    store: &Store,
     tenant: &TenantId,
     dataset: &NodeId,
     only_field: Option<&str>,

@@ -14,14 +14,14 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 use threadline_analysis::{group_cells, Dimension, Level, Metric, BUCKET_NS};
 use threadline_model::TenantId;
-use threadline_store::SqliteStore;
+use threadline_store::Store;
 
 use crate::auth::Authenticator;
 use crate::error::ApiError;
 
 #[derive(Clone)]
 pub(crate) struct MetricsState {
-    pub(crate) store: SqliteStore,
+    pub(crate) store: Store,
     pub(crate) auth: Arc<Authenticator>,
     pub(crate) prices: Arc<threadline_analysis::PriceTable>,
 }
@@ -152,14 +152,13 @@ impl MetricsQuery {
     }
 }
 
-/// The series of a query as JSON. Blocking: flushes and reads the store.
+/// The series of a query as JSON. Blocking: reads the store.
 pub(crate) fn run(
-    store: &SqliteStore,
+    store: &Store,
     tenant: &TenantId,
     q: &MetricsQuery,
     prices: &threadline_analysis::PriceTable,
 ) -> Result<Value, ApiError> {
-    store.flush_rollups()?.wait_blocking()?;
     let mut cells = store.rollup_cells(tenant, q.from_minute, q.to_minute)?;
     // Each series names its model, so each cell is priced before cells merge.
     if q.metric == Metric::Cost {

@@ -317,9 +317,9 @@ impl<R> Decoder for RawRequestCodec<R> {
 }
 
 fn to_status(e: IngestFailure) -> Status {
-    match e {
+    match e.statuses().1 {
         // RetryInfo makes RESOURCE_EXHAUSTED retryable for OTLP clients.
-        IngestFailure::Busy(_) => {
+        tonic::Code::ResourceExhausted => {
             let mut status = Status::with_error_details(
                 tonic::Code::ResourceExhausted,
                 e.to_string(),
@@ -331,6 +331,6 @@ fn to_status(e: IngestFailure) -> Status {
             );
             status
         }
-        IngestFailure::Unavailable(_) => Status::unavailable(e.to_string()),
+        code => Status::new(code, e.to_string()),
     }
 }

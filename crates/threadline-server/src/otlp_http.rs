@@ -44,18 +44,9 @@ pub(crate) fn router(state: OtlpHttpState) -> Router {
         .with_state(state)
 }
 
-/// gRPC code numbers used in `google.rpc.Status.code`.
-mod rpc_code {
-    pub(super) const INVALID_ARGUMENT: i32 = 3;
-    pub(super) const DEADLINE_EXCEEDED: i32 = 4;
-    pub(super) const PERMISSION_DENIED: i32 = 7;
-    pub(super) const UNIMPLEMENTED: i32 = 12;
-    pub(super) const RESOURCE_EXHAUSTED: i32 = 8;
-    pub(super) const UNAVAILABLE: i32 = 14;
-    pub(super) const UNAUTHENTICATED: i32 = 16;
-}
-
-fn failure(kind: ContentKind, status: StatusCode, code: i32, message: String) -> Response {
+/// An OTLP/HTTP failure: the status, and a `google.rpc.Status` body with the gRPC code.
+fn failure(kind: ContentKind, status: StatusCode, code: tonic::Code, message: String) -> Response {
+    let code = code as i32;
     let body = match kind {
         ContentKind::Protobuf => RpcStatus { code, message }.encode_to_vec(),
         ContentKind::Json => serde_json::json!({ "code": code, "message": message })
@@ -91,7 +82,7 @@ async fn export_metrics(headers: HeaderMap) -> Response {
     failure(
         kind,
         StatusCode::NOT_IMPLEMENTED,
-        rpc_code::UNIMPLEMENTED,
+        tonic::Code::Unimplemented,
         METRICS_NOT_SUPPORTED.to_owned(),
     )
 }
@@ -131,7 +122,7 @@ async fn export<S: Signal>(
             return failure(
                 ContentKind::Json,
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                rpc_code::INVALID_ARGUMENT,
+                tonic::Code::InvalidArgument,
                 e.to_string(),
             );
         }
@@ -147,7 +138,7 @@ async fn export<S: Signal>(
             return failure(
                 kind,
                 StatusCode::UNAUTHORIZED,
-                rpc_code::UNAUTHENTICATED,
+                tonic::Code::Unauthenticated,
                 e.to_string(),
             );
         }
@@ -215,32 +206,17 @@ async fn export<S: Signal>(
 }
 
 /// The `google.rpc.Status` code that goes with an HTTP status of a refusal.
-fn rpc_code_of(status: StatusCode) -> i32 {
+fn rpc_code_of(status: StatusCode) -> tonic::Code {
     match status {
-        StatusCode::TOO_MANY_REQUESTS => rpc_code::RESOURCE_EXHAUSTED,
-        StatusCode::UNAUTHORIZED => rpc_code::UNAUTHENTICATED,
-        StatusCode::FORBIDDEN => rpc_code::PERMISSION_DENIED,
-        StatusCode::REQUEST_TIMEOUT => rpc_code::DEADLINE_EXCEEDED,
-        _ => rpc_code::INVALID_ARGUMENT,
+        StatusCode::TOO_MANY_REQUESTS => tonic::Code::ResourceExhausted,
+        StatusCode::UNAUTHORIZED => tonic::Code::Unauthenticated,
+        StatusCode::FORBIDDEN => tonic::Code::PermissionDenied,
+        StatusCode::REQUEST_TIMEOUT => tonic::Code::DeadlineExceeded,
+        _ => tonic::Code::InvalidArgument,
     }
 }
 
 fn ingest_failure(kind: ContentKind, e: IngestFailure) -> Response {
-    match e {
-        IngestFailure::Busy(_) => failure(
-            kind,
-            StatusCode::TOO_MANY_REQUESTS,
-            rpc_code::RESOURCE_EXHAUSTED,
-            e.to_string(),
-        ),
-        IngestFailure::Unavailable(_) => {
-            tracing::error!(error = %e, "ingest failed");
-            failure(
-                kind,
-                StatusCode::SERVICE_UNAVAILABLE,
-                rpc_code::UNAVAILABLE,
-                e.to_string(),
-            )
-        }
-    }
+    let (status, code) = e.statuses();
+    failure(kind, status, code, e.to_string())
 }

@@ -27,7 +27,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use threadline_analysis::{Dimension, Level, Observed};
 use threadline_model::{SpanRecord, TenantId};
-use threadline_store::SqliteStore;
+use threadline_store::Store;
 
 use crate::auth::{Authenticator, Caller};
 use crate::error::ApiError;
@@ -235,7 +235,7 @@ impl LlmMetrics {
 
 #[derive(Clone)]
 pub(crate) struct PrometheusState {
-    pub(crate) store: SqliteStore,
+    pub(crate) store: Store,
     pub(crate) auth: Arc<Authenticator>,
     pub(crate) stats: Arc<IngestStats>,
     pub(crate) llm: Arc<LlmMetrics>,
@@ -284,7 +284,7 @@ impl Collector for Internals {
 
 /// Instances bound per image / model / adapter / route, read from the graph.
 #[derive(Debug)]
-struct BoundInstances(Vec<(String, String, u64)>);
+struct BoundInstances(Vec<threadline_store::Bound>);
 
 impl Collector for BoundInstances {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
@@ -295,9 +295,12 @@ impl Collector for BoundInstances {
             None,
             gauge_type,
         )?;
-        for (kind, key, count) in &self.0 {
-            let labels = [("kind", kind.as_str()), ("node", key.as_str())];
-            ConstGauge::new(*count as i64).encode(family.encode_family(&labels)?)?;
+        for bound in &self.0 {
+            let labels = [
+                ("kind", bound.node.kind.as_str()),
+                ("node", &bound.node.key),
+            ];
+            ConstGauge::new(bound.instances as i64).encode(family.encode_family(&labels)?)?;
         }
         Ok(())
     }

@@ -13,14 +13,14 @@ use axum::Router;
 use sha2::Digest;
 use threadline_lineage::prov::{self, ProvFormat, ProvRequest};
 use threadline_model::{Direction, NodeId, NodeKind, TenantId};
-use threadline_store::{SqliteStore, WalkLimits};
+use threadline_store::{Store, WalkLimits};
 
 use crate::auth::Authenticator;
 use crate::error::ApiError;
 
 #[derive(Clone)]
 pub(crate) struct ProvState {
-    pub(crate) store: SqliteStore,
+    pub(crate) store: Store,
     pub(crate) auth: Arc<Authenticator>,
 }
 
@@ -97,7 +97,7 @@ async fn export(
 
 /// A request's chain plus the request itself.
 fn request_export(
-    store: &SqliteStore,
+    store: &Store,
     tenant: &TenantId,
     trace: &str,
 ) -> Result<(threadline_model::LineageGraph, Vec<ProvRequest>), ApiError> {

@@ -12,7 +12,7 @@ use axum::{Json, Router};
 use base64::Engine;
 use serde_json::{json, Value};
 use threadline_analysis::PriceTable;
-use threadline_store::{SqliteStore, TraceCursor, TraceQuery};
+use threadline_store::{Store, TraceCursor, TraceQuery};
 
 use crate::auth::{Authenticator, Caller};
 use crate::error::{blocking, ApiError};
@@ -22,7 +22,7 @@ use crate::{dto, trace_view};
 #[derive(Clone)]
 pub(crate) struct QueryState {
     pub(crate) otlp_ports: crate::misdirected::OtlpPorts,
-    pub(crate) store: SqliteStore,
+    pub(crate) store: Store,
     pub(crate) auth: Arc<Authenticator>,
     pub(crate) stats: Arc<IngestStats>,
     pub(crate) prices: Arc<PriceTable>,
@@ -170,7 +170,7 @@ async fn health(
     };
     if server_wide {
         let store = state.store.clone();
-        let text_backlog = blocking(move || Ok(store.text_index_backlog().ok())).await?;
+        let text_backlog = blocking(move || Ok(store.index_backlog().ok())).await?;
         let writer = state.store.writer_stats();
         body["store"] = json!({ "ok": store_ok, "queued_batches": writer.queued_batches, "spans_committed": writer.spans_committed,
             "commits": writer.commits,

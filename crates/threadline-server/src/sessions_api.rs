@@ -7,7 +7,7 @@ use axum::Json;
 use serde_json::{json, Value};
 use threadline_analysis::PriceTable;
 use threadline_model::TenantId;
-use threadline_store::{SqliteStore, TraceQuery, TraceSummary};
+use threadline_store::{Store, TraceQuery, TraceSummary};
 
 use crate::dto;
 use crate::error::{blocking, ApiError};
@@ -23,7 +23,7 @@ const LIST_MAX: usize = 200;
 /// The traces of `session` started in `from..=to` (up to `max`, newest first) and
 /// whether it has more.
 fn session_traces(
-    store: &SqliteStore,
+    store: &Store,
     tenant: &TenantId,
     session: &str,
     max: usize,

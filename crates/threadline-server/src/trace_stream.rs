@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use threadline_analysis::PriceTable;
 use threadline_model::{TenantId, TraceId};
-use threadline_store::{SkeletonSpan, SpanReader, SqliteStore};
+use threadline_store::{SkeletonSpan, SpanReader, Store};
 
 use crate::dto;
 use crate::error::ApiError;
@@ -28,16 +28,16 @@ const CHUNKS_IN_FLIGHT: usize = 4;
 /// A trace opened for streaming: its skeleton (start order) and a reader of whole
 /// spans; 404 (before anything is sent) when the tenant has no such trace.
 pub(crate) async fn open_trace(
-    store: SqliteStore,
+    store: Store,
     tenant: TenantId,
     trace_id: TraceId,
 ) -> Result<(Vec<SkeletonSpan>, SpanReader), ApiError> {
     crate::error::blocking(move || opened_trace(&store, &tenant, trace_id)).await
 }
 
-/// `SqliteStore::open_trace`, with 404 for a trace the tenant does not have.
+/// `Store::open_trace`, with 404 for a trace the tenant does not have.
 pub(crate) fn opened_trace(
-    store: &SqliteStore,
+    store: &Store,
     tenant: &TenantId,
     trace_id: TraceId,
 ) -> Result<(Vec<SkeletonSpan>, SpanReader), ApiError> {
@@ -103,7 +103,7 @@ enum First {
 
 /// Answers with the trace, or 404 before anything is sent.
 pub(crate) async fn trace_response(
-    store: SqliteStore,
+    store: Store,
     tenant: TenantId,
     trace_id: TraceId,
     prices: Arc<PriceTable>,

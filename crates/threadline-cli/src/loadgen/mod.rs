@@ -321,8 +321,8 @@ pub(crate) fn bench_openlineage(
     events: usize,
     in_flight: usize,
 ) -> anyhow::Result<serde_json::Value> {
-    use threadline_store::{SqliteConfig, SqliteStore};
-    let store = SqliteStore::open(data_dir, SqliteConfig::default())?;
+    use threadline_store::{EmbeddedConfig, Store};
+    let store = Store::open_embedded(data_dir, EmbeddedConfig::default())?;
     let tenant = threadline_model::TenantId::new("bench")?;
     let mut rng = SmallRng::seed_from_u64(7);
     let bodies: Vec<Vec<u8>> = (0..events)
@@ -333,8 +333,7 @@ pub(crate) fn bench_openlineage(
         let mut acks = Vec::with_capacity(chunk.len());
         for body in chunk {
             let parsed = threadline_lineage::parse_event(body)?;
-            let graph = SqliteStore::prepare_graph(parsed.update);
-            acks.push(store.submit_prepared_graph(&tenant, graph, now_nanos() as i64)?);
+            acks.push(store.write_graph(&tenant, parsed.update, now_nanos() as i64)?);
         }
         for ack in acks {
             ack.wait_blocking()?;
@@ -345,7 +344,12 @@ pub(crate) fn bench_openlineage(
         .zip(cpu_before)
         .map(|(after, before)| after - before);
     let runs = store
-        .nodes_of_kind(&tenant, threadline_model::NodeKind::Run, events + 1)?
+        .find_nodes(
+            &tenant,
+            Some(threadline_model::NodeKind::Run),
+            None,
+            events + 1,
+        )?
         .len();
     Ok(serde_json::json!({
         "events": events,
