@@ -96,7 +96,7 @@ async fn erase(
             "spans_deleted": report.spans_deleted,
             "logs_deleted": report.logs_deleted,
             "blocks_rewritten": report.blocks_rewritten,
-            "wal_truncated": report.wal_truncated,
+            "disk_cleared": report.wal_truncated,
             "copies": {
                 "resources": copies.origins,
                 "rollup_series": copies.rollup_series,

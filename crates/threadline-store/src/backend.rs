@@ -162,7 +162,8 @@ pub trait StoreBackend: Send + Sync {
         span_id: SpanId,
     ) -> Result<Option<SpanRecord>, StoreError>;
 
-    /// Trace summaries matching `query`, newest trace start first, a page at a time.
+    /// Trace summaries matching `query`, newest trace start first, a page at a time;
+    /// `InvalidQuery` when `query.problem()` says it cannot run.
     fn search(&self, tenant: &TenantId, query: &TraceQuery) -> Result<TracePage, StoreError>;
 
     /// Up to `limit` session ids with spans starting in `from..=to` (nanoseconds),

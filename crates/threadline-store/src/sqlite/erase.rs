@@ -58,7 +58,7 @@ pub struct ErasureReport {
     pub blocks_rewritten: u64,
     /// Whether the WAL could be truncated right away (false when a long read held it;
     /// the background checkpointer truncates it later).
-    pub wal_truncated: bool,
+    pub disk_cleared: bool,
     /// Copies of the id outside the traces, removed or rewritten.
     pub copies: crate::sqlite::erase_copies::CopiesErased,
 }
@@ -190,7 +190,7 @@ pub(crate) fn erase(
         spans_deleted: rows.len() as u64,
         logs_deleted,
         blocks_rewritten: by_block.len() as u64,
-        wal_truncated: false,
+        disk_cleared: false,
         copies,
     };
     tx.prepare_cached(

@@ -636,6 +636,9 @@ impl StoreBackend for SqliteStore {
 
     /// Trace summaries matching `query`, newest first, one page at a time.
     fn search(&self, tenant: &TenantId, query: &TraceQuery) -> Result<TracePage, StoreError> {
+        if let Some(problem) = query.problem() {
+            return Err(StoreError::invalid_query(problem));
+        }
         self.with_reader(|conn| search::search(conn, &self.inner.run_filters, tenant, query))
     }
 

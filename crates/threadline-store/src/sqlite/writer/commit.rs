@@ -110,7 +110,7 @@ pub(super) fn run_writer(
                     let truncated = truncate_wal(&conn);
                     for o in outcomes.iter_mut().flatten() {
                         if let Some(report) = &mut o.erasure {
-                            report.wal_truncated = truncated;
+                            report.disk_cleared = truncated;
                         }
                     }
                 }
