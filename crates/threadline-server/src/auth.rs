@@ -68,25 +68,9 @@ impl Authenticator {
         }
     }
 
-    /// `caller`, from a request's headers.
-    pub(crate) fn caller_of(
-        &self,
-        headers: &axum::http::HeaderMap,
-    ) -> Result<Caller, crate::error::ApiError> {
-        Ok(self.caller(authorization(headers))?)
-    }
-
     /// True when requests must carry an API key (tenants are configured).
     pub(crate) fn required(&self) -> bool {
         !self.keys.is_empty()
-    }
-
-    /// The tenant of a JSON API request, from its `Authorization` header.
-    pub(crate) fn tenant_of(
-        &self,
-        headers: &axum::http::HeaderMap,
-    ) -> Result<TenantId, crate::error::ApiError> {
-        Ok(self.authenticate(authorization(headers))?)
     }
 
     pub fn authenticate(&self, authorization: Option<&str>) -> Result<TenantId, AuthError> {

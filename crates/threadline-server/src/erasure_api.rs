@@ -2,31 +2,19 @@
 //! `{"session_id": …}` (and optionally `"requested_by"`) deletes every trace of that
 //! subject in the caller's tenant; `GET /api/v1/erasures` is the audit log.
 
-use std::sync::Arc;
-
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
-use threadline_store::{ErasureSubject, Store};
+use threadline_store::ErasureSubject;
 
-use crate::auth::Authenticator;
 use crate::error::ApiError;
+use crate::state::{AppState, Tenant};
 
-#[derive(Clone)]
-pub(crate) struct ErasureState {
-    pub(crate) store: Store,
-    pub(crate) auth: Arc<Authenticator>,
-    /// Prometheus series whose labels may name the subject.
-    pub(crate) llm: Arc<crate::prometheus::LlmMetrics>,
-}
-
-pub(crate) fn router(state: ErasureState) -> Router {
-    Router::new()
-        .route("/api/v1/erasures", get(audit_log).post(erase))
-        .with_state(state)
+pub(crate) fn router() -> Router<AppState> {
+    Router::new().route("/api/v1/erasures", get(audit_log).post(erase))
 }
 
 fn subject(body: &Value) -> Result<ErasureSubject, ApiError> {
@@ -52,12 +40,11 @@ fn subject(body: &Value) -> Result<ErasureSubject, ApiError> {
 }
 
 async fn erase(
-    State(state): State<ErasureState>,
+    State(state): State<AppState>,
     _: crate::params::NoQuery,
-    headers: HeaderMap,
+    Tenant(tenant): Tenant,
     body: Bytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let tenant = state.auth.tenant_of(&headers)?;
     let body: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::BadRequest(format!("body is not valid JSON: {e}")))?;
     let subject = subject(&body)?;
@@ -70,7 +57,7 @@ async fn erase(
     let now = crate::query_api::now_ns();
     let kind = subject.kind();
     let digest = subject.digest();
-    let metric_series = state.llm.erase(&tenant, subject.value());
+    let metric_series = state.llm_metrics().erase(&tenant, subject.value());
     let ack = state.store.erase(&tenant, subject, &requested_by, now)?;
     let report = ack
         .wait()
@@ -96,7 +83,7 @@ async fn erase(
             "spans_deleted": report.spans_deleted,
             "logs_deleted": report.logs_deleted,
             "blocks_rewritten": report.blocks_rewritten,
-            "disk_cleared": report.wal_truncated,
+            "disk_cleared": report.disk_cleared,
             "copies": {
                 "resources": copies.origins,
                 "rollup_series": copies.rollup_series,
@@ -112,11 +99,10 @@ async fn erase(
 }
 
 async fn audit_log(
-    State(state): State<ErasureState>,
+    State(state): State<AppState>,
     _: crate::params::NoQuery,
-    headers: HeaderMap,
+    Tenant(tenant): Tenant,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = state.auth.tenant_of(&headers)?;
     let store = state.store.clone();
     let records = crate::error::blocking(move || Ok(store.erasures(&tenant)?)).await?;
     Ok(Json(json!({

@@ -2,40 +2,26 @@
 //! API, API-key auth and the server configuration. The only crate with axum and tonic.
 
 mod alerts;
-mod assets_api;
+mod app;
 pub mod auth;
 mod body_budget;
 pub mod config;
 mod cpu_pool;
+mod diagnosis_api;
 mod dto;
 mod erasure_api;
 mod error;
 mod guard;
-mod health_api;
-mod impact_api;
-mod incidents_api;
-mod ingest;
 mod jaeger_api;
-mod jaeger_model;
-mod jaeger_params;
 mod lineage_api;
 mod listen;
-mod logs_api;
-mod marquez;
-mod metrics_api;
 mod misdirected;
-mod nodes_api;
-mod otlp_grpc;
-mod otlp_http;
+mod otlp_api;
 mod params;
 mod prometheus;
-mod prov_api;
 mod query_api;
-mod rca_api;
-mod service_map_api;
-mod sessions_api;
-mod trace_stream;
-mod trace_view;
+mod state;
+mod telemetry;
 mod ui;
 
 use std::future::Future;
@@ -45,10 +31,12 @@ use std::sync::Arc;
 use threadline_store::{EmbeddedConfig, Store, StoreError};
 use tokio::net::TcpListener;
 
+pub use app::{app, otlp_http_app};
 pub use config::{
     AlertFormat, AlertsConfig, ConfigError, ConfigOverrides, OperatorKeys, ServerConfig, TenantKeys,
 };
 pub use error::ApiError;
+pub use state::AppState;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -94,8 +82,6 @@ fn spawn_incident_watch(
     })
 }
 
-/// Opens the store, binds the three listeners (logging one line each, with the real
-/// port when 0 was asked) and serves until `shutdown` resolves.
 /// Where a started server listens (ports chosen by the OS when asked for port 0).
 #[derive(Clone, Copy, Debug)]
 pub struct BoundAddrs {
@@ -104,6 +90,8 @@ pub struct BoundAddrs {
     pub otlp_grpc: SocketAddr,
 }
 
+/// Opens the store, binds the three listeners (logging one line each, with the real
+/// port when 0 was asked) and serves until `shutdown` resolves.
 pub async fn serve(
     config: ServerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -124,21 +112,6 @@ pub async fn serve_reporting(
     };
     let store = Store::open_embedded(&config.data_dir, store_config)?;
     tracing::info!(data_dir = %config.data_dir.display(), auth = config.auth_required(), "store opened");
-    let auth = Arc::new(auth::Authenticator::new(
-        &config.tenants,
-        &config.operator_keys.0,
-    ));
-    let stats = Arc::new(ingest::IngestStats::default());
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let ctx = ingest::IngestContext {
-        store: store.clone(),
-        stats: Arc::clone(&stats),
-        auth: Arc::clone(&auth),
-        cpu_pool: Arc::new(cpu_pool::CpuPool::start(cores + 1).map_err(ServeError::IngestThreads)?),
-        llm_metrics: Arc::new(prometheus::LlmMetrics::default()),
-        max_future_skew: config.limits.max_future_skew,
-        max_span_age: config.limits.max_span_age,
-    };
 
     let bind = |what: &'static str, addr: SocketAddr| async move {
         let listener = TcpListener::bind(addr)
@@ -149,21 +122,26 @@ pub async fn serve_reporting(
                 .local_addr()
                 .map_err(|source| ServeError::Bind { what, addr, source })?;
         tracing::info!("{what} listening on {local}");
-        Ok::<_, ServeError>(listener)
+        Ok::<_, ServeError>((listener, local))
     };
-    let otlp_http = bind("otlp-http", config.otlp_http_addr).await?;
-    let otlp_grpc = bind("otlp-grpc", config.otlp_grpc_addr).await?;
-    let http = bind("http", config.http_addr).await?;
+    let (otlp_http, otlp_http_addr) = bind("otlp-http", config.otlp_http_addr).await?;
+    let (otlp_grpc, otlp_grpc_addr) = bind("otlp-grpc", config.otlp_grpc_addr).await?;
+    let (http, http_addr) = bind("http", config.http_addr).await?;
+    let bound = BoundAddrs {
+        http: http_addr,
+        otlp_http: otlp_http_addr,
+        otlp_grpc: otlp_grpc_addr,
+    };
+    // The state sees where the server listens (ports the OS chose included).
+    let config = ServerConfig {
+        http_addr,
+        otlp_http_addr,
+        otlp_grpc_addr,
+        ..config
+    };
+    let state = AppState::new(&config, store).map_err(ServeError::IngestThreads)?;
     if let Some(ready) = ready {
-        let local = |l: &TcpListener, what, addr| {
-            l.local_addr()
-                .map_err(|source| ServeError::Bind { what, addr, source })
-        };
-        let _ = ready.send(BoundAddrs {
-            http: local(&http, "http", config.http_addr)?,
-            otlp_http: local(&otlp_http, "otlp-http", config.otlp_http_addr)?,
-            otlp_grpc: local(&otlp_grpc, "otlp-grpc", config.otlp_grpc_addr)?,
-        });
+        let _ = ready.send(bound);
     }
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -177,158 +155,27 @@ pub async fn serve_reporting(
             let _ = rx.wait_for(|s| *s).await;
         }
     };
+    let watch = spawn_incident_watch(Arc::clone(state.watcher()), stopped());
 
-    let alert_sink = config.alerts.clone().map(|a| {
-        let base = a
-            .base_url
-            .clone()
-            .unwrap_or_else(|| format!("http://{}", http.local_addr().unwrap_or(config.http_addr)));
-        alerts::AlertSink::start(
-            a,
-            base.trim_end_matches('/').to_owned(),
-            config.detector.clone(),
-        )
-    });
-    let rca_rules = Arc::new(config.rca_rules.clone());
-    let slo_rules = alert_sink
-        .as_ref()
-        .map(|sink| sink.rules.clone())
-        .unwrap_or_default();
-    let watcher = Arc::new(threadline_diagnosis::IncidentWatcher::new(
-        store.clone(),
-        config.detector.clone(),
-        Arc::clone(&rca_rules),
-        slo_rules,
-        alert_sink.map(|sink| sink as Arc<dyn threadline_diagnosis::IncidentListener>),
-    ));
-    let watch = spawn_incident_watch(Arc::clone(&watcher), stopped());
-
-    let budget = body_budget::BodyBudget::new(
-        config.limits.max_inflight_body_bytes,
-        config.max_body_bytes,
-        config.limits.body_read_timeout,
-    );
-    let origins = Arc::new(guard::Origins {
-        check_hosts: !config.auth_required(),
-        hosts: config.allowed_hosts.clone(),
-        origins: config.allowed_origins.clone(),
-    });
-    let port = |l: &TcpListener, addr: std::net::SocketAddr| {
-        l.local_addr().map_or(addr.port(), |a| a.port())
-    };
-    let otlp_ports = misdirected::OtlpPorts {
-        http: port(&otlp_http, config.otlp_http_addr),
-        grpc: port(&otlp_grpc, config.otlp_grpc_addr),
-    };
-    let otlp_http_app = otlp_http::router(otlp_http::OtlpHttpState {
-        ctx: ctx.clone(),
-        budget: budget.clone(),
-        origins: Arc::clone(&origins),
-        ports: otlp_ports,
-    });
-    let query_state = query_api::QueryState {
-        otlp_ports,
-        store: store.clone(),
-        auth: Arc::clone(&auth),
-        stats: Arc::clone(&stats),
-        prices: Arc::new(config.prices.clone()),
-    };
-    let grpc_budget = budget.clone();
-    let api_guard = guard::ApiGuard {
-        origins,
-        auth: Arc::clone(&auth),
-        budget,
-        ports: otlp_ports,
-    };
-    let query_app = lineage_api::router(lineage_api::LineageState {
-        store: store.clone(),
-        auth: Arc::clone(&auth),
-        cpu_pool: Arc::clone(&ctx.cpu_pool),
-    })
-    .merge(assets_api::router(assets_api::AssetsState {
-        store: store.clone(),
-        auth: Arc::clone(&auth),
-    }))
-    .merge(erasure_api::router(erasure_api::ErasureState {
-        store: store.clone(),
-        auth: Arc::clone(&auth),
-        llm: Arc::clone(&ctx.llm_metrics),
-    }))
-    .merge(impact_api::router(impact_api::ImpactState {
-        store: store.clone(),
-        auth: Arc::clone(&auth),
-        policy: Arc::new(config.impact_policy.clone()),
-    }))
-    .merge(prov_api::router(prov_api::ProvState {
-        store: store.clone(),
-        auth: Arc::clone(&auth),
-    }))
-    .merge(incidents_api::router(incidents_api::IncidentsState {
-        watcher: Arc::clone(&watcher),
-        auth: Arc::clone(&auth),
-    }))
-    .merge(health_api::router(health_api::HealthState {
-        watcher: Arc::clone(&watcher),
-        auth: Arc::clone(&auth),
-    }))
-    .merge(rca_api::router(rca_api::RcaState {
-        watcher: Arc::clone(&watcher),
-        auth: Arc::clone(&auth),
-        rules: rca_rules,
-    }))
-    .merge(metrics_api::router(metrics_api::MetricsState {
-        store: store.clone(),
-        auth: Arc::clone(&auth),
-        prices: Arc::new(config.prices.clone()),
-    }))
-    .merge(prometheus::router(prometheus::PrometheusState {
-        store: store.clone(),
-        auth: Arc::clone(&auth),
-        stats: Arc::clone(&stats),
-        llm: Arc::clone(&ctx.llm_metrics),
-    }))
-    .merge(logs_api::router(query_state.clone()))
-    .merge(query_api::router(query_state))
-    .merge(jaeger_api::router(jaeger_api::JaegerState {
-        store: store.clone(),
-        auth,
-        prices: Arc::new(config.prices.clone()),
-    }))
-    .merge(ui::router())
-    // The guard reads and bounds bodies (max_body_bytes, the in-flight budget):
-    // axum's own 2 MiB default would be a second, different limit.
-    .layer(axum::middleware::from_fn_with_state(
-        api_guard,
-        guard::api_guard,
-    ))
-    .layer(axum::extract::DefaultBodyLimit::disable());
     let timeouts = listen::ConnectionTimeouts {
         header_read: config.limits.header_read_timeout,
         idle: config.limits.idle_timeout,
     };
-    let grpc = tonic::transport::Server::builder()
-        // A request (its message read, stored and answered) that takes longer is
-        // cancelled; a connection silent for the idle timeout is closed.
-        .timeout(config.limits.body_read_timeout)
-        .add_service(otlp_grpc::service::<ingest::Traces>(
-            ctx.clone(),
-            config.max_body_bytes,
-            grpc_budget.clone(),
-        ))
-        .add_service(otlp_grpc::service::<ingest::Logs>(
-            ctx,
-            config.max_body_bytes,
-            grpc_budget,
-        ))
-        .add_service(otlp_grpc::MetricsRefusal)
+    let grpc = app::otlp_grpc(&state, config.limits.body_read_timeout)
         .serve_with_incoming_shutdown(
             listen::idle_closing(otlp_grpc, config.limits.idle_timeout),
             stopped(),
         );
 
     let (a, b, c) = tokio::join!(
-        listen::serve_http(otlp_http, otlp_http_app, timeouts, false, stopped()),
-        listen::serve_http(http, query_app, timeouts, true, stopped()),
+        listen::serve_http(
+            otlp_http,
+            otlp_http_app(state.clone()),
+            timeouts,
+            false,
+            stopped()
+        ),
+        listen::serve_http(http, app(state), timeouts, true, stopped()),
         grpc,
     );
     a.map_err(|e| ServeError::Listener {

@@ -9,31 +9,21 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 use prost::Message;
-use std::sync::Arc;
 
 use threadline_ingest::{decode_export_request, ContentKind, RpcStatus};
 
-use crate::body_budget::{announced, decode_status, drain, BodyBudget, BodyRefusal};
-use crate::guard::Origins;
+use crate::body_budget::{announced, decode_status, drain, BodyRefusal};
 
-use crate::ingest::{IngestContext, IngestFailure, Logs, Signal, Traces};
+use crate::otlp_api::ingest::{IngestFailure, Logs, Signal, Traces};
+use crate::state::AppState;
 
-#[derive(Clone)]
-pub(crate) struct OtlpHttpState {
-    pub(crate) ctx: IngestContext,
-    pub(crate) budget: BodyBudget,
-    pub(crate) origins: Arc<Origins>,
-    pub(crate) ports: crate::misdirected::OtlpPorts,
-}
-
-pub(crate) fn router(state: OtlpHttpState) -> Router {
-    let ports = state.ports;
+pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route(Traces::HTTP_PATH, post(export::<Traces>))
         .route(Logs::HTTP_PATH, post(export::<Logs>))
         .route("/v1/metrics", post(export_metrics))
-        .fallback(move |headers: axum::http::HeaderMap| async move {
-            match crate::misdirected::grpc_on_http_port(&headers, ports) {
+        .fallback(|State(state): State<AppState>, headers: HeaderMap| async move {
+            match crate::misdirected::grpc_on_http_port(&headers, state.otlp_ports) {
                 Some(answer) => answer,
                 None => crate::error::ApiError::NotFound(
                     "this is Threadline's OTLP/HTTP receiver (POST /v1/traces, /v1/logs); the JSON API and the UI are on the API port (default :8080)".to_owned(),
@@ -41,7 +31,6 @@ pub(crate) fn router(state: OtlpHttpState) -> Router {
                 .into_response(),
             }
         })
-        .with_state(state)
 }
 
 /// An OTLP/HTTP failure: the status, and a `google.rpc.Status` body with the gRPC code.
@@ -88,7 +77,7 @@ async fn export_metrics(headers: HeaderMap) -> Response {
 }
 
 async fn export<S: Signal>(
-    State(state): State<OtlpHttpState>,
+    State(state): State<AppState>,
     method: axum::http::Method,
     uri: axum::http::Uri,
     mut headers: HeaderMap,
@@ -128,7 +117,7 @@ async fn export<S: Signal>(
         }
     };
     let tenant = match state
-        .ctx
+        .ingest
         .auth
         .authenticate(crate::auth::authorization(&headers))
     {
@@ -149,7 +138,7 @@ async fn export<S: Signal>(
         Err(refusal) => {
             if matches!(refusal, BodyRefusal::OverBudget { .. }) {
                 state
-                    .ctx
+                    .ingest
                     .stats
                     .requests_throttled
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -159,7 +148,7 @@ async fn export<S: Signal>(
         }
     };
     let encoding = text_header(header::CONTENT_ENCODING);
-    let ctx = state.ctx.clone();
+    let ctx = state.ingest.clone();
     let limits = state.budget.limits();
     let store = ctx.store.clone();
     let bounds = ctx.time_bounds();
@@ -189,7 +178,7 @@ async fn export<S: Signal>(
             return failure(kind, status, rpc_code_of(status), e.to_string());
         }
     };
-    let committed = S::commit(&state.ctx, ready).await;
+    let committed = S::commit(&state.ingest, ready).await;
     drop(held);
     match committed {
         Ok(response) => {

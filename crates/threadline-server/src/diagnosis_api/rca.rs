@@ -5,30 +5,20 @@
 use std::sync::Arc;
 
 use axum::extract::{Query, State};
-use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
-use threadline_analysis::{DetectorConfig, Dimension, FaultRules, Metric};
+use threadline_analysis::{DetectorConfig, Dimension, Metric};
 use threadline_diagnosis::rca::{target_of_incident, CONFIDENCE_FORMULA};
 use threadline_diagnosis::{diagnose, IncidentWatcher, RankedCause, RcaReport, RcaTarget};
 use threadline_model::TenantId;
 
-use crate::auth::Authenticator;
+use crate::diagnosis_api::incidents::{incident_json, minute_rfc3339};
 use crate::error::ApiError;
-use crate::incidents_api::{incident_json, minute_rfc3339};
+use crate::state::{AppState, Tenant};
 
-#[derive(Clone)]
-pub(crate) struct RcaState {
-    pub(crate) watcher: Arc<IncidentWatcher>,
-    pub(crate) auth: Arc<Authenticator>,
-    pub(crate) rules: Arc<FaultRules>,
-}
-
-pub(crate) fn router(state: RcaState) -> Router {
-    Router::new()
-        .route("/api/v1/rca", get(rca))
-        .with_state(state)
+pub(crate) fn router() -> Router<AppState> {
+    Router::new().route("/api/v1/rca", get(rca))
 }
 
 const USAGE: &str = "use incident=ID, or route=R (or service= / model=) with metric=M and at=T";
@@ -150,13 +140,12 @@ fn render(report: &RcaReport, cfg: &DetectorConfig) -> Value {
 }
 
 async fn rca(
-    State(state): State<RcaState>,
-    headers: HeaderMap,
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = state.auth.tenant_of(&headers)?;
     let watcher = Arc::clone(&state.watcher);
-    let rules = Arc::clone(&state.rules);
+    let rules = Arc::clone(&state.rca_rules);
     Ok(Json(
         crate::error::blocking(move || {
             let target = parse_target(&watcher, &tenant, &params)?;

@@ -34,7 +34,7 @@ use tonic::{Request, Response, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::body_budget::{BodyBudget, Reservation};
-use crate::ingest::{IngestContext, IngestFailure, Logs, Signal, Traces};
+use crate::otlp_api::ingest::{IngestContext, IngestFailure, Logs, Signal, Traces};
 
 /// One signal's export service, mounted on the gRPC listener.
 pub(crate) struct OtlpGrpcService<S> {
@@ -144,7 +144,7 @@ impl<B: Send + 'static> Service<http::Request<B>> for MetricsRefusal {
 
     fn call(&mut self, _req: http::Request<B>) -> Self::Future {
         Box::pin(async {
-            Ok(Status::unimplemented(crate::otlp_http::METRICS_NOT_SUPPORTED).into_http())
+            Ok(Status::unimplemented(crate::otlp_api::http::METRICS_NOT_SUPPORTED).into_http())
         })
     }
 }

@@ -2,7 +2,7 @@
 //! convert and encode off the async runtime, queue for the writer (refusing when full),
 //! answer only after the commit.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use threadline_ingest::{
@@ -13,15 +13,7 @@ use threadline_ingest::{
 use threadline_model::TenantId;
 use threadline_store::{ErrorKind, Store, StoreError, WriteAck};
 
-/// Counters exposed on the health endpoint (and `/metrics` later).
-#[derive(Default)]
-pub(crate) struct IngestStats {
-    pub(crate) spans_accepted: AtomicU64,
-    pub(crate) spans_rejected: AtomicU64,
-    pub(crate) logs_accepted: AtomicU64,
-    pub(crate) logs_rejected: AtomicU64,
-    pub(crate) requests_throttled: AtomicU64,
-}
+use crate::telemetry::IngestStats;
 
 /// Why an export was not stored.
 #[derive(Debug, thiserror::Error)]
@@ -59,7 +51,7 @@ pub(crate) struct ReadyBatch {
     submitted: Option<(Result<WriteAck, StoreError>, u64)>,
     tenant: TenantId,
     /// What `/metrics` counts once the batch is committed.
-    observations: Vec<crate::prometheus::LlmObservation>,
+    observations: Vec<crate::telemetry::LlmObservation>,
     response: ExportTraceServiceResponse,
     rejected: u64,
 }
@@ -149,7 +141,7 @@ impl Signal for Traces {
             (queued, converted.spans.len() as u64)
         });
         let observations =
-            crate::prometheus::LlmObservation::of_observed(&converted.spans, &observed);
+            crate::telemetry::LlmObservation::of_observed(&converted.spans, &observed);
         Ok(ReadyBatch {
             submitted,
             tenant: tenant.clone(),
@@ -238,7 +230,7 @@ pub(crate) struct IngestContext {
     /// Decode/convert/encode work runs here, off the async runtime, about one task per
     /// core: more at once would not go faster, and each thread keeps an allocator heap.
     pub(crate) cpu_pool: Arc<crate::cpu_pool::CpuPool>,
-    pub(crate) llm_metrics: Arc<crate::prometheus::LlmMetrics>,
+    pub(crate) llm_metrics: Arc<crate::telemetry::LlmMetrics>,
     /// Which record times are accepted (`[limits]`).
     pub(crate) max_future_skew: std::time::Duration,
     pub(crate) max_span_age: Option<std::time::Duration>,

@@ -5,28 +5,19 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use threadline_analysis::{DetectorConfig, Incident, BUCKET_NS};
 
-use crate::auth::Authenticator;
 use crate::error::ApiError;
-use threadline_diagnosis::IncidentWatcher;
+use crate::state::{AppState, Tenant};
 
-#[derive(Clone)]
-pub(crate) struct IncidentsState {
-    pub(crate) watcher: Arc<IncidentWatcher>,
-    pub(crate) auth: Arc<Authenticator>,
-}
-
-pub(crate) fn router(state: IncidentsState) -> Router {
+pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route("/api/v1/incidents", get(list))
         .route("/api/v1/incidents/{id}", get(one))
-        .route("/api/v1/nodes", get(crate::nodes_api::list))
-        .with_state(state)
+        .route("/api/v1/nodes", get(crate::lineage_api::nodes::list))
 }
 
 /// RFC 3339 (seconds) of a unix minute.
@@ -69,11 +60,10 @@ pub(crate) fn incident_json(i: &Incident, cfg: &DetectorConfig) -> Value {
 }
 
 async fn list(
-    State(state): State<IncidentsState>,
-    headers: HeaderMap,
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = state.auth.tenant_of(&headers)?;
     let (mut from, mut to) = (0i64, i64::MAX);
     for (key, value) in &params {
         let t = || crate::query_api::parse_time(key, value).map(|ns| ns as i64);
@@ -104,12 +94,11 @@ async fn list(
 }
 
 async fn one(
-    State(state): State<IncidentsState>,
+    State(state): State<AppState>,
     _: crate::params::NoQuery,
-    headers: HeaderMap,
+    Tenant(tenant): Tenant,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = state.auth.tenant_of(&headers)?;
     let watcher = Arc::clone(&state.watcher);
     let incident = crate::error::blocking(move || {
         watcher.catch_up(&tenant)?;

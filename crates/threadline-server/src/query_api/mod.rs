@@ -6,55 +6,45 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::{Json, Router};
 use base64::Engine;
 use serde_json::{json, Value};
-use threadline_analysis::PriceTable;
-use threadline_store::{Store, TraceCursor, TraceQuery};
+use threadline_store::{TraceCursor, TraceQuery};
 
-use crate::auth::{Authenticator, Caller};
+use crate::auth::Caller;
+use crate::dto;
 use crate::error::{blocking, ApiError};
-use crate::ingest::IngestStats;
-use crate::{dto, trace_view};
+use crate::state::{AppState, CallerOf, Tenant};
 
-#[derive(Clone)]
-pub(crate) struct QueryState {
-    pub(crate) otlp_ports: crate::misdirected::OtlpPorts,
-    pub(crate) store: Store,
-    pub(crate) auth: Arc<Authenticator>,
-    pub(crate) stats: Arc<IngestStats>,
-    pub(crate) prices: Arc<PriceTable>,
-}
+pub(crate) mod logs;
+mod service_map;
+mod sessions;
+pub(crate) mod trace_stream;
+pub(crate) mod trace_view;
 
-pub(crate) fn router(state: QueryState) -> Router {
+pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route("/api/v1/traces", get(search_traces))
         .route("/api/v1/traces/{trace_id}", get(get_trace))
         .route("/api/v1/traces/{trace_id}/skeleton", get(get_skeleton))
         .route("/api/v1/traces/{trace_id}/spans/{span_id}", get(get_span))
-        .route("/api/v1/sessions", get(crate::sessions_api::list))
-        .route(
-            "/api/v1/sessions/{session_id}",
-            get(crate::sessions_api::one),
-        )
+        .route("/api/v1/sessions", get(sessions::list))
+        .route("/api/v1/sessions/{session_id}", get(sessions::one))
         .route("/api/v1/services", get(list_services))
-        .route("/api/v1/service-map", get(crate::service_map_api::get))
+        .route("/api/v1/service-map", get(service_map::get))
         .route("/api/v1/health", get(health))
-        .fallback(|| async { ApiError::NotFound("no such endpoint".to_owned()) })
-        .with_state(state)
+        .merge(logs::router())
 }
 
 async fn get_trace(
-    State(state): State<QueryState>,
+    State(state): State<AppState>,
     _: crate::params::NoQuery,
-    headers: HeaderMap,
+    Tenant(tenant): Tenant,
     Path(raw_id): Path<String>,
 ) -> Result<axum::response::Response, ApiError> {
-    let tenant = state.auth.tenant_of(&headers)?;
     let trace_id = crate::error::parse_trace_id(&raw_id)?;
-    Ok(crate::trace_stream::trace_response(
+    Ok(crate::query_api::trace_stream::trace_response(
         state.store.clone(),
         tenant,
         trace_id,
@@ -65,12 +55,11 @@ async fn get_trace(
 
 /// Every span of a trace in compact columns (see `trace_view`), or 404.
 async fn get_skeleton(
-    State(state): State<QueryState>,
+    State(state): State<AppState>,
     _: crate::params::NoQuery,
-    headers: HeaderMap,
+    Tenant(tenant): Tenant,
     Path(raw_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = state.auth.tenant_of(&headers)?;
     let trace_id = crate::error::parse_trace_id(&raw_id)?;
     let store = state.store.clone();
     let prices = Arc::clone(&state.prices);
@@ -87,12 +76,11 @@ async fn get_skeleton(
 
 /// One span whole, with its logs and conversation, or 404.
 async fn get_span(
-    State(state): State<QueryState>,
+    State(state): State<AppState>,
     _: crate::params::NoQuery,
-    headers: HeaderMap,
+    Tenant(tenant): Tenant,
     Path((raw_trace, raw_span)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = state.auth.tenant_of(&headers)?;
     let trace_id = crate::error::parse_trace_id(&raw_trace)?;
     let span_id: threadline_model::SpanId = raw_span
         .parse()
@@ -114,11 +102,10 @@ async fn get_span(
 }
 
 async fn search_traces(
-    State(state): State<QueryState>,
-    headers: HeaderMap,
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = state.auth.tenant_of(&headers)?;
     let query = parse_search(&params)?;
     let store = state.store.clone();
     let page = blocking(move || Ok(store.search(&tenant, &query)?)).await?;
@@ -129,11 +116,10 @@ async fn search_traces(
 }
 
 async fn list_services(
-    State(state): State<QueryState>,
+    State(state): State<AppState>,
     _: crate::params::NoQuery,
-    headers: HeaderMap,
+    Tenant(tenant): Tenant,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = state.auth.tenant_of(&headers)?;
     let store = state.store.clone();
     let services = blocking(move || Ok(store.services(&tenant)?)).await?;
     Ok(Json(json!({
@@ -146,11 +132,10 @@ async fn list_services(
 /// totals: every tenant's volume) only for an operator key or on a server without
 /// tenant keys. A tenant's key learns its tenant's name.
 async fn health(
-    State(state): State<QueryState>,
+    State(state): State<AppState>,
     _: crate::params::NoQuery,
-    headers: HeaderMap,
+    CallerOf(caller): CallerOf,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = state.auth.caller_of(&headers)?;
     let store = state.store.clone();
     let store_ok = blocking(move || Ok(store.ping().is_ok())).await?;
     let mut body = json!({
@@ -177,11 +162,11 @@ async fn health(
             "commit_seconds_total": writer.commit_nanos_total as f64 / 1e9,
             "text_index_backlog_blocks": text_backlog });
         body["ingest"] = json!({
-            "spans_accepted": state.stats.spans_accepted.load(Ordering::Relaxed),
-            "spans_rejected": state.stats.spans_rejected.load(Ordering::Relaxed),
-            "logs_accepted": state.stats.logs_accepted.load(Ordering::Relaxed),
-            "logs_rejected": state.stats.logs_rejected.load(Ordering::Relaxed),
-            "requests_throttled": state.stats.requests_throttled.load(Ordering::Relaxed),
+            "spans_accepted": state.stats().spans_accepted.load(Ordering::Relaxed),
+            "spans_rejected": state.stats().spans_rejected.load(Ordering::Relaxed),
+            "logs_accepted": state.stats().logs_accepted.load(Ordering::Relaxed),
+            "logs_rejected": state.stats().logs_rejected.load(Ordering::Relaxed),
+            "requests_throttled": state.stats().requests_throttled.load(Ordering::Relaxed),
         });
     }
     Ok(Json(body))

@@ -3,23 +3,22 @@
 //! error rate and latency quantiles (see `threadline_diagnosis::service_map`).
 
 use axum::extract::{Query, State};
-use axum::http::HeaderMap;
 use axum::Json;
 use serde_json::{json, Value};
 use threadline_diagnosis::service_map::service_map;
 
 use crate::error::{blocking, ApiError};
-use crate::query_api::{now_ns, parse_since, parse_time, QueryState};
+use crate::query_api::{now_ns, parse_since, parse_time};
+use crate::state::{AppState, Tenant};
 
 /// The range when none is given: the last hour.
 const DEFAULT_RANGE_NS: i64 = 3_600_000_000_000;
 
 pub(crate) async fn get(
-    State(state): State<QueryState>,
-    headers: HeaderMap,
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = state.auth.tenant_of(&headers)?;
     let (mut from, mut to) = (None, None);
     for (key, value) in &params {
         match key.as_str() {

@@ -2,29 +2,19 @@
 //! `PUT /api/v1/assets/{collection}/{id}` (one entry), and `GET` of both to read
 //! registered entries back with their revision. Scoped to the caller's tenant.
 
-use std::sync::Arc;
-
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use threadline_lineage::registry::{self, COLLECTIONS};
 use threadline_model::{AssetOutcome, NodeId, TenantId};
-use threadline_store::Store;
 
-use crate::auth::Authenticator;
 use crate::dto;
 use crate::error::ApiError;
+use crate::state::{AppState, Tenant};
 
-#[derive(Clone)]
-pub(crate) struct AssetsState {
-    pub(crate) store: Store,
-    pub(crate) auth: Arc<Authenticator>,
-}
-
-pub(crate) fn router(state: AssetsState) -> Router {
+pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route("/api/v1/assets", axum::routing::put(register_manifest))
         .route("/api/v1/assets/{collection}", get(list_assets))
@@ -32,7 +22,6 @@ pub(crate) fn router(state: AssetsState) -> Router {
             "/api/v1/assets/{collection}/{*id}",
             get(get_asset).put(register_one),
         )
-        .with_state(state)
 }
 
 fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
@@ -41,7 +30,7 @@ fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
 }
 
 async fn register(
-    state: &AssetsState,
+    state: &AppState,
     tenant: &TenantId,
     manifest: Value,
 ) -> Result<Json<Value>, ApiError> {
@@ -92,12 +81,11 @@ async fn register(
 /// `PUT /api/v1/assets`: a manifest (`models`, `model_versions`, `adapters`,
 /// `prompt_templates`, `deployments`).
 async fn register_manifest(
-    State(state): State<AssetsState>,
+    State(state): State<AppState>,
     _: crate::params::NoQuery,
-    headers: HeaderMap,
+    Tenant(tenant): Tenant,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = state.auth.tenant_of(&headers)?;
     register(&state, &tenant, parse_json(&body)?).await
 }
 
@@ -113,13 +101,12 @@ fn check_collection(collection: &str) -> Result<(), ApiError> {
 
 /// `PUT /api/v1/assets/{collection}/{id}`: one entry; its `id` may be left out.
 async fn register_one(
-    State(state): State<AssetsState>,
+    State(state): State<AppState>,
     _: crate::params::NoQuery,
-    headers: HeaderMap,
+    Tenant(tenant): Tenant,
     Path((collection, id)): Path<(String, String)>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = state.auth.tenant_of(&headers)?;
     check_collection(&collection)?;
     let mut entry = parse_json(&body)?;
     let obj = entry
@@ -146,12 +133,11 @@ fn asset_json(node: &threadline_model::LineageNode) -> Value {
 }
 
 async fn list_assets(
-    State(state): State<AssetsState>,
+    State(state): State<AppState>,
     _: crate::params::NoQuery,
-    headers: HeaderMap,
+    Tenant(tenant): Tenant,
     Path(collection): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = state.auth.tenant_of(&headers)?;
     check_collection(&collection)?;
     let kind = registry::collection_kind(&collection).expect("checked");
     let store = state.store.clone();
@@ -168,12 +154,11 @@ async fn list_assets(
 }
 
 async fn get_asset(
-    State(state): State<AssetsState>,
+    State(state): State<AppState>,
     _: crate::params::NoQuery,
-    headers: HeaderMap,
+    Tenant(tenant): Tenant,
     Path((collection, id)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = state.auth.tenant_of(&headers)?;
     check_collection(&collection)?;
     let kind = registry::collection_kind(&collection).expect("checked");
     let node_id = NodeId::new(kind, id.clone());

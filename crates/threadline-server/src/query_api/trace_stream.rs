@@ -16,7 +16,7 @@ use threadline_store::{SkeletonSpan, SpanReader, Store};
 
 use crate::dto;
 use crate::error::ApiError;
-use crate::trace_view::Tree;
+use crate::query_api::trace_view::Tree;
 use threadline_model::trace_tree;
 
 /// Output buffered before it is handed to the connection.

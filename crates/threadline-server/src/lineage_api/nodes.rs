@@ -6,14 +6,14 @@
 use std::sync::Arc;
 
 use axum::extract::{Query, State};
-use axum::http::HeaderMap;
 use axum::Json;
 use serde_json::{json, Value};
 use threadline_analysis::{Incident, BUCKET_NS};
 use threadline_model::{LineageNode, NodeKind};
 
 use crate::error::ApiError;
-use crate::incidents_api::IncidentsState;
+
+use crate::state::{AppState, Tenant};
 
 const DEFAULT_LIMIT: usize = 100;
 const MAX_LIMIT: usize = 1000;
@@ -54,11 +54,10 @@ fn badges(node: &LineageNode, incidents: &[Incident]) -> Vec<Value> {
 }
 
 pub(crate) async fn list(
-    State(state): State<IncidentsState>,
-    headers: HeaderMap,
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = state.auth.tenant_of(&headers)?;
     let (mut kind, mut text, mut limit) = (None, None, DEFAULT_LIMIT);
     for (key, value) in &params {
         match key.as_str() {

@@ -2,11 +2,9 @@
 //! as Marquez does), graph walks from any node, and the Marquez-compatible lineage
 //! graph. Every call is scoped to the tenant of the caller's API key.
 
-use std::sync::Arc;
-
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -15,26 +13,25 @@ use threadline_diagnosis::trace_lineage::{trace_lineage, TraceFacts, TraceLineag
 use threadline_model::{Direction, EdgeKind, NodeId, NodeKind, TenantId};
 use threadline_store::{Store, WalkLimits};
 
-use crate::auth::Authenticator;
 use crate::dto;
 use crate::error::{blocking, ApiError};
+use crate::state::{AppState, Tenant};
 
-#[derive(Clone)]
-pub(crate) struct LineageState {
-    pub(crate) store: Store,
-    pub(crate) auth: Arc<Authenticator>,
-    /// Large events are parsed where span decoding runs, below the
-    /// writer's priority.
-    pub(crate) cpu_pool: Arc<crate::cpu_pool::CpuPool>,
-}
+mod assets;
+mod impact;
+pub(crate) mod marquez;
+pub(crate) mod nodes;
+mod prov;
 
-pub(crate) fn router(state: LineageState) -> Router {
+pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route("/api/v1/lineage", post(ingest_event).get(marquez_lineage))
         .route("/api/v1/lineage/{*node_id}", get(node_lineage))
         .route("/api/v1/traces/{trace_id}/lineage", get(trace_chain))
         .route("/api/v1/column-lineage", get(column_lineage))
-        .with_state(state)
+        .merge(assets::router())
+        .merge(impact::router())
+        .merge(prov::router())
 }
 
 /// Events up to this size are parsed on the async worker that received them, larger
@@ -48,12 +45,11 @@ const INLINE_PARSE_MAX_BYTES: usize = 16 * 1024;
 /// guard checked the media type and inflated the body). 201 with
 /// `{"status": "stored" | "duplicate", "warnings": [...]}`.
 async fn ingest_event(
-    State(state): State<LineageState>,
+    State(state): State<AppState>,
     _: crate::params::NoQuery,
-    headers: HeaderMap,
+    Tenant(tenant): Tenant,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let tenant = state.auth.tenant_of(&headers)?;
     let inline = body.len() <= INLINE_PARSE_MAX_BYTES;
     // Parsing and queueing (which serializes the change) are CPU work: a large event
     // runs on the ingest pool, not on the async runtime.
@@ -69,6 +65,7 @@ async fn ingest_event(
         parse()?
     } else {
         state
+            .ingest
             .cpu_pool
             .run(parse)
             .await
@@ -128,12 +125,11 @@ pub(crate) fn resolve_one(
 
 /// `GET /api/v1/lineage/{node_id}?direction=upstream|downstream|both&depth=N&kinds=a,b`
 async fn node_lineage(
-    State(state): State<LineageState>,
-    headers: HeaderMap,
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
     Path(node): Path<String>,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = state.auth.tenant_of(&headers)?;
     let mut limits = WalkLimits {
         direction: Direction::Both,
         depth: DEFAULT_DEPTH,
@@ -227,11 +223,10 @@ fn marquez_params(
 
 /// Marquez's `GET /api/v1/lineage?nodeId=dataset:NS:NAME|job:NS:NAME&depth=N`.
 async fn marquez_lineage(
-    State(state): State<LineageState>,
-    headers: HeaderMap,
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = state.auth.tenant_of(&headers)?;
     let (node_id, depth) = marquez_params(&params, 20, "dataset:NS:NAME or job:NS:NAME")?;
     let start: NodeId = node_id
         .parse()
@@ -243,7 +238,7 @@ async fn marquez_lineage(
     }
     let store = state.store.clone();
     let graph = blocking(move || {
-        crate::marquez::lineage(&store, &tenant, &start, depth)?
+        crate::lineage_api::marquez::lineage(&store, &tenant, &start, depth)?
             .ok_or_else(|| ApiError::NotFound(format!("no lineage node {node_id:?}")))
     })
     .await?;
@@ -252,12 +247,11 @@ async fn marquez_lineage(
 
 /// `GET /api/v1/traces/{trace_id}/lineage`: the chain behind one request.
 async fn trace_chain(
-    State(state): State<LineageState>,
+    State(state): State<AppState>,
     _: crate::params::NoQuery,
-    headers: HeaderMap,
+    Tenant(tenant): Tenant,
     Path(raw_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = state.auth.tenant_of(&headers)?;
     let trace_id = crate::error::parse_trace_id(&raw_id)?;
     let store = state.store.clone();
     blocking(move || {
@@ -293,11 +287,10 @@ fn trace_lineage_json(lineage: &TraceLineage) -> Value {
 
 /// `GET /api/v1/column-lineage?nodeId=dataset:NS:NAME|datasetField:NS:NAME:FIELD&depth=N`
 async fn column_lineage(
-    State(state): State<LineageState>,
-    headers: HeaderMap,
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = state.auth.tenant_of(&headers)?;
     let (node_id, depth) =
         marquez_params(&params, 10, "dataset:NS:NAME or datasetField:NS:NAME:FIELD")?;
     let (dataset, field) = match node_id.strip_prefix("datasetField:") {
@@ -323,9 +316,15 @@ async fn column_lineage(
     };
     let store = state.store.clone();
     blocking(move || {
-        crate::marquez::column_lineage(&store, &tenant, &dataset, field.as_deref(), depth)?
-            .map(Json)
-            .ok_or_else(|| ApiError::NotFound(format!("no dataset {node_id:?}")))
+        crate::lineage_api::marquez::column_lineage(
+            &store,
+            &tenant,
+            &dataset,
+            field.as_deref(),
+            depth,
+        )?
+        .map(Json)
+        .ok_or_else(|| ApiError::NotFound(format!("no dataset {node_id:?}")))
     })
     .await
 }

@@ -3,7 +3,6 @@
 //! caller's tenant like every read.
 
 use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
@@ -11,15 +10,13 @@ use threadline_model::{severity_from_name, severity_name, LogRecord, SpanId};
 use threadline_store::{LogCursor, LogQuery};
 
 use crate::error::{blocking, ApiError};
-use crate::query_api::{
-    encode_page_cursor, invalid_cursor, page_cursor_fields, parse_time, QueryState,
-};
+use crate::query_api::{encode_page_cursor, invalid_cursor, page_cursor_fields, parse_time};
+use crate::state::{AppState, Tenant};
 
-pub(crate) fn router(state: QueryState) -> Router {
+pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route("/api/v1/logs", get(search_logs))
         .route("/api/v1/traces/{trace_id}/logs", get(trace_logs))
-        .with_state(state)
 }
 
 /// One record as the API shows it.
@@ -109,11 +106,10 @@ fn decode_cursor(value: &str) -> Result<LogCursor, ApiError> {
 }
 
 async fn search_logs(
-    State(state): State<QueryState>,
-    headers: HeaderMap,
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = state.auth.tenant_of(&headers)?;
     let query = parse(&params)?;
     let store = state.store.clone();
     let page = blocking(move || Ok(store.search_logs(&tenant, &query)?)).await?;
@@ -124,12 +120,11 @@ async fn search_logs(
 }
 
 async fn trace_logs(
-    State(state): State<QueryState>,
+    State(state): State<AppState>,
     _: crate::params::NoQuery,
-    headers: HeaderMap,
+    Tenant(tenant): Tenant,
     Path(raw_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = state.auth.tenant_of(&headers)?;
     let trace_id = crate::error::parse_trace_id(&raw_id)?;
     let store = state.store.clone();
     let logs = blocking(move || Ok(store.logs_of(&tenant, trace_id, None)?)).await?;

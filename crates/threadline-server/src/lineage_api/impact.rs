@@ -6,29 +6,18 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
-use threadline_lineage::impact::ImpactPolicy;
 use threadline_model::{Direction, NodeKind};
-use threadline_store::{Store, WalkLimits};
+use threadline_store::WalkLimits;
 
-use crate::auth::Authenticator;
 use crate::error::ApiError;
 use crate::lineage_api::resolve_one;
+use crate::state::{AppState, Tenant};
 
-#[derive(Clone)]
-pub(crate) struct ImpactState {
-    pub(crate) store: Store,
-    pub(crate) auth: Arc<Authenticator>,
-    pub(crate) policy: Arc<ImpactPolicy>,
-}
-
-pub(crate) fn router(state: ImpactState) -> Router {
-    Router::new()
-        .route("/api/v1/impact/{*node_id}", get(impact))
-        .with_state(state)
+pub(crate) fn router() -> Router<AppState> {
+    Router::new().route("/api/v1/impact/{*node_id}", get(impact))
 }
 
 /// Hops followed downstream; the closure stops there or at `MAX_NODES`.
@@ -38,12 +27,11 @@ const MAX_NODES: usize = 10_000;
 const DEFAULT_WINDOW_NS: i64 = 7 * 24 * 3600 * 1_000_000_000;
 
 async fn impact(
-    State(state): State<ImpactState>,
-    headers: HeaderMap,
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
     Path(node): Path<String>,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = state.auth.tenant_of(&headers)?;
     let now = crate::query_api::now_ns();
     let mut since = now - DEFAULT_WINDOW_NS;
     for (key, value) in &params {
@@ -57,7 +45,7 @@ async fn impact(
         }
     }
     let store = state.store.clone();
-    let policy = Arc::clone(&state.policy);
+    let policy = Arc::clone(&state.impact_policy);
     let node = node.trim_start_matches('/').to_owned();
     crate::error::blocking(move || {
         let root = resolve_one(&store, &tenant, &node)?;

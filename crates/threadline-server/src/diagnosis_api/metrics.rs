@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Query, State};
-use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
@@ -16,20 +15,11 @@ use threadline_analysis::{group_cells, Dimension, Level, Metric, BUCKET_NS};
 use threadline_model::TenantId;
 use threadline_store::Store;
 
-use crate::auth::Authenticator;
 use crate::error::ApiError;
+use crate::state::{AppState, Tenant};
 
-#[derive(Clone)]
-pub(crate) struct MetricsState {
-    pub(crate) store: Store,
-    pub(crate) auth: Arc<Authenticator>,
-    pub(crate) prices: Arc<threadline_analysis::PriceTable>,
-}
-
-pub(crate) fn router(state: MetricsState) -> Router {
-    Router::new()
-        .route("/api/v1/metrics", get(metrics))
-        .with_state(state)
+pub(crate) fn router() -> Router<AppState> {
+    Router::new().route("/api/v1/metrics", get(metrics))
 }
 
 /// Points one answer may hold per series.
@@ -212,11 +202,10 @@ pub(crate) fn run(
 }
 
 async fn metrics(
-    State(state): State<MetricsState>,
-    headers: HeaderMap,
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = state.auth.tenant_of(&headers)?;
     let query = MetricsQuery::parse(&params)?;
     let store = state.store.clone();
     let prices = Arc::clone(&state.prices);

@@ -4,27 +4,17 @@
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use threadline_diagnosis::health::{node_health as health_of, NodeHealth};
-use threadline_diagnosis::IncidentWatcher;
 
-use crate::auth::Authenticator;
 use crate::error::ApiError;
 use crate::lineage_api::resolve_one;
+use crate::state::{AppState, Tenant};
 
-#[derive(Clone)]
-pub(crate) struct HealthState {
-    pub(crate) watcher: Arc<IncidentWatcher>,
-    pub(crate) auth: Arc<Authenticator>,
-}
-
-pub(crate) fn router(state: HealthState) -> Router {
-    Router::new()
-        .route("/api/v1/node-health/{*node_id}", get(node_health))
-        .with_state(state)
+pub(crate) fn router() -> Router<AppState> {
+    Router::new().route("/api/v1/node-health/{*node_id}", get(node_health))
 }
 
 fn render(health: &NodeHealth) -> Value {
@@ -37,12 +27,11 @@ fn render(health: &NodeHealth) -> Value {
 }
 
 async fn node_health(
-    State(state): State<HealthState>,
+    State(state): State<AppState>,
     _: crate::params::NoQuery,
-    headers: HeaderMap,
+    Tenant(tenant): Tenant,
     Path(node): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = state.auth.tenant_of(&headers)?;
     let watcher = Arc::clone(&state.watcher);
     let node = node.trim_start_matches('/').to_owned();
     Ok(Json(

@@ -3,10 +3,8 @@
 //! around it; with `root=request:TRACE_ID`, the request as an Activity with its
 //! response, and the chain behind it.
 
-use std::sync::Arc;
-
 use axum::extract::{Query, State};
-use axum::http::{header, HeaderMap};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -15,30 +13,21 @@ use threadline_lineage::prov::{self, ProvFormat, ProvRequest};
 use threadline_model::{Direction, NodeId, NodeKind, TenantId};
 use threadline_store::{Store, WalkLimits};
 
-use crate::auth::Authenticator;
 use crate::error::ApiError;
+use crate::state::{AppState, Tenant};
 
-#[derive(Clone)]
-pub(crate) struct ProvState {
-    pub(crate) store: Store,
-    pub(crate) auth: Arc<Authenticator>,
-}
-
-pub(crate) fn router(state: ProvState) -> Router {
-    Router::new()
-        .route("/api/v1/prov", get(export))
-        .with_state(state)
+pub(crate) fn router() -> Router<AppState> {
+    Router::new().route("/api/v1/prov", get(export))
 }
 
 /// Largest whole-graph export; bigger graphs need a `root`.
 const MAX_EXPORT_NODES: usize = 200_000;
 
 async fn export(
-    State(state): State<ProvState>,
-    headers: HeaderMap,
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Response, ApiError> {
-    let tenant: TenantId = state.auth.tenant_of(&headers)?;
     let mut format = ProvFormat::Turtle;
     let mut root = None;
     let mut depth = 3;

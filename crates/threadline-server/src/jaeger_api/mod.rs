@@ -7,31 +7,24 @@
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use threadline_analysis::PriceTable;
 use threadline_model::{SpanKind, SpanRecord, TenantId};
-use threadline_store::Store;
 
-use crate::auth::Authenticator;
 use crate::error::{blocking, ApiError};
-use crate::jaeger_model as model;
-use crate::jaeger_params::{
-    epoch_to_nanos, parse_jaeger_trace_id, parse_v1_search, parse_v3_search,
-};
+
+use self::params::{epoch_to_nanos, parse_jaeger_trace_id, parse_v1_search, parse_v3_search};
 use crate::params::only;
+use crate::state::{AppState, Tenant};
 
-#[derive(Clone)]
-pub(crate) struct JaegerState {
-    pub(crate) store: Store,
-    pub(crate) auth: Arc<Authenticator>,
-    pub(crate) prices: Arc<PriceTable>,
-}
+mod model;
+mod params;
 
-pub(crate) fn router(state: JaegerState) -> Router {
+pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route("/jaeger/api/services", get(v1_services))
         .route(
@@ -47,7 +40,6 @@ pub(crate) fn router(state: JaegerState) -> Router {
         .route("/jaeger/api/v3/traces", get(v3_find_traces))
         .route("/jaeger/api/v3/traces/{trace_id}", get(v3_get_trace))
         .route("/jaeger/api/v3/trace-summaries", get(v3_trace_summaries))
-        .with_state(state)
 }
 
 /// An error in the shape of the API version that raised it.
@@ -102,12 +94,12 @@ fn v3<T>(r: Result<T, ApiError>) -> Result<T, JaegerError> {
 }
 
 async fn v1_services(
-    State(st): State<JaegerState>,
-    headers: HeaderMap,
+    State(st): State<AppState>,
+    tenant: Result<Tenant, ApiError>,
     Query(params): Query<Vec<(String, String)>>,
 ) -> V1 {
     v1(only(&params, &[]))?;
-    let tenant = v1(st.auth.tenant_of(&headers))?;
+    let tenant = v1(tenant.map(|Tenant(t)| t))?;
     let store = st.store.clone();
     let names: Vec<String> = v1(blocking(move || Ok(store.services(&tenant)?)).await)?
         .into_iter()
@@ -118,7 +110,7 @@ async fn v1_services(
 }
 
 async fn operations_of(
-    st: &JaegerState,
+    st: &AppState,
     tenant: TenantId,
     service: Option<String>,
     kind: Option<String>,
@@ -138,13 +130,13 @@ async fn operations_of(
 }
 
 async fn v1_service_operations(
-    State(st): State<JaegerState>,
-    headers: HeaderMap,
+    State(st): State<AppState>,
+    tenant: Result<Tenant, ApiError>,
     Path(service): Path<String>,
     Query(params): Query<Vec<(String, String)>>,
 ) -> V1 {
     v1(only(&params, &[]))?;
-    let tenant = v1(st.auth.tenant_of(&headers))?;
+    let tenant = v1(tenant.map(|Tenant(t)| t))?;
     let mut names: Vec<String> = v1(operations_of(&st, tenant, Some(service), None).await)?
         .into_iter()
         .map(|(n, _)| n)
@@ -163,12 +155,12 @@ fn param<'a>(params: &'a [(String, String)], names: &[&str]) -> Option<&'a str> 
 }
 
 async fn v1_operations(
-    State(st): State<JaegerState>,
-    headers: HeaderMap,
+    State(st): State<AppState>,
+    tenant: Result<Tenant, ApiError>,
     Query(params): Query<Vec<(String, String)>>,
 ) -> V1 {
     v1(only(&params, &["service", "spanKind"]))?;
-    let tenant = v1(st.auth.tenant_of(&headers))?;
+    let tenant = v1(tenant.map(|Tenant(t)| t))?;
     let service = param(&params, &["service"]).map(str::to_owned);
     let kind = param(&params, &["spanKind"]).map(str::to_owned);
     let ops = v1(operations_of(&st, tenant, service, kind).await)?;
@@ -189,11 +181,11 @@ fn kind_name(k: SpanKind) -> &'static str {
 }
 
 async fn v1_find_traces(
-    State(st): State<JaegerState>,
-    headers: HeaderMap,
+    State(st): State<AppState>,
+    tenant: Result<Tenant, ApiError>,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Response, JaegerError> {
-    let tenant = v1(st.auth.tenant_of(&headers))?;
+    let tenant = v1(tenant.map(|Tenant(t)| t))?;
     let query = v1(parse_v1_search(&params))?;
     // `traceID=A&traceID=B` asks for exactly those traces (Jaeger's UI compares traces
     // this way); the search filters do not apply then.
@@ -216,7 +208,7 @@ async fn v1_find_traces(
     let (store, prices) = (st.store.clone(), Arc::clone(&st.prices));
     // Each trace is written span by span, opened when its turn comes.
     Ok(
-        crate::trace_stream::streamed("Jaeger search response", move |out| {
+        crate::query_api::trace_stream::streamed("Jaeger search response", move |out| {
             out.write(br#"{"data":["#)?;
             let mut written = 0usize;
             for trace_id in trace_ids {
@@ -239,12 +231,12 @@ async fn v1_find_traces(
 
 /// One trace in Jaeger's v1 UI model (its spans, then `processes`), written span by span.
 fn write_v1_trace(
-    out: &mut crate::trace_stream::ChunkWriter,
+    out: &mut crate::query_api::trace_stream::ChunkWriter,
     trace_id: threadline_model::TraceId,
     spans: &[threadline_store::SkeletonSpan],
     mut reader: threadline_store::SpanReader,
     prices: &PriceTable,
-) -> Result<(), crate::trace_stream::WriteStop> {
+) -> Result<(), crate::query_api::trace_stream::WriteStop> {
     out.write(format!(r#"{{"traceID":"{}","spans":["#, model::trace_id(&trace_id)).as_bytes())?;
     let mut processes = model::Processes::default();
     for (i, skeleton) in spans.iter().enumerate() {
@@ -262,13 +254,13 @@ fn write_v1_trace(
 }
 
 async fn v1_get_trace(
-    State(st): State<JaegerState>,
-    headers: HeaderMap,
+    State(st): State<AppState>,
+    tenant: Result<Tenant, ApiError>,
     Path(raw): Path<String>,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Response, JaegerError> {
     v1(only(&params, &["start", "end"]))?;
-    let tenant = v1(st.auth.tenant_of(&headers))?;
+    let tenant = v1(tenant.map(|Tenant(t)| t))?;
     // `start` / `end` (µs or ms) narrow Jaeger's own lookup; the trace is found by id.
     for (k, v) in &params {
         if matches!(k.as_str(), "start" | "end") && !v.is_empty() {
@@ -277,11 +269,11 @@ async fn v1_get_trace(
     }
     let trace_id = v1(parse_jaeger_trace_id(&raw))?;
     let (spans, reader) =
-        v1(crate::trace_stream::open_trace(st.store.clone(), tenant, trace_id).await)?;
+        v1(crate::query_api::trace_stream::open_trace(st.store.clone(), tenant, trace_id).await)?;
     let prices = Arc::clone(&st.prices);
     // `model::v1_envelope` around one trace, written span by span.
     Ok(
-        crate::trace_stream::streamed("Jaeger trace response", move |out| {
+        crate::query_api::trace_stream::streamed("Jaeger trace response", move |out| {
             out.write(br#"{"data":["#)?;
             write_v1_trace(out, trace_id, &spans, reader, &prices)?;
             out.write(br#"],"total":1,"limit":0,"offset":0,"errors":null}"#)
@@ -291,12 +283,12 @@ async fn v1_get_trace(
 }
 
 async fn v1_dependencies(
-    State(st): State<JaegerState>,
-    headers: HeaderMap,
+    State(st): State<AppState>,
+    tenant: Result<Tenant, ApiError>,
     Query(params): Query<Vec<(String, String)>>,
 ) -> V1 {
     v1(only(&params, &["endTs", "lookback"]))?;
-    let tenant = v1(st.auth.tenant_of(&headers))?;
+    let tenant = v1(tenant.map(|Tenant(t)| t))?;
     let now_ms = (crate::query_api::now_ns() / 1_000_000) as u64;
     let mut end_ms = now_ms;
     let mut lookback_ms = 24 * 3600 * 1000;
@@ -333,12 +325,12 @@ async fn v1_dependencies(
 }
 
 async fn v3_services(
-    State(st): State<JaegerState>,
-    headers: HeaderMap,
+    State(st): State<AppState>,
+    tenant: Result<Tenant, ApiError>,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Json<Value>, JaegerError> {
     v3(only(&params, &[]))?;
-    let tenant = v3(st.auth.tenant_of(&headers))?;
+    let tenant = v3(tenant.map(|Tenant(t)| t))?;
     let store = st.store.clone();
     let names: Vec<String> = v3(blocking(move || Ok(store.services(&tenant)?)).await)?
         .into_iter()
@@ -348,12 +340,12 @@ async fn v3_services(
 }
 
 async fn v3_operations(
-    State(st): State<JaegerState>,
-    headers: HeaderMap,
+    State(st): State<AppState>,
+    tenant: Result<Tenant, ApiError>,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Json<Value>, JaegerError> {
     v3(only(&params, &["service", "span_kind", "spanKind"]))?;
-    let tenant = v3(st.auth.tenant_of(&headers))?;
+    let tenant = v3(tenant.map(|Tenant(t)| t))?;
     let service = param(&params, &["service"]).map(str::to_owned);
     let kind = param(&params, &["span_kind", "spanKind"]).map(str::to_owned);
     let ops = v3(operations_of(&st, tenant, service, kind).await)?;
@@ -371,11 +363,11 @@ const OTLP_GROUP_SPANS: usize = 1000;
 /// consecutive spans of the same resource and scope share an entry (of at most
 /// `OTLP_GROUP_SPANS`). `written` counts entries across traces, for the commas.
 fn write_otlp_trace(
-    out: &mut crate::trace_stream::ChunkWriter,
+    out: &mut crate::query_api::trace_stream::ChunkWriter,
     spans: &[threadline_store::SkeletonSpan],
     mut reader: threadline_store::SpanReader,
     written: &mut usize,
-) -> Result<(), crate::trace_stream::WriteStop> {
+) -> Result<(), crate::query_api::trace_stream::WriteStop> {
     let mut group: Vec<SpanRecord> = Vec::new();
     for skeleton in spans {
         let span = reader.span(skeleton)?;
@@ -391,10 +383,10 @@ fn write_otlp_trace(
 }
 
 fn write_otlp_group(
-    out: &mut crate::trace_stream::ChunkWriter,
+    out: &mut crate::query_api::trace_stream::ChunkWriter,
     group: &mut Vec<SpanRecord>,
     written: &mut usize,
-) -> Result<(), crate::trace_stream::WriteStop> {
+) -> Result<(), crate::query_api::trace_stream::WriteStop> {
     if let Value::Array(entries) = model::otlp_json(group) {
         for entry in entries {
             if *written > 0 {
@@ -410,11 +402,11 @@ fn write_otlp_group(
 
 /// The page of traces a v3 search names (`query.…` parameters).
 async fn v3_search(
-    st: &JaegerState,
-    headers: &HeaderMap,
+    st: &AppState,
+    tenant: Result<Tenant, ApiError>,
     params: &[(String, String)],
 ) -> Result<(TenantId, threadline_store::TracePage), JaegerError> {
-    let tenant = v3(st.auth.tenant_of(headers))?;
+    let tenant = v3(tenant.map(|Tenant(t)| t))?;
     let query = v3(parse_v3_search(params))?;
     let store = st.store.clone();
     let search_tenant = tenant.clone();
@@ -424,14 +416,14 @@ async fn v3_search(
 
 /// Every span of the found traces, as OTLP JSON, each trace written span by span.
 async fn v3_find_traces(
-    State(st): State<JaegerState>,
-    headers: HeaderMap,
+    State(st): State<AppState>,
+    tenant: Result<Tenant, ApiError>,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Response, JaegerError> {
-    let (tenant, page) = v3_search(&st, &headers, &params).await?;
+    let (tenant, page) = v3_search(&st, tenant, &params).await?;
     let store = st.store.clone();
     Ok(
-        crate::trace_stream::streamed("Jaeger v3 search response", move |out| {
+        crate::query_api::trace_stream::streamed("Jaeger v3 search response", move |out| {
             out.write(br#"{"result":{"resourceSpans":["#)?;
             let mut written = 0;
             for summary in &page.traces {
@@ -446,8 +438,8 @@ async fn v3_find_traces(
 }
 
 async fn v3_get_trace(
-    State(st): State<JaegerState>,
-    headers: HeaderMap,
+    State(st): State<AppState>,
+    tenant: Result<Tenant, ApiError>,
     Path(raw): Path<String>,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Response, JaegerError> {
@@ -474,12 +466,12 @@ async fn v3_get_trace(
             }))?;
         }
     }
-    let tenant = v3(st.auth.tenant_of(&headers))?;
+    let tenant = v3(tenant.map(|Tenant(t)| t))?;
     let trace_id = v3(parse_jaeger_trace_id(&raw))?;
     let (spans, reader) =
-        v3(crate::trace_stream::open_trace(st.store.clone(), tenant, trace_id).await)?;
+        v3(crate::query_api::trace_stream::open_trace(st.store.clone(), tenant, trace_id).await)?;
     Ok(
-        crate::trace_stream::streamed("Jaeger v3 trace response", move |out| {
+        crate::query_api::trace_stream::streamed("Jaeger v3 trace response", move |out| {
             out.write(br#"{"result":{"resourceSpans":["#)?;
             write_otlp_trace(out, &spans, reader, &mut 0)?;
             out.write(b"]}}")
@@ -490,11 +482,11 @@ async fn v3_get_trace(
 
 /// Summaries of the found traces, from their skeletons (no span detail is opened).
 async fn v3_trace_summaries(
-    State(st): State<JaegerState>,
-    headers: HeaderMap,
+    State(st): State<AppState>,
+    tenant: Result<Tenant, ApiError>,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Json<Value>, JaegerError> {
-    let (tenant, page) = v3_search(&st, &headers, &params).await?;
+    let (tenant, page) = v3_search(&st, tenant, &params).await?;
     let store = st.store.clone();
     let summaries = v3(blocking(move || {
         let mut out = Vec::with_capacity(page.traces.len());

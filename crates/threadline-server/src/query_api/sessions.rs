@@ -2,7 +2,6 @@
 //! activity first, and one session's traces with totals.
 
 use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
 use axum::Json;
 use serde_json::{json, Value};
 use threadline_analysis::PriceTable;
@@ -11,7 +10,8 @@ use threadline_store::{Store, TraceQuery, TraceSummary};
 
 use crate::dto;
 use crate::error::{blocking, ApiError};
-use crate::query_api::{parse_since, parse_time, QueryState, MAX_LIMIT};
+use crate::query_api::{parse_since, parse_time, MAX_LIMIT};
+use crate::state::{AppState, Tenant};
 
 /// Most traces a session page lists.
 const SESSION_MAX_TRACES: usize = 5000;
@@ -82,12 +82,11 @@ fn totals(
 /// `GET /api/v1/sessions/{id}`: the traces of one conversation, oldest first, with
 /// totals.
 pub(crate) async fn one(
-    State(state): State<QueryState>,
+    State(state): State<AppState>,
     _: crate::params::NoQuery,
-    headers: HeaderMap,
+    Tenant(tenant): Tenant,
     Path(session_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = state.auth.tenant_of(&headers)?;
     let store = state.store.clone();
     let wanted = session_id.clone();
     let (mut traces, truncated) = blocking(move || {
@@ -110,11 +109,10 @@ pub(crate) async fn one(
 /// `GET /api/v1/sessions?since=1h&user=U&limit=N`: sessions with spans in the window,
 /// newest activity first, each with its user, traces, tokens, cost and errors.
 pub(crate) async fn list(
-    State(state): State<QueryState>,
-    headers: HeaderMap,
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = state.auth.tenant_of(&headers)?;
     let (mut from, mut to, mut user, mut limit) = (None, None, None, LIST_DEFAULT);
     for (key, value) in &params {
         match key.as_str() {
