@@ -16,6 +16,7 @@ pub mod observe;
 mod quantile_noise;
 pub mod rca;
 pub mod rollup;
+pub mod series;
 mod share;
 mod slices;
 pub mod slo;

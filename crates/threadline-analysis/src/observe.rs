@@ -19,7 +19,7 @@
 use threadline_model::trace_tree::{self, Tree};
 use threadline_model::{LlmView, SpanRecord};
 
-use crate::rollup::{Dimension, Level, SeriesKey};
+use crate::series::{Dimension, Level, SeriesKey};
 
 /// One span on a request's critical path and the time it accounts for.
 #[derive(Clone, Debug, PartialEq)]

@@ -13,8 +13,7 @@ use threadline_model::TenantId;
 use tokio::sync::mpsc;
 
 use crate::config::{AlertFormat, AlertsConfig};
-use crate::diagnosis_api::incidents::{incident_json, minute_rfc3339};
-use crate::diagnosis_api::rca::cause_json;
+use crate::dto::{cause_json, incident_json, minute_rfc3339};
 
 /// Alerts waiting for delivery before new ones are dropped (and logged).
 const QUEUE: usize = 1024;

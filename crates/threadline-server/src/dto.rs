@@ -2,10 +2,13 @@
 //! users' scripts read them); `_unix_nano` values are strings as in OTLP/JSON because
 //! they exceed what JSON numbers carry exactly in JavaScript.
 
+use std::time::{Duration, UNIX_EPOCH};
+
 use base64::Engine;
 use serde_json::{json, Map, Value};
-use threadline_analysis::PriceTable;
-use threadline_model::{AttrValue, Attribute, LlmView, SpanRecord};
+use threadline_analysis::{DetectorConfig, Incident, PriceTable};
+use threadline_diagnosis::RankedCause;
+use threadline_model::{severity_name, AttrValue, Attribute, LlmView, LogRecord, SpanRecord};
 use threadline_store::TraceSummary;
 
 pub(crate) fn attr_value(value: &AttrValue) -> Value {
@@ -185,5 +188,91 @@ pub(crate) fn lineage_edge(edge: &threadline_model::LineageEdge) -> Value {
         "superseded_unix_nano": edge.superseded_ns.map(|t| t.to_string()),
         "declared": edge.declared,
         "evidence": edge.evidence,
+    })
+}
+
+/// One record as the API shows it.
+pub(crate) fn log_json(record: &LogRecord) -> Value {
+    let d = &record.detail;
+    json!({
+        "time_unix_nano": record.time_unix_nano.to_string(),
+        "observed_time_unix_nano": d.observed_time_unix_nano.to_string(),
+        "trace_id": record.trace_id.map(|t| t.to_hex()),
+        "span_id": record.span_id.map(|s| s.to_hex()),
+        "service": record.service,
+        "severity_number": d.severity_number,
+        "severity": if d.severity_text.is_empty() { severity_name(d.severity_number) } else { d.severity_text.as_str() },
+        "event_name": d.event_name,
+        "body": crate::dto::attr_value(&d.body),
+        "attributes": crate::dto::attributes(&d.attributes),
+        "resource": crate::dto::attributes(&record.origin.resource_attributes),
+        "scope": { "name": record.origin.scope.name, "version": record.origin.scope.version },
+    })
+}
+
+/// RFC 3339 (seconds) of a unix minute.
+pub(crate) fn minute_rfc3339(minute: i64) -> String {
+    let t = UNIX_EPOCH + Duration::from_secs((minute.max(0) * 60) as u64);
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+/// The public JSON of an incident.
+pub(crate) fn incident_json(i: &Incident, cfg: &DetectorConfig) -> Value {
+    let anomalies: Vec<Value> = i
+        .anomalies
+        .iter()
+        .map(|a| {
+            json!({
+                "metric": a.metric,
+                "onset": minute_rfc3339(a.onset_minute),
+                "detected_at": minute_rfc3339(a.detected_minute + 1),
+                "baseline": a.baseline,
+                "observed": a.observed,
+                "score": a.score,
+            })
+        })
+        .collect();
+    json!({
+        "id": i.id,
+        "service": i.service,
+        "route": i.route,
+        "model": i.model,
+        "metric": i.metric,
+        "onset": minute_rfc3339(i.onset_minute),
+        "onset_unix": i.onset_minute * 60,
+        "detected_at": minute_rfc3339(i.detected_minute + 1),
+        "end": i.end_minute.map(|m| minute_rfc3339(m + 1)),
+        "status": if i.is_open() { "open" } else { "resolved" },
+        "severity": i.severity(cfg),
+        "score": i.score,
+        "anomalies": anomalies,
+    })
+}
+
+/// One cause as the API, the CLI and alerts show it.
+pub(crate) fn cause_json(cause: &RankedCause) -> Value {
+    let c = &cause.candidate;
+    let mut evidence = c.evidence.clone();
+    if let Some(found) = &cause.exemplars {
+        evidence["exemplar_trace_ids"] =
+            json!(found.iter().map(|t| t.to_string()).collect::<Vec<_>>());
+    }
+    if let Some(m) = evidence.get("changed_at_minute").and_then(Value::as_i64) {
+        evidence["changed_at"] = json!(minute_rfc3339(m));
+    }
+    json!({
+        "rank": cause.rank,
+        "kind": c.kind,
+        "subject": c.subject,
+        "confidence": (c.confidence * 1000.0).round() / 1000.0,
+        "explanation": c.explanation,
+        "scores": {
+            "contrast": c.contrast,
+            "before_after": c.before_after,
+            "time_share": c.time_share,
+            "proximity": c.proximity,
+            "rule": c.rule,
+        },
+        "evidence": evidence,
     })
 }

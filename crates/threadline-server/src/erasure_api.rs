@@ -54,7 +54,7 @@ async fn erase(
         .filter(|s| !s.is_empty())
         .unwrap_or("api")
         .to_owned();
-    let now = crate::query_api::now_ns();
+    let now = crate::params::now_ns();
     let kind = subject.kind();
     let digest = subject.digest();
     let metric_series = state.llm_metrics().erase(&tenant, subject.value());

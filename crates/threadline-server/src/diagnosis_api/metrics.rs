@@ -80,8 +80,8 @@ impl MetricsQuery {
                         })?);
                     }
                 }
-                "from" => from = Some(crate::query_api::parse_time(key, value)? as i64),
-                "to" => to = Some(crate::query_api::parse_time(key, value)? as i64),
+                "from" => from = Some(crate::params::parse_time(key, value)? as i64),
+                "to" => to = Some(crate::params::parse_time(key, value)? as i64),
                 "step" => step = parse_step(value)?,
                 "level" => {
                     level = Some(Level::parse(value).ok_or_else(|| {
@@ -107,13 +107,13 @@ impl MetricsQuery {
                 Metric::ALL.map(Metric::as_str).join(", ")
             ))
         })?;
-        let to = to.unwrap_or_else(crate::query_api::now_ns);
+        let to = to.unwrap_or_else(crate::params::now_ns);
         let from = from.unwrap_or(to - 3600 * 1_000_000_000);
         if from > to {
             return Err(ApiError::BadRequest(format!(
                 "from ({}) is after to ({})",
-                crate::query_api::format_time(from),
-                crate::query_api::format_time(to)
+                crate::params::format_time(from),
+                crate::params::format_time(to)
             )));
         }
         let (from_minute, to_minute) = (from.div_euclid(BUCKET_NS), to.div_euclid(BUCKET_NS));

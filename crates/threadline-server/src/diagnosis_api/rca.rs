@@ -10,10 +10,10 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 use threadline_analysis::{DetectorConfig, Dimension, Metric};
 use threadline_diagnosis::rca::{target_of_incident, CONFIDENCE_FORMULA};
-use threadline_diagnosis::{diagnose, IncidentWatcher, RankedCause, RcaReport, RcaTarget};
+use threadline_diagnosis::{diagnose, IncidentWatcher, RcaReport, RcaTarget};
 use threadline_model::TenantId;
 
-use crate::diagnosis_api::incidents::{incident_json, minute_rfc3339};
+use crate::dto::{cause_json, incident_json, minute_rfc3339};
 use crate::error::ApiError;
 use crate::state::{AppState, Tenant};
 
@@ -36,7 +36,7 @@ fn parse_target(
         match key.as_str() {
             "incident" => incident_id = Some(value.clone()),
             "metric" => metric = Some(Metric::named(value).map_err(ApiError::BadRequest)?),
-            "at" => at = Some(crate::query_api::parse_time(key, value)? as i64),
+            "at" => at = Some(crate::params::parse_time(key, value)? as i64),
             "route" => filter.push((Dimension::Route, value.clone())),
             "service" => filter.push((Dimension::Service, value.clone())),
             "model" => filter.push((Dimension::Model, value.clone())),
@@ -68,34 +68,6 @@ fn parse_target(
         metric,
         at.div_euclid(1_000_000_000),
     )?)
-}
-
-/// One cause as the API, the CLI and alerts show it.
-pub(crate) fn cause_json(cause: &RankedCause) -> Value {
-    let c = &cause.candidate;
-    let mut evidence = c.evidence.clone();
-    if let Some(found) = &cause.exemplars {
-        evidence["exemplar_trace_ids"] =
-            json!(found.iter().map(|t| t.to_string()).collect::<Vec<_>>());
-    }
-    if let Some(m) = evidence.get("changed_at_minute").and_then(Value::as_i64) {
-        evidence["changed_at"] = json!(minute_rfc3339(m));
-    }
-    json!({
-        "rank": cause.rank,
-        "kind": c.kind,
-        "subject": c.subject,
-        "confidence": (c.confidence * 1000.0).round() / 1000.0,
-        "explanation": c.explanation,
-        "scores": {
-            "contrast": c.contrast,
-            "before_after": c.before_after,
-            "time_share": c.time_share,
-            "proximity": c.proximity,
-            "rule": c.rule,
-        },
-        "evidence": evidence,
-    })
 }
 
 fn render(report: &RcaReport, cfg: &DetectorConfig) -> Value {

@@ -289,7 +289,7 @@ async fn v1_dependencies(
 ) -> V1 {
     v1(only(&params, &["endTs", "lookback"]))?;
     let tenant = v1(tenant.map(|Tenant(t)| t))?;
-    let now_ms = (crate::query_api::now_ns() / 1_000_000) as u64;
+    let now_ms = (crate::params::now_ns() / 1_000_000) as u64;
     let mut end_ms = now_ms;
     let mut lookback_ms = 24 * 3600 * 1000;
     for (k, v) in &params {
@@ -461,7 +461,7 @@ async fn v3_get_trace(
             k.as_str(),
             "start_time" | "end_time" | "startTime" | "endTime"
         ) {
-            v3(crate::query_api::rfc3339_nanos(v).map_err(|e| {
+            v3(crate::params::rfc3339_nanos(v).map_err(|e| {
                 ApiError::BadRequest(format!("{k} {v:?} is not an RFC 3339 time: {e}"))
             }))?;
         }

@@ -162,7 +162,7 @@ pub(crate) fn parse_v1_search(params: &[(String, String)]) -> Result<TraceQuery,
         }
     }
     if let (None, Some(back)) = (q.start_from_unix_nano, lookback) {
-        q.start_from_unix_nano = Some((crate::query_api::now_ns() as u64).saturating_sub(back));
+        q.start_from_unix_nano = Some((crate::params::now_ns() as u64).saturating_sub(back));
     }
     if let Some(problem) = q.problem() {
         return Err(ApiError::BadRequest(problem));
@@ -178,7 +178,7 @@ pub(crate) fn parse_v3_search(params: &[(String, String)]) -> Result<TraceQuery,
         ..Default::default()
     };
     let rfc3339 = |k: &str, v: &str| -> Result<u64, ApiError> {
-        crate::query_api::rfc3339_nanos(v)
+        crate::params::rfc3339_nanos(v)
             .map_err(|e| ApiError::BadRequest(format!("{k} {v:?} is not an RFC 3339 time: {e}")))
     };
     for (k, v) in params {

@@ -36,7 +36,7 @@ async fn register(
 ) -> Result<Json<Value>, ApiError> {
     let manifest =
         registry::parse_manifest(manifest).map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    let now = crate::query_api::now_ns();
+    let now = crate::params::now_ns();
     let update = registry::manifest_to_update(&manifest, now)
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     // References to nodes neither this manifest, the registry nor traffic knows: the

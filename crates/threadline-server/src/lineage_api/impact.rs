@@ -32,11 +32,11 @@ async fn impact(
     Path(node): Path<String>,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Json<Value>, ApiError> {
-    let now = crate::query_api::now_ns();
+    let now = crate::params::now_ns();
     let mut since = now - DEFAULT_WINDOW_NS;
     for (key, value) in &params {
         match key.as_str() {
-            "since" => since = crate::query_api::parse_time(key, value)? as i64,
+            "since" => since = crate::params::parse_time(key, value)? as i64,
             other => {
                 return Err(ApiError::BadRequest(format!(
                     "unknown query parameter {other:?}: use since"

@@ -20,7 +20,7 @@ use crate::state::{AppState, Tenant};
 mod assets;
 mod impact;
 pub(crate) mod marquez;
-pub(crate) mod nodes;
+mod nodes;
 mod prov;
 
 pub(crate) fn router() -> Router<AppState> {
@@ -29,6 +29,7 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/api/v1/lineage/{*node_id}", get(node_lineage))
         .route("/api/v1/traces/{trace_id}/lineage", get(trace_chain))
         .route("/api/v1/column-lineage", get(column_lineage))
+        .route("/api/v1/nodes", get(nodes::list))
         .merge(assets::router())
         .merge(impact::router())
         .merge(prov::router())
@@ -58,7 +59,7 @@ async fn ingest_event(
     let parse = move || {
         let parsed = threadline_lineage::parse_event(&body)
             .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-        let queued = store.write_graph(&writer_tenant, parsed.update, crate::query_api::now_ns());
+        let queued = store.write_graph(&writer_tenant, parsed.update, crate::params::now_ns());
         Ok::<_, ApiError>((queued, parsed.warnings))
     };
     let (queued, warnings) = if inline {

@@ -83,7 +83,7 @@ pub(crate) async fn list(
         let store = watcher.store();
         let counts = store.node_counts(&tenant)?;
         let nodes = store.find_nodes(&tenant, kind, text.as_deref(), limit)?;
-        let now = crate::query_api::now_ns();
+        let now = crate::params::now_ns();
         let incidents = store.incidents(
             &tenant,
             (now - INCIDENT_LOOKBACK_NS).div_euclid(BUCKET_NS),

@@ -6,11 +6,14 @@ use axum::extract::{Path, Query, State};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
-use threadline_model::{severity_from_name, severity_name, LogRecord, SpanId};
+use threadline_model::{severity_from_name, SpanId};
 use threadline_store::{LogCursor, LogQuery};
 
+use crate::dto::log_json;
 use crate::error::{blocking, ApiError};
-use crate::query_api::{encode_page_cursor, invalid_cursor, page_cursor_fields, parse_time};
+use crate::params::{
+    encode_page_cursor, invalid_cursor, page_cursor_fields, parse_time, MAX_LIMIT,
+};
 use crate::state::{AppState, Tenant};
 
 pub(crate) fn router() -> Router<AppState> {
@@ -19,27 +22,7 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/api/v1/traces/{trace_id}/logs", get(trace_logs))
 }
 
-/// One record as the API shows it.
-pub(crate) fn log_json(record: &LogRecord) -> Value {
-    let d = &record.detail;
-    json!({
-        "time_unix_nano": record.time_unix_nano.to_string(),
-        "observed_time_unix_nano": d.observed_time_unix_nano.to_string(),
-        "trace_id": record.trace_id.map(|t| t.to_hex()),
-        "span_id": record.span_id.map(|s| s.to_hex()),
-        "service": record.service,
-        "severity_number": d.severity_number,
-        "severity": if d.severity_text.is_empty() { severity_name(d.severity_number) } else { d.severity_text.as_str() },
-        "event_name": d.event_name,
-        "body": crate::dto::attr_value(&d.body),
-        "attributes": crate::dto::attributes(&d.attributes),
-        "resource": crate::dto::attributes(&record.origin.resource_attributes),
-        "scope": { "name": record.origin.scope.name, "version": record.origin.scope.version },
-    })
-}
-
 const DEFAULT_LIMIT: usize = 50;
-const MAX_LIMIT: usize = 1000;
 
 fn parse(params: &[(String, String)]) -> Result<LogQuery, ApiError> {
     let bad = |msg: String| ApiError::BadRequest(msg);

@@ -3,18 +3,21 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
 
 use axum::extract::{Path, Query, State};
 use axum::routing::get;
 use axum::{Json, Router};
-use base64::Engine;
+
 use serde_json::{json, Value};
 use threadline_store::{TraceCursor, TraceQuery};
 
 use crate::auth::Caller;
 use crate::dto;
 use crate::error::{blocking, ApiError};
+use crate::params::{
+    encode_page_cursor, invalid_cursor, page_cursor_fields, parse_duration, parse_since,
+    parse_time, MAX_LIMIT,
+};
 use crate::state::{AppState, CallerOf, Tenant};
 
 pub(crate) mod logs;
@@ -173,7 +176,6 @@ async fn health(
 }
 
 const DEFAULT_LIMIT: usize = 20;
-pub(crate) const MAX_LIMIT: usize = 1000;
 
 fn parse_search(params: &[(String, String)]) -> Result<TraceQuery, ApiError> {
     let mut q = TraceQuery {
@@ -233,106 +235,6 @@ fn parse_search(params: &[(String, String)]) -> Result<TraceQuery, ApiError> {
         return Err(bad(problem));
     }
     Ok(q)
-}
-
-/// `since=1h` (a duration back from now) as the unix nanoseconds it starts at.
-pub(crate) fn parse_since(key: &str, value: &str) -> Result<u64, ApiError> {
-    let back = humantime::parse_duration(value).map_err(|e| {
-        ApiError::BadRequest(format!(
-            "{key} {value:?} is not a duration back from now (e.g. 15m, 1h, 7d): {e}"
-        ))
-    })?;
-    let back = i64::try_from(back.as_nanos()).unwrap_or(i64::MAX);
-    Ok(now_ns().saturating_sub(back).max(0) as u64)
-}
-
-/// `250ms`, `1.5s`, `2m` … or a bare number of milliseconds.
-fn parse_duration(key: &str, value: &str) -> Result<u64, ApiError> {
-    if let Ok(ms) = value.parse::<f64>() {
-        if ms.is_finite() && ms >= 0.0 {
-            return Ok((ms * 1e6) as u64);
-        }
-    }
-    let d = humantime::parse_duration(value).map_err(|e| {
-        ApiError::BadRequest(format!(
-            "{key} {value:?} is not a duration (e.g. 250ms, 1.5s or milliseconds): {e}"
-        ))
-    })?;
-    Ok(d.as_nanos().min(u64::MAX as u128) as u64)
-}
-
-/// RFC 3339 (`2026-11-30T14:05:00Z`) or unix seconds (fractions allowed).
-/// Wall-clock time now, in unix nanoseconds.
-pub(crate) fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64)
-}
-
-/// A time parameter in unix nanoseconds, no later than `i64::MAX` ns (in 2262): times
-/// are signed nanoseconds past this point.
-pub(crate) fn parse_time(key: &str, value: &str) -> Result<u64, ApiError> {
-    let ns = match value.parse::<f64>() {
-        Ok(secs) if secs.is_finite() && secs >= 0.0 => secs * 1e9,
-        _ => rfc3339_nanos(value).map_err(|e| {
-            ApiError::BadRequest(format!(
-                "{key} {value:?} is not a time (RFC 3339 or unix seconds): {e}"
-            ))
-        })? as f64,
-    };
-    if ns >= i64::MAX as f64 {
-        return Err(ApiError::BadRequest(format!(
-            "{key} {value:?} is after the latest time Threadline handles (2262-04-11)"
-        )));
-    }
-    Ok(ns as u64)
-}
-
-/// Unix nanoseconds as RFC 3339 UTC (for messages).
-pub(crate) fn format_time(ns: i64) -> String {
-    let t = std::time::UNIX_EPOCH + Duration::from_nanos(ns.max(0) as u64);
-    humantime::format_rfc3339_nanos(t).to_string()
-}
-
-/// An RFC 3339 time with its offset (`2026-12-01T09:00:00+01:00`, `…Z`), or one
-/// without a zone, read as UTC, in unix nanoseconds.
-pub(crate) fn rfc3339_nanos(value: &str) -> Result<u64, String> {
-    use time::format_description::well_known::Rfc3339;
-    if let Ok(t) = time::OffsetDateTime::parse(value, &Rfc3339) {
-        return Ok(t.unix_timestamp_nanos().clamp(0, u64::MAX as i128) as u64);
-    }
-    let t = humantime::parse_rfc3339_weak(value).map_err(|e| e.to_string())?;
-    let since = t.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
-    Ok(since.as_nanos().min(u64::MAX as u128) as u64)
-}
-
-/// A page cursor as this API hands it out: `TAG:FIELD:…` in URL-safe base64.
-pub(crate) fn encode_page_cursor(tag: &str, fields: &[&dyn std::fmt::Display]) -> String {
-    let mut text = tag.to_owned();
-    for f in fields {
-        text.push_str(&format!(":{f}"));
-    }
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
-}
-
-/// The 400 for a cursor this API did not give out.
-pub(crate) fn invalid_cursor(value: &str) -> ApiError {
-    ApiError::BadRequest(format!(
-        "cursor {value:?} is invalid: pass next_cursor from a previous page unchanged"
-    ))
-}
-
-/// The fields after `tag` of a cursor made by `encode_page_cursor`.
-pub(crate) fn page_cursor_fields(value: &str, tag: &str) -> Result<Vec<String>, ApiError> {
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(value)
-        .map_err(|_| invalid_cursor(value))?;
-    let text = String::from_utf8(bytes).map_err(|_| invalid_cursor(value))?;
-    let mut parts = text.split(':');
-    if parts.next() != Some(tag) {
-        return Err(invalid_cursor(value));
-    }
-    Ok(parts.map(str::to_owned).collect())
 }
 
 fn encode_cursor(c: TraceCursor) -> String {

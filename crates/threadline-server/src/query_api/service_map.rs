@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use threadline_diagnosis::service_map::service_map;
 
 use crate::error::{blocking, ApiError};
-use crate::query_api::{now_ns, parse_since, parse_time};
+use crate::params::{now_ns, parse_since, parse_time};
 use crate::state::{AppState, Tenant};
 
 /// The range when none is given: the last hour.

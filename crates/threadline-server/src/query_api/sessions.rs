@@ -10,7 +10,7 @@ use threadline_store::{Store, TraceQuery, TraceSummary};
 
 use crate::dto;
 use crate::error::{blocking, ApiError};
-use crate::query_api::{parse_since, parse_time, MAX_LIMIT};
+use crate::params::{parse_since, parse_time, MAX_LIMIT};
 use crate::state::{AppState, Tenant};
 
 /// Most traces a session page lists.

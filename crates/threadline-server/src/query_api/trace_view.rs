@@ -186,7 +186,7 @@ pub(crate) fn span_detail(span: &SpanRecord, logs: &[LogRecord], prices: &PriceT
         obj.remove("self_time_ms");
         obj.insert(
             "logs".to_owned(),
-            Value::Array(logs.iter().map(crate::query_api::logs::log_json).collect()),
+            Value::Array(logs.iter().map(crate::dto::log_json).collect()),
         );
         let genai_logs = logs
             .iter()
