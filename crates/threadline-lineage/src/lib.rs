@@ -9,6 +9,7 @@ pub mod openlineage;
 pub mod projection;
 pub mod prov;
 pub mod registry;
+pub mod rules;
 pub mod validity;
 
 pub use bindings::span_bindings;

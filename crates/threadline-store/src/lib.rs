@@ -7,6 +7,7 @@
 
 mod backend;
 mod error;
+mod retries;
 mod sqlite;
 
 pub use backend::{

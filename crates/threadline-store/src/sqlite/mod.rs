@@ -17,7 +17,6 @@ mod incidents;
 mod logs;
 mod newest_first;
 mod query;
-mod retries;
 mod rollups;
 mod schema;
 mod search;
@@ -113,7 +112,7 @@ struct Inner {
     /// The trace-id runs' filters the readers have read.
     run_filters: trace_index::RunFilters,
     /// Identities of the most recent spans, prepared or stored.
-    recent: Mutex<retries::RecentSpans>,
+    recent: Mutex<crate::retries::RecentSpans>,
     /// Spans waiting for the other end of a service hop sent in another request.
     hop_joiner: Mutex<threadline_analysis::hops::HopJoiner<TenantId>>,
 }

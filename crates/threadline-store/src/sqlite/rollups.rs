@@ -321,9 +321,9 @@ fn block_requests(
 pub(crate) fn recent_spans(
     conn: &Connection,
     capacity: usize,
-) -> Result<crate::sqlite::retries::RecentSpans, StoreError> {
+) -> Result<crate::retries::RecentSpans, StoreError> {
     let err = |e| sqlite_err(conn, e);
-    let mut recent = crate::sqlite::retries::RecentSpans::new(capacity);
+    let mut recent = crate::retries::RecentSpans::new(capacity);
     let mut stmt = conn
         .prepare(
             "SELECT t.name, s.trace_id, s.span_id FROM spans s JOIN tenants t ON t.id = s.tenant_id

@@ -8,8 +8,9 @@ use threadline_model::{
     AssetOutcome, DeclaredEdge, DeclaredValidity, EdgeEnd, EdgeKind, NodeId, NodeKind,
 };
 
-use super::transitions::{apply_run_transition, move_run_state, refresh_drift};
+use super::transitions::{apply_run_transition, refresh_drift};
 use super::*;
+use threadline_lineage::rules;
 
 /// Applies one update. Returns `None` (and changes nothing) when the update carries an
 /// event key that is already stored, else what each registered asset became.
@@ -226,32 +227,9 @@ fn stored_run(
 /// event's patch merged, its state moved and its marker added. `None` when the stored
 /// properties show the event applied already.
 fn run_props(stored: Option<&str>, run: &PreparedRun) -> Option<String> {
-    let mut props = match stored {
-        Some(text) => serde_json::from_str(text).unwrap_or_default(),
-        None => serde_json::Value::Object(serde_json::Map::new()),
-    };
-    let applied = props["applied_events"]
-        .as_array()
-        .is_some_and(|events| events.iter().any(|e| e.as_str() == Some(&run.marker)));
-    if applied {
-        return None;
-    }
-    merge_patch(&mut props, &run.patch);
-    if let serde_json::Value::Object(map) = &mut props {
-        for transition in &run.transitions {
-            move_run_state(map, transition);
-        }
-        let events = map
-            .entry("applied_events")
-            .or_insert_with(|| serde_json::Value::Array(Vec::new()));
-        if !events.is_array() {
-            *events = serde_json::Value::Array(Vec::new());
-        }
-        if let serde_json::Value::Array(list) = events {
-            list.push(run.marker.clone().into());
-        }
-    }
-    Some(json_text(&props))
+    let stored = stored.map(|text| serde_json::from_str(text).unwrap_or_default());
+    rules::apply_run_event(stored, &run.marker, &run.patch, &run.transitions)
+        .map(|props| json_text(&props))
 }
 
 /// What is new between an artifact dataset and the assets claiming it.
@@ -405,12 +383,14 @@ fn register_asset(
         )?
         .query_row([row], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
-    let revision = match &latest {
-        Some((_, latest_sha)) if *latest_sha == asset.spec_sha256 => {
-            return Ok((row, AssetOutcome::Unchanged))
-        }
-        Some((n, _)) => n + 1,
-        None => 1,
+    let outcome = rules::next_revision(
+        latest.as_ref().map(|(n, sha)| (*n, sha.as_str())),
+        &asset.spec_sha256,
+    );
+    let revision = match outcome {
+        AssetOutcome::Unchanged => return Ok((row, outcome)),
+        AssetOutcome::Created => 1,
+        AssetOutcome::Revised(n) => n,
     };
     tx.prepare_cached(
         "INSERT INTO asset_revisions (node_id, revision, spec_sha256, spec, registered_ns)
@@ -428,14 +408,7 @@ fn register_asset(
             '$.registered_at_ns', ?4) WHERE id = ?1",
     )?
     .execute(params![row, asset.spec, revision, asset.registered_ns])?;
-    Ok((
-        row,
-        if revision == 1 {
-            AssetOutcome::Created
-        } else {
-            AssetOutcome::Revised(revision)
-        },
-    ))
+    Ok((row, outcome))
 }
 
 pub(super) fn upsert_node(

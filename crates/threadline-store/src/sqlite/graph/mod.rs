@@ -180,7 +180,7 @@ impl PreparedRun {
         for node in std::mem::take(&mut update.nodes) {
             if node.id == run.id {
                 seen(node.seen_ns, &mut run);
-                merge_patch(&mut run.patch, &node.props);
+                threadline_lineage::rules::merge_patch(&mut run.patch, &node.props);
             } else {
                 update.nodes.push(node);
             }
@@ -194,30 +194,6 @@ impl PreparedRun {
             }
         }
         Some(run)
-    }
-}
-
-/// RFC 7396 JSON merge patch, as SQLite's `json_patch` applies it to stored properties.
-fn merge_patch(target: &mut serde_json::Value, patch: &serde_json::Value) {
-    let serde_json::Value::Object(patch) = patch else {
-        *target = patch.clone();
-        return;
-    };
-    if !target.is_object() {
-        *target = serde_json::Value::Object(serde_json::Map::new());
-    }
-    let serde_json::Value::Object(map) = target else {
-        return;
-    };
-    for (key, value) in patch {
-        if value.is_null() {
-            map.remove(key);
-        } else {
-            merge_patch(
-                map.entry(key.clone()).or_insert(serde_json::Value::Null),
-                value,
-            );
-        }
     }
 }
 
@@ -338,30 +314,3 @@ pub use read::WalkLimits;
 pub(crate) use read::{
     bound_instances, dump, find_nodes, get_node, node_counts, resolve, runs_for_trace, walk,
 };
-
-#[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::merge_patch;
-
-    #[test]
-    fn merge_patch_follows_rfc_7396() {
-        // The RFC's own example (section 3).
-        let mut target = json!({"title": "Goodbye!", "author": {"givenName": "John",
-            "familyName": "Doe"}, "tags": ["example", "sample"], "content": "This will be unchanged"});
-        merge_patch(
-            &mut target,
-            &json!({"title": "Hello!", "phoneNumber": "+01-123-456-7890",
-                "author": {"familyName": null}, "tags": ["example"]}),
-        );
-        assert_eq!(
-            target,
-            json!({"title": "Hello!", "author": {"givenName": "John"}, "tags": ["example"],
-                "content": "This will be unchanged", "phoneNumber": "+01-123-456-7890"})
-        );
-        let mut scalar = json!("x");
-        merge_patch(&mut scalar, &json!({"a": {"b": 1}}));
-        assert_eq!(scalar, json!({"a": {"b": 1}}));
-    }
-}

@@ -110,42 +110,8 @@ pub(super) fn apply_run_transition(
         .query_row([row], |r| r.get(0))?;
     let mut props: serde_json::Map<String, serde_json::Value> =
         serde_json::from_str(&props).unwrap_or_default();
-    move_run_state(&mut props, run);
+    threadline_lineage::rules::move_run_state(&mut props, run);
     tx.prepare_cached("UPDATE graph_nodes SET props = ?2 WHERE id = ?1")?
         .execute(params![row, json_text(&serde_json::Value::Object(props))])?;
     Ok(())
-}
-
-/// Keeps the state of the latest event time (a terminal state wins a tie), the
-/// earliest START as `started_at_ns` and the latest terminal time as `ended_at_ns`.
-pub(super) fn move_run_state(
-    props: &mut serde_json::Map<String, serde_json::Value>,
-    run: &RunTransition,
-) {
-    let get = |m: &serde_json::Map<String, serde_json::Value>, k: &str| -> Option<i64> {
-        m.get(k).and_then(|v| v.as_i64())
-    };
-    let t = run.event_time_ns;
-    let state_time = get(props, "state_time_ns");
-    let current_terminal = props
-        .get("state")
-        .and_then(|s| s.as_str())
-        .and_then(threadline_model::RunState::parse)
-        .is_some_and(|s| s.is_terminal());
-    let newer = match state_time {
-        None => true,
-        Some(st) => t > st || (t == st && (run.state.is_terminal() || !current_terminal)),
-    };
-    if newer {
-        props.insert("state".into(), run.state.as_str().into());
-        props.insert("state_time_ns".into(), t.into());
-    }
-    if run.state == threadline_model::RunState::Start
-        && get(props, "started_at_ns").is_none_or(|s| t < s)
-    {
-        props.insert("started_at_ns".into(), t.into());
-    }
-    if run.state.is_terminal() && get(props, "ended_at_ns").is_none_or(|e| t > e) {
-        props.insert("ended_at_ns".into(), t.into());
-    }
 }

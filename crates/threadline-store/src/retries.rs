@@ -1,4 +1,4 @@
-//! Retried exports: an exporter that got no answer in time sends the same spans again.
+//! Retried exports (backend-neutral: every backend keeps one window in memory): an exporter that got no answer in time sends the same spans again.
 //! Readers keep the first stored copy of a (trace id, span id); rollups must not count
 //! the request twice either. `RecentSpans` remembers the identities of the most recent
 //! spans (prepared, committed or rebuilt at open from the newest stored rows), so a
