@@ -6,10 +6,32 @@ use serde::{Deserialize, Serialize};
 use crate::anomaly::{AnomalyOnset, DetectorConfig};
 use crate::metric::Metric;
 
+/// An incident's id (`inc-<onset minute>-<digest of its scope>`, as the watcher makes
+/// it): stable across restarts, the key incidents are stored, read and linked by.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct IncidentId(String);
+
+impl IncidentId {
+    pub fn new(id: impl Into<String>) -> Self {
+        Self(id.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for IncidentId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// An incident: anomalies of one scope that started close together.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Incident {
-    pub id: String,
+    pub id: IncidentId,
     pub service: String,
     pub route: String,
     pub model: String,
@@ -90,7 +112,7 @@ mod tests {
             score: 5.0,
         };
         let mut incident = Incident {
-            id: "i1".into(),
+            id: IncidentId::new("i1"),
             service: "gw".into(),
             route: "/v1/chat".into(),
             model: String::new(),

@@ -29,7 +29,7 @@ pub use cell::{SlotTime, SpanSlot};
 pub use changes::{attribute_of, changes_upstream};
 pub use cost::{ModelPrice, PriceTable};
 pub use drift::{drift, drift_between, DriftConfig, DriftProfile};
-pub use incident::Incident;
+pub use incident::{Incident, IncidentId};
 pub use metric::Metric;
 pub use observe::{observe, Observed};
 pub use rca::{rank, Candidate, CandidateKind, Change, FaultRule, FaultRules, RcaInput};

@@ -208,11 +208,11 @@ impl Watch {
                             .max_by_key(|(_, n)| **n)
                             .map(|(m, _)| m.clone())
                             .unwrap_or_default();
-                        let id = format!(
+                        let id = crate::incident::IncidentId::new(format!(
                             "inc-{}-{:08x}",
                             anomaly.onset_minute,
                             digest(&scope.to_text())
-                        );
+                        ));
                         let mut incident = Incident {
                             id,
                             service: scope.get(Dimension::Service).to_owned(),

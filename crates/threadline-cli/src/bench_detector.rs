@@ -72,7 +72,7 @@ fn simulate(
     minutes: usize,
     step: &dyn Fn(usize) -> Option<usize>,
     seed: u64,
-) -> (Vec<(usize, i64, i64, String)>, f64) {
+) -> (Vec<(usize, i64, i64, threadline_analysis::IncidentId)>, f64) {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut watch = Watch::new(DetectorConfig::default());
     let keys: Vec<SeriesKey> = (0..size.series).map(series_key).collect();

@@ -153,13 +153,13 @@ impl RcaTarget {
 pub fn target_of_incident(
     watcher: &crate::IncidentWatcher,
     tenant: &TenantId,
-    id: &str,
+    id: &threadline_analysis::IncidentId,
 ) -> Result<RcaTarget, DiagnosisError> {
     watcher.catch_up(tenant)?;
     let incident = watcher
         .store()
         .incident(tenant, id)?
-        .ok_or_else(|| DiagnosisError::NotFound(format!("no incident {id:?}")))?;
+        .ok_or_else(|| DiagnosisError::NotFound(format!("no incident {:?}", id.as_str())))?;
     Ok(RcaTarget::of_incident(&incident))
 }
 
@@ -421,7 +421,7 @@ mod tests {
             score,
         };
         let mut incident = Incident {
-            id: "i1".into(),
+            id: threadline_analysis::IncidentId::new("i1"),
             service: "gw".into(),
             route: "/v1/summarize".into(),
             model: String::new(),

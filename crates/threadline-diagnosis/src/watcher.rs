@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use threadline_analysis::{
-    DetectorConfig, FaultRules, Incident, SloEvent, SloRule, SloState, Watch,
+    DetectorConfig, FaultRules, Incident, IncidentId, SloEvent, SloRule, SloState, Watch,
 };
 use threadline_model::TenantId;
 use threadline_store::{Store, StoreError};
@@ -52,7 +52,7 @@ struct TenantWatch {
     slo: Vec<(SloRule, SloState)>,
     processed: i64,
     /// Open incidents whose opening was told (their resolution is told next).
-    told_open: HashSet<String>,
+    told_open: HashSet<IncidentId>,
 }
 
 pub struct IncidentWatcher {
@@ -172,7 +172,7 @@ impl IncidentWatcher {
         if closed <= state.processed {
             return Ok(());
         }
-        let mut changed: BTreeMap<String, Incident> = BTreeMap::new();
+        let mut changed: BTreeMap<IncidentId, Incident> = BTreeMap::new();
         let mut slo_events = Vec::new();
         let mut from = state.processed + 1;
         while from <= closed {
@@ -227,7 +227,7 @@ impl IncidentWatcher {
     fn news(
         &self,
         tenant: &TenantId,
-        told_open: &mut HashSet<String>,
+        told_open: &mut HashSet<IncidentId>,
         changed: Vec<Incident>,
     ) -> Vec<IncidentNews> {
         changed

@@ -16,7 +16,7 @@
 use std::sync::Arc;
 
 use threadline_analysis::hops::{Hop, HopCell};
-use threadline_analysis::{Dimension, Incident, Observed, RollupCell, SeriesKey};
+use threadline_analysis::{Dimension, Incident, IncidentId, Observed, RollupCell, SeriesKey};
 use threadline_model::{
     GraphUpdate, LineageGraph, LineageNode, LogRecord, NodeId, NodeKind, SpanId, SpanKind,
     SpanRecord, TenantId, TraceId,
@@ -290,7 +290,7 @@ pub trait StoreBackend: Send + Sync {
         to_minute: i64,
     ) -> Result<Vec<Incident>, StoreError>;
 
-    fn incident(&self, tenant: &TenantId, id: &str) -> Result<Option<Incident>, StoreError>;
+    fn incident(&self, tenant: &TenantId, id: &IncidentId) -> Result<Option<Incident>, StoreError>;
 
     /// The last minute the incident detector has processed.
     fn detector_mark(&self, tenant: &TenantId) -> Result<Option<i64>, StoreError>;

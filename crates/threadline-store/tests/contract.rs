@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use threadline_analysis::{observe, Dimension, Incident, Level, Metric};
+use threadline_analysis::{observe, Dimension, Incident, IncidentId, Level, Metric};
 use threadline_model::{
     AttrValue, Attribute, Direction, EdgeEnd, EdgeKind, EdgeUpsert, GraphUpdate, LineageEventKey,
     LlmView, LogDetail, LogRecord, NodeId, NodeKind, NodeUpsert, SpanDetail, SpanId, SpanKind,
@@ -716,7 +716,7 @@ fn lineage_walks_and_resent_events_change_nothing() {
 
 fn incident(id: &str, onset: i64, end: Option<i64>) -> Incident {
     Incident {
-        id: id.into(),
+        id: IncidentId::new(id),
         service: "gateway".into(),
         route: "/chat".into(),
         model: "llama-3-8b".into(),
@@ -758,12 +758,20 @@ fn incidents_are_saved_updated_and_found() {
         let ids: Vec<_> = found.iter().map(|i| i.id.as_str()).collect();
         assert_eq!(ids, ["inc-a", "inc-b"]);
         assert_eq!(
-            store.incident(&acme, "inc-a").unwrap(),
+            store.incident(&acme, &IncidentId::new("inc-a")).unwrap(),
             Some(incident("inc-a", 100, Some(130)))
         );
         assert_eq!(store.incidents(&acme, 150, 1_000).unwrap().len(), 1);
-        assert_eq!(store.incident(&acme, "inc-z").unwrap(), None);
-        assert_eq!(store.incident(&tenant("globex"), "inc-a").unwrap(), None);
+        assert_eq!(
+            store.incident(&acme, &IncidentId::new("inc-z")).unwrap(),
+            None
+        );
+        assert_eq!(
+            store
+                .incident(&tenant("globex"), &IncidentId::new("inc-a"))
+                .unwrap(),
+            None
+        );
     });
 }
 

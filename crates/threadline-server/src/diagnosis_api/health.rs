@@ -33,10 +33,11 @@ async fn node_health(
     Path(node): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let watcher = Arc::clone(&state.watcher);
+    let store = state.store.clone();
     let node = node.trim_start_matches('/').to_owned();
     Ok(Json(
         crate::error::blocking(move || {
-            let node = resolve_one(watcher.store(), &tenant, &node)?;
+            let node = resolve_one(&store, &tenant, &node)?;
             Ok(render(&health_of(&watcher, &tenant, node)?))
         })
         .await?,

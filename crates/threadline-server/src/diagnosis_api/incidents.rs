@@ -38,9 +38,10 @@ async fn list(
         }
     }
     let watcher = Arc::clone(&state.watcher);
+    let store = state.store.clone();
     let incidents = crate::error::blocking(move || {
         watcher.catch_up(&tenant)?;
-        Ok(watcher.store().incidents(
+        Ok(store.incidents(
             &tenant,
             from.div_euclid(BUCKET_NS),
             to.div_euclid(BUCKET_NS),
@@ -59,13 +60,14 @@ async fn one(
     Tenant(tenant): Tenant,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
+    let id = threadline_analysis::IncidentId::new(id);
     let watcher = Arc::clone(&state.watcher);
+    let store = state.store.clone();
     let incident = crate::error::blocking(move || {
         watcher.catch_up(&tenant)?;
-        watcher
-            .store()
+        store
             .incident(&tenant, &id)?
-            .ok_or_else(|| ApiError::NotFound(format!("no incident {id:?}")))
+            .ok_or_else(|| ApiError::NotFound(format!("no incident {:?}", id.as_str())))
     })
     .await?;
     Ok(Json(incident_json(&incident, state.watcher.config())))

@@ -34,7 +34,7 @@ fn parse_target(
     let (mut metric, mut at) = (None, None);
     for (key, value) in params {
         match key.as_str() {
-            "incident" => incident_id = Some(value.clone()),
+            "incident" => incident_id = Some(threadline_analysis::IncidentId::new(value.clone())),
             "metric" => metric = Some(Metric::named(value).map_err(ApiError::BadRequest)?),
             "at" => at = Some(crate::params::parse_time(key, value)? as i64),
             "route" => filter.push((Dimension::Route, value.clone())),
@@ -118,10 +118,11 @@ async fn rca(
 ) -> Result<Json<Value>, ApiError> {
     let watcher = Arc::clone(&state.watcher);
     let rules = Arc::clone(&state.rca_rules);
+    let store = state.store.clone();
     Ok(Json(
         crate::error::blocking(move || {
             let target = parse_target(&watcher, &tenant, &params)?;
-            let report = diagnose(watcher.store(), &tenant, &rules, target)?;
+            let report = diagnose(&store, &tenant, &rules, target)?;
             Ok(render(&report, watcher.config()))
         })
         .await?,

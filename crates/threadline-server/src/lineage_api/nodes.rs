@@ -3,8 +3,6 @@
 //! dataset version's drift, a run's failure, incidents of the last week on a route,
 //! model or service), and how many nodes each kind has.
 
-use std::sync::Arc;
-
 use axum::extract::{Query, State};
 use axum::Json;
 use serde_json::{json, Value};
@@ -78,9 +76,8 @@ pub(crate) async fn list(
             }
         }
     }
-    let watcher = Arc::clone(&state.watcher);
+    let store = state.store.clone();
     let (counts, nodes, incidents) = crate::error::blocking(move || {
-        let store = watcher.store();
         let counts = store.node_counts(&tenant)?;
         let nodes = store.find_nodes(&tenant, kind, text.as_deref(), limit)?;
         let now = crate::params::now_ns();

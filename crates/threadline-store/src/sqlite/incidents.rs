@@ -18,7 +18,7 @@ pub(crate) fn save(
         tx.prepare_cached(
             "INSERT OR REPLACE INTO incidents (tenant_id, id, onset_minute, body) VALUES (?1, ?2, ?3, ?4)",
         )?
-        .execute(params![tenant_id, incident.id, incident.onset_minute, body])?;
+        .execute(params![tenant_id, incident.id.as_str(), incident.onset_minute, body])?;
     }
     tx.prepare_cached(
         "INSERT OR REPLACE INTO detector_marks (tenant_id, processed_minute) VALUES (?1, ?2)",

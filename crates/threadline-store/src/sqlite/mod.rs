@@ -538,10 +538,10 @@ impl StoreBackend for SqliteStore {
     fn incident(
         &self,
         tenant: &TenantId,
-        id: &str,
+        id: &threadline_analysis::IncidentId,
     ) -> Result<Option<threadline_analysis::Incident>, StoreError> {
         self.with_reader(|conn| match query::tenant_key(conn, tenant)? {
-            Some(tenant_id) => incidents::get(conn, tenant_id, id),
+            Some(tenant_id) => incidents::get(conn, tenant_id, id.as_str()),
             None => Ok(None),
         })
     }
