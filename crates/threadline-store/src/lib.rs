@@ -6,17 +6,22 @@
 //! `sqlite` (the embedded default); nothing outside them names SQL, files or columns.
 
 mod backend;
+mod erasure;
 mod error;
+mod log_search;
 mod retries;
+mod search;
 mod sqlite;
 
 pub use backend::{
     Bound, ExemplarQuery, OpenSpans, SpanReader, Store, StoreBackend, EXEMPLAR_DIMENSIONS,
 };
+pub use erasure::{CopiesErased, ErasureRecord, ErasureReport, ErasureSubject, ERASED};
 pub use error::{ErrorKind, StoreError};
+pub use log_search::{LogCursor, LogPage, LogQuery, StoredLog};
+pub use search::{ModelUsage, NameMatch, TraceCursor, TracePage, TraceQuery, TraceSummary};
 pub use sqlite::{
-    Applied, CopiesErased, EmbeddedConfig, ErasureRecord, ErasureReport, ErasureSubject, LogCursor,
-    LogPage, LogQuery, ModelUsage, NameMatch, RequestsServed, ServiceSummary, SkeletonSpan,
-    SpanLocation, SqliteStore, StoredLog, TextIndexConfig, TraceCursor, TraceIndexConfig,
-    TracePage, TraceQuery, TraceSummary, WalkLimits, WriteAck, WriterStats, DB_FILE_NAME, ERASED,
+    Applied, EmbeddedConfig, RequestsServed, ServiceSummary, SkeletonSpan, SpanLocation,
+    SqliteStore, TextIndexConfig, TraceIndexConfig, WalkLimits, WriteAck, WriterStats,
+    DB_FILE_NAME,
 };

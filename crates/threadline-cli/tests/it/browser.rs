@@ -87,6 +87,22 @@ impl Browser {
         }
     }
 
+    /// Waits until `css` matches at least `n` elements (pages that draw in steps, as
+    /// their requests come back); how many it matched then.
+    pub(crate) async fn wait_for_count(&self, css: &str, n: usize) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let found = self.count(css).await;
+            if found >= n {
+                return found;
+            }
+            if Instant::now() > deadline {
+                panic!("{css} matched {found} elements, not {n}, within 30 s");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Clicks the first element `css` matches.
     pub(crate) async fn click(&self, css: &str) {
         let element = self

@@ -230,10 +230,10 @@ fn every_page_renders_from_its_url_and_clicks_lead_where_they_say() {
 
         // Dashboard, impact.
         b.open(demo.page("dashboard"), ".chart .uplot").await;
-        assert!(b.count("section.series-row").await >= 4);
+        b.wait_for_count("section.series-row", 4).await;
         // The overview compares every series in one chart per metric, busiest first;
         // the blocks below come in the same order, the first three open.
-        assert!(b.count("section.overview .chart .uplot").await >= 4);
+        b.wait_for_count("section.overview .chart .uplot", 4).await;
         let legend = b.text("section.overview .chart .u-legend").await;
         let blocks = b.text("section.series-row summary").await;
         let busiest = blocks.split_whitespace().nth(1).unwrap().to_owned();

@@ -154,6 +154,10 @@ fn an_empty_store_shows_where_to_send_data_and_waits_for_the_first_span() {
     runtime().block_on(async {
         let b = Browser::start(&driver, 1280, 900).await;
         b.open(&format!("{}/", server.api), ".get-started").await;
+        // The guidance shows the default port until the health answer names this
+        // server's.
+        b.wait_for_text(".get-started", &format!(":{otlp_port}/v1/traces"))
+            .await;
         let text = b.text(".get-started").await;
         assert!(
             text.contains(&format!(":{otlp_port}/v1/traces"))

@@ -10,7 +10,6 @@
 use std::collections::BTreeMap;
 
 use rusqlite::{params, params_from_iter, Connection};
-use sha2::Digest;
 
 use crate::sqlite::{block_values, codec, text_groups, StoreError};
 
@@ -19,56 +18,7 @@ fn store_error(e: StoreError) -> rusqlite::Error {
     rusqlite::Error::ToSqlConversionFailure(Box::new(std::io::Error::other(e.to_string())))
 }
 
-/// Whose data to erase.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ErasureSubject {
-    UserId(String),
-    SessionId(String),
-}
-
-impl ErasureSubject {
-    pub fn kind(&self) -> &'static str {
-        match self {
-            ErasureSubject::UserId(_) => "user_id",
-            ErasureSubject::SessionId(_) => "session_id",
-        }
-    }
-
-    /// The id itself (never to be logged).
-    pub fn value(&self) -> &str {
-        match self {
-            ErasureSubject::UserId(v) | ErasureSubject::SessionId(v) => v,
-        }
-    }
-
-    /// SHA-256 hex of the subject id: what the audit log keeps.
-    pub fn digest(&self) -> String {
-        hex::encode(sha2::Sha256::digest(self.value().as_bytes()))
-    }
-}
-
-/// What an erasure did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ErasureReport {
-    pub erasure_id: i64,
-    pub traces_matched: u64,
-    pub spans_deleted: u64,
-    /// Log records of the erased traces, and those naming the subject themselves.
-    pub logs_deleted: u64,
-    pub blocks_rewritten: u64,
-    /// Whether the WAL could be truncated right away (false when a long read held it;
-    /// the background checkpointer truncates it later).
-    pub disk_cleared: bool,
-    /// Copies of the id outside the traces, removed or rewritten.
-    pub copies: crate::sqlite::erase_copies::CopiesErased,
-}
-
-impl ErasureReport {
-    /// Whether the erasure found the subject anywhere.
-    pub fn matched_anything(&self) -> bool {
-        self.traces_matched + self.logs_deleted + self.copies.total() > 0
-    }
-}
+pub(crate) use crate::erasure::{ErasureRecord, ErasureReport, ErasureSubject};
 
 /// Deletes the subject's traces inside the caller's transaction and logs the erasure.
 pub(crate) fn erase(
@@ -212,18 +162,6 @@ pub(crate) fn erase(
         erasure_id: tx.last_insert_rowid(),
         ..report
     })
-}
-
-/// One row of the erasure audit log.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ErasureRecord {
-    pub erasure_id: i64,
-    pub requested_by: String,
-    pub requested_ns: i64,
-    pub subject_kind: String,
-    pub subject_sha256: String,
-    pub traces_matched: u64,
-    pub spans_deleted: u64,
 }
 
 pub(crate) fn audit_log(conn: &Connection, tenant: &str) -> rusqlite::Result<Vec<ErasureRecord>> {

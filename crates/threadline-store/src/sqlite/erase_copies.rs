@@ -12,36 +12,13 @@ use threadline_analysis::SeriesKey;
 
 use crate::sqlite::{codec, StoreError};
 
-/// What the subject's id is replaced by where numbers are kept.
-pub const ERASED: &str = "[erased]";
+pub(crate) use crate::erasure::ERASED;
 
 fn store_error(e: StoreError) -> rusqlite::Error {
     rusqlite::Error::ToSqlConversionFailure(Box::new(std::io::Error::other(e.to_string())))
 }
 
-/// How many copies an erasure removed or rewrote.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct CopiesErased {
-    pub origins: u64,
-    pub rollup_series: u64,
-    pub rollup_cells: u64,
-    pub lineage_nodes: u64,
-    pub lineage_edges: u64,
-    pub names: u64,
-    pub incidents: u64,
-}
-
-impl CopiesErased {
-    pub fn total(&self) -> u64 {
-        self.origins
-            + self.rollup_series
-            + self.rollup_cells
-            + self.lineage_nodes
-            + self.lineage_edges
-            + self.names
-            + self.incidents
-    }
-}
+pub(crate) use crate::erasure::CopiesErased;
 
 /// The subject as it appears inside JSON text (escaped, without the quotes).
 fn json_form(subject: &str) -> String {

@@ -57,7 +57,7 @@ fn service_and_model_filters_match_any_case_by_prefix_and_the_response_model() {
     let exact = |s: &str| {
         found(TraceQuery {
             service: Some(s.into()),
-            names: crate::sqlite::NameMatch::Exact,
+            names: crate::NameMatch::Exact,
             ..Default::default()
         })
     };

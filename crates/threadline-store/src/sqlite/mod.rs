@@ -41,15 +41,14 @@ use threadline_model::{
     GraphUpdate, LineageGraph, LineageNode, NodeId, NodeKind, SpanRecord, TenantId, TraceId,
 };
 
+pub(crate) use crate::erasure::{ErasureRecord, ErasureReport, ErasureSubject, ERASED};
+pub(crate) use crate::log_search::{LogPage, LogQuery};
+pub(crate) use crate::search::{TracePage, TraceQuery};
 pub(crate) use crate::{ExemplarQuery, SpanReader};
-pub use erase::{ErasureRecord, ErasureReport, ErasureSubject};
-pub use erase_copies::{CopiesErased, ERASED};
 pub(crate) use graph::PreparedGraph;
 pub use graph::WalkLimits;
 pub(crate) use logs::PreparedLogs;
-pub use logs::{LogCursor, LogPage, LogQuery, StoredLog};
 pub use query::{RequestsServed, ServiceSummary};
-pub use search::{ModelUsage, NameMatch, TraceCursor, TracePage, TraceQuery, TraceSummary};
 pub use skeleton::{SkeletonSpan, SpanLocation};
 pub use text_indexer::TextIndexConfig;
 pub use trace_compactor::TraceIndexConfig;

@@ -9,6 +9,7 @@ use threadline_model::{
 };
 
 use super::*;
+use crate::ModelUsage;
 
 fn origin(service: &str) -> Arc<SpanOrigin> {
     Arc::new(SpanOrigin {

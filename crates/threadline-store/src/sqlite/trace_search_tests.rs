@@ -10,7 +10,8 @@ use threadline_model::{
 };
 
 use crate::sqlite::tests::{acme, span};
-use crate::sqlite::{EmbeddedConfig, SqliteStore, TraceCursor, TraceQuery};
+use crate::sqlite::{EmbeddedConfig, SqliteStore};
+use crate::{TraceCursor, TraceQuery};
 
 const MS: u64 = 1_000_000;
 
