@@ -70,6 +70,14 @@ impl RollupLedger {
                 .is_none_or(|t| t.elapsed() >= FLUSH_INTERVAL)
     }
 
+    /// Whether cells or hops wait in memory for the next flush (what readers must not
+    /// miss).
+    pub(crate) fn holds_unflushed(&self) -> bool {
+        self.pending_cells > 0
+            || self.pending.values().any(|r| !r.is_empty())
+            || self.pending_hops.values().any(|h| !h.cells.is_empty())
+    }
+
     /// After a commit: what it staged is now pending, or everything was flushed.
     pub(crate) fn committed(&mut self, staged: Staged, flushed: bool) {
         // A request for a flush is answered by this commit either way: flushed, or

@@ -84,6 +84,11 @@ pub(super) fn run_writer(
             .sum();
         let started = Instant::now();
         let result = commit_jobs(&mut conn, &mut jobs, &mut cache, &mut ledger);
+        // Before any ack of this commit is sent (the syncer sends them): a reader told
+        // of a write finds its cells either flushed or announced here.
+        counters
+            .rollups_unflushed
+            .store(ledger.holds_unflushed(), Ordering::SeqCst);
         let elapsed = started.elapsed().as_nanos() as u64;
         let bytes: usize = jobs.iter().map(|j| j.bytes).sum();
         counters

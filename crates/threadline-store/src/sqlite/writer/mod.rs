@@ -238,6 +238,9 @@ struct Job {
 
 #[derive(Default)]
 struct Counters {
+    /// Whether the writer holds rollup cells or service hops not merged into their
+    /// tables yet (a reader then asks for a flush; otherwise it reads right away).
+    rollups_unflushed: std::sync::atomic::AtomicBool,
     queued_batches: AtomicUsize,
     queued_bytes: AtomicUsize,
     spans_committed: AtomicU64,
@@ -261,6 +264,8 @@ impl WriterHandle {
     ) -> Result<Self, StoreError> {
         let (sender, receiver) = mpsc::sync_channel(config.max_queued_batches);
         let counters = Arc::new(Counters::default());
+        // Blocks after the stored mark are replayed into the ledger at open.
+        counters.rollups_unflushed.store(true, Ordering::SeqCst);
         let thread_counters = Arc::clone(&counters);
         let max_queued_bytes = config.max_queued_bytes;
         let (synced, to_sync) = mpsc::channel();
@@ -315,6 +320,9 @@ impl WriterHandle {
     /// Merges the rollup cells held in memory into the store and waits until they are
     /// committed, waiting for room in a full queue.
     pub(crate) fn flush_rollups_waiting(&self) -> Result<(), StoreError> {
+        if !self.counters.rollups_unflushed.load(Ordering::SeqCst) {
+            return Ok(());
+        }
         self.submit_waiting(Work::FlushRollups).map(drop)
     }
 
