@@ -18,6 +18,9 @@ pub const JOIN_WINDOW_NS: i64 = 5 * 60 * 1_000_000_000;
 const JOINER_CAP: usize = 200_000;
 /// How often what waited past the window is dropped (a sweep reads every entry).
 const SWEEP_EVERY_NS: i64 = 1_000_000_000;
+/// Service names a tenant's waiting spans may name before everything waiting is
+/// dropped (the names are interned: the maps hold small ids, not strings).
+const SERVICES_CAP: usize = 4096;
 
 /// Calls of one hop in one minute.
 #[derive(Clone, Serialize, Deserialize)]
@@ -75,13 +78,13 @@ impl Hops {
         self.cells.is_empty()
     }
 
-    fn add(&mut self, caller: &str, call: &Call) {
-        if caller == call.service {
+    fn add(&mut self, caller: &str, callee: &str, call: &Call) {
+        if caller == callee {
             return;
         }
         let hop = Hop {
             caller: caller.to_owned(),
-            callee: call.service.clone(),
+            callee: callee.to_owned(),
         };
         self.cells
             .entry((minute_of(call.start_ns), hop))
@@ -96,10 +99,9 @@ impl Hops {
     }
 }
 
-/// The callee end of a hop.
-#[derive(Clone, Debug)]
+/// The callee end of a hop (its service is kept beside it).
+#[derive(Clone, Copy, Debug)]
 struct Call {
-    service: String,
     start_ns: i64,
     duration_ns: u64,
     error: bool,
@@ -108,7 +110,6 @@ struct Call {
 impl Call {
     fn of(span: &SpanRecord) -> Self {
         Self {
-            service: span.service.clone(),
             start_ns: span.start_time_unix_nano.min(i64::MAX as u64) as i64,
             duration_ns: span.duration_nanos(),
             error: span.is_error(),
@@ -120,25 +121,49 @@ impl Call {
 /// tenant (`K`: the tenant's key).
 pub struct HopJoiner<K> {
     tenants: HashMap<K, Waiting>,
+    /// Keys (trace, span) to the 64 bits the maps hold: a per-process keyed hash (a
+    /// collision among the 200 k spans a map holds at most has odds of about 10⁻⁹).
+    ids: foldhash::fast::RandomState,
 }
 
-/// One tenant's waiting spans.
+/// A (trace id, span id), hashed (`HopJoiner::ids`).
+type SpanKey = u64;
+
+/// One tenant's waiting spans. Memory matters: a client span calling a service that
+/// reports no spans (an LLM provider) waits the whole window, so at full speed the
+/// maps sit at their cap; an entry is 24 bytes and a service name an id.
 #[derive(Default)]
 struct Waiting {
-    /// (trace, span) → its service, and when it came (wall time): a client or producer
-    /// span with no child in its request, the parent of a call whose callee has not
-    /// reported yet.
-    parents: HashMap<(TraceId, SpanId), (String, i64)>,
-    /// (trace, parent span) → children that came before their parent, and when.
-    orphans: HashMap<(TraceId, SpanId), Vec<(Call, i64)>>,
+    /// Service names the entries refer to by index.
+    services: Vec<String>,
+    service_ids: HashMap<String, u32>,
+    /// A client or producer span with no child in its request, the parent of a call
+    /// whose callee has not reported yet: its service, and when it came (wall time).
+    parents: HashMap<SpanKey, (u32, i64)>,
+    /// (trace, parent span) → children that came before their parent: their service,
+    /// the call, and when it came.
+    orphans: HashMap<SpanKey, Vec<(u32, Call, i64)>>,
     /// When the last sweep ran.
     swept_ns: i64,
+}
+
+impl Waiting {
+    fn service_id(&mut self, name: &str) -> u32 {
+        if let Some(&id) = self.service_ids.get(name) {
+            return id;
+        }
+        let id = self.services.len() as u32;
+        self.services.push(name.to_owned());
+        self.service_ids.insert(name.to_owned(), id);
+        id
+    }
 }
 
 impl<K> Default for HopJoiner<K> {
     fn default() -> Self {
         Self {
             tenants: HashMap::default(),
+            ids: foldhash::fast::RandomState::default(),
         }
     }
 }
@@ -154,6 +179,7 @@ impl<K: Clone + Eq + std::hash::Hash> HopJoiner<K> {
         repeated: &[bool],
         now_ns: i64,
     ) -> Hops {
+        use std::hash::BuildHasher;
         let mut out = Hops::default();
         let by_id: HashMap<(TraceId, SpanId), &SpanRecord> =
             spans.iter().map(|s| ((s.trace_id, s.span_id), s)).collect();
@@ -164,6 +190,7 @@ impl<K: Clone + Eq + std::hash::Hash> HopJoiner<K> {
         if !self.tenants.contains_key(tenant) {
             self.tenants.insert(tenant.clone(), Waiting::default());
         }
+        let ids = &self.ids;
         let Some(waiting) = self.tenants.get_mut(tenant) else {
             return out;
         };
@@ -174,28 +201,39 @@ impl<K: Clone + Eq + std::hash::Hash> HopJoiner<K> {
             }
             if let Some(parent) = span.parent_span_id {
                 match by_id.get(&(span.trace_id, parent)) {
-                    Some(p) => out.add(&p.service, &Call::of(span)),
-                    None => match waiting.parents.get(&(span.trace_id, parent)) {
-                        Some((service, _)) => out.add(service, &Call::of(span)),
-                        None => waiting
-                            .orphans
-                            .entry((span.trace_id, parent))
-                            .or_default()
-                            .push((Call::of(span), now_ns)),
-                    },
+                    Some(p) => out.add(&p.service, &span.service, &Call::of(span)),
+                    None => {
+                        let key = ids.hash_one((span.trace_id, parent));
+                        match waiting.parents.get(&key) {
+                            Some(&(caller, _)) => out.add(
+                                &waiting.services[caller as usize],
+                                &span.service,
+                                &Call::of(span),
+                            ),
+                            None => {
+                                let callee = waiting.service_id(&span.service);
+                                waiting.orphans.entry(key).or_default().push((
+                                    callee,
+                                    Call::of(span),
+                                    now_ns,
+                                ));
+                            }
+                        }
+                    }
                 }
             }
             // Children that came before this span join it now; a client or producer
             // span without a child here waits for its callee's.
-            let key = (span.trace_id, span.span_id);
+            let key = ids.hash_one((span.trace_id, span.span_id));
             if let Some(children) = waiting.orphans.remove(&key) {
-                for (call, _) in &children {
-                    out.add(&span.service, call);
+                for (callee, call, _) in &children {
+                    out.add(&span.service, &waiting.services[*callee as usize], call);
                 }
             } else if matches!(span.kind, SpanKind::Client | SpanKind::Producer)
-                && !has_child.contains(&key)
+                && !has_child.contains(&(span.trace_id, span.span_id))
             {
-                waiting.parents.insert(key, (span.service.clone(), now_ns));
+                let caller = waiting.service_id(&span.service);
+                waiting.parents.insert(key, (caller, now_ns));
             }
         }
         out
@@ -204,8 +242,15 @@ impl<K: Clone + Eq + std::hash::Hash> HopJoiner<K> {
 
 impl Waiting {
     /// Drops what waited longer than the join window, and the older half of a map past
-    /// its cap: at most once a second, unless a map is past its cap.
+    /// its cap: at most once a second, unless a map is past its cap. Past
+    /// `SERVICES_CAP` names, everything waiting goes.
     fn expire(&mut self, now_ns: i64) {
+        if self.services.len() > SERVICES_CAP {
+            self.parents.clear();
+            self.orphans.clear();
+            self.services.clear();
+            self.service_ids.clear();
+        }
         let full = self.parents.len() > JOINER_CAP || self.orphans.len() > JOINER_CAP;
         if !full && now_ns.saturating_sub(self.swept_ns) < SWEEP_EVERY_NS {
             return;
@@ -223,7 +268,7 @@ impl Waiting {
             self.orphans.clear();
         } else {
             self.orphans.retain(|_, calls| {
-                calls.retain(|(_, t)| *t > cutoff);
+                calls.retain(|(_, _, t)| *t > cutoff);
                 !calls.is_empty()
             });
         }
@@ -313,6 +358,7 @@ mod tests {
         let server = [span(1, 3, Some(2), "llm-backend", false)];
         joiner.hops(&0, &server, &[false], 0);
         assert_eq!(joiner.tenants[&0].orphans.len(), 1);
+        assert_eq!(joiner.tenants[&0].services, ["llm-backend"]);
         let client = [
             span(1, 1, None, "app", false),
             span(1, 2, Some(1), "app", false),

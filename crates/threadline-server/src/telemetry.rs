@@ -31,46 +31,84 @@ fn duration_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.005, 2.0, 15))
 }
 
-/// One request span as the exporter counts it, taken on the ingest pool.
-pub(crate) struct LlmObservation {
+/// What one export request adds to the LLM metric families, grouped by label set on
+/// the ingest pool: a batch of 100 spans has a handful of (level, service, route,
+/// model) sets, so each family's series is looked up once per set, not per span.
+#[derive(Default)]
+pub(crate) struct LlmObservations {
+    groups: Vec<LabelGroup>,
+}
+
+/// The requests or model calls of one batch that share a label set.
+struct LabelGroup {
     labels: Labels,
-    duration_s: f64,
-    ttft_s: Option<f64>,
+    durations_s: Vec<f64>,
+    ttfts_s: Vec<f64>,
+    ok: u64,
+    errors: u64,
     /// Model calls only: a request's tokens are its calls', counted once.
     input_tokens: u64,
     output_tokens: u64,
-    error: bool,
 }
 
-impl LlmObservation {
-    /// One per request and model call `threadline_analysis::observe` found among
-    /// `spans`, labelled with its level: a route's requests end to end, model calls on
-    /// their own (a request's tokens are its calls': counted on the calls only).
-    pub(crate) fn of_observed(spans: &[SpanRecord], observed: &[Observed]) -> Vec<Self> {
-        observed
-            .iter()
-            .map(|o| {
-                let key = &o.key;
-                let (input_tokens, output_tokens) = match key.level() {
-                    Level::Call => o.tokens(spans),
-                    Level::Request => (0, 0),
-                };
-                let label = |d: Dimension| (d.as_str().to_owned(), key.get(d).to_owned());
-                Self {
-                    labels: vec![
-                        ("level".to_owned(), key.level().as_str().to_owned()),
-                        label(Dimension::Service),
-                        label(Dimension::Route),
-                        label(Dimension::Model),
-                    ],
-                    duration_s: spans[o.span].duration_nanos() as f64 / 1e9,
-                    ttft_s: o.ttft_ms(spans).map(|t| t / 1e3),
-                    input_tokens,
-                    output_tokens,
-                    error: o.is_error(spans),
-                }
-            })
-            .collect()
+impl LlmObservations {
+    /// The requests and model calls `threadline_analysis::observe` found among
+    /// `spans`, labelled with their level: a route's requests end to end, model calls
+    /// on their own (a request's tokens are its calls': counted on the calls only).
+    pub(crate) fn of_observed(spans: &[SpanRecord], observed: &[Observed]) -> Self {
+        let mut index: HashMap<(Level, &str, &str, &str), usize> = HashMap::new();
+        let mut groups: Vec<LabelGroup> = Vec::new();
+        for o in observed {
+            let key = &o.key;
+            let level = key.level();
+            let (service, route, model) = (
+                key.get(Dimension::Service),
+                key.get(Dimension::Route),
+                key.get(Dimension::Model),
+            );
+            let at = *index
+                .entry((level, service, route, model))
+                .or_insert_with(|| {
+                    let label = |d: Dimension, v: &str| (d.as_str().to_owned(), v.to_owned());
+                    groups.push(LabelGroup {
+                        labels: vec![
+                            ("level".to_owned(), level.as_str().to_owned()),
+                            label(Dimension::Service, service),
+                            label(Dimension::Route, route),
+                            label(Dimension::Model, model),
+                        ],
+                        durations_s: Vec::new(),
+                        ttfts_s: Vec::new(),
+                        ok: 0,
+                        errors: 0,
+                        input_tokens: 0,
+                        output_tokens: 0,
+                    });
+                    groups.len() - 1
+                });
+            let group = &mut groups[at];
+            if level == Level::Call {
+                let (input, output) = o.tokens(spans);
+                group.input_tokens += input;
+                group.output_tokens += output;
+            }
+            group
+                .durations_s
+                .push(spans[o.span].duration_nanos() as f64 / 1e9);
+            if let Some(t) = o.ttft_ms(spans) {
+                group.ttfts_s.push(t / 1e3);
+            }
+            if o.is_error(spans) {
+                group.errors += 1;
+            } else {
+                group.ok += 1;
+            }
+        }
+        Self { groups }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.groups.is_empty()
     }
 }
 
@@ -125,31 +163,42 @@ impl TenantFamilies {
         }
     }
 
-    fn record(&self, o: &LlmObservation) {
+    fn record(&self, group: &LabelGroup) {
         if let Ok(mut seen) = self.seen.lock() {
-            if !seen.contains(&o.labels) {
-                seen.insert(o.labels.clone());
+            if !seen.contains(&group.labels) {
+                seen.insert(group.labels.clone());
             }
         }
-        self.duration.get_or_create(&o.labels).observe(o.duration_s);
-        if let Some(t) = o.ttft_s {
-            self.ttft.get_or_create(&o.labels).observe(t);
+        let duration = self.duration.get_or_create(&group.labels);
+        for &d in &group.durations_s {
+            duration.observe(d);
+        }
+        drop(duration);
+        if !group.ttfts_s.is_empty() {
+            let ttft = self.ttft.get_or_create(&group.labels);
+            for &t in &group.ttfts_s {
+                ttft.observe(t);
+            }
         }
         let with = |k: &str, v: &str| {
-            let mut l = o.labels.clone();
+            let mut l = group.labels.clone();
             l.push((k.to_owned(), v.to_owned()));
             l
         };
-        self.requests
-            .get_or_create(&with("status", if o.error { "error" } else { "ok" }))
-            .inc();
-        if o.input_tokens + o.output_tokens > 0 {
+        for (status, count) in [("ok", group.ok), ("error", group.errors)] {
+            if count > 0 {
+                self.requests
+                    .get_or_create(&with("status", status))
+                    .inc_by(count);
+            }
+        }
+        if group.input_tokens + group.output_tokens > 0 {
             self.tokens
                 .get_or_create(&with("direction", "input"))
-                .inc_by(o.input_tokens);
+                .inc_by(group.input_tokens);
             self.tokens
                 .get_or_create(&with("direction", "output"))
-                .inc_by(o.output_tokens);
+                .inc_by(group.output_tokens);
         }
     }
 }
@@ -162,7 +211,7 @@ pub(crate) struct LlmMetrics {
 
 impl LlmMetrics {
     /// Counts committed request spans.
-    pub(crate) fn record(&self, tenant: &TenantId, observations: &[LlmObservation]) {
+    pub(crate) fn record(&self, tenant: &TenantId, observations: &LlmObservations) {
         if observations.is_empty() {
             return;
         }
@@ -181,8 +230,8 @@ impl LlmMetrics {
                 Err(_) => return,
             },
         };
-        for o in observations {
-            families.record(o);
+        for group in &observations.groups {
+            families.record(group);
         }
     }
 

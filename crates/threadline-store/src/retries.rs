@@ -3,11 +3,15 @@
 //! the request twice either. `RecentSpans` remembers the identities of the most recent
 //! spans (prepared, committed or rebuilt at open from the newest stored rows), so a
 //! request or model call whose span was seen is left out of the rollups of the batch
-//! that repeats it. Bounded: a retry of a span older than the last `capacity` spans
-//! (2 M by default: minutes of traffic at full speed, hours at common rates) is counted
-//! again; SDK and Collector retries come within seconds to minutes.
+//! that repeats it. Bounded: the window holds two generations of `capacity / 2` spans
+//! each, so a retry of one of the newest `capacity / 2` spans is always recognized and
+//! one older than the newest `capacity` never is (1.8 M by default: ten seconds of
+//! traffic at full speed, hours at common rates); SDK and Collector retries come within
+//! seconds to minutes. Two sets instead of one set and a queue of arrival order: a
+//! generation is dropped whole when the next one fills, 8 bytes per span instead of 24
+//! (15 MB at the default, sized so that each set fills its table to hashbrown's 7/8).
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
 
 use threadline_model::{SpanId, TenantId, TraceId};
@@ -35,18 +39,22 @@ impl Hasher for AsIs {
 }
 
 pub(crate) struct RecentSpans {
-    seen: HashSet<u64, BuildHasherDefault<AsIs>>,
-    order: VecDeque<u64>,
-    capacity: usize,
+    /// The newer generation, filling; then the older one.
+    current: HashSet<u64, BuildHasherDefault<AsIs>>,
+    previous: HashSet<u64, BuildHasherDefault<AsIs>>,
+    /// Spans per generation.
+    generation: usize,
     hasher: foldhash::fast::RandomState,
 }
 
 impl RecentSpans {
     pub(crate) fn new(capacity: usize) -> Self {
+        let generation = capacity / 2;
+        let set = || HashSet::with_capacity_and_hasher(generation, Default::default());
         Self {
-            seen: HashSet::with_capacity_and_hasher(capacity.min(1 << 16), Default::default()),
-            order: VecDeque::new(),
-            capacity,
+            current: set(),
+            previous: set(),
+            generation,
             hasher: foldhash::fast::RandomState::default(),
         }
     }
@@ -63,14 +71,16 @@ impl RecentSpans {
 
     /// Remembers `key`; whether it was already known.
     fn mark(&mut self, key: u64) -> bool {
-        if self.capacity == 0 || !self.seen.insert(key) {
-            return self.capacity > 0;
+        if self.generation == 0 {
+            return false;
         }
-        self.order.push_back(key);
-        if self.order.len() > self.capacity {
-            if let Some(old) = self.order.pop_front() {
-                self.seen.remove(&old);
-            }
+        if self.previous.contains(&key) || !self.current.insert(key) {
+            return true;
+        }
+        if self.current.len() >= self.generation {
+            // The older generation goes; its table is reused for the next one.
+            std::mem::swap(&mut self.current, &mut self.previous);
+            self.current.clear();
         }
         false
     }
@@ -104,9 +114,9 @@ impl RecentSpans {
     /// A batch that was refused: its spans were not stored after all.
     pub(crate) fn forget(&mut self, keys: &[u64]) {
         for k in keys {
-            // Its place in `order` stays: when it comes round, it only shortens the
-            // window of a span sent again since.
-            self.seen.remove(k);
+            if !self.current.remove(k) {
+                self.previous.remove(k);
+            }
         }
     }
 }
@@ -130,11 +140,12 @@ mod tests {
         // Another tenant's ids are its own.
         let other = TenantId::new("globex").unwrap();
         assert_eq!(recent.mark_batch(&other, ids(1)).0, vec![false]);
-        // Span 3 and 4 push spans 0 and 1 out of a window of 4.
-        let more = (3..5u8).map(|i| (TraceId([i; 16]), SpanId([i; 8])));
-        recent.mark_batch(&tenant, more);
+        // A window of 4 holds two generations of 2: spans 0 and 1 filled the first, 2
+        // and the other tenant's the second; span 3 starts a third, and the first goes.
         let one = |i: u8| [(TraceId([i; 16]), SpanId([i; 8]))].into_iter();
+        recent.mark_batch(&tenant, one(3));
         assert_eq!(recent.mark_batch(&tenant, one(2)).0, vec![true]);
+        assert_eq!(recent.mark_batch(&tenant, one(3)).0, vec![true]);
         assert_eq!(recent.mark_batch(&tenant, one(0)).0, vec![false]);
         let (_, added) =
             recent.mark_batch(&tenant, [(TraceId([9; 16]), SpanId([9; 8]))].into_iter());

@@ -51,7 +51,7 @@ pub(crate) struct ReadyBatch {
     submitted: Option<(Result<WriteAck, StoreError>, u64)>,
     tenant: TenantId,
     /// What `/metrics` counts once the batch is committed.
-    observations: Vec<crate::telemetry::LlmObservation>,
+    observations: crate::telemetry::LlmObservations,
     response: ExportTraceServiceResponse,
     rejected: u64,
 }
@@ -141,7 +141,7 @@ impl Signal for Traces {
             (queued, converted.spans.len() as u64)
         });
         let observations =
-            crate::telemetry::LlmObservation::of_observed(&converted.spans, &observed);
+            crate::telemetry::LlmObservations::of_observed(&converted.spans, &observed);
         Ok(ReadyBatch {
             submitted,
             tenant: tenant.clone(),

@@ -77,7 +77,8 @@ pub struct EmbeddedConfig {
     /// When the full-text indexer takes the newest blocks.
     pub text_index: TextIndexConfig,
     /// The most recent spans whose identities are remembered, so that a retried
-    /// export's requests are not rolled up twice (`retries`).
+    /// export's requests are not rolled up twice (`retries`: at least the newest half
+    /// of them).
     pub retry_window_spans: usize,
 }
 
@@ -91,7 +92,7 @@ impl Default for EmbeddedConfig {
             drift: threadline_analysis::DriftConfig::default(),
             trace_index: TraceIndexConfig::default(),
             text_index: TextIndexConfig::default(),
-            retry_window_spans: 2_000_000,
+            retry_window_spans: 1_800_000,
         }
     }
 }
