@@ -192,6 +192,40 @@ pub fn drift_between(a: &DriftProfile, b: &DriftProfile, cfg: &DriftConfig) -> O
     (!changes.is_empty()).then(|| json!({ "changes": changes }))
 }
 
+/// What a dataset version's stored `drift` property becomes once its previous version
+/// (same dataset, the latest first seen no later than it) is known.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DriftMark {
+    /// The versions differ: the drift, naming the previous version's node.
+    Set(Value),
+    /// They do not (any longer): a stored drift goes.
+    Clear,
+    /// Nothing to write: no previous version, or a new version without drift.
+    Keep,
+}
+
+/// The drift rule: a version is compared with its previous one (`previous`: its
+/// profile and its graph key); `fresh` says the version was just created (it holds no
+/// drift to clear).
+pub fn drift_mark(
+    previous: Option<(&DriftProfile, &str)>,
+    current: &DriftProfile,
+    fresh: bool,
+    cfg: &DriftConfig,
+) -> DriftMark {
+    let Some((previous, previous_key)) = previous else {
+        return DriftMark::Keep;
+    };
+    match drift_between(previous, current, cfg) {
+        Some(mut drift) => {
+            drift["previous_version"] = json!(format!("dataset_version:{previous_key}"));
+            DriftMark::Set(drift)
+        }
+        None if fresh => DriftMark::Keep,
+        None => DriftMark::Clear,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -284,5 +318,28 @@ mod tests {
         let full = json!({"outputFacets": {"outputStatistics": {"rowCount": 500}}});
         let d = drift(&empty, &full, &cfg).unwrap();
         assert_eq!(d["changes"][0]["kind"], "row_count");
+    }
+
+    #[test]
+    fn a_version_is_marked_against_its_previous_one() {
+        let cfg = DriftConfig::default();
+        let of = |rows: u64| {
+            DriftProfile::of(&json!({"facets": {"outputStatistics": {"rowCount": rows}}}))
+        };
+        let (small, big) = (of(100), of(10_000));
+        match drift_mark(Some((&small, "ds@v1")), &big, true, &cfg) {
+            DriftMark::Set(d) => assert_eq!(d["previous_version"], "dataset_version:ds@v1"),
+            other => panic!("expected drift, got {other:?}"),
+        }
+        // No change: a new version writes nothing, a re-sent one clears what it held.
+        assert_eq!(
+            drift_mark(Some((&small, "ds@v1")), &of(100), true, &cfg),
+            DriftMark::Keep
+        );
+        assert_eq!(
+            drift_mark(Some((&small, "ds@v1")), &of(100), false, &cfg),
+            DriftMark::Clear
+        );
+        assert_eq!(drift_mark(None, &big, false, &cfg), DriftMark::Keep);
     }
 }

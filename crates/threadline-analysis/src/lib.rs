@@ -28,7 +28,7 @@ pub use anomaly::{AnomalyOnset, DetectorConfig, DetectorEvent, MinuteValue, Seri
 pub use cell::{SlotTime, SpanSlot};
 pub use changes::{attribute_of, changes_upstream};
 pub use cost::{ModelPrice, PriceTable};
-pub use drift::{drift, drift_between, DriftConfig, DriftProfile};
+pub use drift::{drift, drift_between, drift_mark, DriftConfig, DriftMark, DriftProfile};
 pub use incident::{Incident, IncidentId};
 pub use metric::Metric;
 pub use observe::{observe, Observed};

@@ -92,3 +92,100 @@ impl CopiesErased {
             + self.incidents
     }
 }
+
+// What an erasure rewrites and where a subject was copied: the rules every backend
+// applies, over model types; the backend reads the candidates and persists the answer.
+
+/// The subject as it appears inside JSON text (escaped, without the quotes): what a
+/// stored JSON body (properties, evidence, incidents, series keys) holds of it.
+pub(crate) fn json_form(subject: &str) -> String {
+    let quoted = serde_json::to_string(subject).unwrap_or_default();
+    quoted[1..quoted.len().saturating_sub(1)].to_owned()
+}
+
+/// Whether a resource and scope the spans were sent with name the subject in any
+/// string, keys included: every span sent with it goes.
+pub(crate) fn origin_names(origin: &threadline_model::SpanOrigin, subject: &str) -> bool {
+    let text = serde_json::to_string(origin).unwrap_or_default();
+    !subject.is_empty() && text.contains(&json_form(subject))
+}
+
+/// A stored JSON body (an incident) with every occurrence of the subject replaced by
+/// `ERASED`; `None` when it does not name it.
+pub(crate) fn redact_json_body(body: &str, subject: &str) -> Option<String> {
+    let escaped = json_form(subject);
+    (!subject.is_empty() && body.contains(&escaped)).then(|| body.replace(&escaped, ERASED))
+}
+
+/// Whether a lineage node names the subject in its key, its name or its properties
+/// (JSON text): such a node goes with its edges and revisions.
+pub(crate) fn node_names(key: &str, name: &str, props_json: &str, subject: &str) -> bool {
+    !subject.is_empty()
+        && (key.contains(subject)
+            || name.contains(subject)
+            || props_json.contains(&json_form(subject)))
+}
+
+/// The traces and minutes a set of matched spans spans: `(trace id, start ns)` per
+/// span in, the distinct traces (sorted) and the first and last minute out (`None`
+/// without spans) — the minutes whose rollup cells may hold the subject's span names.
+pub(crate) fn traces_and_minutes<'a, T: Ord + ?Sized + 'a>(
+    spans: impl IntoIterator<Item = (&'a T, i64)>,
+) -> (Vec<&'a T>, Option<(i64, i64)>) {
+    let mut traces = Vec::new();
+    let mut minutes: Option<(i64, i64)> = None;
+    for (trace, start_ns) in spans {
+        traces.push(trace);
+        let m = threadline_analysis::minute_of(start_ns);
+        minutes = Some(minutes.map_or((m, m), |(a, b)| (a.min(m), b.max(m))));
+    }
+    traces.sort();
+    traces.dedup();
+    (traces, minutes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_subject_is_found_in_json_bodies_as_json_escapes_it() {
+        assert_eq!(json_form("a\"b"), "a\\\"b");
+        let body = r#"{"route":"/v1/users/u\"1/chat","n":3}"#;
+        assert_eq!(
+            redact_json_body(body, "u\"1").as_deref(),
+            Some(r#"{"route":"/v1/users/[erased]/chat","n":3}"#)
+        );
+        assert_eq!(redact_json_body(body, "u2"), None);
+        assert_eq!(redact_json_body(body, ""), None);
+    }
+
+    #[test]
+    fn origins_and_nodes_name_a_subject_in_any_string() {
+        let mut origin = threadline_model::SpanOrigin::default();
+        assert!(!origin_names(&origin, "alice"));
+        origin
+            .resource_attributes
+            .push(threadline_model::Attribute {
+                key: "enduser.id".into(),
+                value: threadline_model::AttrValue::String("alice".into()),
+            });
+        assert!(origin_names(&origin, "alice"));
+        assert!(!origin_names(&origin, "bob"));
+        assert!(node_names("dataset:alice-notes", "", "{}", "alice"));
+        assert!(node_names("k", "n", r#"{"owner":"alice"}"#, "alice"));
+        assert!(!node_names("k", "n", r#"{"owner":"bob"}"#, "alice"));
+    }
+
+    #[test]
+    fn matched_spans_give_distinct_traces_and_their_minutes() {
+        let minute = 60_000_000_000;
+        let (a, b) = (vec![1u8], vec![2u8]);
+        let (traces, minutes) =
+            traces_and_minutes([(&a, 3 * minute + 5), (&b, minute), (&a, 2 * minute)]);
+        assert_eq!(traces, [&a, &b]);
+        assert_eq!(minutes, Some((1, 3)));
+        let none: [(&Vec<u8>, i64); 0] = [];
+        assert_eq!(traces_and_minutes(none), (Vec::<&Vec<u8>>::new(), None));
+    }
+}

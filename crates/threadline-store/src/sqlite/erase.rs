@@ -66,15 +66,7 @@ pub(crate) fn erase(
             ))
         })?
         .collect::<Result<_, _>>()?;
-    let minutes = rows
-        .iter()
-        .map(|r| threadline_analysis::minute_of(r.5))
-        .fold(None, |acc: Option<(i64, i64)>, m| {
-            Some(acc.map_or((m, m), |(a, b)| (a.min(m), b.max(m))))
-        });
-    let mut traces: Vec<&Vec<u8>> = rows.iter().map(|r| &r.1).collect();
-    traces.sort();
-    traces.dedup();
+    let (traces, minutes) = crate::erasure::traces_and_minutes(rows.iter().map(|r| (&r.1, r.5)));
     let mut by_block: BTreeMap<i64, Vec<(u32, u32)>> = BTreeMap::new();
     for (_, _, block, offset, len, _) in &rows {
         by_block.entry(*block).or_default().push((*offset, *len));

@@ -20,11 +20,7 @@ fn store_error(e: StoreError) -> rusqlite::Error {
 
 pub(crate) use crate::erasure::CopiesErased;
 
-/// The subject as it appears inside JSON text (escaped, without the quotes).
-fn json_form(subject: &str) -> String {
-    let quoted = serde_json::to_string(subject).unwrap_or_default();
-    quoted[1..quoted.len().saturating_sub(1)].to_owned()
-}
+use crate::erasure::json_form;
 
 /// Origins (resource + scope) of the tenant that name the subject in any string.
 pub(crate) fn origins_naming(
@@ -36,13 +32,10 @@ pub(crate) fn origins_naming(
     let mut stmt =
         tx.prepare("SELECT origin_hash, origin FROM span_origins WHERE tenant_id = ?1")?;
     let mut rows = stmt.query([tenant_id])?;
-    let escaped = json_form(subject);
     while let Some(row) = rows.next()? {
         let blob: Vec<u8> = row.get(1)?;
         let origin = codec::decode_origin(&blob).map_err(store_error)?;
-        // Every string of the resource and the scope, keys included.
-        let text = serde_json::to_string(&origin).unwrap_or_default();
-        if text.contains(&escaped) {
+        if crate::erasure::origin_names(&origin, subject) {
             out.push(row.get(0)?);
         }
     }
@@ -164,13 +157,21 @@ fn rollups(
 /// and revisions; edges whose evidence names it go.
 fn lineage(tx: &Connection, tenant_id: i64, subject: &str) -> rusqlite::Result<(u64, u64)> {
     let escaped = json_form(subject);
-    let nodes: HashSet<i64> = tx
+    // `instr` narrows the rows; the rule decides.
+    let candidates: Vec<(i64, String, String, String)> = tx
         .prepare(
-            "SELECT id FROM graph_nodes WHERE tenant_id = ?1
+            "SELECT id, key, name, props FROM graph_nodes WHERE tenant_id = ?1
              AND (instr(key, ?2) > 0 OR instr(name, ?2) > 0 OR instr(props, ?3) > 0)",
         )?
-        .query_map(params![tenant_id, subject, escaped], |r| r.get(0))?
+        .query_map(params![tenant_id, subject, escaped], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })?
         .collect::<Result<_, _>>()?;
+    let nodes: HashSet<i64> = candidates
+        .into_iter()
+        .filter(|(_, key, name, props)| crate::erasure::node_names(key, name, props, subject))
+        .map(|(id, ..)| id)
+        .collect();
     let mut edges = 0;
     for id in &nodes {
         edges += tx.execute("DELETE FROM graph_edges WHERE src = ?1 OR dst = ?1", [id])? as u64;
@@ -191,11 +192,15 @@ fn incidents(tx: &Connection, tenant_id: i64, subject: &str) -> rusqlite::Result
         .prepare("SELECT id, body FROM incidents WHERE tenant_id = ?1 AND instr(body, ?2) > 0")?
         .query_map(params![tenant_id, escaped], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<Result<_, _>>()?;
+    let mut rewritten = 0;
     for (id, body) in &named {
-        tx.execute(
-            "UPDATE incidents SET body = ?3 WHERE tenant_id = ?1 AND id = ?2",
-            params![tenant_id, id, body.replace(&escaped, ERASED)],
-        )?;
+        if let Some(body) = crate::erasure::redact_json_body(body, subject) {
+            tx.execute(
+                "UPDATE incidents SET body = ?3 WHERE tenant_id = ?1 AND id = ?2",
+                params![tenant_id, id, body],
+            )?;
+            rewritten += 1;
+        }
     }
-    Ok(named.len() as u64)
+    Ok(rewritten)
 }

@@ -75,24 +75,26 @@ pub(super) fn refresh_drift(
             p
         }
     };
-    match threadline_analysis::drift_between(&previous_profile, &profile, &cache.drift) {
-        Some(mut drift) => {
-            let previous_key: String = tx
-                .prepare_cached("SELECT key FROM graph_nodes WHERE id = ?1")?
-                .query_row([previous], |r| r.get(0))?;
-            drift["previous_version"] =
-                serde_json::json!(format!("dataset_version:{previous_key}"));
+    let previous_key: String = tx
+        .prepare_cached("SELECT key FROM graph_nodes WHERE id = ?1")?
+        .query_row([previous], |r| r.get(0))?;
+    match threadline_analysis::drift_mark(
+        Some((&previous_profile, &previous_key)),
+        &profile,
+        current.fresh,
+        &cache.drift,
+    ) {
+        threadline_analysis::DriftMark::Set(drift) => {
             tx.prepare_cached(
                 "UPDATE graph_nodes SET props = json_set(props, '$.drift', json(?2)) WHERE id = ?1",
             )?
             .execute(params![row, json_text(&drift)])?;
         }
-        // A new version holds no drift yet: nothing to remove.
-        None if current.fresh => {}
-        None => {
+        threadline_analysis::DriftMark::Clear => {
             tx.prepare_cached("UPDATE graph_nodes SET props = json_remove(props, '$.drift') WHERE id = ?1 AND json_type(props, '$.drift') IS NOT NULL")?
                 .execute([row])?;
         }
+        threadline_analysis::DriftMark::Keep => {}
     }
     Ok(())
 }
