@@ -1,11 +1,13 @@
 //! Diagnosis over the store, as typed functions that return typed reports: the
 //! incident watcher (the streaming detector run over each tenant's rollups, with SLO
 //! rules and news for alerts), root-cause reports of a series at an onset, the health
-//! of a lineage node and the lineage chain behind one request. The server's handlers
+//! of a lineage node, the lineage chain behind one request, and lineage as the APIs show
+//! it (Marquez's graphs, the impact of a change). The server's handlers
 //! parse a request, call these and render the report; the CLI's benchmarks call them
 //! directly. No HTTP here.
 
 pub mod health;
+pub mod lineage_views;
 pub mod rca;
 pub mod service_map;
 #[cfg(test)]

@@ -5,6 +5,7 @@
 mod bindings;
 mod facets;
 pub mod impact;
+pub mod marquez;
 pub mod openlineage;
 pub mod projection;
 pub mod prov;

@@ -456,7 +456,11 @@ impl LineageEdge {
 pub enum Direction {
     Upstream,
     Downstream,
+    /// Upstream, then downstream: ancestors and descendants.
     Both,
+    /// Either way at every hop: the region connected to the node (what Marquez's
+    /// job/dataset graph is projected from). Not a choice of the lineage API.
+    Connected,
 }
 
 impl FromStr for Direction {

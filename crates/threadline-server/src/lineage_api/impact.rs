@@ -9,8 +9,7 @@ use axum::extract::{Path, Query, State};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
-use threadline_model::{Direction, NodeKind};
-use threadline_store::WalkLimits;
+use threadline_diagnosis::lineage_views::Impact;
 
 use crate::error::ApiError;
 use crate::lineage_api::resolve_one;
@@ -20,9 +19,6 @@ pub(crate) fn router() -> Router<AppState> {
     Router::new().route("/api/v1/impact/{*node_id}", get(impact))
 }
 
-/// Hops followed downstream; the closure stops there or at `MAX_NODES`.
-const IMPACT_DEPTH: usize = 20;
-const MAX_NODES: usize = 10_000;
 /// Default window for request counts: the last 7 days.
 const DEFAULT_WINDOW_NS: i64 = 7 * 24 * 3600 * 1_000_000_000;
 
@@ -49,67 +45,39 @@ async fn impact(
     let node = node.trim_start_matches('/').to_owned();
     crate::error::blocking(move || {
         let root = resolve_one(&store, &tenant, &node)?;
-        let graph = store
-            .walk(
-                &tenant,
-                &root,
-                &WalkLimits {
-                    direction: Direction::Downstream,
-                    depth: IMPACT_DEPTH,
-                    max_nodes: MAX_NODES,
-                    edge_kinds: Vec::new(),
-                },
-            )?
-            .ok_or_else(|| ApiError::NotFound(format!("no lineage node {node:?}")))?;
-        // What depends on the node now: a declared edge a later registration
-        // superseded (or a deployment that ended) no longer carries the change.
-        let graph = threadline_lineage::validity::still_holding(
-            graph,
-            std::slice::from_ref(&root),
-            now,
-            false,
-        );
-        let mut by_kind: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-        let mut plan = Vec::new();
-        let mut adapters = Vec::new();
-        let mut instances = Vec::new();
-        for n in &graph.nodes {
-            let is_root = n.id == root;
-            if !is_root {
-                by_kind
-                    .entry(n.id.kind.as_str())
-                    .or_default()
-                    .push(n.id.to_string());
-            }
-            match n.id.kind {
-                NodeKind::Adapter => adapters.push(n.id.key.clone()),
-                NodeKind::Instance => instances.push(n.id.key.clone()),
-                _ => {}
-            }
-            // The plan is for what the change reaches, not the changed node itself.
-            if let Some(rule) = policy.decide(n).filter(|_| !is_root) {
-                plan.push(json!({
-                    "node": n.id.to_string(),
-                    "action": rule.action.as_str(),
-                    "reason": rule.reason,
-                }));
-            }
-        }
-        let served = store.requests_served(&tenant, &adapters, &instances, since)?;
-        Ok(Json(json!({
-            "root": root.to_string(),
-            "since_unix_nano": since.to_string(),
-            "affected": by_kind,
-            "affected_count": graph.nodes.len().saturating_sub(1),
-            "truncated": graph.nodes.len() >= MAX_NODES,
-            "requests_served": {
-                "traces": served.traces,
-                "by_node": served.by_node.iter().map(|(kind, id, n)| json!({
-                    "node": format!("{kind}:{id}"), "traces": n
-                })).collect::<Vec<_>>(),
-            },
-            "plan": plan,
-        })))
+        let impact = threadline_diagnosis::lineage_views::impact(
+            &store, &tenant, &root, since, now, &policy,
+        )?
+        .ok_or_else(|| ApiError::NotFound(format!("no lineage node {node:?}")))?;
+        Ok(Json(impact_json(&impact, since)))
     })
     .await
+}
+
+/// An impact as the API shows it.
+fn impact_json(impact: &Impact, since: i64) -> Value {
+    let affected: BTreeMap<&str, Vec<String>> = impact
+        .affected
+        .iter()
+        .map(|(kind, ids)| (*kind, ids.iter().map(ToString::to_string).collect()))
+        .collect();
+    let served = &impact.requests_served;
+    json!({
+        "root": impact.root.to_string(),
+        "since_unix_nano": since.to_string(),
+        "affected": affected,
+        "affected_count": impact.affected_count(),
+        "truncated": impact.truncated,
+        "requests_served": {
+            "traces": served.traces,
+            "by_node": served.by_node.iter().map(|(kind, id, n)| json!({
+                "node": format!("{kind}:{id}"), "traces": n
+            })).collect::<Vec<_>>(),
+        },
+        "plan": impact.plan.iter().map(|p| json!({
+            "node": p.node.to_string(),
+            "action": p.action.as_str(),
+            "reason": p.reason,
+        })).collect::<Vec<_>>(),
+    })
 }

@@ -19,7 +19,6 @@ use crate::state::{AppState, Tenant};
 
 mod assets;
 mod impact;
-pub(crate) mod marquez;
 mod nodes;
 mod prov;
 
@@ -239,7 +238,7 @@ async fn marquez_lineage(
     }
     let store = state.store.clone();
     let graph = blocking(move || {
-        crate::lineage_api::marquez::lineage(&store, &tenant, &start, depth)?
+        threadline_diagnosis::lineage_views::marquez_lineage(&store, &tenant, &start, depth)?
             .ok_or_else(|| ApiError::NotFound(format!("no lineage node {node_id:?}")))
     })
     .await?;
@@ -317,7 +316,7 @@ async fn column_lineage(
     };
     let store = state.store.clone();
     blocking(move || {
-        crate::lineage_api::marquez::column_lineage(
+        threadline_diagnosis::lineage_views::column_lineage(
             &store,
             &tenant,
             &dataset,

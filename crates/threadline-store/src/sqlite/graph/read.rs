@@ -184,12 +184,14 @@ pub(crate) fn walk(
     let mut nodes: HashMap<i64, LineageNode> = HashMap::from([(start_row, start_node)]);
     let mut edges: Vec<(i64, i64, LineageEdge)> = Vec::new();
     let mut edge_seen: HashSet<(i64, i64, EdgeKind)> = HashSet::new();
-    let directions: &[bool] = match limits.direction {
-        Direction::Downstream => &[true],
-        Direction::Upstream => &[false],
-        Direction::Both => &[true, false],
+    // Walks: each a list of the edge directions every hop follows (true: downstream).
+    let walks: &[&[bool]] = match limits.direction {
+        Direction::Downstream => &[&[true]],
+        Direction::Upstream => &[&[false]],
+        Direction::Both => &[&[true], &[false]],
+        Direction::Connected => &[&[true, false]],
     };
-    for &downstream in directions {
+    for &hop_directions in walks {
         let mut frontier: VecDeque<i64> = VecDeque::from([start_row]);
         for _ in 0..limits.depth {
             if frontier.is_empty() || seen.len() >= limits.max_nodes {
@@ -197,18 +199,21 @@ pub(crate) fn walk(
             }
             let batch: Vec<i64> = frontier.drain(..).collect();
             for chunk in batch.chunks(500) {
-                for (src, dst, edge) in edges_touching(conn, chunk, downstream)? {
-                    let Some(edge) = edge else { continue };
-                    if !limits.edge_kinds.is_empty() && !limits.edge_kinds.contains(&edge.kind) {
-                        continue;
-                    }
-                    let next = if downstream { dst } else { src };
-                    if edge_seen.insert((src, dst, edge.kind)) {
-                        edges.push((src, dst, edge));
-                    }
-                    if seen.len() < limits.max_nodes && seen.insert(next) {
-                        order.push(next);
-                        frontier.push_back(next);
+                for &downstream in hop_directions {
+                    for (src, dst, edge) in edges_touching(conn, chunk, downstream)? {
+                        let Some(edge) = edge else { continue };
+                        if !limits.edge_kinds.is_empty() && !limits.edge_kinds.contains(&edge.kind)
+                        {
+                            continue;
+                        }
+                        let next = if downstream { dst } else { src };
+                        if edge_seen.insert((src, dst, edge.kind)) {
+                            edges.push((src, dst, edge));
+                        }
+                        if seen.len() < limits.max_nodes && seen.insert(next) {
+                            order.push(next);
+                            frontier.push_back(next);
+                        }
                     }
                 }
             }
