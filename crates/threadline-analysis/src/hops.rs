@@ -264,6 +264,12 @@ impl Waiting {
             keep_after = keep_after.max(*times.select_nth_unstable(mid).1);
         }
         self.parents.retain(|_, (_, t)| *t > keep_after);
+        if full {
+            // Removal leaves tombstones that count against the table's room: refilling
+            // the half removed would double the table. A rehash at the cap's size
+            // (once per cap's worth of inserts) clears them.
+            self.parents.shrink_to(JOINER_CAP);
+        }
         if self.orphans.len() > JOINER_CAP {
             self.orphans.clear();
         } else {

@@ -7,8 +7,8 @@
 use crate::{AttrValue, Attribute, SpanDetail};
 
 /// Key prefixes (or whole keys) whose string values are searchable text: sorted, and
-/// none a prefix of another, so that `is_text_key` binary-searches them (a test holds
-/// both).
+/// none a prefix of another (a test holds both), so that the candidates for a key are
+/// a short run of the list (`CANDIDATES`).
 const TEXT_KEYS: [&str; 21] = [
     "error.message",
     "exception.message",
@@ -36,11 +36,73 @@ const TEXT_KEYS: [&str; 21] = [
     "traceloop.entity.output",
 ];
 
-/// Whether a string value under `key` is searchable text. The only prefix `key` can
-/// start with is the greatest one not above it (no prefix starts another).
+/// What most keys share before the byte that tells the text keys apart.
+const GEN_AI: &[u8] = b"gen_ai.";
+
+/// The run of `TEXT_KEYS` a key can start with, by its first byte — and, for keys
+/// under `gen_ai.` (half the list), by the byte after it: an empty run for most keys,
+/// one or two prefixes for the rest. Ingest asks this of every attribute of every span
+/// (tens of keys per span); a binary search cost five string comparisons each.
+struct Candidates {
+    by_first: [(u8, u8); 256],
+    by_gen_ai_next: [(u8, u8); 256],
+}
+
+const fn starts_with(s: &[u8], prefix: &[u8]) -> bool {
+    if s.len() < prefix.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < prefix.len() {
+        if s[i] != prefix[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Widens `ranges[byte]` to take index `i` of the sorted list.
+const fn take(ranges: &mut [(u8, u8); 256], byte: u8, i: usize) {
+    let (lo, hi) = ranges[byte as usize];
+    ranges[byte as usize] = if lo == hi {
+        (i as u8, i as u8 + 1)
+    } else {
+        (lo, hi + 1)
+    };
+}
+
+const CANDIDATES: Candidates = {
+    let mut c = Candidates {
+        by_first: [(0, 0); 256],
+        by_gen_ai_next: [(0, 0); 256],
+    };
+    let mut i = 0;
+    while i < TEXT_KEYS.len() {
+        let key = TEXT_KEYS[i].as_bytes();
+        take(&mut c.by_first, key[0], i);
+        if starts_with(key, GEN_AI) && key.len() > GEN_AI.len() {
+            take(&mut c.by_gen_ai_next, key[GEN_AI.len()], i);
+        }
+        i += 1;
+    }
+    c
+};
+
+/// Whether a string value under `key` is searchable text.
 pub fn is_text_key(key: &str) -> bool {
-    let at = TEXT_KEYS.partition_point(|prefix| *prefix <= key);
-    at > 0 && key.starts_with(TEXT_KEYS[at - 1])
+    let bytes = key.as_bytes();
+    let Some(&first) = bytes.first() else {
+        return false;
+    };
+    let (lo, hi) = if bytes.len() > GEN_AI.len() && bytes.starts_with(GEN_AI) {
+        CANDIDATES.by_gen_ai_next[bytes[GEN_AI.len()] as usize]
+    } else {
+        CANDIDATES.by_first[first as usize]
+    };
+    TEXT_KEYS[lo as usize..hi as usize]
+        .iter()
+        .any(|prefix| key.starts_with(prefix))
 }
 
 /// Calls `f` with every string inside `value` (array items and map values included).

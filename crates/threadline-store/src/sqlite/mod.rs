@@ -92,7 +92,7 @@ impl Default for EmbeddedConfig {
             drift: threadline_analysis::DriftConfig::default(),
             trace_index: TraceIndexConfig::default(),
             text_index: TextIndexConfig::default(),
-            retry_window_spans: 1_800_000,
+            retry_window_spans: 917_504,
         }
     }
 }
