@@ -226,12 +226,13 @@ pub(crate) fn rca(data_dir: &Path, size: RcaBenchSize) -> anyhow::Result<Value> 
                 })
                 .collect();
             left -= batch.len();
-            let mut observed = threadline_analysis::observe(&batch);
-            let bindings = threadline_model::GraphUpdate {
-                edges: threadline_lineage::span_bindings(&batch),
-                ..Default::default()
-            };
-            acks.push_back(store.write_spans(&tenant, &batch, &mut observed, bindings)?);
+            let mut found = threadline_store::SpanBatch::of(&batch);
+            acks.push_back(store.write_spans(
+                &tenant,
+                &batch,
+                &mut found.observed,
+                found.bindings,
+            )?);
             if acks.len() > 16 {
                 if let Some(ack) = acks.pop_front() {
                     ack.wait_blocking()?;

@@ -2,12 +2,15 @@
 //! incident watcher (the streaming detector run over each tenant's rollups, with SLO
 //! rules and news for alerts), root-cause reports of a series at an onset, the health
 //! of a lineage node, the lineage chain behind one request, and lineage as the APIs show
-//! it (Marquez's graphs, the impact of a change). The server's handlers
+//! it (Marquez's graphs, the impact of a change), metric series of the rollups,
+//! and the ingest pipeline below the OTLP transports (convert, observe, bind, queue). The server's handlers
 //! parse a request, call these and render the report; the CLI's benchmarks call them
 //! directly. No HTTP here.
 
 pub mod health;
+pub mod ingest;
 pub mod lineage_views;
+pub mod metric_series;
 pub mod rca;
 pub mod service_map;
 #[cfg(test)]

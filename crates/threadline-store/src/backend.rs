@@ -316,12 +316,8 @@ pub trait StoreBackend: Send + Sync {
     /// Stores spans and waits until they are durable: for callers outside an async
     /// runtime (tests, tools).
     fn write_blocking(&self, tenant: &TenantId, spans: &[SpanRecord]) -> Result<(), StoreError> {
-        let mut observed = threadline_analysis::observe(spans);
-        let bindings = GraphUpdate {
-            edges: threadline_lineage::span_bindings(spans),
-            ..Default::default()
-        };
-        self.write_spans(tenant, spans, &mut observed, bindings)?
+        let mut batch = SpanBatch::of(spans);
+        self.write_spans(tenant, spans, &mut batch.observed, batch.bindings)?
             .wait_blocking()
             .map(drop)
     }
@@ -330,6 +326,27 @@ pub trait StoreBackend: Send + Sync {
     /// (`Store::as_sqlite`); `None` for every other backend.
     fn as_sqlite(&self) -> Option<&crate::sqlite::SqliteStore> {
         None
+    }
+}
+
+/// What a batch of spans adds beyond the spans, found once by every writer before
+/// `write_spans`: the requests and model calls among them (`threadline_analysis::
+/// observe`: rollups, metrics) and the lineage bindings they carry (`threadline_lineage::
+/// span_bindings`). CPU-bound: build it off the async runtime.
+pub struct SpanBatch {
+    pub observed: Vec<Observed>,
+    pub bindings: GraphUpdate,
+}
+
+impl SpanBatch {
+    pub fn of(spans: &[SpanRecord]) -> Self {
+        Self {
+            observed: threadline_analysis::observe(spans),
+            bindings: GraphUpdate {
+                edges: threadline_lineage::span_bindings(spans),
+                ..Default::default()
+            },
+        }
     }
 }
 

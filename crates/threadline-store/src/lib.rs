@@ -14,7 +14,8 @@ mod search;
 mod sqlite;
 
 pub use backend::{
-    Bound, ExemplarQuery, OpenSpans, SpanReader, Store, StoreBackend, EXEMPLAR_DIMENSIONS,
+    Bound, ExemplarQuery, OpenSpans, SpanBatch, SpanReader, Store, StoreBackend,
+    EXEMPLAR_DIMENSIONS,
 };
 pub use erasure::{CopiesErased, ErasureRecord, ErasureReport, ErasureSubject, ERASED};
 pub use error::{ErrorKind, StoreError};

@@ -11,7 +11,8 @@ use axum::extract::{Query, State};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
-use threadline_analysis::{group_cells, Dimension, Level, Metric, BUCKET_NS};
+use threadline_analysis::{Dimension, Level, Metric, BUCKET_NS};
+use threadline_diagnosis::metric_series::{metric_series, SeriesQuery};
 use threadline_model::TenantId;
 use threadline_store::Store;
 
@@ -26,15 +27,7 @@ pub(crate) fn router() -> Router<AppState> {
 const MAX_STEPS: i64 = 20_000;
 
 /// A parsed metrics query.
-pub(crate) struct MetricsQuery {
-    pub(crate) metric: Metric,
-    pub(crate) level: Level,
-    pub(crate) group_by: Vec<Dimension>,
-    pub(crate) filter: Vec<(Dimension, String)>,
-    pub(crate) from_minute: i64,
-    pub(crate) to_minute: i64,
-    pub(crate) step_minutes: i64,
-}
+pub(crate) struct MetricsQuery(SeriesQuery);
 
 fn parse_step(value: &str) -> Result<i64, ApiError> {
     let seconds = match value.parse::<u64>() {
@@ -130,7 +123,7 @@ impl MetricsQuery {
                     .chain(filter.iter().map(|(d, _)| *d)),
             )
         });
-        Ok(Self {
+        Ok(Self(SeriesQuery {
             metric,
             level,
             group_by,
@@ -138,7 +131,7 @@ impl MetricsQuery {
             from_minute,
             to_minute,
             step_minutes: step,
-        })
+        }))
     }
 }
 
@@ -146,42 +139,21 @@ impl MetricsQuery {
 pub(crate) fn run(
     store: &Store,
     tenant: &TenantId,
-    q: &MetricsQuery,
+    MetricsQuery(q): &MetricsQuery,
     prices: &threadline_analysis::PriceTable,
 ) -> Result<Value, ApiError> {
-    let mut cells = store.rollup_cells(tenant, q.from_minute, q.to_minute)?;
-    // Each series names its model, so each cell is priced before cells merge.
-    if q.metric == Metric::Cost {
-        for (_, key, cell) in &mut cells {
-            cell.price(key.get(Dimension::Model), prices);
-        }
-    }
-    let groups = group_cells(
-        &cells,
-        q.level,
-        &q.filter,
-        &q.group_by,
-        q.step_minutes,
-        q.from_minute,
-    );
-    let seconds = (q.step_minutes * 60) as f64;
-    let series: Vec<Value> = groups
+    let series: Vec<Value> = metric_series(store, tenant, q, prices)?
         .iter()
-        .map(|(key, buckets)| {
-            let labels: serde_json::Map<String, Value> = q
-                .group_by
+        .map(|s| {
+            let labels: serde_json::Map<String, Value> = s
+                .labels
                 .iter()
-                .map(|d| (d.as_str().to_owned(), Value::from(key.get(*d))))
+                .map(|(d, v)| (d.as_str().to_owned(), Value::from(v.as_str())))
                 .collect();
-            let points: Vec<Value> = buckets
+            let points: Vec<Value> = s
+                .points
                 .iter()
-                .map(|(minute, cell)| {
-                    json!({
-                        "t": minute * 60,
-                        "value": q.metric.value(cell, seconds),
-                        "requests": cell.requests,
-                    })
-                })
+                .map(|p| json!({"t": p.minute * 60, "value": p.value, "requests": p.requests}))
                 .collect();
             json!({"labels": labels, "points": points})
         })

@@ -1,14 +1,14 @@
 //! The ingest path shared by OTLP/HTTP and OTLP/gRPC, for traces and logs (`Signal`):
-//! convert and encode off the async runtime, queue for the writer (refusing when full),
-//! answer only after the commit.
+//! the pipeline (`threadline_diagnosis::ingest`: convert, observe, bind, queue) off the
+//! async runtime, the writer refusing when full, the answer only after the commit.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use threadline_ingest::{
-    convert_logs_request, convert_request, ExportLogsPartialSuccess, ExportLogsServiceRequest,
-    ExportLogsServiceResponse, ExportRequest, ExportTracePartialSuccess, ExportTraceServiceRequest,
-    ExportTraceServiceResponse, TimeBounds, Undecodable,
+    ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse, ExportRequest,
+    ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse, TimeBounds,
+    Undecodable,
 };
 use threadline_model::TenantId;
 use threadline_store::{ErrorKind, Store, StoreError, WriteAck};
@@ -124,30 +124,23 @@ impl Signal for Traces {
         refused: Undecodable,
         bounds: &TimeBounds,
     ) -> Result<Self::Ready, IngestFailure> {
-        let mut converted = convert_request(request, bounds);
-        converted.add_undecodable(refused);
-        let partial_success = (converted.rejected_spans > 0).then(|| ExportTracePartialSuccess {
-            rejected_spans: converted.rejected_spans as i64,
-            error_message: converted.error_message(),
-        });
-        let mut observed = threadline_analysis::observe(&converted.spans);
-        let submitted = (!converted.spans.is_empty()).then(|| {
-            let bindings = threadline_model::GraphUpdate {
-                edges: threadline_lineage::span_bindings(&converted.spans),
-                ..Default::default()
-            };
-            // Leaves out of `observed` what a retried export repeats.
-            let queued = store.write_spans(tenant, &converted.spans, &mut observed, bindings);
-            (queued, converted.spans.len() as u64)
-        });
-        let observations =
-            crate::telemetry::LlmObservations::of_observed(&converted.spans, &observed);
+        let queued =
+            threadline_diagnosis::ingest::queue_traces(store, tenant, request, refused, bounds);
+        let partial_success = queued
+            .error_message
+            .map(|error_message| ExportTracePartialSuccess {
+                rejected_spans: queued.rejected as i64,
+                error_message,
+            });
         Ok(ReadyBatch {
-            submitted,
+            submitted: queued.submitted,
             tenant: tenant.clone(),
-            observations,
+            observations: crate::telemetry::LlmObservations::of_observed(
+                &queued.spans,
+                &queued.observed,
+            ),
             response: ExportTraceServiceResponse { partial_success },
-            rejected: converted.rejected_spans,
+            rejected: queued.rejected,
         })
     }
 
@@ -186,22 +179,18 @@ impl Signal for Logs {
         refused: Undecodable,
         bounds: &TimeBounds,
     ) -> Result<Self::Ready, IngestFailure> {
-        let mut converted = convert_logs_request(request, bounds);
-        converted.add_undecodable(refused);
-        let partial_success = (converted.rejected > 0).then(|| ExportLogsPartialSuccess {
-            rejected_log_records: converted.rejected as i64,
-            error_message: converted.error_message(),
-        });
-        let submitted = (!converted.records.is_empty()).then(|| {
-            (
-                store.write_logs(tenant, &converted.records),
-                converted.records.len() as u64,
-            )
-        });
+        let queued =
+            threadline_diagnosis::ingest::queue_logs(store, tenant, request, refused, bounds);
+        let partial_success = queued
+            .error_message
+            .map(|error_message| ExportLogsPartialSuccess {
+                rejected_log_records: queued.rejected as i64,
+                error_message,
+            });
         Ok(ReadyLogs {
-            submitted,
+            submitted: queued.submitted,
             response: ExportLogsServiceResponse { partial_success },
-            rejected: converted.rejected,
+            rejected: queued.rejected,
         })
     }
 

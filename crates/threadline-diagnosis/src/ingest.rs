@@ -1,0 +1,90 @@
+//! The ingest pipeline both OTLP transports share, below the protocol: an export
+//! request converted to records (what did not convert counted, with reasons), the
+//! requests, model calls and lineage bindings found on the spans (`SpanBatch`), and
+//! the records queued for the store. CPU-bound: the server runs it on its ingest
+//! pool, then waits for the ack off it.
+
+use threadline_analysis::Observed;
+use threadline_ingest::{
+    convert_logs_request, convert_request, ExportLogsServiceRequest, ExportTraceServiceRequest,
+    TimeBounds, Undecodable,
+};
+use threadline_model::{SpanRecord, TenantId};
+use threadline_store::{SpanBatch, Store, StoreError, WriteAck};
+
+/// One export request of spans, converted and queued.
+pub struct TracesQueued {
+    /// The queued write and how many spans it holds; `None` when no span was left.
+    pub submitted: Option<(Result<WriteAck, StoreError>, u64)>,
+    /// The spans queued and the requests and model calls among them, less those a
+    /// retried export repeats (for the caller's own counts, once the write is durable).
+    pub spans: Vec<SpanRecord>,
+    pub observed: Vec<Observed>,
+    /// Spans refused (they did not decode or convert) and the first reasons.
+    pub rejected: u64,
+    pub error_message: Option<String>,
+}
+
+/// Converts an export request (`refused`: the spans that did not decode) and queues
+/// its spans.
+pub fn queue_traces(
+    store: &Store,
+    tenant: &TenantId,
+    request: ExportTraceServiceRequest,
+    refused: Undecodable,
+    bounds: &TimeBounds,
+) -> TracesQueued {
+    let mut converted = convert_request(request, bounds);
+    converted.add_undecodable(refused);
+    let error_message = (converted.rejected_spans > 0).then(|| converted.error_message());
+    let mut found = SpanBatch::of(&converted.spans);
+    let submitted = (!converted.spans.is_empty()).then(|| {
+        // Leaves out of `observed` what a retried export repeats.
+        let queued = store.write_spans(
+            tenant,
+            &converted.spans,
+            &mut found.observed,
+            found.bindings,
+        );
+        (queued, converted.spans.len() as u64)
+    });
+    TracesQueued {
+        submitted,
+        spans: converted.spans,
+        observed: found.observed,
+        rejected: converted.rejected_spans,
+        error_message,
+    }
+}
+
+/// One export request of log records, converted and queued.
+pub struct LogsQueued {
+    pub submitted: Option<(Result<WriteAck, StoreError>, u64)>,
+    pub rejected: u64,
+    pub error_message: Option<String>,
+}
+
+/// Converts a logs export request (`refused`: the records that did not decode) and
+/// queues its records.
+pub fn queue_logs(
+    store: &Store,
+    tenant: &TenantId,
+    request: ExportLogsServiceRequest,
+    refused: Undecodable,
+    bounds: &TimeBounds,
+) -> LogsQueued {
+    let mut converted = convert_logs_request(request, bounds);
+    converted.add_undecodable(refused);
+    let error_message = (converted.rejected > 0).then(|| converted.error_message());
+    let submitted = (!converted.records.is_empty()).then(|| {
+        (
+            store.write_logs(tenant, &converted.records),
+            converted.records.len() as u64,
+        )
+    });
+    LogsQueued {
+        submitted,
+        rejected: converted.rejected,
+        error_message,
+    }
+}
