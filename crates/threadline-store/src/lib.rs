@@ -5,14 +5,18 @@
 //! message, no backend type) on failure. Backends live in their own modules — today
 //! `sqlite` (the embedded default); nothing outside them names SQL, files or columns.
 
+mod ack;
 mod backend;
 mod erasure;
 mod error;
 mod log_search;
+mod queries;
 mod retries;
 mod search;
+mod skeleton;
 mod sqlite;
 
+pub use ack::{Applied, WriteAck, WriterStats};
 pub use backend::{
     Bound, ExemplarQuery, OpenSpans, SpanBatch, SpanReader, Store, StoreBackend,
     EXEMPLAR_DIMENSIONS,
@@ -20,9 +24,7 @@ pub use backend::{
 pub use erasure::{CopiesErased, ErasureRecord, ErasureReport, ErasureSubject, ERASED};
 pub use error::{ErrorKind, StoreError};
 pub use log_search::{LogCursor, LogPage, LogQuery, StoredLog};
+pub use queries::{RequestsServed, ServiceSummary, WalkLimits};
 pub use search::{ModelUsage, NameMatch, TraceCursor, TracePage, TraceQuery, TraceSummary};
-pub use sqlite::{
-    Applied, EmbeddedConfig, RequestsServed, ServiceSummary, SkeletonSpan, SpanLocation,
-    SqliteStore, TextIndexConfig, TraceIndexConfig, WalkLimits, WriteAck, WriterStats,
-    DB_FILE_NAME,
-};
+pub use skeleton::{SkeletonSpan, SpanLocation};
+pub use sqlite::{EmbeddedConfig, SqliteStore, TextIndexConfig, TraceIndexConfig, DB_FILE_NAME};

@@ -70,8 +70,8 @@ fn impact_json(impact: &Impact, since: i64) -> Value {
         "truncated": impact.truncated,
         "requests_served": {
             "traces": served.traces,
-            "by_node": served.by_node.iter().map(|(kind, id, n)| json!({
-                "node": format!("{kind}:{id}"), "traces": n
+            "by_node": served.by_node.iter().map(|(node, n)| json!({
+                "node": node.to_string(), "traces": n
             })).collect::<Vec<_>>(),
         },
         "plan": impact.plan.iter().map(|p| json!({

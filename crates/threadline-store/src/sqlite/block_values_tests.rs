@@ -5,7 +5,7 @@
 use crate::StoreBackend as _;
 use std::collections::BTreeSet;
 
-use threadline_model::{SpanRecord, StatusCode};
+use threadline_model::{NodeId, NodeKind, SpanRecord, StatusCode};
 
 use crate::sqlite::erase::ErasureSubject;
 use crate::sqlite::tests::{acme, span};
@@ -160,8 +160,8 @@ fn column_filters_find_what_a_scan_finds_across_many_blocks() {
     assert_eq!(
         served.by_node,
         [
-            ("adapter", "fin-qa".to_owned(), by_adapter),
-            ("instance", "inst-2".to_owned(), by_instance)
+            (NodeId::new(NodeKind::Adapter, "fin-qa"), by_adapter),
+            (NodeId::new(NodeKind::Instance, "inst-2"), by_instance)
         ]
     );
     let operations = store.operations(&acme(), Some("llm")).unwrap();
@@ -205,7 +205,7 @@ fn an_erasure_takes_the_values_it_removed_out_of_the_block() {
         .unwrap();
     assert_eq!(
         served.by_node,
-        [("instance", "inst-1".to_owned(), 1)],
+        [(NodeId::new(NodeKind::Instance, "inst-1"), 1)],
         "a value both traces had stays"
     );
     let conn = rusqlite::Connection::open(store.path()).unwrap();

@@ -41,19 +41,20 @@ use threadline_model::{
     GraphUpdate, LineageGraph, LineageNode, NodeId, NodeKind, SpanRecord, TenantId, TraceId,
 };
 
-pub(crate) use crate::erasure::{ErasureRecord, ErasureReport, ErasureSubject, ERASED};
+pub(crate) use crate::ack::{WriteAck, WriterStats};
+pub(crate) use crate::erasure::{ErasureRecord, ErasureSubject, ERASED};
 pub(crate) use crate::log_search::{LogPage, LogQuery};
+pub(crate) use crate::queries::WalkLimits;
+pub(crate) use crate::queries::{RequestsServed, ServiceSummary};
 pub(crate) use crate::search::{TracePage, TraceQuery};
+pub(crate) use crate::skeleton::SkeletonSpan;
 pub(crate) use crate::{ExemplarQuery, SpanReader};
 pub(crate) use graph::PreparedGraph;
-pub use graph::WalkLimits;
 pub(crate) use logs::PreparedLogs;
-pub use query::{RequestsServed, ServiceSummary};
-pub use skeleton::{SkeletonSpan, SpanLocation};
+pub(crate) use query::DetailSlot;
 pub use text_indexer::TextIndexConfig;
 pub use trace_compactor::TraceIndexConfig;
 pub(crate) use writer::PreparedBatch;
-pub use writer::{Applied, WriteAck, WriterStats};
 
 /// The database file inside the data directory.
 pub const DB_FILE_NAME: &str = "threadline.db";

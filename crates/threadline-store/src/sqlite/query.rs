@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use threadline_model::{
-    LlmView, SpanDetail, SpanId, SpanKind, SpanOrigin, SpanRecord, TenantId, TraceId,
+    LlmView, NodeId, NodeKind, SpanDetail, SpanId, SpanKind, SpanOrigin, SpanRecord, TenantId,
+    TraceId,
 };
 
 use crate::sqlite::block_values::{BlockProbe, ValueField};
@@ -15,11 +16,7 @@ use crate::sqlite::newest_first::{spans_in_window, SpanWindow};
 use crate::sqlite::trace_index::RunFilters;
 use crate::sqlite::trace_lookup::{self, RowRange};
 use crate::sqlite::{codec, sqlite_err, StoreError};
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct ServiceSummary {
-    pub name: String,
-}
+use crate::{RequestsServed, ServiceSummary};
 
 pub(crate) fn tenant_key(conn: &Connection, tenant: &TenantId) -> Result<Option<i64>, StoreError> {
     conn.prepare_cached("SELECT id FROM tenants WHERE name = ?1")
@@ -318,15 +315,6 @@ pub(crate) fn operations(
     Ok(rows)
 }
 
-/// Requests (traces) that went through given adapters or instances since a time.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RequestsServed {
-    /// Distinct traces with a span on any of the nodes.
-    pub traces: u64,
-    /// (kind — "adapter" or "instance" —, id, distinct traces).
-    pub by_node: Vec<(&'static str, String, u64)>,
-}
-
 pub(crate) fn requests_served(
     conn: &Connection,
     tenant: &TenantId,
@@ -372,8 +360,8 @@ pub(crate) fn requests_served(
         .map_err(err)?;
     let mut by_node = Vec::new();
     for (kind, field, list) in [
-        ("adapter", ValueField::Adapter, adapters),
-        ("instance", ValueField::Instance, instances),
+        (NodeKind::Adapter, ValueField::Adapter, adapters),
+        (NodeKind::Instance, ValueField::Instance, instances),
     ] {
         let column = field.column_name();
         for id in list {
@@ -390,7 +378,7 @@ pub(crate) fn requests_served(
                     |r| r.get(0),
                 )
                 .map_err(err)?;
-            by_node.push((kind, id.clone(), n as u64));
+            by_node.push((NodeId::new(kind, id.clone()), n as u64));
         }
     }
     Ok(RequestsServed {

@@ -7,57 +7,11 @@ use std::collections::HashSet;
 use rusqlite::{params, Connection};
 use threadline_model::{SpanId, SpanKind, SpanRecord, TenantId, TraceId};
 
+use crate::skeleton::{Located, SkeletonSpan, SpanLocation};
 use crate::sqlite::query::{span_from_row, trace_rows, BlockCache, DetailSlot, OriginCache};
 use crate::sqlite::trace_index::RunFilters;
 use crate::sqlite::trace_lookup::RowRange;
 use crate::sqlite::{sqlite_err, StoreError};
-
-/// What a trace view needs of a span before it is opened.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SkeletonSpan {
-    pub span_id: SpanId,
-    pub parent_span_id: Option<SpanId>,
-    pub name: String,
-    pub service: String,
-    pub kind: SpanKind,
-    pub start_time_unix_nano: u64,
-    pub end_time_unix_nano: u64,
-    pub error: bool,
-    /// The requested (else responding) model of an LLM span.
-    pub model: Option<String>,
-    pub total_tokens: Option<i64>,
-    pub input_tokens: Option<i64>,
-    pub output_tokens: Option<i64>,
-    /// The conversation and end user the span names.
-    pub session_id: Option<String>,
-    pub user_id: Option<String>,
-    /// Where the rest of the span is, for `SpanReader::span`.
-    pub location: SpanLocation,
-}
-
-impl SkeletonSpan {
-    /// The session and the user of a trace: the earliest of `spans` naming each.
-    pub fn session_and_user(spans: &[SkeletonSpan]) -> (Option<&String>, Option<&String>) {
-        let first = |get: fn(&SkeletonSpan) -> Option<&String>| {
-            spans
-                .iter()
-                .filter(|s| get(s).is_some())
-                .min_by_key(|s| s.start_time_unix_nano)
-                .and_then(get)
-        };
-        (
-            first(|s| s.session_id.as_ref()),
-            first(|s| s.user_id.as_ref()),
-        )
-    }
-}
-
-/// Where a span's full record is stored (opaque outside the store).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SpanLocation {
-    slot: DetailSlot,
-    origin_hash: i64,
-}
 
 /// Opens skeleton spans whole, one at a time, over one connection and bounded caches
 /// of decompressed blocks and decoded origins: a caller walking a trace of any size
@@ -90,7 +44,8 @@ impl SqliteSpans {
 impl crate::OpenSpans for SqliteSpans {
     fn span(&mut self, skeleton: &SkeletonSpan) -> Result<SpanRecord, StoreError> {
         let conn = self.conn.as_ref().ok_or(StoreError::writer_stopped())?;
-        let (detail, llm) = self.blocks.detail(conn, skeleton.location.slot)?;
+        let Located::Embedded { slot, origin_hash } = skeleton.location.0;
+        let (detail, llm) = self.blocks.detail(conn, slot)?;
         Ok(SpanRecord {
             trace_id: self.trace_id,
             span_id: skeleton.span_id,
@@ -101,7 +56,7 @@ impl crate::OpenSpans for SqliteSpans {
             start_time_unix_nano: skeleton.start_time_unix_nano,
             end_time_unix_nano: skeleton.end_time_unix_nano,
             detail,
-            origin: self.origins.get(conn, skeleton.location.origin_hash)?,
+            origin: self.origins.get(conn, origin_hash)?,
             llm,
         })
     }
@@ -185,10 +140,10 @@ pub(crate) fn skeleton_rows(
                 output_tokens: row.get(11).map_err(get_err)?,
                 session_id: row.get(16).map_err(get_err)?,
                 user_id: row.get(17).map_err(get_err)?,
-                location: SpanLocation {
+                location: SpanLocation(Located::Embedded {
                     origin_hash: row.get(12).map_err(get_err)?,
                     slot: DetailSlot::from_row(conn, row, 13)?,
-                },
+                }),
             });
         }
     }

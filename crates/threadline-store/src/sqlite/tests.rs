@@ -338,8 +338,8 @@ fn window_reads_count_only_spans_of_the_window() {
     assert_eq!(
         got.by_node,
         vec![
-            ("adapter", "lora-a".to_owned(), 3),
-            ("instance", "i-3".to_owned(), 2)
+            (NodeId::new(NodeKind::Adapter, "lora-a"), 3),
+            (NodeId::new(NodeKind::Instance, "i-3"), 2)
         ]
     );
     let slowest = |filters: Vec<(threadline_analysis::Dimension, String)>| -> Vec<TraceId> {

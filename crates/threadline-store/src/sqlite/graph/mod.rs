@@ -309,8 +309,8 @@ mod apply;
 mod read;
 mod transitions;
 
+pub(crate) use crate::queries::WalkLimits;
 pub(crate) use apply::apply;
-pub use read::WalkLimits;
 pub(crate) use read::{
     bound_instances, dump, find_nodes, get_node, node_counts, resolve, runs_for_trace, walk,
 };

@@ -154,18 +154,6 @@ pub(crate) fn node_counts(
         .collect())
 }
 
-/// What a walk may visit.
-#[derive(Clone, Debug)]
-pub struct WalkLimits {
-    pub direction: Direction,
-    /// Hops from the start node.
-    pub depth: usize,
-    /// Stop expanding once this many nodes were reached.
-    pub max_nodes: usize,
-    /// Follow only these edge kinds (all when empty).
-    pub edge_kinds: Vec<EdgeKind>,
-}
-
 /// Breadth-first walk from `start`, one batched query per hop and direction.
 pub(crate) fn walk(
     conn: &Connection,

@@ -107,52 +107,7 @@ fn sorted_distinct<T: Ord>(items: impl Iterator<Item = T>) -> Vec<T> {
     v
 }
 
-/// What the writer reports for one job once its transaction is over.
-type JobOutcome = Result<Applied, String>;
-
-/// What a committed job did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Applied {
-    /// False for an already-stored lineage event (nothing changed).
-    pub changed: bool,
-    /// What each registry entry of a graph update became.
-    pub assets: Vec<(threadline_model::NodeId, threadline_model::AssetOutcome)>,
-    /// What an erasure did.
-    pub erasure: Option<crate::sqlite::ErasureReport>,
-}
-
-impl Applied {
-    fn changed() -> Self {
-        Self {
-            changed: true,
-            assets: Vec::new(),
-            erasure: None,
-        }
-    }
-}
-
-/// Resolves when the job is committed to disk, or the commit failed.
-pub struct WriteAck(oneshot::Receiver<JobOutcome>);
-
-impl WriteAck {
-    pub async fn wait(self) -> Result<Applied, StoreError> {
-        Self::outcome(self.0.await)
-    }
-
-    pub fn wait_blocking(self) -> Result<Applied, StoreError> {
-        Self::outcome(self.0.blocking_recv())
-    }
-
-    fn outcome(
-        received: Result<JobOutcome, oneshot::error::RecvError>,
-    ) -> Result<Applied, StoreError> {
-        match received {
-            Ok(Ok(applied)) => Ok(applied),
-            Ok(Err(msg)) => Err(StoreError::corrupt(format!("commit failed: {msg}"))),
-            Err(_) => Err(StoreError::writer_stopped()),
-        }
-    }
-}
+use crate::ack::{Applied, JobOutcome, WriteAck, WriterStats};
 
 /// A lineage graph change for the writer.
 pub(crate) struct GraphJob {
@@ -217,16 +172,6 @@ impl Work {
             Work::Text(w) => w.bytes(),
         }
     }
-}
-
-/// Counters the server exposes about the writer.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct WriterStats {
-    pub queued_batches: usize,
-    pub queued_bytes: usize,
-    pub spans_committed: u64,
-    pub commits: u64,
-    pub commit_nanos_total: u64,
 }
 
 struct Job {
@@ -390,7 +335,7 @@ impl WriterHandle {
             bytes,
             ack: tx,
         }) {
-            Ok(()) => Ok(WriteAck(rx)),
+            Ok(()) => Ok(WriteAck::of(rx)),
             Err(e) => {
                 self.counters.queued_batches.fetch_sub(1, Ordering::Relaxed);
                 self.counters
