@@ -83,13 +83,23 @@ impl IntoResponse for ApiError {
         )
             .into_response();
         if status == StatusCode::TOO_MANY_REQUESTS {
-            response.headers_mut().insert(
-                axum::http::header::RETRY_AFTER,
-                axum::http::HeaderValue::from_static("1"),
-            );
+            insert_retry_after(&mut response);
         }
         response
     }
+}
+
+/// Seconds a client refused for load (429, 503 on OTLP, RESOURCE_EXHAUSTED) is told
+/// to wait before it retries.
+pub(crate) const RETRY_AFTER_SECONDS: u64 = 1;
+
+/// Tells the client of a refused request when to retry: the one place every API (ours,
+/// Jaeger's, OTLP/HTTP, the overload guard) sets Retry-After.
+pub(crate) fn insert_retry_after(response: &mut axum::response::Response) {
+    response.headers_mut().insert(
+        axum::http::header::RETRY_AFTER,
+        axum::http::HeaderValue::from(RETRY_AFTER_SECONDS),
+    );
 }
 
 /// A missing incident or trace is a 404, a target that names no series a 400.

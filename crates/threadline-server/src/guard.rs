@@ -204,9 +204,7 @@ fn api_refusal(refusal: Refusal) -> Response {
     )
         .into_response();
     if refusal.status == StatusCode::TOO_MANY_REQUESTS {
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        crate::error::insert_retry_after(&mut response);
     }
     response
 }

@@ -11,8 +11,11 @@ use threadline_model::{
     AttrValue, Attribute, LlmView, SpanDetail, SpanId, SpanKind, SpanOrigin, SpanRecord, TenantId,
     TraceId,
 };
-use threadline_server::{app, AppState, ServerConfig, TenantKeys};
+use threadline_server::{app, otlp_http_app, AppState, ServerConfig, TenantKeys};
 use threadline_store::{EmbeddedConfig, Store};
+
+#[path = "app/busy_store.rs"]
+mod busy_store;
 use tower::ServiceExt;
 
 const ACME_KEY: &str = "acme-key-0123456789abcdef";
@@ -390,4 +393,47 @@ fn over_the_body_budget_is_429_with_retry_after() {
         let stored = send(&router, Method::POST, "/api/v1/lineage", None, &small);
         assert_eq!(stored.status, StatusCode::CREATED, "{}", stored.body);
     });
+}
+
+#[test]
+fn a_busy_store_is_429_with_retry_after_on_every_write() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    for (name, store, _dir) in backends() {
+        let busy = Store::new(busy_store::BusyStore(store));
+        let state = {
+            let _entered = runtime.enter();
+            AppState::new(&ServerConfig::default(), busy).unwrap()
+        };
+        let api = app(state.clone());
+        let otlp = otlp_http_app(state);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let spans = format!(
+            r#"{{"resourceSpans":[{{"resource":{{"attributes":[{{"key":"service.name","value":{{"stringValue":"gw"}}}}]}},"scopeSpans":[{{"spans":[{{"traceId":"5b8efff798038103d269b633813fc60c","spanId":"eee19b7ec3c1b174","name":"chat","kind":2,"startTimeUnixNano":"{now}","endTimeUnixNano":"{}"}}]}}]}}]}}"#,
+            now + 1_000_000
+        );
+        let logs = format!(
+            r#"{{"resourceLogs":[{{"resource":{{"attributes":[{{"key":"service.name","value":{{"stringValue":"gw"}}}}]}},"scopeLogs":[{{"logRecords":[{{"timeUnixNano":"{now}","body":{{"stringValue":"hello"}}}}]}}]}}]}}"#
+        );
+        let event = r#"{"eventType":"COMPLETE","eventTime":"2026-12-01T00:00:00Z","run":{"runId":"0193a4a0-0000-7000-8000-000000000001"},"job":{"namespace":"ns","name":"j"},"producer":"test","schemaURL":"https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent"}"#;
+        for (router, uri, body) in [
+            (&otlp, "/v1/traces", spans.as_str()),
+            (&otlp, "/v1/logs", logs.as_str()),
+            (&api, "/api/v1/lineage", event),
+        ] {
+            let answer = send(router, Method::POST, uri, None, body);
+            assert_eq!(
+                (answer.status, answer.retry_after.as_deref()),
+                (StatusCode::TOO_MANY_REQUESTS, Some("1")),
+                "{name}: POST {uri}: {}",
+                answer.body
+            );
+        }
+    }
 }

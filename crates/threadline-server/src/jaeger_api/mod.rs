@@ -74,10 +74,7 @@ impl IntoResponse for JaegerError {
         }
         let mut response = (status, Json(body)).into_response();
         if status == StatusCode::TOO_MANY_REQUESTS {
-            response.headers_mut().insert(
-                axum::http::header::RETRY_AFTER,
-                axum::http::HeaderValue::from_static("1"),
-            );
+            crate::error::insert_retry_after(&mut response);
         }
         response
     }

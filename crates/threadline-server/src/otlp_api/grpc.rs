@@ -323,11 +323,13 @@ fn to_status(e: IngestFailure) -> Status {
             let mut status = Status::with_error_details(
                 tonic::Code::ResourceExhausted,
                 e.to_string(),
-                ErrorDetails::with_retry_info(Some(Duration::from_secs(1))),
+                ErrorDetails::with_retry_info(Some(Duration::from_secs(
+                    crate::error::RETRY_AFTER_SECONDS,
+                ))),
             );
             status.metadata_mut().insert(
                 "retry-after",
-                tonic::metadata::MetadataValue::from_static("1"),
+                tonic::metadata::MetadataValue::from(crate::error::RETRY_AFTER_SECONDS),
             );
             status
         }
