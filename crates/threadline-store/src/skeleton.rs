@@ -52,7 +52,9 @@ pub struct SpanLocation(pub(crate) Located);
 impl Default for SpanLocation {
     fn default() -> Self {
         Self(Located::Embedded {
-            slot: Default::default(),
+            block_id: 0,
+            offset: 0,
+            len: 0,
             origin_hash: 0,
         })
     }
@@ -63,7 +65,9 @@ impl Default for SpanLocation {
 pub(crate) enum Located {
     /// The embedded store: the span's slot in its detail block, and its origin.
     Embedded {
-        slot: crate::sqlite::DetailSlot,
+        block_id: i64,
+        offset: u32,
+        len: u32,
         origin_hash: i64,
     },
 }

@@ -51,7 +51,6 @@ pub(crate) use crate::skeleton::SkeletonSpan;
 pub(crate) use crate::{ExemplarQuery, SpanReader};
 pub(crate) use graph::PreparedGraph;
 pub(crate) use logs::PreparedLogs;
-pub(crate) use query::DetailSlot;
 pub use text_indexer::TextIndexConfig;
 pub use trace_compactor::TraceIndexConfig;
 pub(crate) use writer::PreparedBatch;

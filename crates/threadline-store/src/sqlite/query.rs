@@ -169,6 +169,34 @@ impl DetailSlot {
         self.block_id
     }
 
+    /// The slot as a `SpanLocation` keeps it (with the span's origin).
+    pub(crate) fn located(self, origin_hash: i64) -> crate::skeleton::Located {
+        crate::skeleton::Located::Embedded {
+            block_id: self.block_id,
+            offset: self.offset,
+            len: self.len,
+            origin_hash,
+        }
+    }
+
+    /// The slot and the origin a `SpanLocation` of the embedded store names.
+    pub(crate) fn of_located(located: crate::skeleton::Located) -> (Self, i64) {
+        let crate::skeleton::Located::Embedded {
+            block_id,
+            offset,
+            len,
+            origin_hash,
+        } = located;
+        (
+            Self {
+                block_id,
+                offset,
+                len,
+            },
+            origin_hash,
+        )
+    }
+
     /// Where the detail sits in its decompressed block.
     pub(crate) fn range(self) -> std::ops::Range<usize> {
         self.offset as usize..self.offset as usize + self.len as usize

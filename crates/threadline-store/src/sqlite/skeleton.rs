@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use rusqlite::{params, Connection};
 use threadline_model::{SpanId, SpanKind, SpanRecord, TenantId, TraceId};
 
-use crate::skeleton::{Located, SkeletonSpan, SpanLocation};
+use crate::skeleton::{SkeletonSpan, SpanLocation};
 use crate::sqlite::query::{span_from_row, trace_rows, BlockCache, DetailSlot, OriginCache};
 use crate::sqlite::trace_index::RunFilters;
 use crate::sqlite::trace_lookup::RowRange;
@@ -44,7 +44,7 @@ impl SqliteSpans {
 impl crate::OpenSpans for SqliteSpans {
     fn span(&mut self, skeleton: &SkeletonSpan) -> Result<SpanRecord, StoreError> {
         let conn = self.conn.as_ref().ok_or(StoreError::writer_stopped())?;
-        let Located::Embedded { slot, origin_hash } = skeleton.location.0;
+        let (slot, origin_hash) = DetailSlot::of_located(skeleton.location.0);
         let (detail, llm) = self.blocks.detail(conn, slot)?;
         Ok(SpanRecord {
             trace_id: self.trace_id,
@@ -140,10 +140,9 @@ pub(crate) fn skeleton_rows(
                 output_tokens: row.get(11).map_err(get_err)?,
                 session_id: row.get(16).map_err(get_err)?,
                 user_id: row.get(17).map_err(get_err)?,
-                location: SpanLocation(Located::Embedded {
-                    origin_hash: row.get(12).map_err(get_err)?,
-                    slot: DetailSlot::from_row(conn, row, 13)?,
-                }),
+                location: SpanLocation(
+                    DetailSlot::from_row(conn, row, 13)?.located(row.get(12).map_err(get_err)?),
+                ),
             });
         }
     }
