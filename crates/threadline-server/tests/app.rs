@@ -52,13 +52,18 @@ fn keyed_config() -> ServerConfig {
     config
 }
 
-/// Runs `check` on the app over each backend.
-fn each_backend(config: &ServerConfig, check: impl Fn(&Store, Router) + Sync) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+/// The runtime an `AppState` starts its background work on.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+/// Runs `check` on the app over each backend.
+fn each_backend(config: &ServerConfig, check: impl Fn(&Store, Router) + Sync) {
+    let runtime = runtime();
     for (name, store, _dir) in backends() {
         let state = {
             let _entered = runtime.enter();
@@ -397,11 +402,7 @@ fn over_the_body_budget_is_429_with_retry_after() {
 
 #[test]
 fn a_busy_store_is_429_with_retry_after_on_every_write() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     for (name, store, _dir) in backends() {
         let busy = Store::new(busy_store::BusyStore(store));
         let state = {
