@@ -257,18 +257,18 @@ impl Waiting {
         }
         self.swept_ns = now_ns;
         let cutoff = now_ns.saturating_sub(JOIN_WINDOW_NS);
-        let mut keep_after = cutoff;
         if self.parents.len() > JOINER_CAP {
             let mut times: Vec<i64> = self.parents.values().map(|(_, t)| *t).collect();
             let mid = times.len() / 2;
-            keep_after = keep_after.max(*times.select_nth_unstable(mid).1);
-        }
-        self.parents.retain(|_, (_, t)| *t > keep_after);
-        if full {
-            // Removal leaves tombstones that count against the table's room: refilling
-            // the half removed would double the table. A rehash at the cap's size
-            // (once per cap's worth of inserts) clears them.
-            self.parents.shrink_to(JOINER_CAP);
+            let keep_after = cutoff.max(*times.select_nth_unstable(mid).1);
+            // Into a fresh table of the cap's size: removing in place leaves tombstones
+            // that count against the table's room, and refilling the half removed
+            // would double it (measured: 13 MB instead of 6.5).
+            let mut kept = HashMap::with_capacity_and_hasher(JOINER_CAP, Default::default());
+            kept.extend(self.parents.drain().filter(|(_, (_, t))| *t > keep_after));
+            self.parents = kept;
+        } else {
+            self.parents.retain(|_, (_, t)| *t > cutoff);
         }
         if self.orphans.len() > JOINER_CAP {
             self.orphans.clear();
@@ -371,5 +371,34 @@ mod tests {
         ];
         let later = JOIN_WINDOW_NS + 1;
         assert!(joiner.hops(&0, &client, &[false; 2], later).is_empty());
+    }
+
+    #[test]
+    fn a_joiner_at_its_cap_keeps_its_table_at_the_caps_size() {
+        let mut joiner = HopJoiner::<u8>::default();
+        // Client spans whose callee never reports: each waits, the map stays at its cap.
+        for batch in 0..6_000u32 {
+            let spans: Vec<SpanRecord> = (0..100u32)
+                .map(|i| {
+                    let n = batch * 100 + i;
+                    let mut s = span(0, 0, None, "app", false);
+                    s.trace_id = TraceId(u128::from(n).to_le_bytes());
+                    s.span_id = SpanId(u64::from(n).to_le_bytes());
+                    s.kind = SpanKind::Client;
+                    s
+                })
+                .collect();
+            joiner.hops(&0, &spans, &[false; 100], i64::from(batch));
+            let waiting = &joiner.tenants[&0];
+            assert!(waiting.parents.len() <= JOINER_CAP + 100);
+            // hashbrown fills 7/8 of its buckets: the cap's table, never twice it
+            // (halving in place left tombstones that doubled it).
+            assert!(
+                waiting.parents.capacity() < (JOINER_CAP * 8 / 7).next_power_of_two(),
+                "batch {batch}: {} entries in a table for {}",
+                waiting.parents.len(),
+                waiting.parents.capacity()
+            );
+        }
     }
 }
