@@ -159,4 +159,21 @@ mod tests {
         );
         assert!(!RecentSpans::new(0).mark(1) && !RecentSpans::new(0).mark(1));
     }
+
+    #[test]
+    fn the_window_keeps_its_two_tables_at_their_first_size() {
+        let mut recent = RecentSpans::new(917_504);
+        let first = (recent.current.capacity(), recent.previous.capacity());
+        assert!(first.0 >= 458_752 && first.1 >= 458_752, "{first:?}");
+        for key in 0..2_000_000u64 {
+            recent.mark(key.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        }
+        assert_eq!(
+            (recent.current.capacity(), recent.previous.capacity()),
+            first
+        );
+        // The newest generation is known, the oldest spans are not.
+        assert!(recent.mark(1_999_999u64.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+        assert!(!recent.mark(0));
+    }
 }
