@@ -28,16 +28,23 @@ impl Rollups {
 
     /// `observed` (what `observe` found among `spans`), by minute and series.
     pub fn of_observed(spans: &[SpanRecord], observed: &[Observed]) -> Self {
-        let mut out = Self::default();
+        // Keyed by the borrowed series first: a batch has a few series, and cloning
+        // the key (eleven strings) per observation was most of the allocations here.
+        let mut by_key: HashMap<(i64, &SeriesKey), RollupCell> = HashMap::default();
         for o in observed {
             let span = &spans[o.span];
             let minute = minute_of(span.start_time_unix_nano.min(i64::MAX as u64) as i64);
-            out.cells
-                .entry((minute, o.key.clone()))
+            by_key
+                .entry((minute, &o.key))
                 .or_default()
                 .observe(spans, o);
         }
-        out
+        Self {
+            cells: by_key
+                .into_iter()
+                .map(|((minute, key), cell)| ((minute, key.clone()), cell))
+                .collect(),
+        }
     }
 
     /// `subject` replaced by `with` in every key and cell that holds it (keys that then
