@@ -17,21 +17,46 @@ use foldhash::{HashMap, HashMapExt};
 use serde_json::Value;
 use threadline_model::{EdgeEnd, EdgeKind, EdgeUpsert, NodeId, NodeKind, SpanRecord, TraceId};
 
+/// A node the spans name, borrowed from them: made a `NodeId` once per distinct edge,
+/// at the end (a batch's spans name a few nodes many times over).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum End<'a> {
+    Node(NodeKind, &'a str),
+    /// A prompt template's version (`registry::prompt_node`).
+    Prompt(&'a str, &'a str),
+}
+
+impl End<'_> {
+    fn kind(self) -> NodeKind {
+        match self {
+            End::Node(kind, _) => kind,
+            End::Prompt(..) => NodeKind::Prompt,
+        }
+    }
+
+    fn id(self) -> NodeId {
+        match self {
+            End::Node(kind, key) => NodeId::new(kind, key),
+            End::Prompt(id, version) => crate::registry::prompt_node(id, version),
+        }
+    }
+}
+
 /// What the spans of one trace (in one request) said, with the earliest and latest
 /// span start each value was seen at.
 #[derive(Default)]
-struct TraceFacts {
-    routes: BTreeMap<String, (i64, i64)>,
-    instances: BTreeMap<String, InstanceFacts>,
+struct TraceFacts<'a> {
+    routes: BTreeMap<&'a str, (i64, i64)>,
+    instances: BTreeMap<&'a str, InstanceFacts<'a>>,
     /// Adapters / models / images / prompts seen on spans without an instance.
-    loose: InstanceFacts,
+    loose: InstanceFacts<'a>,
 }
 
 #[derive(Default)]
-struct InstanceFacts {
+struct InstanceFacts<'a> {
     seen: Option<(i64, i64)>,
-    feeds: BTreeMap<NodeId, (i64, i64)>,
-    prompts: BTreeMap<NodeId, (i64, i64)>,
+    feeds: BTreeMap<End<'a>, (i64, i64)>,
+    prompts: BTreeMap<End<'a>, (i64, i64)>,
 }
 
 fn widen(slot: &mut (i64, i64), t: i64) {
@@ -39,15 +64,15 @@ fn widen(slot: &mut (i64, i64), t: i64) {
     slot.1 = slot.1.max(t);
 }
 
-fn note(map: &mut BTreeMap<NodeId, (i64, i64)>, id: NodeId, t: i64) {
-    widen(map.entry(id).or_insert((t, t)), t);
+fn note<'a>(map: &mut BTreeMap<End<'a>, (i64, i64)>, end: End<'a>, t: i64) {
+    widen(map.entry(end).or_insert((t, t)), t);
 }
 
 /// The edges `spans` (one export request) reveal. Each distinct edge appears at most
 /// twice (at its earliest and latest sighting), so the store widens its interval.
-pub fn span_bindings(spans: &[SpanRecord]) -> Vec<EdgeUpsert> {
-    let mut traces: HashMap<TraceId, TraceFacts> = HashMap::new();
-    let mut calls: BTreeMap<(String, String), (i64, i64)> = BTreeMap::new();
+pub fn span_bindings<'a>(spans: &'a [SpanRecord]) -> Vec<EdgeUpsert> {
+    let mut traces: HashMap<TraceId, TraceFacts<'a>> = HashMap::new();
+    let mut calls: BTreeMap<(&'a str, &'a str), (i64, i64)> = BTreeMap::new();
     let service_of: HashMap<_, &str> = spans
         .iter()
         .map(|s| (s.span_id, s.service.as_str()))
@@ -58,7 +83,7 @@ pub fn span_bindings(spans: &[SpanRecord]) -> Vec<EdgeUpsert> {
             if *parent != span.service && !span.service.is_empty() && !parent.is_empty() {
                 widen(
                     calls
-                        .entry((span.service.clone(), (*parent).to_owned()))
+                        .entry((span.service.as_str(), *parent))
                         .or_insert((t, t)),
                     t,
                 );
@@ -67,95 +92,95 @@ pub fn span_bindings(spans: &[SpanRecord]) -> Vec<EdgeUpsert> {
         let Some(llm) = &span.llm else { continue };
         let facts = traces.entry(span.trace_id).or_default();
         if let Some(route) = &llm.route {
-            widen(facts.routes.entry(route.clone()).or_insert((t, t)), t);
+            widen(facts.routes.entry(route).or_insert((t, t)), t);
         }
         let target = match &llm.instance_id {
             Some(instance) => {
-                let f = facts.instances.entry(instance.clone()).or_default();
+                let f = facts.instances.entry(instance).or_default();
                 widen(f.seen.get_or_insert((t, t)), t);
                 f
             }
             None => &mut facts.loose,
         };
         if let Some(adapter) = &llm.adapter_id {
-            note(
-                &mut target.feeds,
-                NodeId::new(NodeKind::Adapter, adapter),
-                t,
-            );
+            note(&mut target.feeds, End::Node(NodeKind::Adapter, adapter), t);
         }
         if let Some(model) = llm.model() {
-            note(&mut target.feeds, NodeId::new(NodeKind::Model, model), t);
+            note(&mut target.feeds, End::Node(NodeKind::Model, model), t);
         }
         if let Some(image) = &llm.image {
-            note(&mut target.feeds, NodeId::new(NodeKind::Image, image), t);
+            note(&mut target.feeds, End::Node(NodeKind::Image, image), t);
         }
         if let (Some(id), Some(version)) = (&llm.prompt_template_id, &llm.prompt_template_version) {
-            note(
-                &mut target.prompts,
-                crate::registry::prompt_node(id, version),
-                t,
-            );
+            note(&mut target.prompts, End::Prompt(id, version), t);
         }
     }
 
-    let mut edges: BTreeMap<(NodeId, NodeId, EdgeKind), (i64, i64)> = BTreeMap::new();
-    let mut add = |src: NodeId, dst: NodeId, kind: EdgeKind, seen: (i64, i64)| {
+    let mut edges: HashMap<(End<'a>, End<'a>, EdgeKind), (i64, i64)> = HashMap::new();
+    let mut add = |src: End<'a>, dst: End<'a>, kind: EdgeKind, seen: (i64, i64)| {
         let slot = edges.entry((src, dst, kind)).or_insert(seen);
         slot.0 = slot.0.min(seen.0);
         slot.1 = slot.1.max(seen.1);
     };
-    let feed_kind = |id: &NodeId| {
-        if id.kind == NodeKind::Image {
+    let feed_kind = |end: End<'a>| {
+        if end.kind() == NodeKind::Image {
             EdgeKind::RunsOn
         } else {
             EdgeKind::ServedBy
         }
     };
-    for facts in traces.into_values() {
-        let routes: Vec<NodeId> = facts
+    for facts in traces.values() {
+        let routes: Vec<End<'a>> = facts
             .routes
             .keys()
-            .map(|r| NodeId::new(NodeKind::Route, r))
+            .map(|r| End::Node(NodeKind::Route, r))
             .collect();
         for (instance, f) in &facts.instances {
-            let node = NodeId::new(NodeKind::Instance, instance);
+            let node = End::Node(NodeKind::Instance, instance);
             let seen = f.seen.unwrap_or_default();
-            for route in &routes {
-                add(node.clone(), route.clone(), EdgeKind::Answers, seen);
+            for &route in &routes {
+                add(node, route, EdgeKind::Answers, seen);
             }
-            for (feed, s) in &f.feeds {
-                add(feed.clone(), node.clone(), feed_kind(feed), *s);
+            for (&feed, s) in &f.feeds {
+                add(feed, node, feed_kind(feed), *s);
             }
-            for (prompt, s) in &f.prompts {
-                for route in &routes {
-                    add(prompt.clone(), route.clone(), EdgeKind::PromptFor, *s);
+            for (&prompt, s) in &f.prompts {
+                for &route in &routes {
+                    add(prompt, route, EdgeKind::PromptFor, *s);
                 }
             }
         }
-        for route in &routes {
+        for &route in &routes {
             if facts.instances.is_empty() {
-                for (feed, s) in &facts.loose.feeds {
-                    if feed.kind != NodeKind::Image {
-                        add(feed.clone(), route.clone(), EdgeKind::ServedBy, *s);
+                for (&feed, s) in &facts.loose.feeds {
+                    if feed.kind() != NodeKind::Image {
+                        add(feed, route, EdgeKind::ServedBy, *s);
                     }
                 }
             }
-            for (prompt, s) in &facts.loose.prompts {
-                add(prompt.clone(), route.clone(), EdgeKind::PromptFor, *s);
+            for (&prompt, s) in &facts.loose.prompts {
+                add(prompt, route, EdgeKind::PromptFor, *s);
             }
         }
     }
     for ((callee, caller), seen) in calls {
         add(
-            NodeId::new(NodeKind::Service, callee),
-            NodeId::new(NodeKind::Service, caller),
+            End::Node(NodeKind::Service, callee),
+            End::Node(NodeKind::Service, caller),
             EdgeKind::Serves,
             seen,
         );
     }
-    let mut out = Vec::with_capacity(edges.len() * 2);
-    for ((src, dst, kind), (first, last)) in edges {
+    // Owned ids once per distinct edge, in the order of the ids (two borrowed ends can
+    // name one node: a prompt's id and version are trimmed).
+    let mut distinct: BTreeMap<(NodeId, NodeId, EdgeKind), (i64, i64)> = BTreeMap::new();
+    for ((src, dst, kind), seen) in edges {
+        let slot = distinct.entry((src.id(), dst.id(), kind)).or_insert(seen);
+        slot.0 = slot.0.min(seen.0);
+        slot.1 = slot.1.max(seen.1);
+    }
+    let mut out = Vec::with_capacity(distinct.len() * 2);
+    for ((src, dst, kind), (first, last)) in distinct {
         let times: &[i64] = if first == last {
             &[first]
         } else {
