@@ -49,30 +49,56 @@ impl AttrValue {
 
     /// A short text form for display and for matching `attr.KEY=VALUE` filters.
     pub fn to_display_string(&self) -> String {
+        let mut out = String::new();
+        self.write_display(&mut out);
+        out
+    }
+
+    /// `to_display_string` appended to `out`: no string per array item or map entry.
+    pub fn write_display(&self, out: &mut String) {
+        use std::fmt::Write;
+        // Writing to a String cannot fail.
         match self {
-            AttrValue::Empty => String::new(),
-            AttrValue::String(s) => s.clone(),
-            AttrValue::Bool(b) => b.to_string(),
-            AttrValue::Int(i) => i.to_string(),
-            AttrValue::Double(d) => d.to_string(),
-            AttrValue::Bytes(b) => hex_lower(b),
+            AttrValue::Empty => {}
+            AttrValue::String(s) => out.push_str(s),
+            AttrValue::Bool(b) => {
+                let _ = write!(out, "{b}");
+            }
+            AttrValue::Int(i) => {
+                let _ = write!(out, "{i}");
+            }
+            AttrValue::Double(d) => {
+                let _ = write!(out, "{d}");
+            }
+            AttrValue::Bytes(b) => {
+                for byte in b {
+                    let _ = write!(out, "{byte:02x}");
+                }
+            }
             AttrValue::Array(items) => {
-                let parts: Vec<String> = items.iter().map(|v| v.to_display_string()).collect();
-                format!("[{}]", parts.join(","))
+                out.push('[');
+                for (i, v) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    v.write_display(out);
+                }
+                out.push(']');
             }
             AttrValue::KvList(kvs) => {
-                let parts: Vec<String> = kvs
-                    .iter()
-                    .map(|kv| format!("{}={}", kv.key, kv.value.to_display_string()))
-                    .collect();
-                format!("{{{}}}", parts.join(","))
+                out.push('{');
+                for (i, kv) in kvs.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&kv.key);
+                    out.push('=');
+                    kv.value.write_display(out);
+                }
+                out.push('}');
             }
         }
     }
-}
-
-fn hex_lower(bytes: &[u8]) -> String {
-    hex::encode(bytes)
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -278,5 +304,27 @@ impl SpanRecord {
 
     pub fn is_error(&self) -> bool {
         self.detail.status.code == StatusCode::Error
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_display_as_filters_match_them() {
+        let nested = AttrValue::Array(vec![
+            AttrValue::String("a".into()),
+            AttrValue::Int(1),
+            AttrValue::Array(vec![AttrValue::Bool(true), AttrValue::Empty]),
+            AttrValue::KvList(vec![Attribute::new("k", AttrValue::Double(1.5))]),
+            AttrValue::Bytes(vec![0xab, 0x01]),
+        ]);
+        assert_eq!(nested.to_display_string(), "[a,1,[true,],{k=1.5},ab01]");
+        assert_eq!(AttrValue::Empty.to_display_string(), "");
+        assert_eq!(AttrValue::Double(2.0).to_display_string(), "2");
+        let mut out = String::from("x=");
+        AttrValue::KvList(vec![]).write_display(&mut out);
+        assert_eq!(out, "x={}");
     }
 }

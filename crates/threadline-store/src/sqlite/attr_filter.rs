@@ -61,9 +61,10 @@ impl FilterBuilder {
                 AttrValue::Double(d) => self.push_shown(&a.key, format_args!("{d}")),
                 AttrValue::Bool(b) => self.push_shown(&a.key, format_args!("{b}")),
                 other => {
-                    let shown = other.to_display_string();
-                    if shown.len() <= MAX_INDEXED_VALUE {
-                        self.hashes.push(pair_hash(&a.key, &shown));
+                    self.shown.clear();
+                    other.write_display(&mut self.shown);
+                    if self.shown.len() <= MAX_INDEXED_VALUE {
+                        self.hashes.push(pair_hash(&a.key, &self.shown));
                     }
                 }
             }
