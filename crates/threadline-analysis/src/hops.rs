@@ -78,20 +78,6 @@ impl Hops {
         self.cells.is_empty()
     }
 
-    fn add(&mut self, caller: &str, callee: &str, call: &Call) {
-        if caller == callee {
-            return;
-        }
-        let hop = Hop {
-            caller: caller.to_owned(),
-            callee: callee.to_owned(),
-        };
-        self.cells
-            .entry((minute_of(call.start_ns), hop))
-            .or_default()
-            .add(call);
-    }
-
     pub fn absorb(&mut self, other: Hops) {
         for (at, cell) in other.cells {
             self.cells.entry(at).or_default().merge(&cell);
@@ -180,9 +166,14 @@ impl<K: Clone + Eq + std::hash::Hash> HopJoiner<K> {
         now_ns: i64,
     ) -> Hops {
         use std::hash::BuildHasher;
-        let mut out = Hops::default();
-        let by_id: HashMap<(TraceId, SpanId), &SpanRecord> =
-            spans.iter().map(|s| ((s.trace_id, s.span_id), s)).collect();
+        // Calls found, their ends named by index (a span's service or a waiting
+        // service's id); made owned hops once per distinct hop at the end.
+        let mut found: Vec<(Named, Named, Call)> = Vec::new();
+        let by_id: HashMap<(TraceId, SpanId), usize> = spans
+            .iter()
+            .enumerate()
+            .map(|(i, s)| ((s.trace_id, s.span_id), i))
+            .collect();
         let has_child: std::collections::HashSet<(TraceId, SpanId)> = spans
             .iter()
             .filter_map(|s| Some((s.trace_id, s.parent_span_id?)))
@@ -192,7 +183,7 @@ impl<K: Clone + Eq + std::hash::Hash> HopJoiner<K> {
         }
         let ids = &self.ids;
         let Some(waiting) = self.tenants.get_mut(tenant) else {
-            return out;
+            return Hops::default();
         };
         waiting.expire(now_ns);
         for (i, span) in spans.iter().enumerate() {
@@ -201,15 +192,13 @@ impl<K: Clone + Eq + std::hash::Hash> HopJoiner<K> {
             }
             if let Some(parent) = span.parent_span_id {
                 match by_id.get(&(span.trace_id, parent)) {
-                    Some(p) => out.add(&p.service, &span.service, &Call::of(span)),
+                    Some(&p) => found.push((Named::Span(p), Named::Span(i), Call::of(span))),
                     None => {
                         let key = ids.hash_one((span.trace_id, parent));
                         match waiting.parents.get(&key) {
-                            Some(&(caller, _)) => out.add(
-                                &waiting.services[caller as usize],
-                                &span.service,
-                                &Call::of(span),
-                            ),
+                            Some(&(caller, _)) => {
+                                found.push((Named::Waiting(caller), Named::Span(i), Call::of(span)))
+                            }
                             None => {
                                 let callee = waiting.service_id(&span.service);
                                 waiting.orphans.entry(key).or_default().push((
@@ -226,8 +215,8 @@ impl<K: Clone + Eq + std::hash::Hash> HopJoiner<K> {
             // span without a child here waits for its callee's.
             let key = ids.hash_one((span.trace_id, span.span_id));
             if let Some(children) = waiting.orphans.remove(&key) {
-                for (callee, call, _) in &children {
-                    out.add(&span.service, &waiting.services[*callee as usize], call);
+                for (callee, call, _) in children {
+                    found.push((Named::Span(i), Named::Waiting(callee), call));
                 }
             } else if matches!(span.kind, SpanKind::Client | SpanKind::Producer)
                 && !has_child.contains(&(span.trace_id, span.span_id))
@@ -236,8 +225,41 @@ impl<K: Clone + Eq + std::hash::Hash> HopJoiner<K> {
                 waiting.parents.insert(key, (caller, now_ns));
             }
         }
-        out
+        let name = |n: Named| match n {
+            Named::Span(i) => spans[i].service.as_str(),
+            Named::Waiting(id) => waiting.services[id as usize].as_str(),
+        };
+        let mut cells: HashMap<(i64, &str, &str), HopCell> = HashMap::default();
+        for (caller, callee, call) in &found {
+            let (caller, callee) = (name(*caller), name(*callee));
+            if caller != callee {
+                cells
+                    .entry((minute_of(call.start_ns), caller, callee))
+                    .or_default()
+                    .add(call);
+            }
+        }
+        Hops {
+            cells: cells
+                .into_iter()
+                .map(|((minute, caller, callee), cell)| {
+                    let hop = Hop {
+                        caller: caller.to_owned(),
+                        callee: callee.to_owned(),
+                    };
+                    ((minute, hop), cell)
+                })
+                .collect(),
+        }
     }
+}
+
+/// An end of a call found in a batch: the service of the batch's span at an index, or
+/// a waiting service's id.
+#[derive(Clone, Copy)]
+enum Named {
+    Span(usize),
+    Waiting(u32),
 }
 
 impl Waiting {
