@@ -112,12 +112,24 @@ impl LlmObservations {
     }
 }
 
+/// The series of one label set in each family (handles share the family's values).
+#[derive(Default)]
+struct SeriesOf {
+    duration: Option<Histogram>,
+    ttft: Option<Histogram>,
+    ok: Option<Counter>,
+    error: Option<Counter>,
+    input: Option<Counter>,
+    output: Option<Counter>,
+}
+
 /// The LLM metric families of one tenant.
 struct TenantFamilies {
     registry: Registry,
-    /// The label sets observed (level, service, route, model), so an erasure can take
-    /// those naming its subject out of every family.
-    seen: std::sync::Mutex<std::collections::HashSet<Labels>>,
+    /// The label sets observed (level, service, route, model) and their series in
+    /// each family, made when first needed: a batch's groups find their series in one
+    /// lookup, and an erasure takes those naming its subject out of every family.
+    seen: std::sync::Mutex<HashMap<Labels, SeriesOf>>,
     duration: Family<Labels, Histogram, fn() -> Histogram>,
     ttft: Family<Labels, Histogram, fn() -> Histogram>,
     requests: Family<Labels, Counter>,
@@ -164,40 +176,67 @@ impl TenantFamilies {
     }
 
     fn record(&self, group: &LabelGroup) {
-        if let Ok(mut seen) = self.seen.lock() {
-            if !seen.contains(&group.labels) {
-                seen.insert(group.labels.clone());
-            }
+        let Ok(mut seen) = self.seen.lock() else {
+            return;
+        };
+        if !seen.contains_key(&group.labels) {
+            seen.insert(group.labels.clone(), SeriesOf::default());
         }
-        let duration = self.duration.get_or_create(&group.labels);
+        let Some(series) = seen.get_mut(&group.labels) else {
+            return;
+        };
+        let labels = &group.labels;
+        let with = |k: &str, v: &str| {
+            let mut l = labels.clone();
+            l.push((k.to_owned(), v.to_owned()));
+            l
+        };
+        let duration = series
+            .duration
+            .get_or_insert_with(|| self.duration.get_or_create(labels).clone());
         for &d in &group.durations_s {
             duration.observe(d);
         }
-        drop(duration);
         if !group.ttfts_s.is_empty() {
-            let ttft = self.ttft.get_or_create(&group.labels);
+            let ttft = series
+                .ttft
+                .get_or_insert_with(|| self.ttft.get_or_create(labels).clone());
             for &t in &group.ttfts_s {
                 ttft.observe(t);
             }
         }
-        let with = |k: &str, v: &str| {
-            let mut l = group.labels.clone();
-            l.push((k.to_owned(), v.to_owned()));
-            l
-        };
-        for (status, count) in [("ok", group.ok), ("error", group.errors)] {
-            if count > 0 {
-                self.requests
-                    .get_or_create(&with("status", status))
-                    .inc_by(count);
-            }
+        if group.ok > 0 {
+            series
+                .ok
+                .get_or_insert_with(|| self.requests.get_or_create(&with("status", "ok")).clone())
+                .inc_by(group.ok);
+        }
+        if group.errors > 0 {
+            series
+                .error
+                .get_or_insert_with(|| {
+                    self.requests
+                        .get_or_create(&with("status", "error"))
+                        .clone()
+                })
+                .inc_by(group.errors);
         }
         if group.input_tokens + group.output_tokens > 0 {
-            self.tokens
-                .get_or_create(&with("direction", "input"))
+            series
+                .input
+                .get_or_insert_with(|| {
+                    self.tokens
+                        .get_or_create(&with("direction", "input"))
+                        .clone()
+                })
                 .inc_by(group.input_tokens);
-            self.tokens
-                .get_or_create(&with("direction", "output"))
+            series
+                .output
+                .get_or_insert_with(|| {
+                    self.tokens
+                        .get_or_create(&with("direction", "output"))
+                        .clone()
+                })
                 .inc_by(group.output_tokens);
         }
     }
@@ -245,7 +284,7 @@ impl LlmMetrics {
             return 0;
         };
         let naming: Vec<Labels> = seen
-            .iter()
+            .keys()
             .filter(|l| l.iter().any(|(_, v)| v.contains(subject)))
             .cloned()
             .collect();
