@@ -186,10 +186,17 @@ impl TenantFamilies {
             return;
         };
         let labels = &group.labels;
-        let with = |k: &str, v: &str| {
-            let mut l = labels.clone();
-            l.push((k.to_owned(), v.to_owned()));
-            l
+        // A counter of `family` labelled `labels` plus (key, value), made once.
+        let count = |slot: &mut Option<Counter>,
+                     family: &Family<Labels, Counter>,
+                     (key, value): (&str, &str),
+                     n: u64| {
+            slot.get_or_insert_with(|| {
+                let mut l = labels.clone();
+                l.push((key.to_owned(), value.to_owned()));
+                family.get_or_create(&l).clone()
+            })
+            .inc_by(n);
         };
         let duration = series
             .duration
@@ -206,38 +213,26 @@ impl TenantFamilies {
             }
         }
         if group.ok > 0 {
-            series
-                .ok
-                .get_or_insert_with(|| self.requests.get_or_create(&with("status", "ok")).clone())
-                .inc_by(group.ok);
+            count(&mut series.ok, &self.requests, ("status", "ok"), group.ok);
         }
         if group.errors > 0 {
-            series
-                .error
-                .get_or_insert_with(|| {
-                    self.requests
-                        .get_or_create(&with("status", "error"))
-                        .clone()
-                })
-                .inc_by(group.errors);
+            count(
+                &mut series.error,
+                &self.requests,
+                ("status", "error"),
+                group.errors,
+            );
         }
         if group.input_tokens + group.output_tokens > 0 {
-            series
-                .input
-                .get_or_insert_with(|| {
-                    self.tokens
-                        .get_or_create(&with("direction", "input"))
-                        .clone()
-                })
-                .inc_by(group.input_tokens);
-            series
-                .output
-                .get_or_insert_with(|| {
-                    self.tokens
-                        .get_or_create(&with("direction", "output"))
-                        .clone()
-                })
-                .inc_by(group.output_tokens);
+            let input = ("direction", "input");
+            count(&mut series.input, &self.tokens, input, group.input_tokens);
+            let output = ("direction", "output");
+            count(
+                &mut series.output,
+                &self.tokens,
+                output,
+                group.output_tokens,
+            );
         }
     }
 }
