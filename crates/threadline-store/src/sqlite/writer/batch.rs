@@ -4,13 +4,14 @@
 use super::*;
 
 impl PreparedBatch {
-    pub(crate) fn encode(
+    pub(crate) fn encode<'a>(
         tenant: &TenantId,
-        spans: &[SpanRecord],
+        spans: &'a [SpanRecord],
         observed: &[threadline_analysis::Observed],
     ) -> Result<Self, StoreError> {
         let mut origins = codec::BatchOrigins::default();
         let mut rows = Vec::with_capacity(spans.len());
+        let mut strings = Interned::default();
         let mut filter = crate::sqlite::attr_filter::FilterBuilder::default();
         let block = codec::encode_block(spans.iter().map(|s| (&s.detail, &s.llm)))?;
         let texts = crate::sqlite::text_index::BlockTexts::of_spans(spans);
@@ -23,14 +24,17 @@ impl PreparedBatch {
             filter.add_attributes(&span.detail.attributes);
             let llm = span.llm.as_ref();
             let field =
-                |f: fn(&threadline_model::LlmView) -> Option<&String>| llm.and_then(f).cloned();
+                |strings: &mut Interned<'a>,
+                 f: fn(&'a threadline_model::LlmView) -> Option<&'a String>| {
+                    llm.and_then(f).map(|v| strings.get(v))
+                };
             encoded_bytes += span.name.len() + span.service.len() + 128;
             rows.push(SpanRow {
                 trace_id: span.trace_id.0,
                 span_id: span.span_id.0,
                 parent_span_id: span.parent_span_id.map(|p| p.0),
-                name: span.name.clone(),
-                service: span.service.clone(),
+                name: strings.get(&span.name),
+                service: strings.get(&span.service),
                 kind: span.kind.to_otlp(),
                 // Nanosecond times are u64 on the wire; stored bit-for-bit as i64.
                 start_ns: span.start_time_unix_nano as i64,
@@ -38,21 +42,21 @@ impl PreparedBatch {
                 duration_ns: span.duration_nanos().min(i64::MAX as u64) as i64,
                 status_code: span.detail.status.code.to_otlp(),
                 origin_hash,
-                model: llm.and_then(|l| l.model()).map(str::to_owned),
-                route: field(|l| l.route.as_ref()),
-                adapter: field(|l| l.adapter_id.as_ref()),
-                ab_group: field(|l| l.ab_group.as_ref()),
-                instance: field(|l| l.instance_id.as_ref()),
-                image: field(|l| l.image.as_ref()),
-                prompt_version: field(|l| l.prompt_template_version.as_ref()),
-                user_id: field(|l| l.user_id.as_ref()),
-                session_id: field(|l| l.session_id.as_ref()),
+                model: llm.and_then(|l| l.model()).map(|m| strings.get(m)),
+                route: field(&mut strings, |l| l.route.as_ref()),
+                adapter: field(&mut strings, |l| l.adapter_id.as_ref()),
+                ab_group: field(&mut strings, |l| l.ab_group.as_ref()),
+                instance: field(&mut strings, |l| l.instance_id.as_ref()),
+                image: field(&mut strings, |l| l.image.as_ref()),
+                prompt_version: field(&mut strings, |l| l.prompt_template_version.as_ref()),
+                user_id: field(&mut strings, |l| l.user_id.as_ref()),
+                session_id: field(&mut strings, |l| l.session_id.as_ref()),
                 total_tokens: llm.and_then(|l| l.total_tokens),
                 input_tokens: llm.and_then(|l| l.input_tokens),
                 response_model: llm
                     .and_then(|l| l.response_model.as_ref())
                     .filter(|r| Some(r.as_str()) != llm.and_then(|l| l.model()))
-                    .cloned(),
+                    .map(|r| strings.get(r)),
                 output_tokens: llm.and_then(|l| l.output_tokens),
                 block_offset,
                 block_len,
@@ -60,17 +64,14 @@ impl PreparedBatch {
         }
         let ids = sorted_distinct(rows.iter().map(|r| r.trace_id));
         // Borrowed while deduplicated: a batch's rows share a few names.
-        let services = sorted_distinct(rows.iter().map(|r| r.service.as_str()))
+        let services = sorted_distinct(rows.iter().map(|r| &*r.service))
             .into_iter()
             .map(str::to_owned)
             .collect();
-        let operations = sorted_distinct(
-            rows.iter()
-                .map(|r| (r.service.as_str(), r.name.as_str(), r.kind)),
-        )
-        .into_iter()
-        .map(|(service, name, kind)| (service.to_owned(), name.to_owned(), kind))
-        .collect();
+        let operations = sorted_distinct(rows.iter().map(|r| (&*r.service, &*r.name, r.kind)))
+            .into_iter()
+            .map(|(service, name, kind)| (service.to_owned(), name.to_owned(), kind))
+            .collect();
         let models = sorted_distinct(rows.iter().filter_map(|r| {
             Some((
                 r.model.as_deref()?,
@@ -129,5 +130,15 @@ impl PreparedBatch {
             self.encoded_bytes += graph.bytes();
             self.graph = Some(graph);
         }
+    }
+}
+
+/// A batch's strings, each allocated once and shared by the rows that hold it.
+#[derive(Default)]
+struct Interned<'a>(foldhash::HashMap<&'a str, Arc<str>>);
+
+impl<'a> Interned<'a> {
+    fn get(&mut self, value: &'a str) -> Arc<str> {
+        Arc::clone(self.0.entry(value).or_insert_with(|| Arc::from(value)))
     }
 }

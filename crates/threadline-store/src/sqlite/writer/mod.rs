@@ -32,31 +32,34 @@ use crate::sqlite::text_indexer::{BlockFeed, CommittedBlock};
 use crate::sqlite::{codec, EmbeddedConfig, StoreError};
 
 /// One span, encoded into column values.
+/// One span's row. Its strings are shared within the batch (`Interned`): a batch's
+/// spans repeat a few services, names, models and routes, and each would otherwise be
+/// a string allocated on the ingest pool and freed on the writer thread.
 struct SpanRow {
     trace_id: [u8; 16],
     span_id: [u8; 8],
     parent_span_id: Option<[u8; 8]>,
-    name: String,
-    service: String,
+    name: Arc<str>,
+    service: Arc<str>,
     kind: i32,
     start_ns: i64,
     end_ns: i64,
     duration_ns: i64,
     status_code: i32,
     origin_hash: i64,
-    model: Option<String>,
-    route: Option<String>,
-    adapter: Option<String>,
-    ab_group: Option<String>,
-    instance: Option<String>,
-    image: Option<String>,
-    prompt_version: Option<String>,
-    user_id: Option<String>,
-    session_id: Option<String>,
+    model: Option<Arc<str>>,
+    route: Option<Arc<str>>,
+    adapter: Option<Arc<str>>,
+    ab_group: Option<Arc<str>>,
+    instance: Option<Arc<str>>,
+    image: Option<Arc<str>>,
+    prompt_version: Option<Arc<str>>,
+    user_id: Option<Arc<str>>,
+    session_id: Option<Arc<str>>,
     total_tokens: Option<i64>,
     input_tokens: Option<i64>,
     /// The responding model, when it is not the one in `model`.
-    response_model: Option<String>,
+    response_model: Option<Arc<str>>,
     output_tokens: Option<i64>,
     block_offset: u32,
     block_len: u32,
