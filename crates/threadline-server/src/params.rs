@@ -178,18 +178,22 @@ pub(crate) fn page_cursor_fields(value: &str, tag: &str) -> Result<Vec<String>, 
     Ok(parts.map(str::to_owned).collect())
 }
 
+/// Query parameters as handlers receive them, from literals (tests).
+#[cfg(test)]
+pub(crate) fn pairs(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn only_named_parameters_pass() {
-        let p = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect()
-        };
+        let p = pairs;
         assert!(only(
             &p(&[("service", "a"), ("attr.x", "1")]),
             &["service", "attr."]

@@ -238,12 +238,7 @@ pub(crate) fn parse_jaeger_trace_id(raw: &str) -> Result<TraceId, ApiError> {
 mod tests {
     use super::*;
 
-    fn params(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::params::pairs as params;
 
     #[test]
     fn go_durations_and_epochs() {

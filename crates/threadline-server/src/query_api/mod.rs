@@ -255,12 +255,7 @@ mod tests {
     use super::*;
     use threadline_model::TraceId;
 
-    fn params(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::params::pairs as params;
 
     #[test]
     fn search_parameters_parse() {
