@@ -2,7 +2,7 @@
 //! the pipeline (`threadline_diagnosis::ingest`: convert, observe, bind, queue) off the
 //! async runtime, the writer refusing when full, the answer only after the commit.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use threadline_ingest::{
@@ -56,13 +56,20 @@ pub(crate) struct ReadyBatch {
     rejected: u64,
 }
 
-/// Waits for a submitted write to be durable; a refusal counts as throttled when the
-/// store was busy (429 / RESOURCE_EXHAUSTED).
-async fn wait_durable(
+/// Counts the refused records and waits for the queued ones to be durable, then counts
+/// them; whether anything was stored. A refusal counts as throttled when the store was
+/// busy (429 / RESOURCE_EXHAUSTED).
+async fn settle(
     ctx: &IngestContext,
-    submitted: Result<WriteAck, StoreError>,
-) -> Result<(), IngestFailure> {
-    let ack = submitted.inspect_err(|e| {
+    submitted: Option<(Result<WriteAck, StoreError>, u64)>,
+    (rejected, rejected_count): (u64, &AtomicU64),
+    accepted_count: &AtomicU64,
+) -> Result<bool, IngestFailure> {
+    rejected_count.fetch_add(rejected, Ordering::Relaxed);
+    let Some((queued, count)) = submitted else {
+        return Ok(false);
+    };
+    let ack = queued.inspect_err(|e| {
         if e.kind() == ErrorKind::Busy {
             ctx.stats.requests_throttled.fetch_add(1, Ordering::Relaxed);
         }
@@ -70,8 +77,9 @@ async fn wait_durable(
     ack.map_err(IngestFailure::Store)?
         .wait()
         .await
-        .map(drop)
-        .map_err(IngestFailure::Store)
+        .map_err(IngestFailure::Store)?;
+    accepted_count.fetch_add(count, Ordering::Relaxed);
+    Ok(true)
 }
 
 /// Converted log records, queued for the writer (or refused).
@@ -149,15 +157,10 @@ impl Signal for Traces {
         ready: Self::Ready,
     ) -> Result<Self::Response, IngestFailure> {
         let stats = &ctx.stats;
-        stats
-            .spans_rejected
-            .fetch_add(ready.rejected, Ordering::Relaxed);
-        let Some((queued, count)) = ready.submitted else {
-            return Ok(ready.response);
-        };
-        wait_durable(ctx, queued).await?;
-        stats.spans_accepted.fetch_add(count, Ordering::Relaxed);
-        ctx.llm_metrics.record(&ready.tenant, &ready.observations);
+        let rejected = (ready.rejected, &stats.spans_rejected);
+        if settle(ctx, ready.submitted, rejected, &stats.spans_accepted).await? {
+            ctx.llm_metrics.record(&ready.tenant, &ready.observations);
+        }
         Ok(ready.response)
     }
 }
@@ -198,14 +201,9 @@ impl Signal for Logs {
         ctx: &IngestContext,
         ready: Self::Ready,
     ) -> Result<Self::Response, IngestFailure> {
-        ctx.stats
-            .logs_rejected
-            .fetch_add(ready.rejected, Ordering::Relaxed);
-        let Some((queued, count)) = ready.submitted else {
-            return Ok(ready.response);
-        };
-        wait_durable(ctx, queued).await?;
-        ctx.stats.logs_accepted.fetch_add(count, Ordering::Relaxed);
+        let stats = &ctx.stats;
+        let rejected = (ready.rejected, &stats.logs_rejected);
+        settle(ctx, ready.submitted, rejected, &stats.logs_accepted).await?;
         Ok(ready.response)
     }
 }
