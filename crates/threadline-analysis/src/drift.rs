@@ -205,25 +205,25 @@ pub enum DriftMark {
 }
 
 /// The drift rule: a version is compared with its previous one (`previous`: its
-/// profile and its graph key); `fresh` says the version was just created (it holds no
-/// drift to clear).
-pub fn drift_mark(
-    previous: Option<(&DriftProfile, &str)>,
+/// profile, and how to read its graph key — read only when there is a drift to name
+/// it in); `fresh` says the version was just created (it holds no drift to clear).
+pub fn drift_mark<E>(
+    previous: Option<(&DriftProfile, impl FnOnce() -> Result<String, E>)>,
     current: &DriftProfile,
     fresh: bool,
     cfg: &DriftConfig,
-) -> DriftMark {
+) -> Result<DriftMark, E> {
     let Some((previous, previous_key)) = previous else {
-        return DriftMark::Keep;
+        return Ok(DriftMark::Keep);
     };
-    match drift_between(previous, current, cfg) {
+    Ok(match drift_between(previous, current, cfg) {
         Some(mut drift) => {
-            drift["previous_version"] = json!(format!("dataset_version:{previous_key}"));
+            drift["previous_version"] = json!(format!("dataset_version:{}", previous_key()?));
             DriftMark::Set(drift)
         }
         None if fresh => DriftMark::Keep,
         None => DriftMark::Clear,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -327,19 +327,20 @@ mod tests {
             DriftProfile::of(&json!({"facets": {"outputStatistics": {"rowCount": rows}}}))
         };
         let (small, big) = (of(100), of(10_000));
-        match drift_mark(Some((&small, "ds@v1")), &big, true, &cfg) {
-            DriftMark::Set(d) => assert_eq!(d["previous_version"], "dataset_version:ds@v1"),
+        let key = || Ok::<_, ()>("ds@v1".to_owned());
+        let unread = || -> Result<String, ()> { panic!("the key is read only for a drift") };
+        match drift_mark(Some((&small, key)), &big, true, &cfg) {
+            Ok(DriftMark::Set(d)) => assert_eq!(d["previous_version"], "dataset_version:ds@v1"),
             other => panic!("expected drift, got {other:?}"),
         }
         // No change: a new version writes nothing, a re-sent one clears what it held.
+        let mark = |fresh| drift_mark(Some((&small, unread)), &of(100), fresh, &cfg);
+        assert_eq!(mark(true), Ok(DriftMark::Keep));
+        assert_eq!(mark(false), Ok(DriftMark::Clear));
+        let no_previous = None.map(|p: &DriftProfile| (p, unread));
         assert_eq!(
-            drift_mark(Some((&small, "ds@v1")), &of(100), true, &cfg),
-            DriftMark::Keep
+            drift_mark(no_previous, &big, false, &cfg),
+            Ok(DriftMark::Keep)
         );
-        assert_eq!(
-            drift_mark(Some((&small, "ds@v1")), &of(100), false, &cfg),
-            DriftMark::Clear
-        );
-        assert_eq!(drift_mark(None, &big, false, &cfg), DriftMark::Keep);
     }
 }

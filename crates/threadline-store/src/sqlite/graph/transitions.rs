@@ -75,15 +75,16 @@ pub(super) fn refresh_drift(
             p
         }
     };
-    let previous_key: String = tx
-        .prepare_cached("SELECT key FROM graph_nodes WHERE id = ?1")?
-        .query_row([previous], |r| r.get(0))?;
+    let previous_key = || {
+        tx.prepare_cached("SELECT key FROM graph_nodes WHERE id = ?1")?
+            .query_row([previous], |r| r.get::<_, String>(0))
+    };
     match threadline_analysis::drift_mark(
-        Some((&previous_profile, &previous_key)),
+        Some((&previous_profile, previous_key)),
         &profile,
         current.fresh,
         &cache.drift,
-    ) {
+    )? {
         threadline_analysis::DriftMark::Set(drift) => {
             tx.prepare_cached(
                 "UPDATE graph_nodes SET props = json_set(props, '$.drift', json(?2)) WHERE id = ?1",
