@@ -176,63 +176,65 @@ impl TenantFamilies {
     }
 
     fn record(&self, group: &LabelGroup) {
-        let Ok(mut seen) = self.seen.lock() else {
-            return;
-        };
-        if !seen.contains_key(&group.labels) {
-            seen.insert(group.labels.clone(), SeriesOf::default());
-        }
-        let Some(series) = seen.get_mut(&group.labels) else {
-            return;
-        };
         let labels = &group.labels;
-        // A counter of `family` labelled `labels` plus (key, value), made once.
-        let count = |slot: &mut Option<Counter>,
-                     family: &Family<Labels, Counter>,
-                     (key, value): (&str, &str),
-                     n: u64| {
+        // The handles this group needs, made once per label set and cloned out (they
+        // share the family's values): the lock covers the lookup, not the recording.
+        let counter = |slot: &mut Option<Counter>,
+                       family: &Family<Labels, Counter>,
+                       (key, value): (&str, &str)| {
             slot.get_or_insert_with(|| {
                 let mut l = labels.clone();
                 l.push((key.to_owned(), value.to_owned()));
                 family.get_or_create(&l).clone()
             })
-            .inc_by(n);
+            .clone()
         };
-        let duration = series
-            .duration
-            .get_or_insert_with(|| self.duration.get_or_create(labels).clone());
+        let tokens = group.input_tokens + group.output_tokens > 0;
+        let (duration, ttft, ok, error, input, output) = {
+            let Ok(mut seen) = self.seen.lock() else {
+                return;
+            };
+            if !seen.contains_key(labels) {
+                seen.insert(labels.clone(), SeriesOf::default());
+            }
+            let Some(series) = seen.get_mut(labels) else {
+                return;
+            };
+            (
+                series
+                    .duration
+                    .get_or_insert_with(|| self.duration.get_or_create(labels).clone())
+                    .clone(),
+                (!group.ttfts_s.is_empty()).then(|| {
+                    series
+                        .ttft
+                        .get_or_insert_with(|| self.ttft.get_or_create(labels).clone())
+                        .clone()
+                }),
+                (group.ok > 0).then(|| counter(&mut series.ok, &self.requests, ("status", "ok"))),
+                (group.errors > 0)
+                    .then(|| counter(&mut series.error, &self.requests, ("status", "error"))),
+                tokens.then(|| counter(&mut series.input, &self.tokens, ("direction", "input"))),
+                tokens.then(|| counter(&mut series.output, &self.tokens, ("direction", "output"))),
+            )
+        };
         for &d in &group.durations_s {
             duration.observe(d);
         }
-        if !group.ttfts_s.is_empty() {
-            let ttft = series
-                .ttft
-                .get_or_insert_with(|| self.ttft.get_or_create(labels).clone());
+        if let Some(ttft) = ttft {
             for &t in &group.ttfts_s {
                 ttft.observe(t);
             }
         }
-        if group.ok > 0 {
-            count(&mut series.ok, &self.requests, ("status", "ok"), group.ok);
-        }
-        if group.errors > 0 {
-            count(
-                &mut series.error,
-                &self.requests,
-                ("status", "error"),
-                group.errors,
-            );
-        }
-        if group.input_tokens + group.output_tokens > 0 {
-            let input = ("direction", "input");
-            count(&mut series.input, &self.tokens, input, group.input_tokens);
-            let output = ("direction", "output");
-            count(
-                &mut series.output,
-                &self.tokens,
-                output,
-                group.output_tokens,
-            );
+        for (counter, n) in [
+            (ok, group.ok),
+            (error, group.errors),
+            (input, group.input_tokens),
+            (output, group.output_tokens),
+        ] {
+            if let Some(counter) = counter {
+                counter.inc_by(n);
+            }
         }
     }
 }
