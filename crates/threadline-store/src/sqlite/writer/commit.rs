@@ -211,7 +211,7 @@ impl WalRestart {
         }
         self.written = 0;
         self.restarts += 1;
-        self.restarts % REMAP_EVERY_RESTARTS == 0
+        self.restarts.is_multiple_of(REMAP_EVERY_RESTARTS)
     }
 }
 
