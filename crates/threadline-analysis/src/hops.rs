@@ -16,6 +16,8 @@ use crate::rollup::minute_of;
 pub const JOIN_WINDOW_NS: i64 = 5 * 60 * 1_000_000_000;
 /// Entries the joiner holds per tenant, per kind, before it drops the older half.
 const JOINER_CAP: usize = 200_000;
+/// Waiting parents per generation (`Parents`): two generations hold `JOINER_CAP`.
+const GENERATION_CAP: usize = JOINER_CAP / 2;
 /// How often what waited past the window is dropped (a sweep reads every entry).
 const SWEEP_EVERY_NS: i64 = 1_000_000_000;
 /// Service names a tenant's waiting spans may name before everything waiting is
@@ -117,20 +119,77 @@ type SpanKey = u64;
 
 /// One tenant's waiting spans. Memory matters: a client span calling a service that
 /// reports no spans (an LLM provider) waits the whole window, so at full speed the
-/// maps sit at their cap; an entry is 24 bytes and a service name an id.
+/// parents sit at their cap; an entry is 16 bytes and a service name an id.
 #[derive(Default)]
 struct Waiting {
     /// Service names the entries refer to by index.
     services: Vec<String>,
     service_ids: HashMap<String, u32>,
     /// A client or producer span with no child in its request, the parent of a call
-    /// whose callee has not reported yet: its service, and when it came (wall time).
-    parents: HashMap<SpanKey, (u32, i64)>,
+    /// whose callee has not reported yet.
+    parents: Parents,
     /// (trace, parent span) → children that came before their parent: their service,
     /// the call, and when it came.
     orphans: HashMap<SpanKey, Vec<(u32, Call, i64)>>,
     /// When the last sweep ran.
     swept_ns: i64,
+}
+
+/// Waiting parents in two generations, each a table of at most `GENERATION_CAP`
+/// entries: (trace, span) → its service and when it came, in milliseconds after its
+/// generation began. New entries go into the newer generation; when it is full, or
+/// began a join window ago, the older one is dropped whole and the newer one takes its
+/// place. No sweep reads the entries, no table is rebuilt, and memory stays at two
+/// tables' worth (4.5 MB at the cap where one table, halved into a fresh one when
+/// full, peaked at 15 MB); a lookup ignores an entry older than the window.
+#[derive(Default)]
+struct Parents {
+    newer: Generation,
+    older: Generation,
+}
+
+#[derive(Default)]
+struct Generation {
+    began_ns: i64,
+    entries: HashMap<SpanKey, (u32, u32)>,
+}
+
+impl Generation {
+    fn get(&self, key: SpanKey, now_ns: i64) -> Option<u32> {
+        let &(service, after_ms) = self.entries.get(&key)?;
+        let came_ns = self
+            .began_ns
+            .saturating_add(i64::from(after_ms) * 1_000_000);
+        (now_ns.saturating_sub(came_ns) <= JOIN_WINDOW_NS).then_some(service)
+    }
+}
+
+impl Parents {
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.newer.entries.len() + self.older.entries.len()
+    }
+
+    fn get(&self, key: SpanKey, now_ns: i64) -> Option<u32> {
+        self.newer
+            .get(key, now_ns)
+            .or_else(|| self.older.get(key, now_ns))
+    }
+
+    fn insert(&mut self, key: SpanKey, service: u32, now_ns: i64) {
+        let age_ns = now_ns.saturating_sub(self.newer.began_ns);
+        if self.newer.entries.len() >= GENERATION_CAP || age_ns >= JOIN_WINDOW_NS {
+            self.older = std::mem::take(&mut self.newer);
+            self.newer.began_ns = now_ns;
+        }
+        let after_ms = now_ns.saturating_sub(self.newer.began_ns) / 1_000_000;
+        let after_ms = u32::try_from(after_ms.max(0)).unwrap_or(u32::MAX);
+        self.newer.entries.insert(key, (service, after_ms));
+    }
+
+    fn clear(&mut self) {
+        *self = Self::default();
+    }
 }
 
 impl Waiting {
@@ -195,8 +254,8 @@ impl<K: Clone + Eq + std::hash::Hash> HopJoiner<K> {
                     Some(&p) => found.push((Named::Span(p), Named::Span(i), Call::of(span))),
                     None => {
                         let key = ids.hash_one((span.trace_id, parent));
-                        match waiting.parents.get(&key) {
-                            Some(&(caller, _)) => {
+                        match waiting.parents.get(key, now_ns) {
+                            Some(caller) => {
                                 found.push((Named::Waiting(caller), Named::Span(i), Call::of(span)))
                             }
                             None => {
@@ -222,7 +281,7 @@ impl<K: Clone + Eq + std::hash::Hash> HopJoiner<K> {
                 && !has_child.contains(&(span.trace_id, span.span_id))
             {
                 let caller = waiting.service_id(&span.service);
-                waiting.parents.insert(key, (caller, now_ns));
+                waiting.parents.insert(key, caller, now_ns);
             }
         }
         let name = |n: Named| match n {
@@ -263,8 +322,8 @@ enum Named {
 }
 
 impl Waiting {
-    /// Drops what waited longer than the join window, and the older half of a map past
-    /// its cap: at most once a second, unless a map is past its cap. Past
+    /// Drops the orphans that waited longer than the join window (at most once a
+    /// second, unless their map is past its cap: then all of them). Past
     /// `SERVICES_CAP` names, everything waiting goes.
     fn expire(&mut self, now_ns: i64) {
         if self.services.len() > SERVICES_CAP {
@@ -273,26 +332,13 @@ impl Waiting {
             self.services.clear();
             self.service_ids.clear();
         }
-        let full = self.parents.len() > JOINER_CAP || self.orphans.len() > JOINER_CAP;
+        let full = self.orphans.len() > JOINER_CAP;
         if !full && now_ns.saturating_sub(self.swept_ns) < SWEEP_EVERY_NS {
             return;
         }
         self.swept_ns = now_ns;
         let cutoff = now_ns.saturating_sub(JOIN_WINDOW_NS);
-        if self.parents.len() > JOINER_CAP {
-            let mut times: Vec<i64> = self.parents.values().map(|(_, t)| *t).collect();
-            let mid = times.len() / 2;
-            let keep_after = cutoff.max(*times.select_nth_unstable(mid).1);
-            // Into a fresh table of the cap's size: removing in place leaves tombstones
-            // that count against the table's room, and refilling the half removed
-            // would double it (measured: 13 MB instead of 6.5).
-            let mut kept = HashMap::with_capacity_and_hasher(JOINER_CAP, Default::default());
-            kept.extend(self.parents.drain().filter(|(_, (_, t))| *t > keep_after));
-            self.parents = kept;
-        } else {
-            self.parents.retain(|_, (_, t)| *t > cutoff);
-        }
-        if self.orphans.len() > JOINER_CAP {
+        if full {
             self.orphans.clear();
         } else {
             self.orphans.retain(|_, calls| {
@@ -396,31 +442,60 @@ mod tests {
     }
 
     #[test]
-    fn a_joiner_at_its_cap_keeps_its_table_at_the_caps_size() {
+    fn a_joiner_at_its_cap_keeps_two_generations_of_parents() {
         let mut joiner = HopJoiner::<u8>::default();
-        // Client spans whose callee never reports: each waits, the map stays at its cap.
+        let client = |n: u32| {
+            let mut s = span(0, 0, None, "app", false);
+            s.trace_id = TraceId(u128::from(n).to_le_bytes());
+            s.span_id = SpanId(u64::from(n).to_le_bytes());
+            s.kind = SpanKind::Client;
+            s
+        };
+        // Client spans whose callee never reports: each waits, the generations stay
+        // at their cap.
         for batch in 0..6_000u32 {
-            let spans: Vec<SpanRecord> = (0..100u32)
-                .map(|i| {
-                    let n = batch * 100 + i;
-                    let mut s = span(0, 0, None, "app", false);
-                    s.trace_id = TraceId(u128::from(n).to_le_bytes());
-                    s.span_id = SpanId(u64::from(n).to_le_bytes());
-                    s.kind = SpanKind::Client;
-                    s
-                })
-                .collect();
+            let spans: Vec<SpanRecord> = (0..100u32).map(|i| client(batch * 100 + i)).collect();
             joiner.hops(&0, &spans, &[false; 100], i64::from(batch));
-            let waiting = &joiner.tenants[&0];
-            assert!(waiting.parents.len() <= JOINER_CAP + 100);
-            // hashbrown fills 7/8 of its buckets: the cap's table, never twice it
-            // (halving in place left tombstones that doubled it).
-            assert!(
-                waiting.parents.capacity() < (JOINER_CAP * 8 / 7).next_power_of_two(),
-                "batch {batch}: {} entries in a table for {}",
-                waiting.parents.len(),
-                waiting.parents.capacity()
-            );
+            let parents = &joiner.tenants[&0].parents;
+            assert!(parents.len() <= JOINER_CAP);
+            for generation in [&parents.newer, &parents.older] {
+                // hashbrown fills 7/8 of its buckets: one generation's table.
+                assert!(
+                    generation.entries.capacity() < (GENERATION_CAP * 8 / 7).next_power_of_two(),
+                    "batch {batch}: {} entries in a table for {}",
+                    generation.entries.len(),
+                    generation.entries.capacity()
+                );
+            }
         }
+        // The most recent parents still join their callees; the oldest were dropped.
+        let callee = |n: u32| {
+            let mut s = span(0, 1, None, "llm", false);
+            s.trace_id = TraceId(u128::from(n).to_le_bytes());
+            s.parent_span_id = Some(SpanId(u64::from(n).to_le_bytes()));
+            s
+        };
+        let recent = [callee(599_999)];
+        let hops = joiner.hops(&0, &recent, &[false], 6_000);
+        assert_eq!(calls(&hops), [("app".into(), "llm".into(), 1, 0)]);
+        let oldest = [callee(0)];
+        assert!(joiner.hops(&0, &oldest, &[false], 6_000).is_empty());
+    }
+
+    #[test]
+    fn a_parent_waits_the_join_window_and_no_longer() {
+        let mut joiner = HopJoiner::<u8>::default();
+        let mut call = span(1, 2, Some(1), "app", false);
+        call.kind = SpanKind::Client;
+        joiner.hops(&0, &[span(1, 1, None, "app", false), call], &[false; 2], 0);
+        let server = [span(1, 3, Some(2), "llm-backend", false)];
+        let hops = joiner.hops(&0, &server, &[false], JOIN_WINDOW_NS);
+        assert_eq!(calls(&hops), [("app".into(), "llm-backend".into(), 1, 0)]);
+        let mut call = span(2, 2, Some(1), "app", false);
+        call.kind = SpanKind::Client;
+        joiner.hops(&0, &[span(2, 1, None, "app", false), call], &[false; 2], 0);
+        let server = [span(2, 3, Some(2), "llm-backend", false)];
+        let late = JOIN_WINDOW_NS + 1_000_000;
+        assert!(joiner.hops(&0, &server, &[false], late).is_empty());
     }
 }
