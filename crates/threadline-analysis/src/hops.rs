@@ -14,11 +14,12 @@ use crate::rollup::minute_of;
 
 /// How long a span waits for the other end of a hop in another export request.
 pub const JOIN_WINDOW_NS: i64 = 5 * 60 * 1_000_000_000;
-/// Entries the joiner holds per tenant, per kind, before it drops the older half.
+/// Entries the joiner holds per tenant, per kind: waiting parents in two generations
+/// (the older dropped whole when the newer is full), orphans all dropped past it.
 const JOINER_CAP: usize = 200_000;
 /// Waiting parents per generation (`Parents`): two generations hold `JOINER_CAP`.
 const GENERATION_CAP: usize = JOINER_CAP / 2;
-/// How often what waited past the window is dropped (a sweep reads every entry).
+/// How often orphans that waited past the window are dropped (a sweep reads each).
 const SWEEP_EVERY_NS: i64 = 1_000_000_000;
 /// Service names a tenant's waiting spans may name before everything waiting is
 /// dropped (the names are interned: the maps hold small ids, not strings).

@@ -397,19 +397,23 @@ pub(crate) fn sqlite(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + '_
 /// writer's time with 64 MB on OpenLineage ingest, 3.8% with 8 MB).
 pub(crate) fn open_connection(path: &Path) -> Result<Connection, StoreError> {
     let conn = Connection::open(path).map_err(sqlite(path))?;
-    conn.execute_batch(
+    conn.execute_batch(&format!(
         "PRAGMA journal_mode = WAL;
          PRAGMA synchronous = NORMAL;
          PRAGMA foreign_keys = OFF;
          PRAGMA busy_timeout = 5000;
          PRAGMA cache_size = -8192;
-         PRAGMA mmap_size = 4294967296;
+         PRAGMA mmap_size = {WRITER_MMAP_BYTES};
          PRAGMA wal_autocheckpoint = 0;
-         PRAGMA secure_delete = ON;",
-    )
+         PRAGMA secure_delete = ON;"
+    ))
     .map_err(sqlite(path))?;
     Ok(conn)
 }
+
+/// The most of the database the writer maps (SQLite caps it at its own maximum,
+/// 2 GB by default).
+const WRITER_MMAP_BYTES: u64 = 4 << 30;
 
 /// Drops the writer's memory map of the database; the next read maps it again.
 /// Between transactions only. Each page fault on the map also maps the up to 15 cached
@@ -418,7 +422,9 @@ pub(crate) fn open_connection(path: &Path) -> Result<Connection, StoreError> {
 /// speed, 18 MB remapping every few WAL restarts, at no measurable cost in spans/s
 /// (BENCHMARKS.md).
 pub(crate) fn remap_writer(conn: &Connection) -> rusqlite::Result<()> {
-    conn.execute_batch("PRAGMA mmap_size = 0; PRAGMA mmap_size = 4294967296;")
+    conn.execute_batch(&format!(
+        "PRAGMA mmap_size = 0; PRAGMA mmap_size = {WRITER_MMAP_BYTES};"
+    ))
 }
 
 pub(crate) fn open_reader(path: &Path) -> Result<Connection, StoreError> {
