@@ -35,7 +35,7 @@ pub use observe::{observe, Observed};
 pub use rca::{rank, Candidate, CandidateKind, Change, FaultRule, FaultRules, RcaInput};
 pub use rollup::{
     group_cells, matches, matches_at, minute_of, Dimension, Level, RollupCell, Rollups, SeriesKey,
-    BUCKET_NS,
+    SeriesRef, BUCKET_NS,
 };
 pub use slo::{SloEvent, SloRule, SloState};
 pub use tails::binomial_tail;

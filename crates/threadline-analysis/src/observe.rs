@@ -19,7 +19,7 @@
 use threadline_model::trace_tree::{self, Tree};
 use threadline_model::{LlmView, SpanRecord};
 
-use crate::series::{Dimension, Level, SeriesKey};
+use crate::series::{Level, SeriesRef};
 
 /// One span on a request's critical path and the time it accounts for.
 #[derive(Clone, Debug, PartialEq)]
@@ -29,12 +29,80 @@ pub struct PathPart {
     pub model_call: bool,
 }
 
+/// A field of a span that a series dimension takes its value from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Field {
+    Service,
+    Route,
+    /// The model's family (`model_family`).
+    Model,
+    Adapter,
+    Instance,
+    Image,
+    PromptVersion,
+    AbGroup,
+    GrayTag,
+    Provider,
+}
+
+impl Field {
+    /// The field of `view` that holds it (`None` for the span's service and model).
+    fn of_view(self) -> Option<fn(&LlmView) -> Option<&String>> {
+        Some(match self {
+            Field::Service | Field::Model => return None,
+            Field::Route => |l| l.route.as_ref(),
+            Field::Adapter => |l| l.adapter_id.as_ref(),
+            Field::Instance => |l| l.instance_id.as_ref(),
+            Field::Image => |l| l.image.as_ref(),
+            Field::PromptVersion => |l| l.prompt_template_version.as_ref(),
+            Field::AbGroup => |l| l.ab_group.as_ref(),
+            Field::GrayTag => |l| l.gray_tag.as_ref(),
+            Field::Provider => |l| l.provider.as_ref(),
+        })
+    }
+
+    fn read(self, span: &SpanRecord) -> Option<&str> {
+        match self {
+            Field::Service => Some(&span.service),
+            Field::Model => view(span)?.model().map(threadline_model::model_family),
+            _ => self
+                .of_view()
+                .and_then(|get| get(view(span)?))
+                .map(String::as_str),
+        }
+    }
+}
+
+/// Where a series dimension's value is: span `span` of the batch, its field `field`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Source {
+    span: u32,
+    field: Field,
+}
+
+/// The first of `candidates` (span indexes) whose `field` has a value.
+fn source(
+    spans: &[SpanRecord],
+    field: Field,
+    candidates: impl IntoIterator<Item = usize>,
+) -> Option<Source> {
+    candidates
+        .into_iter()
+        .find(|&j| field.read(&spans[j]).is_some())
+        .map(|j| Source {
+            span: j as u32,
+            field,
+        })
+}
+
 /// One request or model call, with its series.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Observed {
     /// The span measured: a request's entry span, or the model call.
     pub span: usize,
-    pub key: SeriesKey,
+    level: Level,
+    /// Where each dimension's value is (by `Dimension` order); none: `""`.
+    dims: [Option<Source>; 11],
     /// A request's first model call (its model fields and time to first token).
     pub call: Option<usize>,
     /// The spans whose tokens count: a request's model calls (each usage once), a
@@ -45,6 +113,21 @@ pub struct Observed {
 }
 
 impl Observed {
+    /// Its series, borrowed from `spans` (the spans it was observed among).
+    pub fn series<'a>(&self, spans: &'a [SpanRecord]) -> SeriesRef<'a> {
+        SeriesRef::new(
+            self.level,
+            self.dims.map(|d| {
+                d.and_then(|d| d.field.read(&spans[d.span as usize]))
+                    .unwrap_or_default()
+            }),
+        )
+    }
+
+    pub fn level(&self) -> Level {
+        self.level
+    }
+
     /// The time to the first token as the caller waits for it: the model call's, plus
     /// how long after the request's start the call began (ms).
     pub fn ttft_ms(&self, spans: &[SpanRecord]) -> Option<f64> {
@@ -119,48 +202,37 @@ pub fn observe(spans: &[SpanRecord]) -> Vec<Observed> {
     out
 }
 
-fn text(v: Option<&String>) -> String {
-    v.cloned().unwrap_or_default()
-}
-
 /// The upstream service of span `i`: the nearest ancestor's of another service.
-fn upstream(spans: &[SpanRecord], tree: &Tree, i: usize) -> String {
+fn upstream(spans: &[SpanRecord], tree: &Tree, i: usize) -> Option<Source> {
     tree.ancestors(i)
         .find(|&p| spans[p].service != spans[i].service)
-        .map(|p| spans[p].service.clone())
-        .unwrap_or_default()
+        .map(|p| Source {
+            span: p as u32,
+            field: Field::Service,
+        })
 }
 
 fn model_call(spans: &[SpanRecord], tree: &Tree, i: usize) -> Observed {
-    let span = &spans[i];
-    let llm = view(span).expect("a model call has a view");
-    let inherited = |get: fn(&LlmView) -> Option<&String>| -> String {
-        std::iter::once(i)
-            .chain(tree.ancestors(i))
-            .find_map(|j| view(&spans[j]).and_then(get).cloned())
-            .unwrap_or_default()
-    };
-    let key = SeriesKey::default()
-        .with(Dimension::Service, span.service.clone())
-        .with(Dimension::Route, inherited(|l| l.route.as_ref()))
-        .with(
-            Dimension::Model,
-            threadline_model::model_family(llm.model().unwrap_or_default()),
-        )
-        .with(Dimension::Adapter, text(llm.adapter_id.as_ref()))
-        .with(Dimension::Instance, text(llm.instance_id.as_ref()))
-        .with(Dimension::Image, text(llm.image.as_ref()))
-        .with(
-            Dimension::PromptVersion,
-            text(llm.prompt_template_version.as_ref()),
-        )
-        .with(Dimension::AbGroup, inherited(|l| l.ab_group.as_ref()))
-        .with(Dimension::GrayTag, inherited(|l| l.gray_tag.as_ref()))
-        .with(Dimension::Provider, text(llm.provider.as_ref()))
-        .with(Dimension::UpstreamService, upstream(spans, tree, i));
+    // Its own fields; route, A/B group and gray tag inherited from the nearest
+    // ancestor that has them.
+    let own = |field| source(spans, field, [i]);
+    let inherited = |field| source(spans, field, std::iter::once(i).chain(tree.ancestors(i)));
     Observed {
         span: i,
-        key,
+        level: Level::Call,
+        dims: [
+            own(Field::Service),
+            inherited(Field::Route),
+            own(Field::Model),
+            own(Field::Adapter),
+            own(Field::Instance),
+            own(Field::Image),
+            own(Field::PromptVersion),
+            inherited(Field::AbGroup),
+            inherited(Field::GrayTag),
+            own(Field::Provider),
+            upstream(spans, tree, i),
+        ],
         call: None,
         usage: vec![i],
         path: Vec::new(),
@@ -175,43 +247,23 @@ fn request(spans: &[SpanRecord], tree: &Tree, on: &[Option<u64>], entry: usize) 
         .copied()
         .filter(|&j| names_model(&spans[j]))
         .min_by_key(|&j| (j != entry, spans[j].start_time_unix_nano, j));
-    let entry_view = view(&spans[entry]);
-    let call_view = call.and_then(|c| view(&spans[c]));
-    // A model field from the call, else from the entry.
-    let field = |get: fn(&LlmView) -> Option<&String>| -> String {
-        call_view
-            .and_then(get)
-            .or_else(|| entry_view.and_then(get))
-            .cloned()
-            .unwrap_or_default()
-    };
-    // A request-context field from the entry, else from the call.
-    let context = |get: fn(&LlmView) -> Option<&String>| -> String {
-        entry_view
-            .and_then(get)
-            .or_else(|| call_view.and_then(get))
-            .cloned()
-            .unwrap_or_default()
-    };
-    let model = call_view
-        .and_then(LlmView::model)
-        .or_else(|| entry_view.and_then(LlmView::model))
-        .unwrap_or_default();
-    let key = SeriesKey::at(Level::Request)
-        .with(Dimension::Service, spans[entry].service.clone())
-        .with(Dimension::Route, context(|l| l.route.as_ref()))
-        .with(Dimension::Model, threadline_model::model_family(model))
-        .with(Dimension::Adapter, field(|l| l.adapter_id.as_ref()))
-        .with(Dimension::Instance, field(|l| l.instance_id.as_ref()))
-        .with(Dimension::Image, field(|l| l.image.as_ref()))
-        .with(
-            Dimension::PromptVersion,
-            field(|l| l.prompt_template_version.as_ref()),
-        )
-        .with(Dimension::AbGroup, context(|l| l.ab_group.as_ref()))
-        .with(Dimension::GrayTag, context(|l| l.gray_tag.as_ref()))
-        .with(Dimension::Provider, field(|l| l.provider.as_ref()))
-        .with(Dimension::UpstreamService, upstream(spans, tree, entry));
+    // A model field from the call, else from the entry; a request-context field
+    // from the entry, else from the call.
+    let field = |f| source(spans, f, call.into_iter().chain([entry]));
+    let context = |f| source(spans, f, std::iter::once(entry).chain(call));
+    let dims = [
+        source(spans, Field::Service, [entry]),
+        context(Field::Route),
+        field(Field::Model),
+        field(Field::Adapter),
+        field(Field::Instance),
+        field(Field::Image),
+        field(Field::PromptVersion),
+        context(Field::AbGroup),
+        context(Field::GrayTag),
+        field(Field::Provider),
+        upstream(spans, tree, entry),
+    ];
     // Each usage once: a span's tokens count unless a child reports them again (an
     // agent span repeats the calls below it).
     let usage = below
@@ -234,7 +286,8 @@ fn request(spans: &[SpanRecord], tree: &Tree, on: &[Option<u64>], entry: usize) 
         .collect();
     Observed {
         span: entry,
-        key,
+        level: Level::Request,
+        dims,
         call,
         usage,
         path,

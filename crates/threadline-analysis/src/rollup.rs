@@ -11,7 +11,9 @@ use threadline_model::SpanRecord;
 
 pub use crate::cell::RollupCell;
 use crate::observe::{observe, Observed};
-pub use crate::series::{matches, matches_at, minute_of, Dimension, Level, SeriesKey, BUCKET_NS};
+pub use crate::series::{
+    matches, matches_at, minute_of, Dimension, Level, SeriesKey, SeriesRef, BUCKET_NS,
+};
 
 /// Cells keyed by (minute, series): what one export request adds, and what the
 /// writer accumulates between flushes.
@@ -28,21 +30,21 @@ impl Rollups {
 
     /// `observed` (what `observe` found among `spans`), by minute and series.
     pub fn of_observed(spans: &[SpanRecord], observed: &[Observed]) -> Self {
-        // Keyed by the borrowed series first: a batch has a few series, and cloning
-        // the key (eleven strings) per observation was most of the allocations here.
-        let mut by_key: HashMap<(i64, &SeriesKey), RollupCell> = HashMap::default();
+        // Keyed by the series borrowed from the spans: a batch has a few series, and
+        // a key (eleven strings) is allocated once per cell, not per observation.
+        let mut by_key: HashMap<(i64, SeriesRef<'_>), RollupCell> = HashMap::default();
         for o in observed {
             let span = &spans[o.span];
             let minute = minute_of(span.start_time_unix_nano.min(i64::MAX as u64) as i64);
             by_key
-                .entry((minute, &o.key))
+                .entry((minute, o.series(spans)))
                 .or_default()
                 .observe(spans, o);
         }
         Self {
             cells: by_key
                 .into_iter()
-                .map(|((minute, key), cell)| ((minute, key.clone()), cell))
+                .map(|((minute, key), cell)| ((minute, key.to_key()), cell))
                 .collect(),
         }
     }
@@ -257,13 +259,10 @@ mod tests {
         let spans = vec![gateway, retriever, call, tool];
         let found = observe(&spans);
         assert_eq!(found.len(), 2, "{found:#?}");
-        let req = found
-            .iter()
-            .find(|o| o.key.level() == Level::Request)
-            .unwrap();
+        let req = found.iter().find(|o| o.level() == Level::Request).unwrap();
         assert_eq!(req.span, 0);
         assert_eq!(req.call, Some(2));
-        let k = &req.key;
+        let k = req.series(&spans);
         assert_eq!(
             [
                 k.get(Dimension::Service),
@@ -274,14 +273,15 @@ mod tests {
             ],
             ["gateway", "/v1/chat", "llama", "fin@7", "B"]
         );
-        let call = found.iter().find(|o| o.key.level() == Level::Call).unwrap();
+        let call = found.iter().find(|o| o.level() == Level::Call).unwrap();
         assert_eq!(call.span, 2);
+        let k = call.series(&spans);
         assert_eq!(
             [
-                call.key.get(Dimension::Service),
-                call.key.get(Dimension::Route),
-                call.key.get(Dimension::AbGroup),
-                call.key.get(Dimension::UpstreamService)
+                k.get(Dimension::Service),
+                k.get(Dimension::Route),
+                k.get(Dimension::AbGroup),
+                k.get(Dimension::UpstreamService)
             ],
             ["vllm", "/v1/chat", "B", "gateway"]
         );
@@ -331,7 +331,7 @@ mod tests {
         let found = observe(&[plain, tool]);
         assert_eq!(found.len(), 1);
         assert_eq!(
-            (found[0].span, found[0].key.level(), found[0].call),
+            (found[0].span, found[0].level(), found[0].call),
             (0, Level::Request, None)
         );
     }

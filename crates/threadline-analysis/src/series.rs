@@ -191,6 +191,37 @@ impl SeriesKey {
     }
 }
 
+/// A series as one export request's spans spell it: the level and the dimension
+/// values borrowed from the spans (`Observed::series`). What a batch groups its
+/// observations by before any key is allocated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SeriesRef<'a> {
+    level: Level,
+    dims: [&'a str; 11],
+}
+
+impl<'a> SeriesRef<'a> {
+    pub(crate) fn new(level: Level, dims: [&'a str; 11]) -> Self {
+        Self { level, dims }
+    }
+
+    pub fn level(&self) -> Level {
+        self.level
+    }
+
+    pub fn get(&self, dim: Dimension) -> &'a str {
+        self.dims[dim.index()]
+    }
+
+    /// The owned key.
+    pub fn to_key(&self) -> SeriesKey {
+        SeriesKey {
+            level: self.level,
+            dims: self.dims.map(str::to_owned),
+        }
+    }
+}
+
 /// A series filter: every listed dimension must have the given value.
 pub fn matches(key: &SeriesKey, filter: &[(Dimension, String)]) -> bool {
     filter.iter().all(|(d, v)| key.get(*d) == v)

@@ -9,7 +9,6 @@
 use foldhash::HashMap;
 
 use serde_json::Value as Json;
-use sha2::{Digest, Sha256};
 use threadline_model::{AttrValue, LlmView, RejectionReason, SpanDetail, SpanOrigin};
 
 /// Where the normalizer looks up attribute names, most specific first.
@@ -265,7 +264,7 @@ pub fn llm_view(span_name: &str, detail: &SpanDetail, origin: &SpanOrigin) -> Op
     view.prompt_cache_hit_ratio =
         prompt_cache_hit_ratio(&src, view.operation.as_deref(), view.input_tokens);
     view.rejection_reason = rejection_reason(&src, &view.finish_reasons);
-    view.prompt_hash = prompt_hash(&src, view.prompt_template_version.as_deref());
+    view.prompt_hash = prompt::prompt_hash(&src, view.prompt_template_version.as_deref());
     Some(view)
 }
 
@@ -451,136 +450,6 @@ fn rejection_reason(src: &Sources<'_>, finish_reasons: &[String]) -> Option<Reje
         .then_some(RejectionReason::SafetyFilter)
 }
 
-/// SHA-256 hex of `system prompt ␟ prompt ␟ template version` (U+001F separators), so
-/// the same rendered prompt under the same template version always hashes the same.
-fn prompt_hash(src: &Sources<'_>, template_version: Option<&str>) -> Option<String> {
-    let (system, prompt) = prompt_texts(src);
-    if system.is_empty() && prompt.is_empty() {
-        return None;
-    }
-    let mut hasher = Sha256::new();
-    hasher.update(system.as_bytes());
-    hasher.update([0x1f]);
-    hasher.update(prompt.as_bytes());
-    hasher.update([0x1f]);
-    hasher.update(template_version.unwrap_or("").as_bytes());
-    Some(hex::encode(hasher.finalize()))
-}
-
-/// (system prompt, prompt) text from whichever convention carried the messages.
-fn prompt_texts(src: &Sources<'_>) -> (String, String) {
-    let mut system = src
-        .span_attr("gen_ai.system_instructions")
-        .map(|v| json_text(&to_json(v)))
-        .unwrap_or_default();
-    let mut prompt = String::new();
-    let take_messages =
-        |messages: Vec<(String, String)>, system: &mut String, prompt: &mut String| {
-            for (role, text) in messages {
-                let target = if role == "system" {
-                    &mut *system
-                } else {
-                    &mut *prompt
-                };
-                if !target.is_empty() {
-                    target.push('\n');
-                }
-                if role != "system" {
-                    target.push_str(&role);
-                    target.push_str(": ");
-                }
-                target.push_str(&text);
-            }
-        };
-    if let Some(Json::Array(messages)) = src.span_attr("gen_ai.input.messages").map(to_json) {
-        let msgs = messages
-            .iter()
-            .map(|m| {
-                let role = m
-                    .get("role")
-                    .and_then(Json::as_str)
-                    .unwrap_or("user")
-                    .to_owned();
-                (
-                    role,
-                    json_text(
-                        m.get("parts")
-                            .or_else(|| m.get("content"))
-                            .unwrap_or(&Json::Null),
-                    ),
-                )
-            })
-            .collect();
-        take_messages(msgs, &mut system, &mut prompt);
-    } else if let Some(p) = src.span_str(&["gen_ai.prompt"]) {
-        prompt = p;
-    } else {
-        let from_events: Vec<(String, String)> = src
-            .detail
-            .events
-            .iter()
-            .filter_map(|e| {
-                let role = match e.name.as_str() {
-                    "gen_ai.system.message" => "system",
-                    "gen_ai.user.message" => "user",
-                    "gen_ai.assistant.message" => "assistant",
-                    "gen_ai.tool.message" => "tool",
-                    _ => return None,
-                };
-                let content = e.attributes.iter().find(|a| a.key == "content")?;
-                Some((role.to_owned(), json_text(&to_json(&content.value))))
-            })
-            .collect();
-        if !from_events.is_empty() {
-            take_messages(from_events, &mut system, &mut prompt);
-        } else {
-            let flattened = openinference_messages(src);
-            if !flattened.is_empty() {
-                take_messages(flattened, &mut system, &mut prompt);
-            } else if let Some(input) = src.span_str(&["input.value"]) {
-                prompt = input;
-            }
-        }
-    }
-    (system, prompt)
-}
-
-/// Rebuilds `llm.input_messages.{i}.message.{role,content}` (indices may be sparse).
-fn openinference_messages(src: &Sources<'_>) -> Vec<(String, String)> {
-    let mut by_index: std::collections::BTreeMap<u32, (String, String)> = Default::default();
-    for (key, value) in &src.span {
-        let Some(rest) = key.strip_prefix("llm.input_messages.") else {
-            continue;
-        };
-        let Some((idx, field)) = rest.split_once('.') else {
-            continue;
-        };
-        let Ok(idx) = idx.parse::<u32>() else {
-            continue;
-        };
-        let entry = by_index.entry(idx).or_default();
-        match field {
-            "message.role" => entry.0 = value.to_display_string(),
-            "message.content" => entry.1 = value.to_display_string(),
-            _ => {}
-        }
-    }
-    by_index
-        .into_values()
-        .filter(|(_, content)| !content.is_empty())
-        .map(|(role, content)| {
-            (
-                if role.is_empty() {
-                    "user".to_owned()
-                } else {
-                    role
-                },
-                content,
-            )
-        })
-        .collect()
-}
-
 /// An attribute as JSON; strings holding JSON (senders that cannot set structured
 /// attributes) are parsed.
 pub(crate) fn to_json(value: &AttrValue) -> Json {
@@ -625,5 +494,6 @@ pub(crate) fn json_text(value: &Json) -> String {
     }
 }
 
+mod prompt;
 #[cfg(test)]
 mod tests;

@@ -59,7 +59,7 @@ impl LlmObservations {
         let mut index: HashMap<(Level, &str, &str, &str), usize> = HashMap::new();
         let mut groups: Vec<LabelGroup> = Vec::new();
         for o in observed {
-            let key = &o.key;
+            let key = o.series(spans);
             let level = key.level();
             let (service, route, model) = (
                 key.get(Dimension::Service),
