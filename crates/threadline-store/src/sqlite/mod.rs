@@ -67,6 +67,9 @@ pub struct EmbeddedConfig {
     pub max_queued_bytes: usize,
     /// Most spans committed in one transaction.
     pub max_spans_per_commit: usize,
+    /// How long a commit waits at most for span batches still being prepared on the
+    /// ingest pool (group commit under load; with none in preparation it does not).
+    pub group_commit_wait: std::time::Duration,
     /// Encoded bytes committed after which the writer lets the WAL start over (see
     /// `checkpoint`); the WAL holds a few times this, counting index pages.
     pub wal_restart_bytes: usize,
@@ -88,6 +91,7 @@ impl Default for EmbeddedConfig {
             max_queued_batches: 1024,
             max_queued_bytes: 256 * 1024 * 1024,
             max_spans_per_commit: 20_000,
+            group_commit_wait: std::time::Duration::from_millis(2),
             wal_restart_bytes: 4 * 1024 * 1024,
             drift: threadline_analysis::DriftConfig::default(),
             trace_index: TraceIndexConfig::default(),
@@ -297,8 +301,12 @@ impl StoreBackend for SqliteStore {
         observed: &mut Vec<threadline_analysis::Observed>,
         bindings: GraphUpdate,
     ) -> Result<WriteAck, StoreError> {
+        let preparing = self.inner.writer.preparing();
         let mut batch = self.prepare(tenant, spans, observed)?;
         batch.attach_graph(bindings);
+        // Counted out before it is queued: a writer that then finds nothing queued and
+        // nothing in preparation commits at once.
+        drop(preparing);
         self.submit(batch)
     }
 

@@ -822,6 +822,41 @@ fn drift_compares_with_the_previous_version_before_and_after_a_reopen() {
     assert_eq!(drift["previous_version"], "dataset_version:wh:t@v1");
 }
 
+/// While a batch is being prepared, the writer waits for it before committing what
+/// is queued (group commit under load); with none in preparation it commits at once.
+#[test]
+fn a_commit_waits_for_batches_in_preparation_and_only_then() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = EmbeddedConfig {
+        group_commit_wait: std::time::Duration::from_secs(600),
+        ..EmbeddedConfig::default()
+    };
+    let store = SqliteStore::open(dir.path(), config).unwrap();
+    let batch = |n: u8| {
+        let spans = [span(n, 1, None, 1_000 + u64::from(n), None)];
+        store.prepare(&acme(), &spans, &mut Vec::new()).unwrap()
+    };
+    let commits = || store.inner.writer.stats().commits;
+    // Nothing in preparation: committed without waiting (the wait is 10 minutes).
+    let before = commits();
+    store.submit(batch(1)).unwrap().wait_blocking().unwrap();
+    assert_eq!(commits(), before + 1);
+    // A batch in preparation holds the commit of the one queued before it.
+    let preparing = store.inner.writer.preparing();
+    let first = store.submit(batch(2)).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert_eq!(
+        commits(),
+        before + 1,
+        "committed while a batch was in preparation"
+    );
+    let second = store.submit(batch(3)).unwrap();
+    drop(preparing);
+    first.wait_blocking().unwrap();
+    second.wait_blocking().unwrap();
+    assert_eq!(commits(), before + 2, "both batches in one commit");
+}
+
 /// With the writer never idle (batches always queued), the WAL must still start over
 /// from its beginning now and then, so its file stays a fraction of what was written.
 #[test]
