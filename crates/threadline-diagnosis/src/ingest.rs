@@ -10,7 +10,7 @@ use threadline_ingest::{
     TimeBounds, Undecodable,
 };
 use threadline_model::{SpanRecord, TenantId};
-use threadline_store::{SpanBatch, Store, StoreError, WriteAck};
+use threadline_store::{SpanBatch, Store, StoreError, WriteAck, WriteComing};
 
 /// One export request of spans, converted and queued.
 pub struct TracesQueued {
@@ -26,18 +26,21 @@ pub struct TracesQueued {
 }
 
 /// Converts an export request (`refused`: the spans that did not decode) and queues
-/// its spans.
+/// its spans. `coming` (`Store::write_coming`, taken when the request's decoding
+/// began) is let go as the spans are handed to the store.
 pub fn queue_traces(
     store: &Store,
     tenant: &TenantId,
     request: ExportTraceServiceRequest,
     refused: Undecodable,
     bounds: &TimeBounds,
+    coming: WriteComing,
 ) -> TracesQueued {
     let mut converted = convert_request(request, bounds);
     converted.add_undecodable(refused);
     let error_message = (converted.rejected_spans > 0).then(|| converted.error_message());
     let mut found = SpanBatch::of(&converted.spans);
+    drop(coming);
     let submitted = (!converted.spans.is_empty()).then(|| {
         // Leaves out of `observed` what a retried export repeats.
         let queued = store.write_spans(
@@ -65,16 +68,18 @@ pub struct LogsQueued {
 }
 
 /// Converts a logs export request (`refused`: the records that did not decode) and
-/// queues its records.
+/// queues its records; `coming` as for `queue_traces`.
 pub fn queue_logs(
     store: &Store,
     tenant: &TenantId,
     request: ExportLogsServiceRequest,
     refused: Undecodable,
     bounds: &TimeBounds,
+    coming: WriteComing,
 ) -> LogsQueued {
     let mut converted = convert_logs_request(request, bounds);
     converted.add_undecodable(refused);
+    drop(coming);
     let error_message = (converted.rejected > 0).then(|| converted.error_message());
     let submitted = (!converted.records.is_empty()).then(|| {
         (

@@ -327,6 +327,39 @@ pub trait StoreBackend: Send + Sync {
     fn as_sqlite(&self) -> Option<&crate::sqlite::SqliteStore> {
         None
     }
+
+    /// A hint that a write is being prepared (an export request being decoded and
+    /// converted): hold it until the write is handed over. A backend that groups
+    /// writes waits for what is coming (the embedded writer's group commit); one that
+    /// does not ignores it.
+    fn write_coming(&self) -> WriteComing {
+        WriteComing::none()
+    }
+}
+
+/// A write on its way to the store (`StoreBackend::write_coming`); dropping it says
+/// the write was handed over, or will not come.
+pub struct WriteComing(Option<Arc<std::sync::atomic::AtomicUsize>>);
+
+impl WriteComing {
+    /// A hint no backend watches.
+    pub fn none() -> Self {
+        Self(None)
+    }
+
+    /// Counted in `coming` until dropped.
+    pub(crate) fn counted_in(coming: &Arc<std::sync::atomic::AtomicUsize>) -> Self {
+        coming.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Self(Some(Arc::clone(coming)))
+    }
+}
+
+impl Drop for WriteComing {
+    fn drop(&mut self) {
+        if let Some(coming) = &self.0 {
+            coming.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
 }
 
 /// What a batch of spans adds beyond the spans, found once by every writer before

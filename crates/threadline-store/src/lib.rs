@@ -18,7 +18,7 @@ mod sqlite;
 
 pub use ack::{Applied, WriteAck, WriterStats};
 pub use backend::{
-    Bound, ExemplarQuery, OpenSpans, SpanBatch, SpanReader, Store, StoreBackend,
+    Bound, ExemplarQuery, OpenSpans, SpanBatch, SpanReader, Store, StoreBackend, WriteComing,
     EXEMPLAR_DIMENSIONS,
 };
 pub use erasure::{CopiesErased, ErasureRecord, ErasureReport, ErasureSubject, ERASED};

@@ -258,10 +258,12 @@ impl<S: Signal> UnaryService<Bytes> for ExportMethod<S> {
             let bounds = ctx.time_bounds();
             let ready = ctx
                 .run_cpu(move || {
+                    let coming = store.write_coming();
                     let (request, refused) =
                         threadline_ingest::decode_protobuf::<S::Request>(&body)
                             .map_err(|e| Status::invalid_argument(e.to_string()))?;
-                    S::prepare(&store, &tenant, request, refused, &bounds).map_err(to_status)
+                    S::prepare(&store, &tenant, request, refused, &bounds, coming)
+                        .map_err(to_status)
                 })
                 .await
                 .map_err(to_status)??;

@@ -155,11 +155,12 @@ async fn export<S: Signal>(
     // converted and queued.
     let prepared = ctx
         .run_cpu(move || {
+            let coming = store.write_coming();
             let decoded =
                 decode_export_request(kind, encoding.as_deref(), &bytes, limits, &mut reservation);
             drop(bytes);
             let prepared = decoded.map(|(request, refused): (S::Request, _)| {
-                S::prepare(&store, &tenant, request, refused, &bounds)
+                S::prepare(&store, &tenant, request, refused, &bounds, coming)
             });
             (prepared, reservation)
         })

@@ -11,7 +11,7 @@ use threadline_ingest::{
     Undecodable,
 };
 use threadline_model::TenantId;
-use threadline_store::{ErrorKind, Store, StoreError, WriteAck};
+use threadline_store::{ErrorKind, Store, StoreError, WriteAck, WriteComing};
 
 use crate::telemetry::IngestStats;
 
@@ -100,12 +100,14 @@ pub(crate) trait Signal: Send + Sync + 'static {
 
     /// CPU-bound half: OTLP → records → queued for the store (`refused`: the records
     /// that did not decode, for partial success). Run it on the ingest CPU pool.
+    /// `coming`: `Store::write_coming`, taken before the request was decoded.
     fn prepare(
         store: &Store,
         tenant: &TenantId,
         request: Self::Request,
         refused: Undecodable,
         bounds: &TimeBounds,
+        coming: WriteComing,
     ) -> Result<Self::Ready, IngestFailure>;
 
     /// Waits until the queued records are durable.
@@ -131,9 +133,11 @@ impl Signal for Traces {
         request: Self::Request,
         refused: Undecodable,
         bounds: &TimeBounds,
+        coming: WriteComing,
     ) -> Result<Self::Ready, IngestFailure> {
-        let queued =
-            threadline_diagnosis::ingest::queue_traces(store, tenant, request, refused, bounds);
+        let queued = threadline_diagnosis::ingest::queue_traces(
+            store, tenant, request, refused, bounds, coming,
+        );
         let partial_success = queued
             .error_message
             .map(|error_message| ExportTracePartialSuccess {
@@ -181,9 +185,11 @@ impl Signal for Logs {
         request: Self::Request,
         refused: Undecodable,
         bounds: &TimeBounds,
+        coming: WriteComing,
     ) -> Result<Self::Ready, IngestFailure> {
-        let queued =
-            threadline_diagnosis::ingest::queue_logs(store, tenant, request, refused, bounds);
+        let queued = threadline_diagnosis::ingest::queue_logs(
+            store, tenant, request, refused, bounds, coming,
+        );
         let partial_success = queued
             .error_message
             .map(|error_message| ExportLogsPartialSuccess {

@@ -315,7 +315,14 @@ impl StoreBackend for SqliteStore {
         tenant: &TenantId,
         records: &[threadline_model::LogRecord],
     ) -> Result<WriteAck, StoreError> {
-        self.submit_logs(self.prepare_logs(tenant, records)?)
+        let preparing = self.inner.writer.preparing();
+        let logs = self.prepare_logs(tenant, records)?;
+        drop(preparing);
+        self.submit_logs(logs)
+    }
+
+    fn write_coming(&self) -> crate::WriteComing {
+        self.inner.writer.preparing()
     }
 
     fn write_graph(

@@ -191,20 +191,11 @@ struct Counters {
     rollups_unflushed: std::sync::atomic::AtomicBool,
     queued_batches: AtomicUsize,
     queued_bytes: AtomicUsize,
-    /// Span batches being prepared on callers' threads, not queued yet (`Preparing`).
-    preparing: AtomicUsize,
+    /// Writes being prepared on callers' threads, not queued yet (`WriteComing`).
+    preparing: Arc<AtomicUsize>,
     spans_committed: AtomicU64,
     commits: AtomicU64,
     commit_nanos_total: AtomicU64,
-}
-
-/// A batch in preparation (`WriterHandle::preparing`).
-pub(crate) struct Preparing<'a>(&'a Counters);
-
-impl Drop for Preparing<'_> {
-    fn drop(&mut self) {
-        self.0.preparing.fetch_sub(1, Ordering::SeqCst);
-    }
 }
 
 pub(crate) struct WriterHandle {
@@ -253,13 +244,12 @@ impl WriterHandle {
         })
     }
 
-    /// Counts a batch as being prepared until the guard drops (just before it is
+    /// Counts a write as being prepared until the guard drops (just before it is
     /// queued, or when its preparation failed): while any is, the writer waits a
     /// little for it before committing, so that under load one commit takes several
     /// batches (see `run_writer`).
-    pub(crate) fn preparing(&self) -> Preparing<'_> {
-        self.counters.preparing.fetch_add(1, Ordering::SeqCst);
-        Preparing(&self.counters)
+    pub(crate) fn preparing(&self) -> crate::WriteComing {
+        crate::WriteComing::counted_in(&self.counters.preparing)
     }
 
     pub(crate) fn submit(&self, batch: PreparedBatch) -> Result<WriteAck, StoreError> {
