@@ -138,8 +138,11 @@ impl BlockValues {
                 borrowed.push((ValueField::Error, ""));
             }
         }
-        borrowed.sort_unstable();
-        borrowed.dedup();
+        // The values are a batch's interned strings (see `sorted_distinct_interned`).
+        let borrowed = crate::sqlite::distinct::sorted_distinct_interned(
+            borrowed.into_iter(),
+            |(field, value)| (*field, crate::sqlite::distinct::address(value)),
+        );
         Self {
             pairs: borrowed
                 .into_iter()

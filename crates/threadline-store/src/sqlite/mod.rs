@@ -9,6 +9,7 @@ mod bloom;
 mod checkpoint;
 mod codec;
 mod dir_lock;
+mod distinct;
 mod erase;
 mod erase_copies;
 mod graph;

@@ -2,6 +2,7 @@
 //! thread.
 
 use super::*;
+use crate::sqlite::distinct::{address, sorted_distinct_interned};
 
 impl PreparedBatch {
     pub(crate) fn encode<'a>(
@@ -64,20 +65,26 @@ impl PreparedBatch {
         }
         let ids = sorted_distinct(rows.iter().map(|r| r.trace_id));
         // Borrowed while deduplicated: a batch's rows share a few names.
-        let services = sorted_distinct(rows.iter().map(|r| &*r.service))
+        let services = sorted_distinct_interned(rows.iter().map(|r| &*r.service), |s| address(s))
             .into_iter()
             .map(str::to_owned)
             .collect();
-        let operations = sorted_distinct(rows.iter().map(|r| (&*r.service, &*r.name, r.kind)))
-            .into_iter()
-            .map(|(service, name, kind)| (service.to_owned(), name.to_owned(), kind))
-            .collect();
-        let models = sorted_distinct(rows.iter().filter_map(|r| {
-            Some((
-                r.model.as_deref()?,
-                r.response_model.as_deref().unwrap_or_default(),
-            ))
-        }))
+        let operations = sorted_distinct_interned(
+            rows.iter().map(|r| (&*r.service, &*r.name, r.kind)),
+            |(service, name, kind)| (address(service), address(name), *kind),
+        )
+        .into_iter()
+        .map(|(service, name, kind)| (service.to_owned(), name.to_owned(), kind))
+        .collect();
+        let models = sorted_distinct_interned(
+            rows.iter().filter_map(|r| {
+                Some((
+                    r.model.as_deref()?,
+                    r.response_model.as_deref().unwrap_or_default(),
+                ))
+            }),
+            |(model, response)| (address(model), address(response)),
+        )
         .into_iter()
         .map(|(m, r)| (m.to_owned(), r.to_owned()))
         .collect();

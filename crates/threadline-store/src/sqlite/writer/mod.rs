@@ -201,6 +201,7 @@ struct Counters {
 pub(crate) struct WriterHandle {
     sender: SyncSender<Job>,
     counters: Arc<Counters>,
+    max_queued_batches: usize,
     max_queued_bytes: usize,
 }
 
@@ -218,6 +219,7 @@ impl WriterHandle {
         counters.rollups_unflushed.store(true, Ordering::SeqCst);
         let thread_counters = Arc::clone(&counters);
         let max_queued_bytes = config.max_queued_bytes;
+        let max_queued_batches = config.max_queued_batches;
         let (synced, to_sync) = mpsc::channel();
         let mut wal = path.clone().into_os_string();
         wal.push("-wal");
@@ -240,6 +242,7 @@ impl WriterHandle {
         Ok(Self {
             sender,
             counters,
+            max_queued_batches,
             max_queued_bytes,
         })
     }
@@ -335,7 +338,12 @@ impl WriterHandle {
                 queued_bytes,
             )
         };
+        // Both bounds count what was accepted and is not committed yet, the writer's
+        // current group included (it gathers batches as they come, see `run_writer`).
         if queued_bytes > 0 && queued_bytes + bytes > self.max_queued_bytes {
+            return Err(Box::new((full(), work)));
+        }
+        if self.counters.queued_batches.load(Ordering::Relaxed) >= self.max_queued_batches {
             return Err(Box::new((full(), work)));
         }
         let (tx, rx) = oneshot::channel();
