@@ -11,9 +11,11 @@ use foldhash::HashMap;
 use serde_json::Value as Json;
 use threadline_model::{AttrValue, LlmView, RejectionReason, SpanDetail, SpanOrigin};
 
+use keys::{k, Key, Slots};
+
 /// Where the normalizer looks up attribute names, most specific first.
 struct Sources<'a> {
-    span: HashMap<&'a str, &'a AttrValue>,
+    span: Slots<'a>,
     baggage: HashMap<String, String>,
     resource: &'a SpanOrigin,
     detail: &'a SpanDetail,
@@ -21,11 +23,7 @@ struct Sources<'a> {
 
 impl<'a> Sources<'a> {
     fn new(detail: &'a SpanDetail, origin: &'a SpanOrigin) -> Self {
-        let span: HashMap<&str, &AttrValue> = detail
-            .attributes
-            .iter()
-            .map(|a| (a.key.as_str(), &a.value))
-            .collect();
+        let span = Slots::of(&detail.attributes);
         let mut baggage = HashMap::default();
         // BaggageSpanProcessor-style copies may arrive as `baggage.KEY` attributes, or the
         // raw header may be recorded in a `baggage` attribute.
@@ -36,7 +34,7 @@ impl<'a> Sources<'a> {
                 }
             }
         }
-        for header_key in ["baggage", "w3c.baggage"] {
+        for header_key in [k!("baggage"), k!("w3c.baggage")] {
             if let Some(header) = span.get(header_key).and_then(|v| v.as_str()) {
                 for (k, v) in parse_baggage_header(header) {
                     baggage.entry(k).or_insert(v);
@@ -51,17 +49,16 @@ impl<'a> Sources<'a> {
         }
     }
 
-    fn span_attr(&self, key: &str) -> Option<&'a AttrValue> {
+    fn span_attr(&self, key: Key) -> Option<&'a AttrValue> {
         self.span
             .get(key)
-            .copied()
             .filter(|v| !matches!(v, AttrValue::Empty))
     }
 
     /// First non-empty string among `keys`, looking at span attributes only.
-    fn span_str(&self, keys: &[&str]) -> Option<String> {
+    fn span_str(&self, keys: &[Key]) -> Option<String> {
         keys.iter().find_map(|k| {
-            self.span_attr(k)
+            self.span_attr(*k)
                 .map(|v| match v {
                     AttrValue::String(s) => s.trim().to_owned(),
                     other => other.to_display_string(),
@@ -71,32 +68,36 @@ impl<'a> Sources<'a> {
     }
 
     /// A platform attribute: span, then baggage copied onto the span, then resource.
-    fn platform_str(&self, key: &str) -> Option<String> {
+    fn platform_str(&self, key: Key) -> Option<String> {
         self.platform_any(&[key])
     }
 
-    fn span_i64(&self, keys: &[&str]) -> Option<i64> {
+    fn span_i64(&self, keys: &[Key]) -> Option<i64> {
         keys.iter()
-            .find_map(|k| self.span_attr(k).and_then(AttrValue::as_i64))
+            .find_map(|k| self.span_attr(*k).and_then(AttrValue::as_i64))
     }
 
-    fn span_f64(&self, keys: &[&str]) -> Option<f64> {
+    fn span_f64(&self, keys: &[Key]) -> Option<f64> {
         keys.iter()
-            .find_map(|k| self.span_attr(k).and_then(AttrValue::as_f64))
+            .find_map(|k| self.span_attr(*k).and_then(AttrValue::as_f64))
     }
 
     /// A platform field in any of `keys`: the span's attributes, then baggage copied
     /// onto the span, then the resource (the first key found at the nearest level).
-    fn platform_any(&self, keys: &[&str]) -> Option<String> {
+    fn platform_any(&self, keys: &[Key]) -> Option<String> {
         self.span_str(keys)
             .or_else(|| {
-                keys.iter()
-                    .find_map(|k| self.baggage.get(*k).filter(|s| !s.is_empty()).cloned())
+                keys.iter().find_map(|k| {
+                    self.baggage
+                        .get(k.name())
+                        .filter(|s| !s.is_empty())
+                        .cloned()
+                })
             })
             .or_else(|| {
                 keys.iter().find_map(|k| {
                     self.resource
-                        .resource_attr(k)
+                        .resource_attr(k.name())
                         .filter(|v| !matches!(v, AttrValue::Empty))
                         .map(|v| v.to_display_string())
                         .filter(|s| !s.is_empty())
@@ -106,22 +107,23 @@ impl<'a> Sources<'a> {
 
     /// Whether any attribute says this span is about an LLM call or LLM platform request.
     fn has_llm_signal(&self, span_name: &str) -> bool {
-        const PLATFORM_KEYS: [&str; 8] = [
-            "api.route",
-            "ab.group",
-            "gray.tag",
-            "model.instance.id",
-            "container.image",
-            "openinference.span.kind",
-            "embedding.model_name",
-            "request.tag",
+        const PLATFORM_KEYS: [Key; 8] = [
+            k!("api.route"),
+            k!("ab.group"),
+            k!("gray.tag"),
+            k!("model.instance.id"),
+            k!("container.image"),
+            k!("openinference.span.kind"),
+            k!("embedding.model_name"),
+            k!("request.tag"),
         ];
         span_name == "llm_request"
             || self
-                .span
-                .keys()
-                .any(|k| k.starts_with("gen_ai.") || k.starts_with("llm."))
-            || PLATFORM_KEYS.iter().any(|k| self.span.contains_key(k))
+                .detail
+                .attributes
+                .iter()
+                .any(|a| a.key.starts_with("gen_ai.") || a.key.starts_with("llm."))
+            || PLATFORM_KEYS.iter().any(|k| self.span.get(*k).is_some())
             || self.baggage.contains_key("ab.group")
             || self.baggage.contains_key("gray.tag")
     }
@@ -131,9 +133,9 @@ impl<'a> Sources<'a> {
 /// any convention: the platform's, OpenTelemetry's HTTP, user and session attributes,
 /// GenAI's. A span that carries any of them gets a view (with only these set when it
 /// is no LLM call), so its route is a series and its user or session can be erased.
-const ROUTE_KEYS: [&str; 2] = ["api.route", "http.route"];
-const USER_KEYS: [&str; 3] = ["user.id", "enduser.id", "gen_ai.user.id"];
-const SESSION_KEYS: [&str; 2] = ["gen_ai.conversation.id", "session.id"];
+const ROUTE_KEYS: [Key; 2] = [k!("api.route"), k!("http.route")];
+const USER_KEYS: [Key; 3] = [k!("user.id"), k!("enduser.id"), k!("gen_ai.user.id")];
+const SESSION_KEYS: [Key; 2] = [k!("gen_ai.conversation.id"), k!("session.id")];
 
 /// The request context of a span: route, user, session, A/B group, gray tag.
 struct Context {
@@ -155,8 +157,8 @@ impl Context {
             route,
             user_id: src.platform_any(&USER_KEYS),
             session_id: src.platform_any(&SESSION_KEYS),
-            ab_group: src.platform_str("ab.group"),
-            gray_tag: src.platform_str("gray.tag"),
+            ab_group: src.platform_str(k!("ab.group")),
+            gray_tag: src.platform_str(k!("gray.tag")),
         }
     }
 
@@ -193,55 +195,59 @@ pub fn llm_view(span_name: &str, detail: &SpanDetail, origin: &SpanOrigin) -> Op
     if !src.has_llm_signal(span_name) && context.is_empty() {
         return None;
     }
-    let is_vllm =
-        span_name == "llm_request" && src.span.keys().any(|k| k.starts_with("gen_ai.latency."));
+    let is_vllm = span_name == "llm_request"
+        && src
+            .detail
+            .attributes
+            .iter()
+            .any(|a| a.key.starts_with("gen_ai.latency."));
 
     let mut view = LlmView {
         operation: operation(&src),
         provider: provider(&src).or_else(|| is_vllm.then(|| "vllm".to_owned())),
         request_model: src.span_str(&[
-            "gen_ai.request.model",
-            "llm.request.model_name",
-            "llm.model_name",
-            "embedding.model_name",
+            k!("gen_ai.request.model"),
+            k!("llm.request.model_name"),
+            k!("llm.model_name"),
+            k!("embedding.model_name"),
         ]),
-        response_model: src.span_str(&["gen_ai.response.model", "llm.response.model_name"]),
+        response_model: src.span_str(&[k!("gen_ai.response.model"), k!("llm.response.model_name")]),
         input_tokens: src.span_i64(&[
-            "gen_ai.usage.input_tokens",
-            "gen_ai.usage.prompt_tokens",
-            "llm.token_count.prompt",
+            k!("gen_ai.usage.input_tokens"),
+            k!("gen_ai.usage.prompt_tokens"),
+            k!("llm.token_count.prompt"),
         ]),
         output_tokens: src.span_i64(&[
-            "gen_ai.usage.output_tokens",
-            "gen_ai.usage.completion_tokens",
-            "llm.token_count.completion",
+            k!("gen_ai.usage.output_tokens"),
+            k!("gen_ai.usage.completion_tokens"),
+            k!("llm.token_count.completion"),
         ]),
-        total_tokens: src.span_i64(&["gen_ai.usage.total_tokens", "llm.token_count.total"]),
+        total_tokens: src.span_i64(&[k!("gen_ai.usage.total_tokens"), k!("llm.token_count.total")]),
         ttft_ms: src
             .span_f64(&[
-                "gen_ai.response.time_to_first_chunk",
-                "gen_ai.server.time_to_first_token",
-                "gen_ai.latency.time_to_first_token",
+                k!("gen_ai.response.time_to_first_chunk"),
+                k!("gen_ai.server.time_to_first_token"),
+                k!("gen_ai.latency.time_to_first_token"),
             ])
             .map(|secs| secs * 1000.0),
         finish_reasons: finish_reasons(&src),
         rejection_reason: None,
         prompt_template_id: src.span_str(&[
-            "llm.prompt_template.id",
-            "gen_ai.prompt.name",
-            "prompt.id",
+            k!("llm.prompt_template.id"),
+            k!("gen_ai.prompt.name"),
+            k!("prompt.id"),
         ]),
         prompt_template_version: src
-            .span_str(&["llm.prompt.version", "llm.prompt_template.version"])
-            .or_else(|| src.platform_str("llm.prompt.version")),
+            .span_str(&[k!("llm.prompt.version"), k!("llm.prompt_template.version")])
+            .or_else(|| src.platform_str(k!("llm.prompt.version"))),
         prompt_hash: None,
-        adapter_id: src.platform_str("llm.lora.adapter_id"),
+        adapter_id: src.platform_str(k!("llm.lora.adapter_id")),
         base_model: src
-            .span_str(&["llm.base_model", "llm.lora.base_model"])
-            .or_else(|| src.platform_str("llm.base_model")),
-        instance_id: src.platform_str("model.instance.id"),
+            .span_str(&[k!("llm.base_model"), k!("llm.lora.base_model")])
+            .or_else(|| src.platform_str(k!("llm.base_model"))),
+        instance_id: src.platform_str(k!("model.instance.id")),
         image: src
-            .platform_str("container.image")
+            .platform_str(k!("container.image"))
             .or_else(|| resource_image(origin)),
         route: context.route,
         ab_group: context.ab_group,
@@ -249,8 +255,8 @@ pub fn llm_view(span_name: &str, detail: &SpanDetail, origin: &SpanOrigin) -> Op
         session_id: context.session_id,
         user_id: context.user_id,
         kv_cache_hit_ratio: None,
-        tool_name: src.span_str(&["gen_ai.tool.name", "tool.name"]),
-        tool_call_id: src.span_str(&["gen_ai.tool.call.id", "tool.id", "tool_call.id"]),
+        tool_name: src.span_str(&[k!("gen_ai.tool.name"), k!("tool.name")]),
+        tool_call_id: src.span_str(&[k!("gen_ai.tool.call.id"), k!("tool.id"), k!("tool_call.id")]),
         prompt_cache_hit_ratio: None,
     };
     if view.total_tokens.is_none() {
@@ -269,10 +275,10 @@ pub fn llm_view(span_name: &str, detail: &SpanDetail, origin: &SpanOrigin) -> Op
 }
 
 fn operation(src: &Sources<'_>) -> Option<String> {
-    if let Some(op) = src.span_str(&["gen_ai.operation.name"]) {
+    if let Some(op) = src.span_str(&[k!("gen_ai.operation.name")]) {
         return Some(op);
     }
-    let kind = src.span_str(&["openinference.span.kind"])?;
+    let kind = src.span_str(&[k!("openinference.span.kind")])?;
     let op = match kind.to_ascii_uppercase().as_str() {
         "LLM" => "chat",
         "EMBEDDING" => "embeddings",
@@ -291,10 +297,10 @@ fn operation(src: &Sources<'_>) -> Option<String> {
 
 /// Provider in the current GenAI vocabulary, whichever name and vocabulary the sender used.
 fn provider(src: &Sources<'_>) -> Option<String> {
-    if let Some(p) = src.span_str(&["gen_ai.provider.name"]) {
+    if let Some(p) = src.span_str(&[k!("gen_ai.provider.name")]) {
         return Some(p);
     }
-    let raw = src.span_str(&["gen_ai.system", "llm.provider", "llm.system"])?;
+    let raw = src.span_str(&[k!("gen_ai.system"), k!("llm.provider"), k!("llm.system")])?;
     let renamed = match raw.as_str() {
         "vertex_ai" | "vertexai" => "gcp.vertex_ai",
         "gemini" => "gcp.gemini",
@@ -328,16 +334,16 @@ fn resource_image(origin: &SpanOrigin) -> Option<String> {
 /// Array, JSON-encoded string (vLLM) or single string; then OpenInference; then the
 /// finish reasons inside output messages or deprecated `gen_ai.choice` events.
 fn finish_reasons(src: &Sources<'_>) -> Vec<String> {
-    if let Some(v) = src.span_attr("gen_ai.response.finish_reasons") {
+    if let Some(v) = src.span_attr(k!("gen_ai.response.finish_reasons")) {
         let reasons = string_list(v);
         if !reasons.is_empty() {
             return reasons;
         }
     }
-    if let Some(r) = src.span_str(&["llm.finish_reason"]) {
+    if let Some(r) = src.span_str(&[k!("llm.finish_reason")]) {
         return vec![r];
     }
-    if let Some(Json::Array(messages)) = src.span_attr("gen_ai.output.messages").map(to_json) {
+    if let Some(Json::Array(messages)) = src.span_attr(k!("gen_ai.output.messages")).map(to_json) {
         let reasons: Vec<String> = messages
             .iter()
             .filter_map(|m| m.get("finish_reason")?.as_str().map(str::to_owned))
@@ -391,12 +397,12 @@ fn string_list(value: &AttrValue) -> Vec<String> {
 /// A client's report of a provider's prompt cache is not this (`prompt_cache_hit_ratio`).
 fn kv_cache_hit_ratio(src: &Sources<'_>, input_tokens: Option<i64>) -> Option<f64> {
     let explicit = src
-        .platform_str("llm.kvcache.hit_ratio")
+        .platform_str(k!("llm.kvcache.hit_ratio"))
         .and_then(|s| s.parse::<f64>().ok());
     if let Some(r) = explicit.filter(|r| (0.0..=1.0).contains(r)) {
         return Some(r);
     }
-    let cached = src.span_i64(&["gen_ai.usage.cached_tokens"])?;
+    let cached = src.span_i64(&[k!("gen_ai.usage.cached_tokens")])?;
     cached_share(cached, input_tokens)
 }
 
@@ -413,8 +419,8 @@ fn prompt_cache_hit_ratio(
         return None;
     }
     let cached = src.span_i64(&[
-        "gen_ai.usage.cache_read.input_tokens",
-        "llm.token_count.prompt_details.cache_read",
+        k!("gen_ai.usage.cache_read.input_tokens"),
+        k!("llm.token_count.prompt_details.cache_read"),
     ])?;
     cached_share(cached, input_tokens)
 }
@@ -426,10 +432,10 @@ fn cached_share(cached: i64, input_tokens: Option<i64>) -> Option<f64> {
 
 /// The platform attribute, else inferred from an error type or a content-filter stop.
 fn rejection_reason(src: &Sources<'_>, finish_reasons: &[String]) -> Option<RejectionReason> {
-    if let Some(r) = src.platform_str("llm.rejection.reason") {
+    if let Some(r) = src.platform_str(k!("llm.rejection.reason")) {
         return Some(RejectionReason::parse(&r));
     }
-    if let Some(error_type) = src.span_str(&["error.type"]) {
+    if let Some(error_type) = src.span_str(&[k!("error.type")]) {
         let e = error_type.to_ascii_lowercase();
         if e.contains("rate_limit") || e.contains("ratelimit") || e == "429" {
             return Some(RejectionReason::RateLimit);
@@ -494,6 +500,7 @@ pub(crate) fn json_text(value: &Json) -> String {
     }
 }
 
+mod keys;
 mod prompt;
 #[cfg(test)]
 mod tests;

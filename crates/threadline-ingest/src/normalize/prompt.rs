@@ -11,6 +11,7 @@ use serde_json::Value as Json;
 use sha2::{Digest, Sha256};
 use threadline_model::AttrValue;
 
+use super::keys::k;
 use super::{json_text, to_json, Sources};
 
 /// SHA-256 hex of `system prompt ␟ prompt ␟ template version` (U+001F separators), so
@@ -59,12 +60,12 @@ impl Texts {
 fn prompt_texts(src: &Sources<'_>) -> (String, String) {
     let mut texts = Texts {
         system: src
-            .span_attr("gen_ai.system_instructions")
+            .span_attr(k!("gen_ai.system_instructions"))
             .map(|v| json_text(&to_json(v)))
             .unwrap_or_default(),
         prompt: String::new(),
     };
-    match src.span_attr("gen_ai.input.messages") {
+    match src.span_attr(k!("gen_ai.input.messages")) {
         Some(AttrValue::String(s)) => {
             if let Some(JsonRef::Array(messages)) = parse(s) {
                 let mut text = String::new();
@@ -99,7 +100,7 @@ fn prompt_texts(src: &Sources<'_>) -> (String, String) {
         }
         None => {}
     }
-    if let Some(p) = src.span_str(&["gen_ai.prompt"]) {
+    if let Some(p) = src.span_str(&[k!("gen_ai.prompt")]) {
         texts.prompt = p;
         return (texts.system, texts.prompt);
     }
@@ -124,7 +125,7 @@ fn prompt_texts(src: &Sources<'_>) -> (String, String) {
             for (role, content) in &flattened {
                 texts.push(role, content);
             }
-        } else if let Some(input) = src.span_str(&["input.value"]) {
+        } else if let Some(input) = src.span_str(&[k!("input.value")]) {
             texts.prompt = input;
         }
     }
@@ -134,7 +135,9 @@ fn prompt_texts(src: &Sources<'_>) -> (String, String) {
 /// Rebuilds `llm.input_messages.{i}.message.{role,content}` (indices may be sparse).
 fn openinference_messages(src: &Sources<'_>) -> Vec<(String, String)> {
     let mut by_index: std::collections::BTreeMap<u32, (String, String)> = Default::default();
-    for (key, value) in &src.span {
+    // In order, so that a repeated name's last value counts.
+    for attribute in &src.detail.attributes {
+        let (key, value) = (&attribute.key, &attribute.value);
         let Some(rest) = key.strip_prefix("llm.input_messages.") else {
             continue;
         };
