@@ -29,7 +29,16 @@ thread_local! {
     /// The same for decompression.
     static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
         const { std::cell::RefCell::new(None) };
+    /// A block's encoded bytes, and its frame while compressed: reused per thread, so
+    /// a batch does not allocate (and the allocator map fresh pages for) two buffers
+    /// of a block's size that live for microseconds.
+    static SCRATCH: std::cell::RefCell<(Vec<u8>, Vec<u8>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
+
+/// Scratch buffers larger than this are not kept after use (one huge export request
+/// must not hold its memory for good).
+const MAX_KEPT_SCRATCH: usize = 4 << 20;
 
 /// The compressed details of a batch and where each span's detail sits in it.
 pub(crate) struct EncodedBlock {
@@ -70,11 +79,14 @@ fn encode_items<T: Serialize>(
     items: impl ExactSizeIterator<Item = T>,
     what: &str,
 ) -> Result<EncodedBlock, StoreError> {
+    let mut raw = SCRATCH.with(|s| std::mem::take(&mut s.borrow_mut().0));
+    raw.clear();
     // About what an LLM-shaped span encodes to: avoids most regrowth copies.
-    let mut raw = Vec::with_capacity(items.len() * 1024);
-    let mut slots = Vec::new();
+    raw.reserve(items.len() * 1024);
+    let mut slots = Vec::with_capacity(items.len());
     for item in items {
         let start = raw.len();
+        // On an error the buffer is gone with it; the next block starts a new one.
         raw = postcard::to_extend(&item, raw)
             .map_err(|e| StoreError::corrupt(format!("cannot encode {what}: {e}")))?;
         let len = raw.len() - start;
@@ -84,10 +96,11 @@ fn encode_items<T: Serialize>(
         };
         slots.push((as_u32(start)?, as_u32(len)?));
     }
-    Ok(EncodedBlock {
-        blob: wrap(raw),
-        slots,
-    })
+    let blob = wrap(&raw);
+    if raw.capacity() <= MAX_KEPT_SCRATCH {
+        SCRATCH.with(|s| s.borrow_mut().0 = raw);
+    }
+    Ok(EncodedBlock { blob, slots })
 }
 
 /// The decompressed bytes of a block.
@@ -261,7 +274,7 @@ pub(crate) fn blank_slots(blob: &[u8], slots: &[(u32, u32)]) -> Result<Vec<u8>, 
         })?;
         slot.fill(0);
     }
-    Ok(wrap(raw))
+    Ok(wrap(&raw))
 }
 
 /// The distinct origins of one batch, each hashed and encoded once: the records of one
@@ -301,7 +314,7 @@ pub(crate) fn encode_origin(origin: &SpanOrigin) -> Result<(i64, Vec<u8>), Store
     let digest = Sha256::digest(&raw);
     let mut first = [0u8; 8];
     first.copy_from_slice(&digest[..8]);
-    Ok((i64::from_le_bytes(first), wrap(raw)))
+    Ok((i64::from_le_bytes(first), wrap(&raw)))
 }
 
 pub(crate) fn decode_origin(blob: &[u8]) -> Result<SpanOrigin, StoreError> {
@@ -325,7 +338,7 @@ pub(crate) fn encode_postcard<T: serde::Serialize>(
 ) -> Result<Vec<u8>, StoreError> {
     let raw = postcard::to_stdvec(value)
         .map_err(|e| StoreError::corrupt(format!("cannot encode {what}: {e}")))?;
-    Ok(wrap(raw))
+    Ok(wrap(&raw))
 }
 
 /// What `encode_postcard` wrote.
@@ -338,32 +351,46 @@ pub(crate) fn decode_postcard<T: serde::de::DeserializeOwned>(
         .map_err(|e| StoreError::corrupt(format!("{what} does not decode: {e}")))
 }
 
-fn wrap(raw: Vec<u8>) -> Vec<u8> {
+fn wrap(raw: &[u8]) -> Vec<u8> {
     if raw.len() >= COMPRESS_MIN_BYTES {
-        if let Ok(compressed) = compress(&raw) {
-            if compressed.len() < raw.len() {
-                let mut out = Vec::with_capacity(compressed.len() + 1);
+        let compressed = SCRATCH.with(|s| {
+            let frame = &mut s.borrow_mut().1;
+            frame.clear();
+            frame.reserve(zstd::zstd_safe::compress_bound(raw.len()));
+            let out = compress(raw, frame).ok().filter(|&n| n < raw.len()).map(|n| {
+                let mut out = Vec::with_capacity(n + 1);
                 out.push(TAG_POSTCARD_ZSTD);
-                out.extend_from_slice(&compressed);
-                return out;
+                out.extend_from_slice(&frame[..n]);
+                out
+            });
+            if frame.capacity() > MAX_KEPT_SCRATCH {
+                *frame = Vec::new();
             }
+            out
+        });
+        if let Some(out) = compressed {
+            return out;
         }
     }
     let mut out = Vec::with_capacity(raw.len() + 1);
     out.push(TAG_POSTCARD);
-    out.extend_from_slice(&raw);
+    out.extend_from_slice(raw);
     out
 }
 
-fn compress(raw: &[u8]) -> std::io::Result<Vec<u8>> {
+/// Compresses `raw` into `frame` (which has room for the bound); the frame's size.
+fn compress(raw: &[u8], frame: &mut Vec<u8>) -> std::io::Result<usize> {
     COMPRESSOR.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.is_none() {
             *slot = Some(zstd::bulk::Compressor::new(ZSTD_LEVEL)?);
         }
         match slot.as_mut() {
-            Some(c) => c.compress(raw),
-            None => zstd::bulk::compress(raw, ZSTD_LEVEL),
+            Some(c) => c.compress_to_buffer(raw, frame),
+            None => {
+                *frame = zstd::bulk::compress(raw, ZSTD_LEVEL)?;
+                Ok(frame.len())
+            }
         }
     })
 }
