@@ -19,7 +19,7 @@
 use threadline_model::trace_tree::{self, Tree};
 use threadline_model::{LlmView, SpanRecord};
 
-use crate::series::{Level, SeriesRef};
+use crate::series::{Dimension, Level, SeriesRef};
 
 /// One span on a request's critical path and the time it accounts for.
 #[derive(Clone, Debug, PartialEq)]
@@ -29,47 +29,22 @@ pub struct PathPart {
     pub model_call: bool,
 }
 
-/// A field of a span that a series dimension takes its value from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Field {
-    Service,
-    Route,
-    /// The model's family (`model_family`).
-    Model,
-    Adapter,
-    Instance,
-    Image,
-    PromptVersion,
-    AbGroup,
-    GrayTag,
-    Provider,
-}
-
-impl Field {
-    /// The field of `view` that holds it (`None` for the span's service and model).
-    fn of_view(self) -> Option<fn(&LlmView) -> Option<&String>> {
-        Some(match self {
-            Field::Service | Field::Model => return None,
-            Field::Route => |l| l.route.as_ref(),
-            Field::Adapter => |l| l.adapter_id.as_ref(),
-            Field::Instance => |l| l.instance_id.as_ref(),
-            Field::Image => |l| l.image.as_ref(),
-            Field::PromptVersion => |l| l.prompt_template_version.as_ref(),
-            Field::AbGroup => |l| l.ab_group.as_ref(),
-            Field::GrayTag => |l| l.gray_tag.as_ref(),
-            Field::Provider => |l| l.provider.as_ref(),
-        })
-    }
-
-    fn read(self, span: &SpanRecord) -> Option<&str> {
-        match self {
-            Field::Service => Some(&span.service),
-            Field::Model => view(span)?.model().map(threadline_model::model_family),
-            _ => self
-                .of_view()
-                .and_then(|get| get(view(span)?))
-                .map(String::as_str),
-        }
+/// A dimension's value on one span: its service (for `UpstreamService`, the span is the
+/// upstream one), its model's family, or a field of its view.
+fn read(dim: Dimension, span: &SpanRecord) -> Option<&str> {
+    let view = || span.llm.as_ref();
+    let text = |get: fn(&LlmView) -> Option<&String>| view().and_then(get).map(String::as_str);
+    match dim {
+        Dimension::Service | Dimension::UpstreamService => Some(&span.service),
+        Dimension::Model => view()?.model().map(threadline_model::model_family),
+        Dimension::Route => text(|l| l.route.as_ref()),
+        Dimension::Adapter => text(|l| l.adapter_id.as_ref()),
+        Dimension::Instance => text(|l| l.instance_id.as_ref()),
+        Dimension::Image => text(|l| l.image.as_ref()),
+        Dimension::PromptVersion => text(|l| l.prompt_template_version.as_ref()),
+        Dimension::AbGroup => text(|l| l.ab_group.as_ref()),
+        Dimension::GrayTag => text(|l| l.gray_tag.as_ref()),
+        Dimension::Provider => text(|l| l.provider.as_ref()),
     }
 }
 
@@ -77,18 +52,18 @@ impl Field {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Source {
     span: u32,
-    field: Field,
+    field: Dimension,
 }
 
 /// The first of `candidates` (span indexes) whose `field` has a value.
 fn source(
     spans: &[SpanRecord],
-    field: Field,
+    field: Dimension,
     candidates: impl IntoIterator<Item = usize>,
 ) -> Option<Source> {
     candidates
         .into_iter()
-        .find(|&j| field.read(&spans[j]).is_some())
+        .find(|&j| read(field, &spans[j]).is_some())
         .map(|j| Source {
             span: j as u32,
             field,
@@ -118,7 +93,7 @@ impl Observed {
         SeriesRef::new(
             self.level,
             self.dims.map(|d| {
-                d.and_then(|d| d.field.read(&spans[d.span as usize]))
+                d.and_then(|d| read(d.field, &spans[d.span as usize]))
                     .unwrap_or_default()
             }),
         )
@@ -208,7 +183,7 @@ fn upstream(spans: &[SpanRecord], tree: &Tree, i: usize) -> Option<Source> {
         .find(|&p| spans[p].service != spans[i].service)
         .map(|p| Source {
             span: p as u32,
-            field: Field::Service,
+            field: Dimension::UpstreamService,
         })
 }
 
@@ -221,16 +196,16 @@ fn model_call(spans: &[SpanRecord], tree: &Tree, i: usize) -> Observed {
         span: i,
         level: Level::Call,
         dims: [
-            own(Field::Service),
-            inherited(Field::Route),
-            own(Field::Model),
-            own(Field::Adapter),
-            own(Field::Instance),
-            own(Field::Image),
-            own(Field::PromptVersion),
-            inherited(Field::AbGroup),
-            inherited(Field::GrayTag),
-            own(Field::Provider),
+            own(Dimension::Service),
+            inherited(Dimension::Route),
+            own(Dimension::Model),
+            own(Dimension::Adapter),
+            own(Dimension::Instance),
+            own(Dimension::Image),
+            own(Dimension::PromptVersion),
+            inherited(Dimension::AbGroup),
+            inherited(Dimension::GrayTag),
+            own(Dimension::Provider),
             upstream(spans, tree, i),
         ],
         call: None,
@@ -252,16 +227,16 @@ fn request(spans: &[SpanRecord], tree: &Tree, on: &[Option<u64>], entry: usize) 
     let field = |f| source(spans, f, call.into_iter().chain([entry]));
     let context = |f| source(spans, f, std::iter::once(entry).chain(call));
     let dims = [
-        source(spans, Field::Service, [entry]),
-        context(Field::Route),
-        field(Field::Model),
-        field(Field::Adapter),
-        field(Field::Instance),
-        field(Field::Image),
-        field(Field::PromptVersion),
-        context(Field::AbGroup),
-        context(Field::GrayTag),
-        field(Field::Provider),
+        source(spans, Dimension::Service, [entry]),
+        context(Dimension::Route),
+        field(Dimension::Model),
+        field(Dimension::Adapter),
+        field(Dimension::Instance),
+        field(Dimension::Image),
+        field(Dimension::PromptVersion),
+        context(Dimension::AbGroup),
+        context(Dimension::GrayTag),
+        field(Dimension::Provider),
         upstream(spans, tree, entry),
     ];
     // Each usage once: a span's tokens count unless a child reports them again (an

@@ -357,12 +357,15 @@ fn wrap(raw: &[u8]) -> Vec<u8> {
             let frame = &mut s.borrow_mut().1;
             frame.clear();
             frame.reserve(zstd::zstd_safe::compress_bound(raw.len()));
-            let out = compress(raw, frame).ok().filter(|&n| n < raw.len()).map(|n| {
-                let mut out = Vec::with_capacity(n + 1);
-                out.push(TAG_POSTCARD_ZSTD);
-                out.extend_from_slice(&frame[..n]);
-                out
-            });
+            let out = compress(raw, frame)
+                .ok()
+                .filter(|&n| n < raw.len())
+                .map(|n| {
+                    let mut out = Vec::with_capacity(n + 1);
+                    out.push(TAG_POSTCARD_ZSTD);
+                    out.extend_from_slice(&frame[..n]);
+                    out
+                });
             if frame.capacity() > MAX_KEPT_SCRATCH {
                 *frame = Vec::new();
             }
