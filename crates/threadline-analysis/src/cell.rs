@@ -119,6 +119,38 @@ impl Default for RollupCell {
     }
 }
 
+/// A cell of one export request: its counts, and its latencies and times to first
+/// token as values rather than sketches. A batch cell holds a request or two, and a
+/// sketch's first value allocates and zeroes its bins: the values go into the cell
+/// the batch is merged into (`RollupCell::absorb_batch`), whose bins exist already.
+#[derive(Clone, Debug, Default)]
+pub struct BatchCell {
+    /// Everything but the sketches, which stay empty.
+    counts: RollupCell,
+    /// (latency, time to first token) in ms.
+    samples: Vec<(f64, Option<f64>)>,
+}
+
+impl BatchCell {
+    pub fn observe(&mut self, spans: &[SpanRecord], observed: &Observed) {
+        let sample = self.counts.observe_but_sketches(spans, observed);
+        self.samples.push(sample);
+    }
+
+    /// The cell with the sketches made.
+    pub fn into_cell(self) -> RollupCell {
+        let mut cell = self.counts;
+        for (latency_ms, ttft_ms) in self.samples {
+            cell.add_sample(latency_ms, ttft_ms);
+        }
+        cell
+    }
+
+    pub fn requests(&self) -> u64 {
+        self.counts.requests
+    }
+}
+
 fn llm_of(span: Option<&SpanRecord>) -> Option<&LlmView> {
     span.and_then(|s| s.llm.as_ref())
 }
@@ -130,6 +162,25 @@ fn valid_ttft(llm: &LlmView) -> Option<f64> {
 impl RollupCell {
     /// Adds one observation (a request or a model call) found among `spans`.
     pub fn observe(&mut self, spans: &[SpanRecord], observed: &Observed) {
+        let (latency_ms, ttft_ms) = self.observe_but_sketches(spans, observed);
+        self.add_sample(latency_ms, ttft_ms);
+    }
+
+    /// Adds a latency and a time to first token to the sketches.
+    fn add_sample(&mut self, latency_ms: f64, ttft_ms: Option<f64>) {
+        self.latency_ms.add(latency_ms);
+        if let Some(t) = ttft_ms {
+            self.ttft_ms.add(t);
+        }
+    }
+
+    /// `observe` but for the sketches: the latency and time to first token the
+    /// observation would add to them.
+    fn observe_but_sketches(
+        &mut self,
+        spans: &[SpanRecord],
+        observed: &Observed,
+    ) -> (f64, Option<f64>) {
         let span = &spans[observed.span];
         self.requests += 1;
         let call = observed.call.map(|c| &spans[c]);
@@ -137,10 +188,7 @@ impl RollupCell {
             self.errors += 1;
         }
         let duration_ms = span.duration_nanos() as f64 / 1e6;
-        self.latency_ms.add(duration_ms);
-        if let Some(t) = observed.ttft_ms(spans) {
-            self.ttft_ms.add(t);
-        }
+        let ttft_ms = observed.ttft_ms(spans);
         for &c in &observed.usage {
             self.add_usage(&spans[c]);
         }
@@ -183,6 +231,7 @@ impl RollupCell {
                 },
             );
         }
+        (duration_ms, ttft_ms)
     }
 
     /// Tokens and generation time of one model call.
@@ -212,6 +261,15 @@ impl RollupCell {
         at.critical_ms += time.critical_ms;
         at.spans += time.spans;
         at.model_call |= time.model_call;
+    }
+
+    /// Merges a cell of one export request.
+    pub fn absorb_batch(&mut self, batch: BatchCell) {
+        // Its sketches are empty: merging them costs nothing.
+        self.merge(&batch.counts);
+        for (latency_ms, ttft_ms) in batch.samples {
+            self.add_sample(latency_ms, ttft_ms);
+        }
     }
 
     pub fn merge(&mut self, other: &RollupCell) {

@@ -34,8 +34,8 @@ pub use metric::Metric;
 pub use observe::{observe, Observed};
 pub use rca::{rank, Candidate, CandidateKind, Change, FaultRule, FaultRules, RcaInput};
 pub use rollup::{
-    group_cells, matches, matches_at, minute_of, Dimension, Level, RollupCell, Rollups, SeriesKey,
-    SeriesRef, BUCKET_NS,
+    group_cells, matches, matches_at, minute_of, BatchRollups, Dimension, Level, RollupCell,
+    Rollups, SeriesKey, SeriesRef, BUCKET_NS,
 };
 pub use slo::{SloEvent, SloRule, SloState};
 pub use tails::binomial_tail;

@@ -9,7 +9,7 @@ use foldhash::HashMap;
 
 use threadline_model::SpanRecord;
 
-pub use crate::cell::RollupCell;
+pub use crate::cell::{BatchCell, RollupCell};
 use crate::observe::{observe, Observed};
 pub use crate::series::{
     matches, matches_at, minute_of, Dimension, Level, SeriesKey, SeriesRef, BUCKET_NS,
@@ -30,23 +30,9 @@ impl Rollups {
 
     /// `observed` (what `observe` found among `spans`), by minute and series.
     pub fn of_observed(spans: &[SpanRecord], observed: &[Observed]) -> Self {
-        // Keyed by the series borrowed from the spans: a batch has a few series, and
-        // a key (eleven strings) is allocated once per cell, not per observation.
-        let mut by_key: HashMap<(i64, SeriesRef<'_>), RollupCell> = HashMap::default();
-        for o in observed {
-            let span = &spans[o.span];
-            let minute = minute_of(span.start_time_unix_nano.min(i64::MAX as u64) as i64);
-            by_key
-                .entry((minute, o.series(spans)))
-                .or_default()
-                .observe(spans, o);
-        }
-        Self {
-            cells: by_key
-                .into_iter()
-                .map(|((minute, key), cell)| ((minute, key.to_key()), cell))
-                .collect(),
-        }
+        let mut rollups = Self::default();
+        rollups.absorb_batch(BatchRollups::of_observed(spans, observed));
+        rollups
     }
 
     /// `subject` replaced by `with` in every key and cell that holds it (keys that then
@@ -68,6 +54,19 @@ impl Rollups {
             }
         }
         named.len()
+    }
+
+    /// Merges the cells of one export request.
+    pub fn absorb_batch(&mut self, batch: BatchRollups) {
+        use std::collections::hash_map::Entry;
+        for (at, cell) in batch.cells {
+            match self.cells.entry(at) {
+                Entry::Occupied(mut e) => e.get_mut().absorb_batch(cell),
+                Entry::Vacant(e) => {
+                    e.insert(cell.into_cell());
+                }
+            }
+        }
     }
 
     pub fn absorb(&mut self, other: Rollups) {
@@ -92,6 +91,44 @@ impl Rollups {
 
     pub fn iter(&self) -> impl Iterator<Item = (&(i64, SeriesKey), &RollupCell)> {
         self.cells.iter()
+    }
+}
+
+/// The cells of one export request (`BatchCell`s: values, not sketches), by minute
+/// and series: what a batch carries to the writer, merged into `Rollups` there.
+#[derive(Clone, Debug, Default)]
+pub struct BatchRollups {
+    cells: Vec<((i64, SeriesKey), BatchCell)>,
+}
+
+impl BatchRollups {
+    /// `observed` (what `observe` found among `spans`), by minute and series.
+    pub fn of_observed(spans: &[SpanRecord], observed: &[Observed]) -> Self {
+        // Keyed by the series borrowed from the spans: a batch has a few series, and
+        // a key (eleven strings) is allocated once per cell, not per observation.
+        let mut by_key: HashMap<(i64, SeriesRef<'_>), BatchCell> = HashMap::default();
+        for o in observed {
+            let span = &spans[o.span];
+            let minute = minute_of(span.start_time_unix_nano.min(i64::MAX as u64) as i64);
+            by_key
+                .entry((minute, o.series(spans)))
+                .or_default()
+                .observe(spans, o);
+        }
+        Self {
+            cells: by_key
+                .into_iter()
+                .map(|((minute, key), cell)| ((minute, key.to_key()), cell))
+                .collect(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.cells.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cells.is_empty()
     }
 }
 
@@ -217,6 +254,49 @@ mod tests {
         let legacy = r#"["vllm","/v1/chat","llama"]"#;
         let k = SeriesKey::from_text(legacy).unwrap();
         assert_eq!((k.level(), k.get(Dimension::Model)), (Level::Call, "llama"));
+    }
+
+    /// A batch's cells merged as values (`absorb_batch`) equal the cells observed one
+    /// by one into sketches, whether the series is new or already held.
+    #[test]
+    fn batch_cells_merge_as_if_observed_into_the_cell() {
+        let spans: Vec<SpanRecord> = (0..6u8)
+            .map(|n| {
+                let mut s = request(60, 50.0 * f64::from(n + 1), "/v1/chat", "a");
+                s.span_id = span_id(n + 1);
+                s
+            })
+            .collect();
+        let found = observe(&spans);
+        let mut by_hand: std::collections::HashMap<(i64, SeriesKey), RollupCell> =
+            Default::default();
+        for o in &found {
+            let at = (1, o.series(&spans).to_key());
+            by_hand.entry(at).or_default().observe(&spans, o);
+        }
+        let (first, second) = found.split_at(5);
+        let mut rollups = Rollups::default();
+        rollups.absorb_batch(BatchRollups::of_observed(&spans, first));
+        rollups.absorb_batch(BatchRollups::of_observed(&spans, second));
+        assert_eq!(rollups.len(), by_hand.len());
+        for (at, cell) in &by_hand {
+            let got = &rollups.cells[at];
+            assert_eq!(
+                (got.requests, got.output_tokens, got.latency_ms.count()),
+                (cell.requests, cell.output_tokens, cell.latency_ms.count())
+            );
+            for q in [0.5, 0.99] {
+                assert_eq!(
+                    got.latency_ms.quantile(q).unwrap(),
+                    cell.latency_ms.quantile(q).unwrap()
+                );
+                assert_eq!(
+                    got.ttft_ms.quantile(q).unwrap(),
+                    cell.ttft_ms.quantile(q).unwrap()
+                );
+            }
+            assert_eq!(got.span_time, cell.span_time);
+        }
     }
 
     /// gateway (route, A/B group) → retriever (plain) → LLM call (vllm, adapter) and a

@@ -123,7 +123,7 @@ impl PreparedBatch {
             block: block.blob,
             encoded_bytes,
             graph: None,
-            rollups: threadline_analysis::Rollups::of_observed(spans, observed),
+            rollups: threadline_analysis::BatchRollups::of_observed(spans, observed),
             hops: Default::default(),
             texts,
             inserted: None,

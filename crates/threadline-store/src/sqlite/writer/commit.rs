@@ -307,7 +307,7 @@ fn commit_jobs(
                     .rollups
                     .entry(tenant_id)
                     .or_default()
-                    .absorb(std::mem::take(&mut batch.rollups));
+                    .absorb_batch(std::mem::take(&mut batch.rollups));
                 staged
                     .hops
                     .entry(tenant_id)

@@ -93,7 +93,7 @@ pub(crate) struct PreparedBatch {
     /// Lineage edges the spans reveal, committed with them.
     graph: Option<crate::sqlite::graph::PreparedGraph>,
     /// The request spans' rollup cells, computed here rather than on the writer.
-    rollups: threadline_analysis::Rollups,
+    rollups: threadline_analysis::BatchRollups,
     /// Calls between services among the spans (and joined with earlier requests).
     pub(crate) hops: threadline_analysis::hops::Hops,
     /// The spans' searchable texts, handed to the full-text indexer once committed.
