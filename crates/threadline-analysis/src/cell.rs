@@ -140,14 +140,8 @@ impl BatchCell {
     /// The cell with the sketches made.
     pub fn into_cell(self) -> RollupCell {
         let mut cell = self.counts;
-        for (latency_ms, ttft_ms) in self.samples {
-            cell.add_sample(latency_ms, ttft_ms);
-        }
+        cell.add_samples(self.samples);
         cell
-    }
-
-    pub fn requests(&self) -> u64 {
-        self.counts.requests
     }
 }
 
@@ -171,6 +165,13 @@ impl RollupCell {
         self.latency_ms.add(latency_ms);
         if let Some(t) = ttft_ms {
             self.ttft_ms.add(t);
+        }
+    }
+
+    /// `add_sample` for each (latency, time to first token) of a batch cell.
+    fn add_samples(&mut self, samples: Vec<(f64, Option<f64>)>) {
+        for (latency_ms, ttft_ms) in samples {
+            self.add_sample(latency_ms, ttft_ms);
         }
     }
 
@@ -267,9 +268,7 @@ impl RollupCell {
     pub fn absorb_batch(&mut self, batch: BatchCell) {
         // Its sketches are empty: merging them costs nothing.
         self.merge(&batch.counts);
-        for (latency_ms, ttft_ms) in batch.samples {
-            self.add_sample(latency_ms, ttft_ms);
-        }
+        self.add_samples(batch.samples);
     }
 
     pub fn merge(&mut self, other: &RollupCell) {

@@ -32,11 +32,10 @@ pub struct PathPart {
 /// A dimension's value on one span: its service (for `UpstreamService`, the span is the
 /// upstream one), its model's family, or a field of its view.
 fn read(dim: Dimension, span: &SpanRecord) -> Option<&str> {
-    let view = || span.llm.as_ref();
-    let text = |get: fn(&LlmView) -> Option<&String>| view().and_then(get).map(String::as_str);
+    let text = |get: fn(&LlmView) -> Option<&String>| view(span).and_then(get).map(String::as_str);
     match dim {
         Dimension::Service | Dimension::UpstreamService => Some(&span.service),
-        Dimension::Model => view()?.model().map(threadline_model::model_family),
+        Dimension::Model => view(span)?.model().map(threadline_model::model_family),
         Dimension::Route => text(|l| l.route.as_ref()),
         Dimension::Adapter => text(|l| l.adapter_id.as_ref()),
         Dimension::Instance => text(|l| l.instance_id.as_ref()),
