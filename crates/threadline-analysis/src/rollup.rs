@@ -122,14 +122,6 @@ impl BatchRollups {
                 .collect(),
         }
     }
-
-    pub fn len(&self) -> usize {
-        self.cells.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.cells.is_empty()
-    }
 }
 
 /// Cells at `level` that pass `filter`, merged per `group_by` projection and per step

@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 use threadline_model::{AttrValue, Attribute};
 
 /// Every attribute name a lookup of `Sources` may ask for.
-pub(super) const KEYS: [&str; KEY_COUNT] = [
+pub(super) const KEYS: &[&str] = &[
     "ab.group",
     "gray.tag",
     "gen_ai.request.model",
@@ -74,7 +74,9 @@ pub(super) const KEYS: [&str; KEY_COUNT] = [
     "w3c.baggage",
 ];
 
-pub(super) const KEY_COUNT: usize = 63;
+const KEY_COUNT: usize = KEYS.len();
+// A key is a `u8` position.
+const _: () = assert!(KEY_COUNT <= 256);
 
 /// An attribute name of `KEYS`, by its position.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -161,7 +163,7 @@ mod tests {
     #[test]
     fn names_are_distinct_and_find_their_slot() {
         let mut seen = std::collections::HashSet::new();
-        for name in KEYS {
+        for &name in KEYS {
             assert!(seen.insert(name), "{name} twice");
             assert_eq!(Key::named(name).name(), name);
         }
