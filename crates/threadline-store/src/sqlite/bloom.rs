@@ -14,11 +14,52 @@ pub(crate) fn splitmix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// The bit positions probed for `hash` in a filter of `bits` bits.
-fn probes(hash: u64, bits: u64, count: u8) -> impl Iterator<Item = u64> {
-    // A second hash from the first; odd, so the probes differ.
-    let step = splitmix(hash.wrapping_add(0x9e37_79b9_7f4a_7c15)) | 1;
-    (0..u64::from(count)).map(move |i| hash.wrapping_add(i.wrapping_mul(step)) % bits)
+/// The bit positions of a filter of `bits` bits (more than zero).
+#[derive(Clone, Copy)]
+struct Positions {
+    bits: u64,
+    /// 2^64 mod `bits`.
+    wrap: u64,
+}
+
+impl Positions {
+    fn new(bits: u64) -> Self {
+        Self {
+            bits,
+            wrap: (u64::MAX % bits + 1) % bits,
+        }
+    }
+
+    /// The `count` bit positions probed for `hash`: `(hash + i·step) mod 2^64 mod bits`
+    /// for i in 0..count (double hashing; `naive_probes` in the tests spells it out).
+    /// Stepped with two divisions per hash rather than one per probe: the residue
+    /// advances by `step mod bits`, less `2^64 mod bits` whenever the 64-bit sum wraps.
+    fn probes(self, hash: u64, count: u8) -> impl Iterator<Item = u64> {
+        // A second hash from the first; odd, so the probes differ.
+        let step = splitmix(hash.wrapping_add(0x9e37_79b9_7f4a_7c15)) | 1;
+        let step_mod = step % self.bits;
+        let (mut sum, mut at) = (hash, hash % self.bits);
+        (0..count).map(move |_| {
+            let probe = at;
+            let wrapped;
+            (sum, wrapped) = sum.overflowing_add(step);
+            at = self.add(at, step_mod);
+            if wrapped {
+                at = self.add(at, self.bits - self.wrap);
+            }
+            probe
+        })
+    }
+
+    /// (a + b) mod bits, for a and b at most `bits` (filters are far below 2^63 bits).
+    fn add(self, a: u64, b: u64) -> u64 {
+        let s = a + b;
+        if s >= self.bits {
+            s - self.bits
+        } else {
+            s
+        }
+    }
 }
 
 /// A filter being filled, sized for a number of items given up front.
@@ -36,8 +77,8 @@ impl Bloom {
     }
 
     pub(crate) fn insert(&mut self, hash: u64) {
-        let bits = ((self.bytes.len() - 1) * 8) as u64;
-        for bit in probes(hash, bits, PROBES) {
+        let positions = Positions::new(((self.bytes.len() - 1) * 8) as u64);
+        for bit in positions.probes(hash, PROBES) {
             self.bytes[1 + (bit / 8) as usize] |= 1 << (bit % 8);
         }
     }
@@ -58,12 +99,47 @@ pub(crate) fn may_contain(filter: &[u8], hash: u64) -> bool {
     if bits == 0 {
         return false;
     }
-    probes(hash, bits, count).all(|bit| bitmap[(bit / 8) as usize] & (1 << (bit % 8)) != 0)
+    Positions::new(bits)
+        .probes(hash, count)
+        .all(|bit| bitmap[(bit / 8) as usize] & (1 << (bit % 8)) != 0)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The probe sequence as first written, one division per probe: stored filters
+    /// were built with it, so `Positions::probes` must give exactly these positions.
+    fn naive_probes(hash: u64, bits: u64, count: u8) -> Vec<u64> {
+        let step = splitmix(hash.wrapping_add(0x9e37_79b9_7f4a_7c15)) | 1;
+        (0..u64::from(count))
+            .map(|i| hash.wrapping_add(i.wrapping_mul(step)) % bits)
+            .collect()
+    }
+
+    #[test]
+    fn probes_are_the_stored_filters_positions() {
+        for bits in [
+            1u64,
+            7,
+            64,
+            80,
+            1000,
+            12_345,
+            100_003,
+            1 << 20,
+            (1 << 33) + 17,
+        ] {
+            let positions = Positions::new(bits);
+            for i in 0..5_000u64 {
+                // Hashes near 2^64 as well, so that sums wrap at every probe.
+                for hash in [splitmix(i), u64::MAX - i, i] {
+                    let stepped: Vec<u64> = positions.probes(hash, 7).collect();
+                    assert_eq!(stepped, naive_probes(hash, bits, 7), "{hash} in {bits}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn every_item_is_found_and_about_one_percent_of_others() {
