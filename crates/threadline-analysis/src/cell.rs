@@ -219,12 +219,9 @@ impl RollupCell {
         }
         for part in &observed.path {
             let s = &spans[part.span];
-            let slot = SpanSlot {
-                service: s.service.clone(),
-                name: s.name.clone(),
-            };
             self.add_span_time(
-                slot,
+                &s.service,
+                &s.name,
                 &SlotTime {
                     critical_ms: part.critical_ns as f64 / 1e6,
                     spans: 1,
@@ -252,16 +249,30 @@ impl RollupCell {
         }
     }
 
-    fn add_span_time(&mut self, slot: SpanSlot, time: &SlotTime) {
-        let slot = if self.span_time.contains_key(&slot) || self.span_time.len() < MAX_SPAN_SLOTS {
-            slot
+    /// Adds `time` to the part `service`, `name` (found by a scan: a cell has a few
+    /// parts, at most `MAX_SPAN_SLOTS`; the slot's strings are allocated only when new).
+    fn add_span_time(&mut self, service: &str, name: &str, time: &SlotTime) {
+        let add = |at: &mut SlotTime| {
+            at.critical_ms += time.critical_ms;
+            at.spans += time.spans;
+            at.model_call |= time.model_call;
+        };
+        let found = self
+            .span_time
+            .iter_mut()
+            .find(|(slot, _)| slot.name == name && slot.service == service);
+        if let Some((_, at)) = found {
+            return add(at);
+        }
+        let slot = if self.span_time.len() < MAX_SPAN_SLOTS {
+            SpanSlot {
+                service: service.to_owned(),
+                name: name.to_owned(),
+            }
         } else {
             SpanSlot::other()
         };
-        let at = self.span_time.entry(slot).or_default();
-        at.critical_ms += time.critical_ms;
-        at.spans += time.spans;
-        at.model_call |= time.model_call;
+        add(self.span_time.entry(slot).or_default());
     }
 
     /// Merges a cell of one export request.
@@ -290,7 +301,7 @@ impl RollupCell {
             *self.rejections.entry(reason.clone()).or_default() += n;
         }
         for (slot, time) in &other.span_time {
-            self.add_span_time(slot.clone(), time);
+            self.add_span_time(&slot.service, &slot.name, time);
         }
     }
 
@@ -309,11 +320,11 @@ impl RollupCell {
         let mut out = self.clone();
         out.span_time = BTreeMap::new();
         for (slot, time) in &self.span_time {
-            let slot = SpanSlot {
-                service: slot.service.replace(subject, with),
-                name: slot.name.replace(subject, with),
-            };
-            out.add_span_time(slot, time);
+            out.add_span_time(
+                &slot.service.replace(subject, with),
+                &slot.name.replace(subject, with),
+                time,
+            );
         }
         out.rejections = BTreeMap::new();
         for (reason, n) in &self.rejections {
