@@ -106,10 +106,16 @@ impl Level {
 }
 
 /// The level and dimension values of one series; `""` where observations carried none.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// The values are kept in one string (a key is one allocation, not eleven: ingest
+/// makes one per series of each export request, and the writer hashes and compares
+/// them); ordered as the level, then the values in `Dimension::ALL` order.
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
 pub struct SeriesKey {
     level: Level,
-    dims: [String; 11],
+    /// The dimension values one after the other, in `Dimension::ALL` order.
+    joined: String,
+    /// Where each value ends in `joined`.
+    ends: [u32; 11],
 }
 
 impl SeriesKey {
@@ -117,8 +123,35 @@ impl SeriesKey {
     pub fn at(level: Level) -> Self {
         Self {
             level,
-            dims: Default::default(),
+            joined: String::new(),
+            ends: [0; 11],
         }
+    }
+
+    /// The key of `level` with these values (in `Dimension::ALL` order).
+    fn of_values<S: AsRef<str>>(level: Level, values: &[S; 11]) -> Self {
+        let mut joined = String::with_capacity(values.iter().map(|v| v.as_ref().len()).sum());
+        let mut ends = [0u32; 11];
+        for (end, value) in ends.iter_mut().zip(values) {
+            joined.push_str(value.as_ref());
+            // Values come from spans whose requests are bounded far below 4 GiB.
+            *end = u32::try_from(joined.len()).unwrap_or(u32::MAX);
+        }
+        Self {
+            level,
+            joined,
+            ends,
+        }
+    }
+
+    /// The dimension values, in `Dimension::ALL` order.
+    pub fn values(&self) -> [&str; 11] {
+        let mut start = 0usize;
+        self.ends.map(|end| {
+            let value = self.joined.get(start..end as usize).unwrap_or_default();
+            start = end as usize;
+            value
+        })
     }
 
     pub fn level(&self) -> Level {
@@ -126,35 +159,44 @@ impl SeriesKey {
     }
 
     pub fn get(&self, dim: Dimension) -> &str {
-        &self.dims[dim.index()]
+        let i = dim.index();
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        self.joined
+            .get(start..self.ends[i] as usize)
+            .unwrap_or_default()
     }
 
-    pub fn with(mut self, dim: Dimension, value: impl Into<String>) -> Self {
-        self.dims[dim.index()] = value.into();
-        self
+    pub fn with(self, dim: Dimension, value: impl Into<String>) -> Self {
+        let value = value.into();
+        let mut values = self.values();
+        values[dim.index()] = &value;
+        Self::of_values(self.level, &values)
     }
 
     /// The key reduced to `dims` (others blank, the level kept): what a `group_by`
     /// merges under.
     pub fn project(&self, dims: &[Dimension]) -> SeriesKey {
-        let mut out = SeriesKey::at(self.level);
+        let all = self.values();
+        let mut kept = [""; 11];
         for &d in dims {
-            out.dims[d.index()] = self.dims[d.index()].clone();
+            kept[d.index()] = all[d.index()];
         }
-        out
+        Self::of_values(self.level, &kept)
     }
 
     /// The key with `subject` replaced by `with` in every dimension value (an erased
     /// id inside a route like `/v1/users/ID/chat`); `None` when no value holds it.
     pub fn redacted(&self, subject: &str, with: &str) -> Option<SeriesKey> {
-        if subject.is_empty() || !self.dims.iter().any(|v| v.contains(subject)) {
+        if subject.is_empty() || !self.joined.contains(subject) {
             return None;
         }
-        let mut out = self.clone();
-        for v in &mut out.dims {
-            *v = v.replace(subject, with);
-        }
-        Some(out)
+        let values = self.values().map(|v| v.replace(subject, with));
+        // `joined` may hold the subject only across two values, none of them holding it.
+        (values
+            .iter()
+            .zip(self.values())
+            .any(|(new, old)| *new != old))
+        .then(|| Self::of_values(self.level, &values))
     }
 
     /// A canonical text form, for storage: model-call keys a JSON array of the
@@ -162,9 +204,9 @@ impl SeriesKey {
     /// `{"level": "request", "dims": [...]}`.
     pub fn to_text(&self) -> String {
         match self.level {
-            Level::Call => serde_json::to_string(&self.dims).unwrap_or_default(),
+            Level::Call => serde_json::to_string(&self.values()).unwrap_or_default(),
             Level::Request => {
-                serde_json::json!({"level": self.level.as_str(), "dims": self.dims}).to_string()
+                serde_json::json!({"level": self.level.as_str(), "dims": self.values()}).to_string()
             }
         }
     }
@@ -180,14 +222,38 @@ impl SeriesKey {
         } else {
             (Level::Call, serde_json::from_str(text).ok()?)
         };
-        let mut key = SeriesKey::at(level);
-        if values.len() > key.dims.len() {
+        let mut all: [&str; 11] = [""; 11];
+        if values.len() > all.len() {
             return None;
         }
-        for (slot, v) in key.dims.iter_mut().zip(values) {
+        for (slot, v) in all.iter_mut().zip(&values) {
             *slot = v;
         }
-        Some(key)
+        Some(Self::of_values(level, &all))
+    }
+}
+
+impl Ord for SeriesKey {
+    /// The level, then the values one by one in `Dimension::ALL` order.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.level
+            .cmp(&other.level)
+            .then_with(|| self.values().cmp(&other.values()))
+    }
+}
+
+impl PartialOrd for SeriesKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl std::fmt::Debug for SeriesKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SeriesKey")
+            .field("level", &self.level)
+            .field("dims", &self.values())
+            .finish()
     }
 }
 
@@ -215,10 +281,7 @@ impl<'a> SeriesRef<'a> {
 
     /// The owned key.
     pub fn to_key(&self) -> SeriesKey {
-        SeriesKey {
-            level: self.level,
-            dims: self.dims.map(str::to_owned),
-        }
+        SeriesKey::of_values(self.level, &self.dims)
     }
 }
 
@@ -230,4 +293,54 @@ pub fn matches(key: &SeriesKey, filter: &[(Dimension, String)]) -> bool {
 /// A series filter at a level.
 pub fn matches_at(key: &SeriesKey, level: Level, filter: &[(Dimension, String)]) -> bool {
     key.level() == level && matches(key, filter)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(level: Level, values: [&str; 11]) -> SeriesKey {
+        Dimension::ALL
+            .into_iter()
+            .zip(values)
+            .fold(SeriesKey::at(level), |k, (d, v)| k.with(d, v))
+    }
+
+    /// One string holds every value: a key still orders, compares and reads as the
+    /// level and eleven separate values would.
+    #[test]
+    fn a_key_behaves_as_its_level_and_values() {
+        let mut a = [""; 11];
+        a[0] = "ab";
+        a[1] = "a";
+        let mut b = [""; 11];
+        b[0] = "a";
+        b[1] = "zz";
+        let (ka, kb) = (key(Level::Call, a), key(Level::Call, b));
+        // By value, not by the joined text ("aba" < "azz").
+        assert!(ka > kb);
+        assert!(key(Level::Request, b) < ka);
+        assert_eq!(ka.values(), a);
+        assert_eq!(ka.get(Dimension::Route), "a");
+        assert_eq!(ka.clone().with(Dimension::Route, "a"), ka);
+        // Same joined text, other values: other keys.
+        let mut c = [""; 11];
+        c[0] = "a";
+        c[1] = "ba";
+        assert_ne!(key(Level::Call, c), ka);
+        let projected = ka.project(&[Dimension::Route]);
+        assert_eq!(projected.get(Dimension::Service), "");
+        assert_eq!(projected.get(Dimension::Route), "a");
+        assert_eq!(SeriesKey::from_text(&ka.to_text()), Some(ka.clone()));
+        let r = key(Level::Request, b);
+        assert_eq!(SeriesKey::from_text(&r.to_text()), Some(r));
+        // Redaction is per value: a subject found only across two values is not there.
+        assert_eq!(ka.redacted("ba", "x"), None);
+        assert_eq!(
+            ka.redacted("b", "x").map(|k| k.values()[0].to_owned()),
+            Some("ax".to_owned())
+        );
+        let observed = SeriesRef::new(Level::Call, a).to_key();
+        assert_eq!(observed, ka);
+    }
 }

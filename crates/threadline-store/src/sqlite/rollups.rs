@@ -5,7 +5,7 @@
 //! or a database from before rollups existed) are replayed, so acknowledged spans are
 //! never missing from rollups.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection, OptionalExtension};
@@ -382,7 +382,7 @@ pub(crate) fn cells_between(
     let mut rows = stmt
         .query(params![tenant_id, from_minute, to_minute])
         .map_err(err)?;
-    let mut keys: HashMap<i64, SeriesKey> = HashMap::new();
+    let mut keys: HashMap<i64, SeriesKey> = HashMap::default();
     let mut out = Vec::new();
     while let Some(row) = rows.next().map_err(err)? {
         let series_id: i64 = row.get(1).map_err(err)?;
