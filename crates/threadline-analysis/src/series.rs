@@ -187,16 +187,14 @@ impl SeriesKey {
     /// The key with `subject` replaced by `with` in every dimension value (an erased
     /// id inside a route like `/v1/users/ID/chat`); `None` when no value holds it.
     pub fn redacted(&self, subject: &str, with: &str) -> Option<SeriesKey> {
-        if subject.is_empty() || !self.joined.contains(subject) {
+        let values = self.values();
+        if subject.is_empty() || !values.iter().any(|v| v.contains(subject)) {
             return None;
         }
-        let values = self.values().map(|v| v.replace(subject, with));
-        // `joined` may hold the subject only across two values, none of them holding it.
-        (values
-            .iter()
-            .zip(self.values())
-            .any(|(new, old)| *new != old))
-        .then(|| Self::of_values(self.level, &values))
+        Some(Self::of_values(
+            self.level,
+            &values.map(|v| v.replace(subject, with)),
+        ))
     }
 
     /// A canonical text form, for storage: model-call keys a JSON array of the
