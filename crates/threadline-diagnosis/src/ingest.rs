@@ -6,8 +6,7 @@
 
 use threadline_analysis::Observed;
 use threadline_ingest::{
-    convert_logs_request, convert_request, ExportLogsServiceRequest, ExportTraceServiceRequest,
-    TimeBounds, Undecodable,
+    convert_logs_request, ConvertedBatch, ExportLogsServiceRequest, TimeBounds, Undecodable,
 };
 use threadline_model::{SpanRecord, TenantId};
 use threadline_store::{SpanBatch, Store, StoreError, WriteAck, WriteComing};
@@ -25,19 +24,15 @@ pub struct TracesQueued {
     pub error_message: Option<String>,
 }
 
-/// Converts an export request (`refused`: the spans that did not decode) and queues
-/// its spans. `coming` (`Store::write_coming`, taken when the request's decoding
+/// Queues the spans of an export request as converted (`threadline_ingest::decode_traces`,
+/// or `convert_request`), the refused ones counted. `coming` (`Store::write_coming`, taken when the request's decoding
 /// began) is let go as the spans are handed to the store.
 pub fn queue_traces(
     store: &Store,
     tenant: &TenantId,
-    request: ExportTraceServiceRequest,
-    refused: Undecodable,
-    bounds: &TimeBounds,
+    converted: ConvertedBatch,
     coming: WriteComing,
 ) -> TracesQueued {
-    let mut converted = convert_request(request, bounds);
-    converted.add_undecodable(refused);
     let error_message = (converted.rejected_spans > 0).then(|| converted.error_message());
     let mut found = SpanBatch::of(&converted.spans);
     drop(coming);

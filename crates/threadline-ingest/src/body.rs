@@ -127,13 +127,40 @@ pub fn decode_export_request<R: ExportRequest>(
     budget: &mut dyn InflateBudget,
 ) -> Result<(R, Undecodable), DecodeError> {
     let bytes = decode_body(content_encoding, body, limits, budget)?;
-    let bytes: &[u8] = &bytes;
+    decode_export(kind, &bytes)
+}
+
+/// One decompressed export body (traces or logs), decoded, with the records that
+/// could not be (protobuf only: see `decode_protobuf`).
+pub fn decode_export<R: ExportRequest>(
+    kind: ContentKind,
+    bytes: &[u8],
+) -> Result<(R, Undecodable), DecodeError> {
     match kind {
         ContentKind::Protobuf => decode_protobuf(bytes),
         ContentKind::Json => parse_otlp_json_as::<R>(bytes)
             .map(|r| (r, Undecodable::default()))
             .map_err(DecodeError::Malformed),
     }
+}
+
+/// One decompressed trace export body, decoded and converted. Protobuf is read
+/// straight into records (`traces_wire`); a body that reader gives up on, and JSON,
+/// go through prost's messages and `convert_request` — the same records either way.
+pub fn decode_traces(
+    kind: ContentKind,
+    bytes: &[u8],
+    bounds: &crate::TimeBounds,
+) -> Result<crate::ConvertedBatch, DecodeError> {
+    if kind == ContentKind::Protobuf {
+        if let Ok(batch) = crate::traces_wire::convert_protobuf(bytes, bounds) {
+            return Ok(batch);
+        }
+    }
+    let (request, refused) = decode_export::<crate::ExportTraceServiceRequest>(kind, bytes)?;
+    let mut batch = crate::convert_request(request, bounds);
+    batch.add_undecodable(refused);
+    Ok(batch)
 }
 
 /// A protobuf export request; when it does not decode whole, record by record (a span

@@ -17,7 +17,7 @@ use crate::{llm_view, ExportTraceServiceRequest, TimeBounds};
 pub(crate) const MAX_REPORTED_ERRORS: usize = 5;
 
 /// The spans accepted from one request and what was refused.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq)]
 pub struct ConvertedBatch {
     pub spans: Vec<SpanRecord>,
     pub rejected_spans: u64,
@@ -30,6 +30,19 @@ impl ConvertedBatch {
     /// reasons first.
     pub fn add_undecodable(&mut self, refused: crate::Undecodable) {
         refused.count_into(&mut self.rejected_spans, &mut self.errors);
+    }
+
+    /// Keeps a converted span, or counts a refused one and its reason.
+    pub(crate) fn push(&mut self, span: Result<SpanRecord, String>) {
+        match span {
+            Ok(record) => self.spans.push(record),
+            Err(reason) => {
+                self.rejected_spans += 1;
+                if self.errors.len() < MAX_REPORTED_ERRORS {
+                    self.errors.push(reason);
+                }
+            }
+        }
     }
 
     /// The `partial_success.error_message` for this batch, empty when nothing was refused.
@@ -61,15 +74,7 @@ pub fn convert_request(request: ExportTraceServiceRequest, bounds: &TimeBounds) 
             let origin = resource.origin(scope_spans.scope, scope_spans.schema_url);
             let service = origin.service_name();
             for span in scope_spans.spans {
-                match convert_span(span, &origin, &service, bounds) {
-                    Ok(record) => batch.spans.push(record),
-                    Err(reason) => {
-                        batch.rejected_spans += 1;
-                        if batch.errors.len() < MAX_REPORTED_ERRORS {
-                            batch.errors.push(reason);
-                        }
-                    }
-                }
+                batch.push(convert_span(span, &origin, &service, bounds));
             }
         }
     }
@@ -85,10 +90,18 @@ pub(crate) struct ResourceParts {
 
 impl ResourceParts {
     pub(crate) fn new(resource: Option<Resource>, schema_url: String) -> Self {
-        let (attributes, dropped) = match resource {
-            Some(r) => (convert_attributes(r.attributes), r.dropped_attributes_count),
-            None => (Vec::new(), 0),
-        };
+        match resource {
+            Some(r) => Self::of(
+                convert_attributes(r.attributes),
+                r.dropped_attributes_count,
+                schema_url,
+            ),
+            None => Self::of(Vec::new(), 0, schema_url),
+        }
+    }
+
+    /// A resource's converted parts.
+    pub(crate) fn of(attributes: Vec<Attribute>, dropped: u32, schema_url: String) -> Self {
         Self {
             attributes,
             dropped,
@@ -102,11 +115,20 @@ impl ResourceParts {
         scope: Option<InstrumentationScope>,
         scope_schema_url: String,
     ) -> Arc<SpanOrigin> {
+        self.origin_of(convert_scope(scope), scope_schema_url)
+    }
+
+    /// The same, for a scope already converted.
+    pub(crate) fn origin_of(
+        &self,
+        scope: threadline_model::InstrumentationScope,
+        scope_schema_url: String,
+    ) -> Arc<SpanOrigin> {
         Arc::new(SpanOrigin {
             resource_attributes: self.attributes.clone(),
             resource_dropped_attributes_count: self.dropped,
             resource_schema_url: self.schema_url.clone(),
-            scope: convert_scope(scope),
+            scope,
             scope_schema_url,
         })
     }
@@ -130,43 +152,18 @@ fn convert_span(
     service: &str,
     bounds: &TimeBounds,
 ) -> Result<SpanRecord, String> {
-    let label = || {
-        format!(
-            "span {:?} (span_id {})",
-            span.name,
-            hex::encode(&span.span_id)
-        )
+    let head = SpanHead {
+        name: &span.name,
+        trace_id: &span.trace_id,
+        span_id: &span.span_id,
+        parent_span_id: &span.parent_span_id,
+        start: span.start_time_unix_nano,
+        end: span.end_time_unix_nano,
     };
-    let trace_id = TraceId::from_bytes(&span.trace_id).map_err(|e| format!("{}: {e}", label()))?;
-    let span_id = SpanId::from_bytes(&span.span_id).map_err(|e| format!("{}: {e}", label()))?;
-    // An all-zero parent id is what some senders put on roots: treat it as "no parent".
-    let parent_span_id =
-        if span.parent_span_id.is_empty() || span.parent_span_id.iter().all(|b| *b == 0) {
-            None
-        } else {
-            Some(
-                SpanId::from_bytes(&span.parent_span_id)
-                    .map_err(|e| format!("{}: parent {e}", label()))?,
-            )
-        };
-    if span.end_time_unix_nano < span.start_time_unix_nano {
-        return Err(format!(
-            "{}: end_time_unix_nano {} is before start_time_unix_nano {}",
-            label(),
-            span.end_time_unix_nano,
-            span.start_time_unix_nano
-        ));
-    }
-    bounds
-        .check("start_time_unix_nano", span.start_time_unix_nano)
-        .and_then(|()| bounds.check("end_time_unix_nano", span.end_time_unix_nano))
-        .map_err(|e| format!("{}: {e}", label()))?;
+    let ids = head.check(bounds)?;
     let mut links = Vec::with_capacity(span.links.len());
     for link in span.links {
-        let trace_id =
-            TraceId::from_bytes(&link.trace_id).map_err(|e| format!("{}: link {e}", label()))?;
-        let span_id =
-            SpanId::from_bytes(&link.span_id).map_err(|e| format!("{}: link {e}", label()))?;
+        let (trace_id, span_id) = head.link_ids(&link.trace_id, &link.span_id)?;
         links.push(SpanLink {
             trace_id,
             span_id,
@@ -207,20 +204,116 @@ fn convert_span(
         dropped_links_count: span.dropped_links_count,
         status,
     };
-    let llm = llm_view(&span.name, &detail, origin);
-    Ok(SpanRecord {
-        trace_id,
-        span_id,
-        parent_span_id,
-        name: span.name,
-        service: service.to_owned(),
-        kind: SpanKind::from_otlp(span.kind),
-        start_time_unix_nano: span.start_time_unix_nano,
-        end_time_unix_nano: span.end_time_unix_nano,
+    Ok(ids.into_record(
+        span.name,
+        SpanKind::from_otlp(span.kind),
+        (span.start_time_unix_nano, span.end_time_unix_nano),
         detail,
-        origin: Arc::clone(origin),
-        llm,
-    })
+        (origin, service),
+    ))
+}
+
+/// What is checked of a span before it is kept: its ids and times (and its links'
+/// ids, named after it). Both decoders (`convert_span`, `traces_wire`) check through it.
+pub(crate) struct SpanHead<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) trace_id: &'a [u8],
+    pub(crate) span_id: &'a [u8],
+    pub(crate) parent_span_id: &'a [u8],
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+}
+
+/// A span's checked ids.
+pub(crate) struct SpanIds {
+    trace_id: TraceId,
+    span_id: SpanId,
+    parent_span_id: Option<SpanId>,
+}
+
+impl SpanHead<'_> {
+    fn label(&self) -> String {
+        format!(
+            "span {:?} (span_id {})",
+            self.name,
+            hex::encode(self.span_id)
+        )
+    }
+
+    /// The span's ids, or why it is refused (ids, then times).
+    pub(crate) fn check(&self, bounds: &TimeBounds) -> Result<SpanIds, String> {
+        let label = || self.label();
+        let trace_id =
+            TraceId::from_bytes(self.trace_id).map_err(|e| format!("{}: {e}", label()))?;
+        let span_id = SpanId::from_bytes(self.span_id).map_err(|e| format!("{}: {e}", label()))?;
+        // An all-zero parent id is what some senders put on roots: treat it as "no parent".
+        let parent_span_id =
+            if self.parent_span_id.is_empty() || self.parent_span_id.iter().all(|b| *b == 0) {
+                None
+            } else {
+                Some(
+                    SpanId::from_bytes(self.parent_span_id)
+                        .map_err(|e| format!("{}: parent {e}", label()))?,
+                )
+            };
+        if self.end < self.start {
+            return Err(format!(
+                "{}: end_time_unix_nano {} is before start_time_unix_nano {}",
+                label(),
+                self.end,
+                self.start
+            ));
+        }
+        bounds
+            .check("start_time_unix_nano", self.start)
+            .and_then(|()| bounds.check("end_time_unix_nano", self.end))
+            .map_err(|e| format!("{}: {e}", label()))?;
+        Ok(SpanIds {
+            trace_id,
+            span_id,
+            parent_span_id,
+        })
+    }
+
+    /// One link's ids, or why the span is refused.
+    pub(crate) fn link_ids(
+        &self,
+        trace_id: &[u8],
+        span_id: &[u8],
+    ) -> Result<(TraceId, SpanId), String> {
+        let trace_id =
+            TraceId::from_bytes(trace_id).map_err(|e| format!("{}: link {e}", self.label()))?;
+        let span_id =
+            SpanId::from_bytes(span_id).map_err(|e| format!("{}: link {e}", self.label()))?;
+        Ok((trace_id, span_id))
+    }
+}
+
+impl SpanIds {
+    /// The record, with its LLM view read from the detail and origin.
+    pub(crate) fn into_record(
+        self,
+        name: String,
+        kind: SpanKind,
+        (start, end): (u64, u64),
+        detail: SpanDetail,
+        (origin, service): (&Arc<SpanOrigin>, &str),
+    ) -> SpanRecord {
+        let llm = llm_view(&name, &detail, origin);
+        SpanRecord {
+            trace_id: self.trace_id,
+            span_id: self.span_id,
+            parent_span_id: self.parent_span_id,
+            name,
+            service: service.to_owned(),
+            kind,
+            start_time_unix_nano: start,
+            end_time_unix_nano: end,
+            detail,
+            origin: Arc::clone(origin),
+            llm,
+        }
+    }
 }
 
 pub(crate) fn convert_attributes(kvs: Vec<KeyValue>) -> Vec<Attribute> {

@@ -7,7 +7,7 @@ use prost::Message;
 
 use crate::{convert_request, decode_export_request, parse_otlp_json, BodyLimits, ContentKind};
 
-const FIXTURES: [&str; 5] = [
+pub(crate) const FIXTURES: [&str; 5] = [
     include_str!("../fixtures/conventions/genai-current.json"),
     include_str!("../fixtures/conventions/genai-deprecated.json"),
     include_str!("../fixtures/conventions/openinference.json"),
@@ -16,7 +16,7 @@ const FIXTURES: [&str; 5] = [
 ];
 
 /// xorshift64*: deterministic, so a failure reproduces from the iteration number.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -31,7 +31,7 @@ impl Rng {
     }
 }
 
-fn mutate(rng: &mut Rng, input: &[u8]) -> Vec<u8> {
+pub(crate) fn mutate(rng: &mut Rng, input: &[u8]) -> Vec<u8> {
     let mut out = input.to_vec();
     for _ in 0..=rng.below(4) {
         match rng.below(6) {
@@ -78,6 +78,9 @@ fn mutate(rng: &mut Rng, input: &[u8]) -> Vec<u8> {
 }
 
 fn exercise(kind: ContentKind, body: &[u8]) {
+    if kind == ContentKind::Protobuf {
+        crate::traces_wire::tests::same_as_prost(body);
+    }
     let limits = BodyLimits {
         max_body_bytes: 1 << 20,
     };

@@ -13,10 +13,12 @@ mod logs;
 mod normalize;
 mod otlp_json;
 mod time_bounds;
+mod traces_wire;
+mod wire;
 
 pub use body::{
-    decode_body, decode_export_request, decode_protobuf, BodyLimits, ContentKind, DecodeError,
-    InflateBudget, RpcStatus, Unbudgeted,
+    decode_body, decode_export, decode_export_request, decode_protobuf, decode_traces, BodyLimits,
+    ContentKind, DecodeError, InflateBudget, RpcStatus, Unbudgeted,
 };
 pub use conversation::{conversation, with_log_events, Conversation, Message, ToolCall};
 pub use convert::{convert_request, ConvertedBatch};

@@ -259,11 +259,11 @@ impl<S: Signal> UnaryService<Bytes> for ExportMethod<S> {
             let ready = ctx
                 .run_cpu(move || {
                     let coming = store.write_coming();
-                    let (request, refused) =
-                        threadline_ingest::decode_protobuf::<S::Request>(&body)
+                    let decoded =
+                        S::decode(threadline_ingest::ContentKind::Protobuf, &body, &bounds)
                             .map_err(|e| Status::invalid_argument(e.to_string()))?;
-                    S::prepare(&store, &tenant, request, refused, &bounds, coming)
-                        .map_err(to_status)
+                    drop(body);
+                    S::prepare(&store, &tenant, decoded, &bounds, coming).map_err(to_status)
                 })
                 .await
                 .map_err(to_status)??;

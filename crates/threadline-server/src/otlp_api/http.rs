@@ -10,7 +10,7 @@ use axum::routing::post;
 use axum::Router;
 use prost::Message;
 
-use threadline_ingest::{decode_export_request, ContentKind, RpcStatus};
+use threadline_ingest::{decode_body, ContentKind, RpcStatus};
 
 use crate::body_budget::{announced, decode_status, drain, BodyRefusal};
 
@@ -156,12 +156,11 @@ async fn export<S: Signal>(
     let prepared = ctx
         .run_cpu(move || {
             let coming = store.write_coming();
-            let decoded =
-                decode_export_request(kind, encoding.as_deref(), &bytes, limits, &mut reservation);
+            let decoded = decode_body(encoding.as_deref(), &bytes, limits, &mut reservation)
+                .and_then(|body| S::decode(kind, &body, &bounds));
             drop(bytes);
-            let prepared = decoded.map(|(request, refused): (S::Request, _)| {
-                S::prepare(&store, &tenant, request, refused, &bounds, coming)
-            });
+            let prepared =
+                decoded.map(|decoded| S::prepare(&store, &tenant, decoded, &bounds, coming));
             (prepared, reservation)
         })
         .await

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use threadline_ingest::{
-    ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse, ExportRequest,
-    ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse, TimeBounds,
+    ContentKind, ConvertedBatch, DecodeError, ExportLogsPartialSuccess, ExportLogsServiceRequest,
+    ExportLogsServiceResponse, ExportTracePartialSuccess, ExportTraceServiceResponse, TimeBounds,
     Undecodable,
 };
 use threadline_model::TenantId;
@@ -91,21 +91,28 @@ pub(crate) struct ReadyLogs {
 
 /// One OTLP signal the receivers take: its messages and its two ingest halves.
 pub(crate) trait Signal: Send + Sync + 'static {
-    type Request: ExportRequest + Send + 'static;
+    /// A request as decoded (and, for traces, converted) from its body.
+    type Decoded: Send + 'static;
     type Response: prost::Message + serde::Serialize + Send + 'static;
     type Ready: Send + 'static;
     /// The HTTP path and the gRPC method path.
     const HTTP_PATH: &'static str;
     const GRPC_PATH: &'static str;
 
-    /// CPU-bound half: OTLP → records → queued for the store (`refused`: the records
-    /// that did not decode, for partial success). Run it on the ingest CPU pool.
+    /// CPU-bound, with `prepare`: one decompressed body (protobuf for gRPC), decoded.
+    fn decode(
+        kind: ContentKind,
+        body: &[u8],
+        bounds: &TimeBounds,
+    ) -> Result<Self::Decoded, DecodeError>;
+
+    /// CPU-bound half: OTLP → records → queued for the store (what did not decode or
+    /// convert counted, for partial success). Run it on the ingest CPU pool.
     /// `coming`: `Store::write_coming`, taken before the request was decoded.
     fn prepare(
         store: &Store,
         tenant: &TenantId,
-        request: Self::Request,
-        refused: Undecodable,
+        decoded: Self::Decoded,
         bounds: &TimeBounds,
         coming: WriteComing,
     ) -> Result<Self::Ready, IngestFailure>;
@@ -121,23 +128,28 @@ pub(crate) trait Signal: Send + Sync + 'static {
 pub(crate) struct Traces;
 
 impl Signal for Traces {
-    type Request = ExportTraceServiceRequest;
+    type Decoded = ConvertedBatch;
     type Response = ExportTraceServiceResponse;
     type Ready = ReadyBatch;
     const HTTP_PATH: &'static str = "/v1/traces";
     const GRPC_PATH: &'static str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
 
+    fn decode(
+        kind: ContentKind,
+        body: &[u8],
+        bounds: &TimeBounds,
+    ) -> Result<Self::Decoded, DecodeError> {
+        threadline_ingest::decode_traces(kind, body, bounds)
+    }
+
     fn prepare(
         store: &Store,
         tenant: &TenantId,
-        request: Self::Request,
-        refused: Undecodable,
-        bounds: &TimeBounds,
+        decoded: Self::Decoded,
+        _bounds: &TimeBounds,
         coming: WriteComing,
     ) -> Result<Self::Ready, IngestFailure> {
-        let queued = threadline_diagnosis::ingest::queue_traces(
-            store, tenant, request, refused, bounds, coming,
-        );
+        let queued = threadline_diagnosis::ingest::queue_traces(store, tenant, decoded, coming);
         let partial_success = queued
             .error_message
             .map(|error_message| ExportTracePartialSuccess {
@@ -173,17 +185,24 @@ impl Signal for Traces {
 pub(crate) struct Logs;
 
 impl Signal for Logs {
-    type Request = ExportLogsServiceRequest;
+    type Decoded = (ExportLogsServiceRequest, Undecodable);
     type Response = ExportLogsServiceResponse;
     type Ready = ReadyLogs;
     const HTTP_PATH: &'static str = "/v1/logs";
     const GRPC_PATH: &'static str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
 
+    fn decode(
+        kind: ContentKind,
+        body: &[u8],
+        _bounds: &TimeBounds,
+    ) -> Result<Self::Decoded, DecodeError> {
+        threadline_ingest::decode_export(kind, body)
+    }
+
     fn prepare(
         store: &Store,
         tenant: &TenantId,
-        request: Self::Request,
-        refused: Undecodable,
+        (request, refused): Self::Decoded,
         bounds: &TimeBounds,
         coming: WriteComing,
     ) -> Result<Self::Ready, IngestFailure> {
