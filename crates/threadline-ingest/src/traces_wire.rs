@@ -294,6 +294,7 @@ fn span_status(message: &[u8]) -> Wire<SpanStatus> {
 }
 
 /// `KeyValue` (`depth`: how many values it sits in).
+#[inline]
 fn key_value(message: &[u8], depth: usize) -> Wire<Attribute> {
     let mut key = "";
     let mut value = None;

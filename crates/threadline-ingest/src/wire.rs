@@ -21,6 +21,7 @@ pub(crate) enum Value<'a> {
 }
 
 impl<'a> Value<'a> {
+    #[inline]
     pub(crate) fn varint(self) -> Wire<u64> {
         match self {
             Value::Varint(v) => Ok(v),
@@ -29,15 +30,18 @@ impl<'a> Value<'a> {
     }
 
     /// `uint32` as prost reads it (truncating).
+    #[inline]
     pub(crate) fn uint32(self) -> Wire<u32> {
         self.varint().map(|v| v as u32)
     }
 
     /// `int32` and enums as prost reads them (truncating).
+    #[inline]
     pub(crate) fn int32(self) -> Wire<i32> {
         self.varint().map(|v| v as i32)
     }
 
+    #[inline]
     pub(crate) fn fixed64(self) -> Wire<u64> {
         match self {
             Value::Fixed64(v) => Ok(v),
@@ -45,6 +49,7 @@ impl<'a> Value<'a> {
         }
     }
 
+    #[inline]
     pub(crate) fn fixed32(self) -> Wire<u32> {
         match self {
             Value::Fixed32(v) => Ok(v),
@@ -53,6 +58,7 @@ impl<'a> Value<'a> {
     }
 
     /// `bytes`, and embedded messages.
+    #[inline]
     pub(crate) fn bytes(self) -> Wire<&'a [u8]> {
         match self {
             Value::Bytes(b) => Ok(b),
@@ -61,6 +67,7 @@ impl<'a> Value<'a> {
     }
 
     /// `string`: UTF-8, as prost insists.
+    #[inline]
     pub(crate) fn str(self) -> Wire<&'a str> {
         std::str::from_utf8(self.bytes()?).map_err(|_| Unsupported)
     }
@@ -77,6 +84,7 @@ impl<'a> Fields<'a> {
     }
 
     /// The next (tag, value), `None` at the end of the message.
+    #[inline]
     pub(crate) fn next_field(&mut self) -> Wire<Option<(u32, Value<'a>)>> {
         if self.rest.is_empty() {
             return Ok(None);
@@ -105,6 +113,7 @@ impl<'a> Fields<'a> {
         Ok(Some((tag, value)))
     }
 
+    #[inline]
     fn take_array<const N: usize>(&mut self) -> Wire<[u8; N]> {
         let (head, rest) = self.rest.split_first_chunk::<N>().ok_or(Unsupported)?;
         self.rest = rest;
@@ -112,6 +121,7 @@ impl<'a> Fields<'a> {
     }
 
     /// A base-128 varint of at most ten bytes, the tenth at most 1 (as prost).
+    #[inline]
     fn varint(&mut self) -> Wire<u64> {
         let mut value = 0u64;
         for (i, &byte) in self.rest.iter().take(10).enumerate() {
@@ -130,6 +140,7 @@ impl<'a> Fields<'a> {
 
 /// A singular message field seen once at most: prost merges a repeated one, which
 /// this reader leaves to prost.
+#[inline]
 pub(crate) fn once<'a>(slot: &mut Option<&'a [u8]>, value: Value<'a>) -> Wire<()> {
     if slot.replace(value.bytes()?).is_some() {
         return Err(Unsupported);
