@@ -34,25 +34,38 @@ pub(crate) fn convert_protobuf(request: &[u8], bounds: &TimeBounds) -> Wire<Conv
 /// `ResourceSpans`: its resource and schema URL first (they may follow the scopes on
 /// the wire), then its scopes.
 fn resource_spans(message: &[u8], bounds: &TimeBounds, batch: &mut ConvertedBatch) -> Wire<()> {
-    let mut resource = None;
+    let (resource, schema_url) = layer_head(message)?;
+    let parts = match resource {
+        Some(r) => resource_parts(r, schema_url)?,
+        None => ResourceParts::of(Vec::new(), 0, schema_url.to_owned()),
+    };
+    for_each_inner(message, |scope| scope_spans(scope, &parts, bounds, batch))
+}
+
+/// The two layers above the spans (`ResourceSpans`, `ScopeSpans`) share their tags:
+/// 1 its own message (resource, scope), 2 what it holds, 3 its schema URL. The first
+/// two: its message and schema URL, wherever they sit among what it holds.
+fn layer_head(message: &[u8]) -> Wire<(Option<&[u8]>, &str)> {
+    let mut head = None;
     let mut schema_url = "";
     let mut fields = Fields::new(message);
     while let Some((tag, value)) = fields.next_field()? {
         match tag {
-            1 => once(&mut resource, value)?,
+            1 => once(&mut head, value)?,
             2 => drop(value.bytes()?),
             3 => schema_url = value.str()?,
             _ => {}
         }
     }
-    let parts = match resource {
-        Some(r) => resource_parts(r, schema_url)?,
-        None => ResourceParts::of(Vec::new(), 0, schema_url.to_owned()),
-    };
+    Ok((head, schema_url))
+}
+
+/// Each message a layer holds (tag 2), in order.
+fn for_each_inner(message: &[u8], mut each: impl FnMut(&[u8]) -> Wire<()>) -> Wire<()> {
     let mut fields = Fields::new(message);
     while let Some((tag, value)) = fields.next_field()? {
         if tag == 2 {
-            scope_spans(value.bytes()?, &parts, bounds, batch)?;
+            each(value.bytes()?)?;
         }
     }
     Ok(())
@@ -85,31 +98,17 @@ fn scope_spans(
     bounds: &TimeBounds,
     batch: &mut ConvertedBatch,
 ) -> Wire<()> {
-    let mut scope = None;
-    let mut schema_url = "";
-    let mut fields = Fields::new(message);
-    while let Some((tag, value)) = fields.next_field()? {
-        match tag {
-            1 => once(&mut scope, value)?,
-            2 => drop(value.bytes()?),
-            3 => schema_url = value.str()?,
-            _ => {}
-        }
-    }
+    let (scope, schema_url) = layer_head(message)?;
     let scope = match scope {
         Some(s) => instrumentation_scope(s)?,
         None => InstrumentationScope::default(),
     };
     let origin = resource.origin_of(scope, schema_url.to_owned());
     let service = origin.service_name();
-    let mut fields = Fields::new(message);
-    while let Some((tag, value)) = fields.next_field()? {
-        if tag == 2 {
-            let span = span(value.bytes()?, bounds, (&origin, &service))?;
-            batch.push(span);
-        }
-    }
-    Ok(())
+    for_each_inner(message, |message| {
+        batch.push(span(message, bounds, (&origin, &service))?);
+        Ok(())
+    })
 }
 
 fn instrumentation_scope(message: &[u8]) -> Wire<InstrumentationScope> {

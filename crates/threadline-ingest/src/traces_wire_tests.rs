@@ -35,6 +35,17 @@ pub(crate) fn same_as_prost(body: &[u8]) -> bool {
     }
 }
 
+/// An export request of one resource, one scope and one span sent as these bytes.
+fn wrap_span(span: Vec<u8>) -> Vec<u8> {
+    let mut scope = Vec::new();
+    prost::encoding::bytes::encode(2, &span, &mut scope);
+    let mut resource = Vec::new();
+    prost::encoding::bytes::encode(2, &scope, &mut resource);
+    let mut body = Vec::new();
+    prost::encoding::bytes::encode(1, &resource, &mut body);
+    body
+}
+
 fn kv(key: &str, value: any_value::Value) -> KeyValue {
     KeyValue {
         key: key.into(),
@@ -229,15 +240,6 @@ fn corrupted_requests_read_as_prost_reads_them_or_go_to_prost() {
 #[test]
 fn rare_shapes_go_to_prost() {
     let span = &rich_request().resource_spans[0].scope_spans[0].spans[0];
-    let wrap_span = |span_bytes: Vec<u8>| {
-        let mut scope = Vec::new();
-        prost::encoding::bytes::encode(2, &span_bytes, &mut scope);
-        let mut resource = Vec::new();
-        prost::encoding::bytes::encode(2, &scope, &mut resource);
-        let mut body = Vec::new();
-        prost::encoding::bytes::encode(1, &resource, &mut body);
-        body
-    };
     let mut twice_status = span.encode_to_vec();
     prost::encoding::message::encode(15, &Status::default(), &mut twice_status);
     let mut two_values = Span {
@@ -305,12 +307,7 @@ fn values_prost_never_writes_read_as_prost_reads_them() {
     bytes.extend_from_slice(&[0x30, 0x82, 0x80, 0x80, 0x80, 0x10]);
     bytes.extend_from_slice(&[0x60, 0x82, 0x80, 0x80, 0x80, 0x10]);
     bytes.extend_from_slice(&[0x70, 0x81, 0x80, 0x00]);
-    let mut scope = Vec::new();
-    prost::encoding::bytes::encode(2, &bytes, &mut scope);
-    let mut resource = Vec::new();
-    prost::encoding::bytes::encode(2, &scope, &mut resource);
-    let mut body = Vec::new();
-    prost::encoding::bytes::encode(1, &resource, &mut body);
+    let body = wrap_span(bytes);
     assert!(same_as_prost(&body));
     let batch = convert_protobuf(&body, &TimeBounds::storable()).expect("read");
     let record = &batch.spans[0];
