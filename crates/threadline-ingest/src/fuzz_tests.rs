@@ -15,6 +15,18 @@ pub(crate) const FIXTURES: [&str; 5] = [
     include_str!("../fixtures/conventions/platform.json"),
 ];
 
+/// The fixtures re-encoded as OTLP/protobuf.
+pub(crate) fn protobuf_fixtures() -> Vec<Vec<u8>> {
+    FIXTURES
+        .iter()
+        .map(|f| {
+            parse_otlp_json(f.as_bytes())
+                .expect("fixture parses")
+                .encode_to_vec()
+        })
+        .collect()
+}
+
 /// xorshift64*: deterministic, so a failure reproduces from the iteration number.
 pub(crate) struct Rng(pub(crate) u64);
 
@@ -95,14 +107,7 @@ fn exercise(kind: ContentKind, body: &[u8]) {
 #[test]
 fn corrupted_payloads_never_panic() {
     let json_seeds: Vec<Vec<u8>> = FIXTURES.iter().map(|f| f.as_bytes().to_vec()).collect();
-    let proto_seeds: Vec<Vec<u8>> = FIXTURES
-        .iter()
-        .map(|f| {
-            parse_otlp_json(f.as_bytes())
-                .expect("fixture parses")
-                .encode_to_vec()
-        })
-        .collect();
+    let proto_seeds = protobuf_fixtures();
     let mut rng = Rng(0x5EED_1234_ABCD_0001);
     for iteration in 0..6000 {
         let seed = &json_seeds[iteration % json_seeds.len()];

@@ -10,8 +10,8 @@ use opentelemetry_proto::tonic::trace::v1::{span, ResourceSpans, ScopeSpans, Spa
 use prost::Message;
 
 use super::*;
-use crate::fuzz_tests::{mutate, Rng, FIXTURES};
-use crate::{convert_request, decode_protobuf, parse_otlp_json, ExportTraceServiceRequest};
+use crate::fuzz_tests::{mutate, protobuf_fixtures, Rng};
+use crate::{convert_request, decode_protobuf, ExportTraceServiceRequest};
 
 /// What prost's decoding and `convert_request` make of `body`, refused records counted.
 fn through_prost(body: &[u8], bounds: &TimeBounds) -> Option<ConvertedBatch> {
@@ -178,10 +178,7 @@ fn rich_request() -> ExportTraceServiceRequest {
 
 #[test]
 fn fixtures_and_every_field_read_as_prost_reads_them() {
-    for fixture in FIXTURES {
-        let body = parse_otlp_json(fixture.as_bytes())
-            .expect("fixture parses")
-            .encode_to_vec();
+    for body in protobuf_fixtures() {
         assert!(same_as_prost(&body), "the reader gave up on a fixture");
     }
     let body = rich_request().encode_to_vec();
@@ -215,15 +212,8 @@ fn field_order_unknown_fields_and_repeats_read_as_prost_reads_them() {
 
 #[test]
 fn corrupted_requests_read_as_prost_reads_them_or_go_to_prost() {
-    let seeds: Vec<Vec<u8>> = FIXTURES
-        .iter()
-        .map(|f| {
-            parse_otlp_json(f.as_bytes())
-                .expect("parses")
-                .encode_to_vec()
-        })
-        .chain([rich_request().encode_to_vec()])
-        .collect();
+    let mut seeds = protobuf_fixtures();
+    seeds.push(rich_request().encode_to_vec());
     let mut rng = Rng(0x5EED_0000_7777_0042);
     let mut answered = 0;
     for iteration in 0..6000 {
