@@ -5,9 +5,7 @@
 //! pool, then waits for the ack off it.
 
 use threadline_analysis::Observed;
-use threadline_ingest::{
-    convert_logs_request, ConvertedBatch, ExportLogsServiceRequest, TimeBounds, Undecodable,
-};
+use threadline_ingest::{ConvertedBatch, ConvertedLogs};
 use threadline_model::{SpanRecord, TenantId};
 use threadline_store::{SpanBatch, Store, StoreError, WriteAck, WriteComing};
 
@@ -25,8 +23,9 @@ pub struct TracesQueued {
 }
 
 /// Queues the spans of an export request as converted (`threadline_ingest::decode_traces`,
-/// or `convert_request`), the refused ones counted. `coming` (`Store::write_coming`, taken when the request's decoding
-/// began) is let go as the spans are handed to the store.
+/// or `convert_request`), the refused ones counted. `coming` (`Store::write_coming`,
+/// taken when the request's decoding began) is let go as the spans are handed to the
+/// store.
 pub fn queue_traces(
     store: &Store,
     tenant: &TenantId,
@@ -62,18 +61,15 @@ pub struct LogsQueued {
     pub error_message: Option<String>,
 }
 
-/// Converts a logs export request (`refused`: the records that did not decode) and
-/// queues its records; `coming` as for `queue_traces`.
+/// Queues the records of a logs export request as converted
+/// (`threadline_ingest::decode_logs`), the refused ones counted; `coming` as for
+/// `queue_traces`.
 pub fn queue_logs(
     store: &Store,
     tenant: &TenantId,
-    request: ExportLogsServiceRequest,
-    refused: Undecodable,
-    bounds: &TimeBounds,
+    converted: ConvertedLogs,
     coming: WriteComing,
 ) -> LogsQueued {
-    let mut converted = convert_logs_request(request, bounds);
-    converted.add_undecodable(refused);
     drop(coming);
     let error_message = (converted.rejected > 0).then(|| converted.error_message());
     let submitted = (!converted.records.is_empty()).then(|| {

@@ -163,6 +163,19 @@ pub fn decode_traces(
     Ok(batch)
 }
 
+/// One decompressed logs export body, decoded and converted (records that did not
+/// decode or convert counted, their reasons first).
+pub fn decode_logs(
+    kind: ContentKind,
+    bytes: &[u8],
+    bounds: &crate::TimeBounds,
+) -> Result<crate::ConvertedLogs, DecodeError> {
+    let (request, refused) = decode_export::<crate::ExportLogsServiceRequest>(kind, bytes)?;
+    let mut logs = crate::convert_logs_request(request, bounds);
+    logs.add_undecodable(refused);
+    Ok(logs)
+}
+
 /// A protobuf export request; when it does not decode whole, record by record (a span
 /// with a string that is not UTF-8 is refused alone, its batch kept).
 pub fn decode_protobuf<R: ExportRequest>(bytes: &[u8]) -> Result<(R, Undecodable), DecodeError> {

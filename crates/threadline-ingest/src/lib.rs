@@ -17,8 +17,8 @@ mod traces_wire;
 mod wire;
 
 pub use body::{
-    decode_body, decode_export, decode_export_request, decode_protobuf, decode_traces, BodyLimits,
-    ContentKind, DecodeError, InflateBudget, RpcStatus, Unbudgeted,
+    decode_body, decode_export, decode_export_request, decode_logs, decode_protobuf, decode_traces,
+    BodyLimits, ContentKind, DecodeError, InflateBudget, RpcStatus, Unbudgeted,
 };
 pub use conversation::{conversation, with_log_events, Conversation, Message, ToolCall};
 pub use convert::{convert_request, ConvertedBatch};

@@ -35,10 +35,8 @@ pub(crate) fn convert_protobuf(request: &[u8], bounds: &TimeBounds) -> Wire<Conv
 /// the wire), then its scopes.
 fn resource_spans(message: &[u8], bounds: &TimeBounds, batch: &mut ConvertedBatch) -> Wire<()> {
     let (resource, schema_url) = layer_head(message)?;
-    let parts = match resource {
-        Some(r) => resource_parts(r, schema_url)?,
-        None => ResourceParts::of(Vec::new(), 0, schema_url.to_owned()),
-    };
+    // An absent resource reads as an empty one, as prost's default.
+    let parts = resource_parts(resource.unwrap_or_default(), schema_url)?;
     for_each_inner(message, |scope| scope_spans(scope, &parts, bounds, batch))
 }
 
@@ -99,10 +97,7 @@ fn scope_spans(
     batch: &mut ConvertedBatch,
 ) -> Wire<()> {
     let (scope, schema_url) = layer_head(message)?;
-    let scope = match scope {
-        Some(s) => instrumentation_scope(s)?,
-        None => InstrumentationScope::default(),
-    };
+    let scope = instrumentation_scope(scope.unwrap_or_default())?;
     let origin = resource.origin_of(scope, schema_url.to_owned());
     let service = origin.service_name();
     for_each_inner(message, |message| {
@@ -158,7 +153,7 @@ fn span(
     let mut kind = 0;
     let mut flags = 0;
     let mut attributes = Vec::new();
-    let mut dropped = [0u32; 3];
+    let (mut dropped_attributes, mut dropped_events, mut dropped_links) = (0, 0, 0);
     let mut events = Vec::new();
     let mut links = Vec::new();
     let mut status = None;
@@ -174,23 +169,17 @@ fn span(
             7 => head.start = value.fixed64()?,
             8 => head.end = value.fixed64()?,
             9 => attributes.push(key_value(value.bytes()?, 0)?),
-            10 => dropped[0] = value.uint32()?,
+            10 => dropped_attributes = value.uint32()?,
             11 => events.push(event(value.bytes()?)?),
-            12 => dropped[1] = value.uint32()?,
+            12 => dropped_events = value.uint32()?,
             13 => links.push(link(value.bytes()?)?),
-            14 => dropped[2] = value.uint32()?,
+            14 => dropped_links = value.uint32()?,
             15 => once(&mut status, value)?,
             16 => flags = value.fixed32()?,
             _ => {}
         }
     }
-    let status = match status {
-        Some(s) => span_status(s)?,
-        None => SpanStatus {
-            code: StatusCode::Unset,
-            message: String::new(),
-        },
-    };
+    let status = span_status(status.unwrap_or_default())?;
     let ids = match head.check(bounds) {
         Ok(ids) => ids,
         Err(reason) => return Ok(Err(reason)),
@@ -214,11 +203,11 @@ fn span(
         trace_state: trace_state.to_owned(),
         flags,
         attributes,
-        dropped_attributes_count: dropped[0],
+        dropped_attributes_count: dropped_attributes,
         events,
-        dropped_events_count: dropped[1],
+        dropped_events_count: dropped_events,
         links: checked_links,
-        dropped_links_count: dropped[2],
+        dropped_links_count: dropped_links,
         status,
     };
     Ok(Ok(ids.into_record(

@@ -263,7 +263,7 @@ impl<S: Signal> UnaryService<Bytes> for ExportMethod<S> {
                         S::decode(threadline_ingest::ContentKind::Protobuf, &body, &bounds)
                             .map_err(|e| Status::invalid_argument(e.to_string()))?;
                     drop(body);
-                    S::prepare(&store, &tenant, decoded, &bounds, coming).map_err(to_status)
+                    S::prepare(&store, &tenant, decoded, coming).map_err(to_status)
                 })
                 .await
                 .map_err(to_status)??;

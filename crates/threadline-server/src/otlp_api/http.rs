@@ -159,8 +159,7 @@ async fn export<S: Signal>(
             let decoded = decode_body(encoding.as_deref(), &bytes, limits, &mut reservation)
                 .and_then(|body| S::decode(kind, &body, &bounds));
             drop(bytes);
-            let prepared =
-                decoded.map(|decoded| S::prepare(&store, &tenant, decoded, &bounds, coming));
+            let prepared = decoded.map(|decoded| S::prepare(&store, &tenant, decoded, coming));
             (prepared, reservation)
         })
         .await

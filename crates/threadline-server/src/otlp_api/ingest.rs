@@ -6,9 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use threadline_ingest::{
-    ContentKind, ConvertedBatch, DecodeError, ExportLogsPartialSuccess, ExportLogsServiceRequest,
+    ContentKind, ConvertedBatch, ConvertedLogs, DecodeError, ExportLogsPartialSuccess,
     ExportLogsServiceResponse, ExportTracePartialSuccess, ExportTraceServiceResponse, TimeBounds,
-    Undecodable,
 };
 use threadline_model::TenantId;
 use threadline_store::{ErrorKind, Store, StoreError, WriteAck, WriteComing};
@@ -91,7 +90,8 @@ pub(crate) struct ReadyLogs {
 
 /// One OTLP signal the receivers take: its messages and its two ingest halves.
 pub(crate) trait Signal: Send + Sync + 'static {
-    /// A request as decoded (and, for traces, converted) from its body.
+    /// A request's records as decoded and converted from its body, the refused ones
+    /// counted.
     type Decoded: Send + 'static;
     type Response: prost::Message + serde::Serialize + Send + 'static;
     type Ready: Send + 'static;
@@ -99,21 +99,21 @@ pub(crate) trait Signal: Send + Sync + 'static {
     const HTTP_PATH: &'static str;
     const GRPC_PATH: &'static str;
 
-    /// CPU-bound, with `prepare`: one decompressed body (protobuf for gRPC), decoded.
+    /// CPU-bound, with `prepare`: one decompressed body (protobuf for gRPC), decoded
+    /// and converted, record times checked against `bounds`.
     fn decode(
         kind: ContentKind,
         body: &[u8],
         bounds: &TimeBounds,
     ) -> Result<Self::Decoded, DecodeError>;
 
-    /// CPU-bound half: OTLP → records → queued for the store (what did not decode or
-    /// convert counted, for partial success). Run it on the ingest CPU pool.
+    /// CPU-bound half: the records queued for the store (what did not decode or
+    /// convert answered through partial success). Run it on the ingest CPU pool.
     /// `coming`: `Store::write_coming`, taken before the request was decoded.
     fn prepare(
         store: &Store,
         tenant: &TenantId,
         decoded: Self::Decoded,
-        bounds: &TimeBounds,
         coming: WriteComing,
     ) -> Result<Self::Ready, IngestFailure>;
 
@@ -146,7 +146,6 @@ impl Signal for Traces {
         store: &Store,
         tenant: &TenantId,
         decoded: Self::Decoded,
-        _bounds: &TimeBounds,
         coming: WriteComing,
     ) -> Result<Self::Ready, IngestFailure> {
         let queued = threadline_diagnosis::ingest::queue_traces(store, tenant, decoded, coming);
@@ -185,7 +184,7 @@ impl Signal for Traces {
 pub(crate) struct Logs;
 
 impl Signal for Logs {
-    type Decoded = (ExportLogsServiceRequest, Undecodable);
+    type Decoded = ConvertedLogs;
     type Response = ExportLogsServiceResponse;
     type Ready = ReadyLogs;
     const HTTP_PATH: &'static str = "/v1/logs";
@@ -194,21 +193,18 @@ impl Signal for Logs {
     fn decode(
         kind: ContentKind,
         body: &[u8],
-        _bounds: &TimeBounds,
+        bounds: &TimeBounds,
     ) -> Result<Self::Decoded, DecodeError> {
-        threadline_ingest::decode_export(kind, body)
+        threadline_ingest::decode_logs(kind, body, bounds)
     }
 
     fn prepare(
         store: &Store,
         tenant: &TenantId,
-        (request, refused): Self::Decoded,
-        bounds: &TimeBounds,
+        decoded: Self::Decoded,
         coming: WriteComing,
     ) -> Result<Self::Ready, IngestFailure> {
-        let queued = threadline_diagnosis::ingest::queue_logs(
-            store, tenant, request, refused, bounds, coming,
-        );
+        let queued = threadline_diagnosis::ingest::queue_logs(store, tenant, decoded, coming);
         let partial_success = queued
             .error_message
             .map(|error_message| ExportLogsPartialSuccess {
