@@ -284,7 +284,7 @@ impl RunState {
 
 /// Creates the node if new, else widens its seen-interval; `props` (a JSON object) is
 /// merged into the stored properties (RFC 7396 merge patch: later values win).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NodeUpsert {
     pub id: NodeId,
     pub seen_ns: i64,
@@ -293,7 +293,7 @@ pub struct NodeUpsert {
 
 /// Where an edge ends: a known node, or "whatever version of this dataset is newest"
 /// (an input read without a version facet), resolved by the store at write time.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum EdgeEnd {
     Node(NodeId),
     CurrentVersionOf(NodeId),
@@ -301,7 +301,7 @@ pub enum EdgeEnd {
 
 /// Creates the edge if new (first seen = `seen_ns`), else widens its seen-interval.
 /// `evidence` (a JSON object) is merged like node properties.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EdgeUpsert {
     pub src: EdgeEnd,
     pub dst: EdgeEnd,
@@ -315,7 +315,7 @@ pub struct EdgeUpsert {
 
 /// When a declared edge holds: from `from_ns` (`None`: from the start) until
 /// `until_ns` (`None`: still).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeclaredValidity {
     pub from_ns: Option<i64>,
     pub until_ns: Option<i64>,
@@ -324,7 +324,7 @@ pub struct DeclaredValidity {
 /// A run's state change at an event time; the store keeps the state of the latest
 /// event time, the earliest START as start and the latest terminal time as end, so
 /// events arriving out of order give the same result.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunTransition {
     pub run: NodeId,
     pub state: RunState,
@@ -332,7 +332,7 @@ pub struct RunTransition {
 }
 
 /// The identity of a lineage event for idempotency: the same key twice is stored once.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LineageEventKey {
     /// Run id for run events; the dataset or job node id for the others.
     pub subject: String,
@@ -343,7 +343,7 @@ pub struct LineageEventKey {
 /// A registry entry (model, adapter, prompt template, deployment …) as registered.
 /// Registering the same spec again changes nothing; a different spec becomes the
 /// node's next revision (earlier ones are kept).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AssetRegistration {
     pub id: NodeId,
     /// The entry as given in the manifest (a JSON object).
@@ -357,7 +357,7 @@ pub struct AssetRegistration {
 }
 
 /// An edge a registry spec declares into its own node: `src` → the asset, of `kind`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct DeclaredEdge {
     pub src: NodeId,
     pub kind: EdgeKind,
@@ -400,7 +400,7 @@ pub enum AssetOutcome {
 }
 
 /// One atomic change to the graph, e.g. everything one OpenLineage event implies.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct GraphUpdate {
     /// Registry entries, applied before the nodes and edges.
     pub assets: Vec<AssetRegistration>,

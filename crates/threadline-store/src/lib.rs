@@ -2,11 +2,12 @@
 //!
 //! The rest of the workspace holds a `Store` and calls `StoreBackend`'s operations:
 //! typed queries in, model types and typed results out, `StoreError` (a kind and a
-//! message, no backend type) on failure. Backends live in their own modules — today
-//! `sqlite` (the embedded default); nothing outside them names SQL, files or columns.
+//! message, no backend type) on failure. Backends live in their own modules — `sqlite` (the embedded
+//! default) and `clickhouse` (for deployments beyond one machine); nothing outside them names SQL, files or columns.
 
 mod ack;
 mod backend;
+mod clickhouse;
 mod erasure;
 mod error;
 mod log_search;
@@ -21,6 +22,7 @@ pub use backend::{
     Bound, ExemplarQuery, OpenSpans, SpanBatch, SpanReader, Store, StoreBackend, WriteComing,
     EXEMPLAR_DIMENSIONS,
 };
+pub use clickhouse::{ClickHouseConfig, ClickHouseOptions, ClickHouseStore};
 pub use erasure::{CopiesErased, ErasureRecord, ErasureReport, ErasureSubject, ERASED};
 pub use error::{ErrorKind, StoreError};
 pub use log_search::{LogCursor, LogPage, LogQuery, StoredLog};

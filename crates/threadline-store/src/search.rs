@@ -101,3 +101,77 @@ pub struct TracePage {
     pub traces: Vec<TraceSummary>,
     pub next_cursor: Option<TraceCursor>,
 }
+
+impl TraceSummary {
+    /// The summary of a trace from its spans' skeletons (any order): root, start,
+    /// duration, models and token usage (agent spans that repeat their LLM calls'
+    /// usage counted once), session and user.
+    pub(crate) fn of_skeleton(trace_id: TraceId, heads: &[crate::SkeletonSpan]) -> Self {
+        use std::collections::HashSet;
+        use threadline_model::SpanId;
+        let ids: HashSet<SpanId> = heads.iter().map(|h| h.span_id).collect();
+        // The root: a span without a parent in this trace, earliest first.
+        let root = heads
+            .iter()
+            .filter(|h| h.parent_span_id.is_none_or(|p| !ids.contains(&p)))
+            .min_by_key(|h| h.start_time_unix_nano)
+            .or_else(|| heads.iter().min_by_key(|h| h.start_time_unix_nano));
+        let start = heads
+            .iter()
+            .map(|h| h.start_time_unix_nano)
+            .min()
+            .unwrap_or(0);
+        let end = heads
+            .iter()
+            .map(|h| h.end_time_unix_nano)
+            .max()
+            .unwrap_or(0);
+        let mut models: Vec<String> = heads.iter().filter_map(|h| h.model.clone()).collect();
+        models.sort();
+        models.dedup();
+        // Agent spans repeat the usage of the LLM calls below them: count only spans whose
+        // children carry no token counts.
+        let parents_with_tokenized_children: HashSet<SpanId> = heads
+            .iter()
+            .filter(|h| h.total_tokens.is_some())
+            .filter_map(|h| h.parent_span_id)
+            .collect();
+        let counted = || {
+            heads
+                .iter()
+                .filter(|h| !parents_with_tokenized_children.contains(&h.span_id))
+        };
+        let total_tokens = counted().filter_map(|h| h.total_tokens).sum();
+        let mut usage: Vec<ModelUsage> = Vec::new();
+        for h in counted().filter(|h| h.input_tokens.is_some() || h.output_tokens.is_some()) {
+            let model = h.model.clone().unwrap_or_default();
+            let at = match usage.iter().position(|u| u.model == model) {
+                Some(at) => at,
+                None => {
+                    usage.push(ModelUsage {
+                        model,
+                        ..ModelUsage::default()
+                    });
+                    usage.len() - 1
+                }
+            };
+            usage[at].input_tokens += h.input_tokens.unwrap_or(0).max(0);
+            usage[at].output_tokens += h.output_tokens.unwrap_or(0).max(0);
+        }
+        let (session_id, user_id) = crate::SkeletonSpan::session_and_user(heads);
+        TraceSummary {
+            session_id: session_id.cloned(),
+            user_id: user_id.cloned(),
+            trace_id,
+            root_service: root.map(|r| r.service.clone()).unwrap_or_default(),
+            root_name: root.map(|r| r.name.clone()).unwrap_or_default(),
+            start_time_unix_nano: start,
+            duration_nanos: end.saturating_sub(start),
+            span_count: heads.len(),
+            error: heads.iter().any(|h| h.error),
+            models,
+            total_tokens,
+            usage,
+        }
+    }
+}

@@ -70,4 +70,13 @@ pub(crate) enum Located {
         len: u32,
         origin_hash: i64,
     },
+    /// A backend that reads a span by its ids (ClickHouse): nothing more to keep.
+    ById,
+}
+
+impl SpanLocation {
+    /// The location of a span read back by its ids.
+    pub(crate) fn remote() -> Self {
+        Self(Located::ById)
+    }
 }

@@ -2,8 +2,10 @@
 //! writes and reads, search, logs, lineage walks, rollups read right after a write,
 //! incidents, erasure, tenants kept apart, retried writes counted once.
 //!
-//! Each test runs against every backend `backends()` can open: the embedded SQLite
-//! store always. A new backend joins by adding itself there; nothing below names one.
+//! Each test runs against every backend `backends()` opens: the embedded SQLite store
+//! and ClickHouse (a fresh database on the server `THREADLINE_TEST_CLICKHOUSE` names,
+//! which `scripts/test` starts). A new backend joins by adding itself there; nothing
+//! below names one.
 
 use std::sync::Arc;
 
@@ -14,26 +16,55 @@ use threadline_model::{
     SpanOrigin, SpanRecord, SpanStatus, StatusCode, TenantId, TraceId,
 };
 use threadline_store::{
-    EmbeddedConfig, ErasureSubject, ErrorKind, ExemplarQuery, LogQuery, Store, TraceQuery,
-    WalkLimits,
+    ClickHouseConfig, ClickHouseOptions, ClickHouseStore, EmbeddedConfig, ErasureSubject,
+    ErrorKind, ExemplarQuery, LogQuery, Store, TraceQuery, WalkLimits,
 };
 
 /// A store under test and what keeps it alive.
 struct Backend {
     name: &'static str,
     store: Store,
-    _dir: tempfile::TempDir,
+    _dir: Option<tempfile::TempDir>,
 }
 
-/// Every backend this machine can open, each fresh and empty.
+/// Every backend, each fresh and empty.
 fn backends() -> Vec<Backend> {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open_embedded(dir.path(), EmbeddedConfig::default()).unwrap();
-    vec![Backend {
-        name: "sqlite",
-        store,
-        _dir: dir,
-    }]
+    vec![
+        Backend {
+            name: "sqlite",
+            store,
+            _dir: Some(dir),
+        },
+        Backend {
+            name: "clickhouse",
+            store: clickhouse_store(),
+            _dir: None,
+        },
+    ]
+}
+
+/// A ClickHouse store in a database of its own on the test server.
+fn clickhouse_store() -> Store {
+    let url = std::env::var("THREADLINE_TEST_CLICKHOUSE").expect(
+        "THREADLINE_TEST_CLICKHOUSE names no ClickHouse server: run the tests with scripts/test, \
+         or start one with `scripts/clickhouse start DIR` and export its URL",
+    );
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let database = format!(
+        "tl_contract_{}_{}",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+    );
+    let config = ClickHouseConfig {
+        url,
+        database,
+        user: None,
+        password: None,
+        cluster: None,
+    };
+    Store::new(ClickHouseStore::open(&config, ClickHouseOptions::default()).unwrap())
 }
 
 /// Runs `check` against each backend, naming the backend when it fails.

@@ -25,7 +25,7 @@ mod sessions;
 mod skeleton;
 mod span_screen;
 mod text_groups;
-mod text_index;
+pub(crate) mod text_index;
 mod text_indexer;
 mod trace_compactor;
 mod trace_index;

@@ -179,22 +179,25 @@ impl DetailSlot {
         }
     }
 
-    /// The slot and the origin a `SpanLocation` of the embedded store names.
-    pub(crate) fn of_located(located: crate::skeleton::Located) -> (Self, i64) {
-        let crate::skeleton::Located::Embedded {
-            block_id,
-            offset,
-            len,
-            origin_hash,
-        } = located;
-        (
-            Self {
+    /// The slot and the origin a `SpanLocation` of the embedded store names; `None`
+    /// for another backend's location.
+    pub(crate) fn of_located(located: crate::skeleton::Located) -> Option<(Self, i64)> {
+        match located {
+            crate::skeleton::Located::Embedded {
                 block_id,
                 offset,
                 len,
-            },
-            origin_hash,
-        )
+                origin_hash,
+            } => Some((
+                Self {
+                    block_id,
+                    offset,
+                    len,
+                },
+                origin_hash,
+            )),
+            crate::skeleton::Located::ById => None,
+        }
     }
 
     /// Where the detail sits in its decompressed block.

@@ -44,7 +44,9 @@ impl SqliteSpans {
 impl crate::OpenSpans for SqliteSpans {
     fn span(&mut self, skeleton: &SkeletonSpan) -> Result<SpanRecord, StoreError> {
         let conn = self.conn.as_ref().ok_or(StoreError::writer_stopped())?;
-        let (slot, origin_hash) = DetailSlot::of_located(skeleton.location.0);
+        let (slot, origin_hash) = DetailSlot::of_located(skeleton.location.0).ok_or_else(|| {
+            StoreError::invalid_query("a skeleton of another store was handed to the embedded one")
+        })?;
         let (detail, llm) = self.blocks.detail(conn, slot)?;
         Ok(SpanRecord {
             trace_id: self.trace_id,

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use rusqlite::types::Value;
 use rusqlite::{Connection, Row};
-use threadline_model::{SpanId, TenantId, TraceId};
+use threadline_model::{TenantId, TraceId};
 
 use crate::sqlite::block_values::{BlockProbe, ValueField};
 use crate::sqlite::newest_first::{Keep, NewestFirst, RowFilter, SpanWindow, TENANT_ONLY};
@@ -34,9 +34,7 @@ use crate::sqlite::trace_index::RunFilters;
 use crate::sqlite::trace_lookup::{self, RowRange};
 use crate::sqlite::{sqlite_err, StoreError};
 
-pub(crate) use crate::search::{
-    ModelUsage, NameMatch, TraceCursor, TracePage, TraceQuery, TraceSummary,
-};
+pub(crate) use crate::search::{NameMatch, TraceCursor, TracePage, TraceQuery, TraceSummary};
 
 mod filters;
 mod matcher;
@@ -491,68 +489,5 @@ fn summarize(
     ranges: &[RowRange],
 ) -> Result<TraceSummary, StoreError> {
     let heads = crate::sqlite::skeleton::skeleton_rows(conn, tenant_id, trace_id, ranges)?;
-    let ids: HashSet<SpanId> = heads.iter().map(|h| h.span_id).collect();
-    // The root: a span without a parent in this trace, earliest first.
-    let root = heads
-        .iter()
-        .filter(|h| h.parent_span_id.is_none_or(|p| !ids.contains(&p)))
-        .min_by_key(|h| h.start_time_unix_nano)
-        .or_else(|| heads.iter().min_by_key(|h| h.start_time_unix_nano));
-    let start = heads
-        .iter()
-        .map(|h| h.start_time_unix_nano)
-        .min()
-        .unwrap_or(0);
-    let end = heads
-        .iter()
-        .map(|h| h.end_time_unix_nano)
-        .max()
-        .unwrap_or(0);
-    let mut models: Vec<String> = heads.iter().filter_map(|h| h.model.clone()).collect();
-    models.sort();
-    models.dedup();
-    // Agent spans repeat the usage of the LLM calls below them: count only spans whose
-    // children carry no token counts.
-    let parents_with_tokenized_children: HashSet<SpanId> = heads
-        .iter()
-        .filter(|h| h.total_tokens.is_some())
-        .filter_map(|h| h.parent_span_id)
-        .collect();
-    let counted = || {
-        heads
-            .iter()
-            .filter(|h| !parents_with_tokenized_children.contains(&h.span_id))
-    };
-    let total_tokens = counted().filter_map(|h| h.total_tokens).sum();
-    let mut usage: Vec<ModelUsage> = Vec::new();
-    for h in counted().filter(|h| h.input_tokens.is_some() || h.output_tokens.is_some()) {
-        let model = h.model.clone().unwrap_or_default();
-        let at = match usage.iter().position(|u| u.model == model) {
-            Some(at) => at,
-            None => {
-                usage.push(ModelUsage {
-                    model,
-                    ..ModelUsage::default()
-                });
-                usage.len() - 1
-            }
-        };
-        usage[at].input_tokens += h.input_tokens.unwrap_or(0).max(0);
-        usage[at].output_tokens += h.output_tokens.unwrap_or(0).max(0);
-    }
-    let (session_id, user_id) = crate::sqlite::SkeletonSpan::session_and_user(&heads);
-    Ok(TraceSummary {
-        session_id: session_id.cloned(),
-        user_id: user_id.cloned(),
-        trace_id,
-        root_service: root.map(|r| r.service.clone()).unwrap_or_default(),
-        root_name: root.map(|r| r.name.clone()).unwrap_or_default(),
-        start_time_unix_nano: start,
-        duration_nanos: end.saturating_sub(start),
-        span_count: heads.len(),
-        error: heads.iter().any(|h| h.error),
-        models,
-        total_tokens,
-        usage,
-    })
+    Ok(TraceSummary::of_skeleton(trace_id, &heads))
 }

@@ -1,0 +1,341 @@
+//! The lineage graph on ClickHouse: the log of every change (`graph_events`, JSON
+//! bodies ordered by a stamp) is the truth; each replica keeps a materialized copy in
+//! an embedded store of its own (a scratch directory) that it brings up to date from
+//! the log before every graph read and write, and rebuilds from the log when it starts
+//! or after an erasure rewrote the log. Walks, lookups, registry outcomes and drift are
+//! then the embedded store's, hop by hop in memory-mapped SQLite — no graph query runs
+//! as ClickHouse SQL (a measured reason: ARCHITECTURE.md).
+//!
+//! Order: a replica applies the log in stamp order. Events another replica stamped
+//! earlier but inserted after this one read past them are picked up by re-reading a
+//! slack window behind the newest applied stamp (`SLACK`), applied late; the changes a
+//! graph update makes (seen-intervals widen, properties merge) do not depend on order
+//! but for properties two replicas set differently at once.
+//!
+//! Span bindings (instance → image, adapter, route …) repeat on every request: a
+//! binding is logged when new or when its last-seen time moved by more than
+//! `BINDING_REFRESH_NS`, so the log grows with the deployment's changes, not traffic.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+use threadline_model::{EdgeEnd, EdgeKind, GraphUpdate, TenantId};
+
+use crate::clickhouse::client::Connection;
+use crate::clickhouse::next_stamp;
+use crate::sqlite::SqliteStore;
+use crate::{Applied, StoreBackend, StoreError, WriteAck};
+
+/// How far behind the newest applied stamp a catch-up re-reads the log (nanoseconds
+/// of stamp, which follow the writing replica's clock).
+const SLACK_NS: u64 = 120_000_000_000;
+/// A binding seen again is logged once its last-seen time moved this far.
+const BINDING_REFRESH_NS: i64 = 60_000_000_000;
+
+/// One entry of the log.
+#[derive(Serialize, Deserialize)]
+enum Event {
+    Update {
+        update: GraphUpdate,
+        received_ns: i64,
+    },
+    /// The log was rewritten (an erasure): every copy is rebuilt from it.
+    Rebuild,
+}
+
+#[derive(clickhouse::Row, Serialize, Deserialize)]
+struct EventRow {
+    seq: u64,
+    tenant: String,
+    #[serde(with = "crate::clickhouse::rows::bytes")]
+    body: Vec<u8>,
+}
+
+/// A replica's materialized copy.
+struct Local {
+    store: SqliteStore,
+    dir: PathBuf,
+    /// Stamps applied in the slack window (older ones are below `horizon`).
+    applied: BTreeSet<u64>,
+    newest: u64,
+}
+
+impl Local {
+    fn create() -> Result<Self, StoreError> {
+        static COPIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "threadline-graph-{}-{}",
+            std::process::id(),
+            COPIES.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = SqliteStore::open(&dir, crate::EmbeddedConfig::default())?;
+        Ok(Self {
+            store,
+            dir,
+            applied: BTreeSet::new(),
+            newest: 0,
+        })
+    }
+
+    fn horizon(&self) -> u64 {
+        self.newest.saturating_sub(SLACK_NS << 8)
+    }
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub(crate) struct Graph {
+    conn: Arc<Connection>,
+    local: Mutex<Local>,
+    /// (tenant, src, dst, kind) → the last-seen time last logged.
+    bindings: Mutex<foldhash::HashMap<(TenantId, String, String, EdgeKind), i64>>,
+}
+
+fn end_key(end: &EdgeEnd) -> String {
+    match end {
+        EdgeEnd::Node(id) => id.to_string(),
+        EdgeEnd::CurrentVersionOf(id) => format!("current-of:{id}"),
+    }
+}
+
+impl Graph {
+    pub(crate) fn open(conn: Arc<Connection>) -> Result<Self, StoreError> {
+        let graph = Self {
+            conn,
+            local: Mutex::new(Local::create()?),
+            bindings: Mutex::new(Default::default()),
+        };
+        graph.read()?;
+        Ok(graph)
+    }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Local>, StoreError> {
+        self.local
+            .lock()
+            .map_err(|_| StoreError::poisoned("lineage graph copy"))
+    }
+
+    /// The materialized copy, up to date with the log.
+    pub(crate) fn read(&self) -> Result<SqliteStore, StoreError> {
+        let mut local = self.lock()?;
+        self.catch_up(&mut local)?;
+        Ok(local.store.clone())
+    }
+
+    /// Applies the log's entries this copy has not applied.
+    fn catch_up(&self, local: &mut Local) -> Result<(), StoreError> {
+        let rows = self.events_after(local.horizon())?;
+        if rows
+            .iter()
+            .any(|r| !local.applied.contains(&r.seq) && r.seq > local.horizon() && is_rebuild(r))
+        {
+            *local = Local::create()?;
+            return self.replay(local, self.events_after(0)?);
+        }
+        self.replay(local, rows)
+    }
+
+    fn replay(&self, local: &mut Local, rows: Vec<EventRow>) -> Result<(), StoreError> {
+        for row in rows {
+            if local.applied.contains(&row.seq) || (row.seq <= local.horizon() && local.newest > 0)
+            {
+                continue;
+            }
+            let event: Event = serde_json::from_slice(&row.body).map_err(|e| {
+                StoreError::corrupt(format!(
+                    "lineage log entry {} does not decode: {e}",
+                    row.seq
+                ))
+            })?;
+            if let Event::Update {
+                update,
+                received_ns,
+            } = event
+            {
+                let tenant = TenantId::new(&row.tenant).map_err(|e| {
+                    StoreError::corrupt(format!("lineage log entry {}: {e}", row.seq))
+                })?;
+                local
+                    .store
+                    .write_graph(&tenant, update, received_ns)?
+                    .wait_blocking()?;
+            }
+            local.applied.insert(row.seq);
+            local.newest = local.newest.max(row.seq);
+        }
+        let horizon = local.horizon();
+        local.applied = local.applied.split_off(&horizon);
+        Ok(())
+    }
+
+    fn events_after(&self, seq: u64) -> Result<Vec<EventRow>, StoreError> {
+        let query = self.conn.client.query(&format!(
+            "SELECT seq, toString(tenant), body FROM graph_events WHERE seq > {seq}
+             ORDER BY seq LIMIT 1 BY seq"
+        ));
+        self.conn.fetch_all(query)
+    }
+
+    /// Applies a change to this copy and logs it (when it changed anything); the ack
+    /// is resolved once the log holds it.
+    pub(crate) fn write(
+        &self,
+        tenant: &TenantId,
+        update: GraphUpdate,
+        received_ns: i64,
+    ) -> Result<WriteAck, StoreError> {
+        let applied = self.apply_and_log(tenant, update, received_ns)?;
+        let (done, ack) = tokio::sync::oneshot::channel();
+        let _ = done.send(Ok(applied));
+        Ok(WriteAck::of(ack))
+    }
+
+    fn apply_and_log(
+        &self,
+        tenant: &TenantId,
+        update: GraphUpdate,
+        received_ns: i64,
+    ) -> Result<Applied, StoreError> {
+        let mut local = self.lock()?;
+        self.catch_up(&mut local)?;
+        let event = Event::Update {
+            update: update.clone(),
+            received_ns,
+        };
+        let applied = local
+            .store
+            .write_graph(tenant, update, received_ns)?
+            .wait_blocking()?;
+        if applied.changed {
+            let seq = self.log(tenant, &event)?;
+            local.applied.insert(seq);
+            local.newest = local.newest.max(seq);
+        }
+        Ok(applied)
+    }
+
+    /// Appends an entry to the log; its stamp.
+    fn log(&self, tenant: &TenantId, event: &Event) -> Result<u64, StoreError> {
+        let body = serde_json::to_vec(event)
+            .map_err(|e| StoreError::corrupt(format!("cannot encode a lineage change: {e}")))?;
+        let seq = next_stamp();
+        let row = EventRow {
+            seq,
+            tenant: tenant.as_str().to_owned(),
+            body,
+        };
+        let client = self.conn.client.clone();
+        self.conn.run(async move {
+            let mut insert = client.insert::<EventRow>("graph_events").await?;
+            insert.write(&row).await?;
+            insert.end().await
+        })?;
+        Ok(seq)
+    }
+
+    /// Logs the span bindings that are new or whose last-seen time moved on.
+    pub(crate) fn note_bindings(
+        &self,
+        tenant: &TenantId,
+        mut bindings: GraphUpdate,
+    ) -> Result<(), StoreError> {
+        {
+            let logged = self
+                .bindings
+                .lock()
+                .map_err(|_| StoreError::poisoned("logged bindings"))?;
+            bindings.edges.retain(|e| {
+                let key = (tenant.clone(), end_key(&e.src), end_key(&e.dst), e.kind);
+                logged
+                    .get(&key)
+                    .is_none_or(|&seen| e.seen_ns > seen + BINDING_REFRESH_NS || e.seen_ns < seen)
+            });
+        }
+        if bindings.edges.is_empty() && bindings.nodes.is_empty() {
+            return Ok(());
+        }
+        let edges: Vec<(String, String, EdgeKind, i64)> = bindings
+            .edges
+            .iter()
+            .map(|e| (end_key(&e.src), end_key(&e.dst), e.kind, e.seen_ns))
+            .collect();
+        self.apply_and_log(tenant, bindings, super::now_ns() as i64)?;
+        let mut logged = self
+            .bindings
+            .lock()
+            .map_err(|_| StoreError::poisoned("logged bindings"))?;
+        if logged.len() > 200_000 {
+            logged.clear();
+        }
+        for (src, dst, kind, seen) in edges {
+            let slot = logged
+                .entry((tenant.clone(), src, dst, kind))
+                .or_insert(seen);
+            *slot = (*slot).max(seen);
+        }
+        Ok(())
+    }
+
+    /// Erases the subject from this copy (the report's lineage counts), rewrites every
+    /// log entry that names it, and logs a rebuild so that every copy — this one too —
+    /// is rebuilt from the rewritten log.
+    pub(crate) fn erase(
+        &self,
+        tenant: &TenantId,
+        subject: &crate::ErasureSubject,
+        requested_by: &str,
+        requested_ns: i64,
+    ) -> Result<crate::CopiesErased, StoreError> {
+        let mut local = self.lock()?;
+        self.catch_up(&mut local)?;
+        let report = local
+            .store
+            .erase(tenant, subject.clone(), requested_by, requested_ns)?
+            .wait_blocking()?
+            .erasure
+            .unwrap_or_default();
+        let quoted = serde_json::to_string(subject.value())
+            .map_err(|e| StoreError::corrupt(format!("cannot encode a subject: {e}")))?;
+        let erased = serde_json::to_string(crate::ERASED)
+            .map_err(|e| StoreError::corrupt(format!("cannot encode a subject: {e}")))?;
+        let rewrite = format!(
+            "ALTER TABLE graph_events UPDATE body = replaceAll(body, {q}, {e})
+             WHERE tenant = {t} AND position(body, {q}) > 0",
+            q = sql_string(&quoted),
+            e = sql_string(&erased),
+            t = sql_string(tenant.as_str()),
+        );
+        self.conn.execute(rewrite)?;
+        self.log(tenant, &Event::Rebuild)?;
+        // This copy is rebuilt at the next read; its scratch files go now.
+        *local = Local::create()?;
+        Ok(report.copies)
+    }
+}
+
+fn is_rebuild(row: &EventRow) -> bool {
+    row.body.starts_with(b"\"Rebuild\"")
+}
+
+/// A string as a ClickHouse literal.
+pub(crate) fn sql_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('\'');
+    for c in s.chars() {
+        match c {
+            '\'' => out.push_str("\\'"),
+            '\\' => out.push_str("\\\\"),
+            '\0' => out.push_str("\\0"),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}

@@ -1,0 +1,449 @@
+//! Rows of the ClickHouse tables as RowBinary reads and writes them, and their making
+//! from (and back into) model types. Field order is column order (`schema`).
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use threadline_model::{
+    LlmView, LogDetail, LogRecord, SpanDetail, SpanId, SpanKind, SpanOrigin, SpanRecord,
+    StatusCode, TraceId,
+};
+
+use crate::{SkeletonSpan, SpanLocation, StoreError};
+
+/// Seconds of a nanosecond time, as a `DateTime` column holds it (saturating).
+pub(crate) fn seconds(ns: u64) -> u32 {
+    (ns / 1_000_000_000).min(u64::from(u32::MAX)) as u32
+}
+
+/// An OTLP span kind as one byte.
+fn kind_byte(kind: SpanKind) -> u8 {
+    kind.to_otlp().clamp(0, 255) as u8
+}
+
+/// A row of `spans`: a span whole.
+#[derive(clickhouse::Row, Serialize, Deserialize, Clone)]
+pub(crate) struct SpanRow {
+    pub(crate) tenant: String,
+    pub(crate) trace_id: [u8; 16],
+    pub(crate) span_id: [u8; 8],
+    pub(crate) parent_span_id: [u8; 8],
+    pub(crate) has_parent: u8,
+    pub(crate) start_time: u32,
+    pub(crate) start_ns: u64,
+    pub(crate) end_ns: u64,
+    pub(crate) service: String,
+    pub(crate) name: String,
+    pub(crate) kind: u8,
+    pub(crate) error: u8,
+    pub(crate) model: Option<String>,
+    pub(crate) session_id: Option<String>,
+    pub(crate) user_id: Option<String>,
+    pub(crate) total_tokens: Option<i64>,
+    pub(crate) input_tokens: Option<i64>,
+    pub(crate) output_tokens: Option<i64>,
+    #[serde(with = "bytes")]
+    pub(crate) detail: Vec<u8>,
+    #[serde(with = "bytes")]
+    pub(crate) origin: Vec<u8>,
+    pub(crate) version: u64,
+}
+
+/// A row of `span_search`: what a search filters a span on.
+#[derive(clickhouse::Row, Serialize, Deserialize, Clone)]
+pub(crate) struct SearchRow {
+    pub(crate) tenant: String,
+    pub(crate) start_time: u32,
+    pub(crate) start_ns: u64,
+    pub(crate) trace_id: [u8; 16],
+    pub(crate) span_id: [u8; 8],
+    pub(crate) entry: u8,
+    pub(crate) service: String,
+    pub(crate) name: String,
+    pub(crate) duration_ns: u64,
+    pub(crate) error: u8,
+    pub(crate) model: String,
+    pub(crate) response_model: String,
+    pub(crate) route: String,
+    pub(crate) adapter: String,
+    pub(crate) ab_group: String,
+    pub(crate) instance: String,
+    pub(crate) image: String,
+    pub(crate) prompt_version: String,
+    pub(crate) session_id: String,
+    pub(crate) user_id: String,
+    pub(crate) attributes: Vec<String>,
+    pub(crate) version: u64,
+}
+
+/// The `key=value` strings a span's `attr.` filters match: its own attributes, then
+/// the resource's it does not shadow (as the embedded store's matcher looks them up).
+pub(crate) fn attribute_pairs(span: &SpanRecord) -> Vec<String> {
+    let own = &span.detail.attributes;
+    let mut out = Vec::with_capacity(own.len() + span.origin.resource_attributes.len());
+    let mut push = |key: &str, value: &threadline_model::AttrValue| {
+        let mut pair = String::with_capacity(key.len() + 16);
+        pair.push_str(key);
+        pair.push('=');
+        value.write_display(&mut pair);
+        out.push(pair);
+    };
+    // The first of a repeated key is the one `SpanDetail::attr` finds.
+    let mut seen: Vec<&str> = Vec::with_capacity(own.len());
+    for a in own {
+        if !seen.contains(&a.key.as_str()) {
+            seen.push(&a.key);
+            push(&a.key, &a.value);
+        }
+    }
+    for a in &span.origin.resource_attributes {
+        if !seen.contains(&a.key.as_str()) {
+            seen.push(&a.key);
+            push(&a.key, &a.value);
+        }
+    }
+    out
+}
+
+/// The encoded detail (detail and LLM view) and origin of a span.
+pub(crate) fn encode_span(span: &SpanRecord) -> Result<(Vec<u8>, Vec<u8>), StoreError> {
+    let detail = postcard::to_stdvec(&(&span.detail, &span.llm))
+        .map_err(|e| StoreError::corrupt(format!("cannot encode a span detail: {e}")))?;
+    let origin = postcard::to_stdvec(&*span.origin)
+        .map_err(|e| StoreError::corrupt(format!("cannot encode a span origin: {e}")))?;
+    Ok((detail, origin))
+}
+
+/// Origins decoded once per distinct encoding within one read.
+#[derive(Default)]
+pub(crate) struct Origins(foldhash::HashMap<Vec<u8>, Arc<SpanOrigin>>);
+
+impl Origins {
+    pub(crate) fn get(&mut self, bytes: &[u8]) -> Result<Arc<SpanOrigin>, StoreError> {
+        if let Some(o) = self.0.get(bytes) {
+            return Ok(Arc::clone(o));
+        }
+        let origin: SpanOrigin = postcard::from_bytes(bytes)
+            .map_err(|e| StoreError::corrupt(format!("a stored origin does not decode: {e}")))?;
+        let origin = Arc::new(origin);
+        self.0.insert(bytes.to_vec(), Arc::clone(&origin));
+        Ok(origin)
+    }
+}
+
+impl SpanRow {
+    pub(crate) fn of(tenant: &str, span: &SpanRecord, version: u64) -> Result<Self, StoreError> {
+        let (detail, origin) = encode_span(span)?;
+        let llm = span.llm.as_ref();
+        Ok(Self {
+            tenant: tenant.to_owned(),
+            trace_id: span.trace_id.0,
+            span_id: span.span_id.0,
+            parent_span_id: span.parent_span_id.map_or([0; 8], |p| p.0),
+            has_parent: u8::from(span.parent_span_id.is_some()),
+            start_time: seconds(span.start_time_unix_nano),
+            start_ns: span.start_time_unix_nano,
+            end_ns: span.end_time_unix_nano,
+            service: span.service.clone(),
+            name: span.name.clone(),
+            kind: kind_byte(span.kind),
+            error: u8::from(span.is_error()),
+            model: llm.and_then(|l| l.model()).map(str::to_owned),
+            session_id: llm.and_then(|l| l.session_id.clone()),
+            user_id: llm.and_then(|l| l.user_id.clone()),
+            total_tokens: llm.and_then(|l| l.total_tokens),
+            input_tokens: llm.and_then(|l| l.input_tokens),
+            output_tokens: llm.and_then(|l| l.output_tokens),
+            detail,
+            origin,
+            version,
+        })
+    }
+
+    fn ids(&self) -> (TraceId, SpanId, Option<SpanId>) {
+        (
+            TraceId(self.trace_id),
+            SpanId(self.span_id),
+            (self.has_parent != 0).then_some(SpanId(self.parent_span_id)),
+        )
+    }
+
+    /// The span as it was written.
+    pub(crate) fn into_record(self, origins: &mut Origins) -> Result<SpanRecord, StoreError> {
+        let (trace_id, span_id, parent_span_id) = self.ids();
+        let (detail, llm): (SpanDetail, Option<LlmView>) = postcard::from_bytes(&self.detail)
+            .map_err(|e| StoreError::corrupt(format!("a stored span does not decode: {e}")))?;
+        Ok(SpanRecord {
+            trace_id,
+            span_id,
+            parent_span_id,
+            name: self.name,
+            service: self.service,
+            kind: SpanKind::from_otlp(i32::from(self.kind)),
+            start_time_unix_nano: self.start_ns,
+            end_time_unix_nano: self.end_ns,
+            detail,
+            origin: origins.get(&self.origin)?,
+            llm,
+        })
+    }
+}
+
+/// The header of a span (`spans` without detail and origin): a skeleton row.
+#[derive(clickhouse::Row, Deserialize)]
+pub(crate) struct HeadRow {
+    pub(crate) span_id: [u8; 8],
+    pub(crate) parent_span_id: [u8; 8],
+    pub(crate) has_parent: u8,
+    pub(crate) start_ns: u64,
+    pub(crate) end_ns: u64,
+    pub(crate) service: String,
+    pub(crate) name: String,
+    pub(crate) kind: u8,
+    pub(crate) error: u8,
+    pub(crate) model: Option<String>,
+    pub(crate) session_id: Option<String>,
+    pub(crate) user_id: Option<String>,
+    pub(crate) total_tokens: Option<i64>,
+    pub(crate) input_tokens: Option<i64>,
+    pub(crate) output_tokens: Option<i64>,
+}
+
+/// The columns of `HeadRow`, in order.
+pub(crate) const HEAD_COLUMNS: &str = "span_id, parent_span_id, has_parent, start_ns, end_ns, \
+    service, name, kind, error, model, session_id, user_id, total_tokens, input_tokens, \
+    output_tokens";
+
+impl HeadRow {
+    pub(crate) fn into_skeleton(self) -> SkeletonSpan {
+        SkeletonSpan {
+            span_id: SpanId(self.span_id),
+            parent_span_id: (self.has_parent != 0).then_some(SpanId(self.parent_span_id)),
+            name: self.name,
+            service: self.service,
+            kind: SpanKind::from_otlp(i32::from(self.kind)),
+            start_time_unix_nano: self.start_ns,
+            end_time_unix_nano: self.end_ns,
+            error: self.error != 0,
+            model: self.model,
+            total_tokens: self.total_tokens,
+            input_tokens: self.input_tokens,
+            output_tokens: self.output_tokens,
+            session_id: self.session_id,
+            user_id: self.user_id,
+            location: SpanLocation::remote(),
+        }
+    }
+}
+
+impl SearchRow {
+    pub(crate) fn of(tenant: &str, span: &SpanRecord, version: u64) -> Self {
+        let llm = span.llm.as_ref();
+        let text =
+            |f: fn(&LlmView) -> Option<&String>| llm.and_then(f).cloned().unwrap_or_default();
+        let model = llm.and_then(|l| l.model()).unwrap_or_default().to_owned();
+        let response_model = llm
+            .and_then(|l| l.response_model.as_ref())
+            .filter(|r| **r != model)
+            .cloned()
+            .unwrap_or_default();
+        Self {
+            tenant: tenant.to_owned(),
+            start_time: seconds(span.start_time_unix_nano),
+            start_ns: span.start_time_unix_nano,
+            trace_id: span.trace_id.0,
+            span_id: span.span_id.0,
+            entry: u8::from(
+                span.parent_span_id.is_none()
+                    || matches!(span.kind, SpanKind::Server | SpanKind::Consumer),
+            ),
+            service: span.service.clone(),
+            name: span.name.clone(),
+            duration_ns: span.duration_nanos(),
+            error: u8::from(span.detail.status.code == StatusCode::Error),
+            model,
+            response_model,
+            route: text(|l| l.route.as_ref()),
+            adapter: text(|l| l.adapter_id.as_ref()),
+            ab_group: text(|l| l.ab_group.as_ref()),
+            instance: text(|l| l.instance_id.as_ref()),
+            image: text(|l| l.image.as_ref()),
+            prompt_version: text(|l| l.prompt_template_version.as_ref()),
+            session_id: text(|l| l.session_id.as_ref()),
+            user_id: text(|l| l.user_id.as_ref()),
+            attributes: attribute_pairs(span),
+            version,
+        }
+    }
+}
+
+/// A row of `logs`.
+#[derive(clickhouse::Row, Serialize, Deserialize, Clone)]
+pub(crate) struct LogRow {
+    pub(crate) tenant: String,
+    pub(crate) time: u32,
+    pub(crate) time_ns: u64,
+    pub(crate) seq: i64,
+    pub(crate) trace_id: [u8; 16],
+    pub(crate) has_trace: u8,
+    pub(crate) span_id: [u8; 8],
+    pub(crate) has_span: u8,
+    pub(crate) service: String,
+    pub(crate) severity: i32,
+    pub(crate) event_name: String,
+    /// Whose record it is (`LogDetail::subject_ids`): what an erasure finds it by.
+    pub(crate) user_id: String,
+    pub(crate) session_id: String,
+    #[serde(with = "bytes")]
+    pub(crate) detail: Vec<u8>,
+    #[serde(with = "bytes")]
+    pub(crate) origin: Vec<u8>,
+    pub(crate) version: u64,
+}
+
+/// The columns of `LogRow`, in order.
+pub(crate) const LOG_COLUMNS: &str = "tenant, time, time_ns, seq, trace_id, has_trace, span_id, \
+    has_span, service, severity, event_name, user_id, session_id, detail, origin, version";
+
+impl LogRow {
+    pub(crate) fn of(
+        tenant: &str,
+        record: &LogRecord,
+        seq: i64,
+        version: u64,
+    ) -> Result<Self, StoreError> {
+        let detail = postcard::to_stdvec(&record.detail)
+            .map_err(|e| StoreError::corrupt(format!("cannot encode a log record: {e}")))?;
+        let origin = postcard::to_stdvec(&*record.origin)
+            .map_err(|e| StoreError::corrupt(format!("cannot encode a log origin: {e}")))?;
+        let (user_id, session_id) = record.detail.subject_ids();
+        Ok(Self {
+            tenant: tenant.to_owned(),
+            time: seconds(record.time_unix_nano),
+            time_ns: record.time_unix_nano,
+            seq,
+            trace_id: record.trace_id.map_or([0; 16], |t| t.0),
+            has_trace: u8::from(record.trace_id.is_some()),
+            span_id: record.span_id.map_or([0; 8], |s| s.0),
+            has_span: u8::from(record.span_id.is_some()),
+            service: record.service.clone(),
+            severity: record.detail.severity_number,
+            event_name: record.detail.event_name.clone(),
+            user_id: user_id.unwrap_or_default().to_owned(),
+            session_id: session_id.unwrap_or_default().to_owned(),
+            detail,
+            origin,
+            version,
+        })
+    }
+
+    pub(crate) fn into_record(self, origins: &mut Origins) -> Result<LogRecord, StoreError> {
+        let detail: LogDetail = postcard::from_bytes(&self.detail).map_err(|e| {
+            StoreError::corrupt(format!("a stored log record does not decode: {e}"))
+        })?;
+        Ok(LogRecord {
+            time_unix_nano: self.time_ns,
+            trace_id: (self.has_trace != 0).then_some(TraceId(self.trace_id)),
+            span_id: (self.has_span != 0).then_some(SpanId(self.span_id)),
+            service: self.service,
+            detail,
+            origin: origins.get(&self.origin)?,
+        })
+    }
+}
+
+/// A rollup cell or hop cell as one write computed it.
+#[derive(clickhouse::Row, Serialize, Deserialize, Clone)]
+pub(crate) struct CellRow {
+    pub(crate) tenant: String,
+    pub(crate) minute: i64,
+    pub(crate) series: String,
+    #[serde(with = "bytes")]
+    pub(crate) cell: Vec<u8>,
+    pub(crate) batch: u64,
+}
+
+#[derive(clickhouse::Row, Serialize, Deserialize, Clone)]
+pub(crate) struct HopRow {
+    pub(crate) tenant: String,
+    pub(crate) minute: i64,
+    pub(crate) caller: String,
+    pub(crate) callee: String,
+    #[serde(with = "bytes")]
+    pub(crate) cell: Vec<u8>,
+    pub(crate) batch: u64,
+}
+
+#[derive(clickhouse::Row, Serialize, Deserialize, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct OperationRow {
+    pub(crate) tenant: String,
+    pub(crate) service: String,
+    pub(crate) name: String,
+    pub(crate) kind: u8,
+}
+
+impl OperationRow {
+    pub(crate) fn of(tenant: &str, span: &SpanRecord) -> Self {
+        Self {
+            tenant: tenant.to_owned(),
+            service: span.service.clone(),
+            name: span.name.clone(),
+            kind: kind_byte(span.kind),
+        }
+    }
+}
+
+#[derive(clickhouse::Row, Serialize, Deserialize, Clone)]
+pub(crate) struct TenantRow {
+    pub(crate) tenant: String,
+}
+
+#[derive(clickhouse::Row, Serialize, Deserialize, Clone)]
+pub(crate) struct IncidentRow {
+    pub(crate) tenant: String,
+    pub(crate) id: String,
+    pub(crate) onset_minute: i64,
+    #[serde(with = "bytes")]
+    pub(crate) body: Vec<u8>,
+    pub(crate) version: u64,
+}
+
+#[derive(clickhouse::Row, Serialize, Deserialize, Clone)]
+pub(crate) struct MarkRow {
+    pub(crate) tenant: String,
+    pub(crate) minute: i64,
+    pub(crate) version: u64,
+}
+
+/// Bytes as a `String` column: RowBinary writes both as a length and the bytes.
+pub(crate) mod bytes {
+    pub(crate) fn serialize<S: serde::Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(v)
+    }
+
+    pub(crate) fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Vec<u8>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("bytes")
+            }
+            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+                Ok(v.to_vec())
+            }
+            fn visit_borrowed_bytes<E: serde::de::Error>(self, v: &'de [u8]) -> Result<Vec<u8>, E> {
+                Ok(v.to_vec())
+            }
+            fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
+                Ok(v)
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Vec<u8>, E> {
+                Ok(v.as_bytes().to_vec())
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Vec<u8>, E> {
+                Ok(v.into_bytes())
+            }
+        }
+        d.deserialize_byte_buf(Visitor)
+    }
+}

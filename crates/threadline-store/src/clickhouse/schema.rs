@@ -1,0 +1,374 @@
+//! The ClickHouse schema: versioned migrations, each a list of statements templated by
+//! the server's version (`Dialect`): Debian's 18.16 gets what it has, current releases
+//! also get column codecs and skip indexes.
+//!
+//! Layout (ARCHITECTURE.md has the reasons and the cost per span):
+//! - `spans`: every span whole, `ORDER BY (tenant, trace_id, span_id)` — a trace is one
+//!   range of the primary index per day partition. The detail and origin are postcard
+//!   bytes (strings kept as sent, so a text scan can screen them), compressed by the
+//!   column's codec.
+//! - `span_search`: the narrow columns searches filter on, `ORDER BY (tenant, start_ns,
+//!   trace_id, span_id)` — a time window is one range; attributes as `key=value`
+//!   strings in one array (the span's own first, then resource attributes it does
+//!   not shadow), so `has()` is an exact filter.
+//! - `logs`, `rollup_cells`, `hop_cells`, `incidents`, `detector_marks`, `operations`,
+//!   `tenants`, `graph_events`, `erasures`.
+//!
+//! Every table is a `ReplacingMergeTree` or append-only: a batch sent twice (a retry, a
+//! spool replayed after a crash) collapses to one row per key on merge, and readers
+//! never count a key twice before that (`LIMIT 1 BY`, `FINAL` or `DISTINCT`).
+//! Parts dropped by merges and mutations leave the disk after `old_parts_lifetime`
+//! seconds (set low here: erasure waits for it).
+
+use crate::clickhouse::client::{Connection, ServerVersion};
+use crate::StoreError;
+
+/// Seconds an inactive part (merged away or rewritten by a mutation) stays on disk.
+pub(crate) const OLD_PARTS_LIFETIME_S: u64 = 10;
+
+/// What the server's version allows in DDL.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Dialect {
+    /// Column codecs (`CODEC(ZSTD(3))`): 19.10 and later.
+    codecs: bool,
+    /// Skip indexes (bloom_filter, tokenbf, set, minmax) without an experimental
+    /// setting: 20.1 and later.
+    skip_indexes: bool,
+}
+
+impl Dialect {
+    pub(crate) fn of(version: ServerVersion) -> Self {
+        Self {
+            codecs: version.at_least(19, 10),
+            skip_indexes: version.at_least(20, 1),
+        }
+    }
+
+    /// A column codec for bulky bytes (detail, origin, cells).
+    fn bulky(&self) -> &'static str {
+        if self.codecs {
+            " CODEC(ZSTD(3))"
+        } else {
+            ""
+        }
+    }
+
+    /// Nanosecond times: delta-coded where codecs exist.
+    fn times(&self) -> &'static str {
+        if self.codecs {
+            " CODEC(Delta, ZSTD(1))"
+        } else {
+            ""
+        }
+    }
+
+    fn index(&self, definition: &str) -> String {
+        if self.skip_indexes {
+            format!(",\n  INDEX {definition}")
+        } else {
+            String::new()
+        }
+    }
+}
+
+/// The table settings every MergeTree here takes.
+fn settings() -> String {
+    format!("SETTINGS index_granularity = 8192, old_parts_lifetime = {OLD_PARTS_LIFETIME_S}")
+}
+
+/// One migration: its version and the statements that make it.
+struct Migration {
+    version: u32,
+    statements: fn(&str, Dialect) -> Vec<String>,
+}
+
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    statements: v1,
+}];
+
+/// The first schema: spans, search, logs, aggregates, incidents, the lineage log.
+fn v1(db: &str, d: Dialect) -> Vec<String> {
+    let lc = "LowCardinality(String)";
+    let (bulky, times) = (d.bulky(), d.times());
+    let settings = settings();
+    vec![
+        format!(
+            "CREATE TABLE IF NOT EXISTS {db}.spans (
+  tenant {lc},
+  trace_id FixedString(16),
+  span_id FixedString(8),
+  parent_span_id FixedString(8),
+  has_parent UInt8,
+  start_time DateTime,
+  start_ns UInt64{times},
+  end_ns UInt64{times},
+  service {lc},
+  name {lc},
+  kind UInt8,
+  error UInt8,
+  model Nullable(String),
+  session_id Nullable(String),
+  user_id Nullable(String),
+  total_tokens Nullable(Int64),
+  input_tokens Nullable(Int64),
+  output_tokens Nullable(Int64),
+  detail String{bulky},
+  origin String{bulky},
+  version UInt64
+) ENGINE = ReplacingMergeTree(version)
+PARTITION BY toDate(start_time)
+ORDER BY (tenant, trace_id, span_id)
+{settings}"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {db}.span_search (
+  tenant {lc},
+  start_time DateTime,
+  start_ns UInt64{times},
+  trace_id FixedString(16),
+  span_id FixedString(8),
+  entry UInt8,
+  service {lc},
+  name {lc},
+  duration_ns UInt64,
+  error UInt8,
+  model {lc},
+  response_model {lc},
+  route {lc},
+  adapter {lc},
+  ab_group {lc},
+  instance {lc},
+  image {lc},
+  prompt_version {lc},
+  session_id String,
+  user_id String,
+  attributes Array(String),
+  version UInt64{session_index}{user_index}{attr_index}{trace_index}
+) ENGINE = ReplacingMergeTree(version)
+PARTITION BY toDate(start_time)
+ORDER BY (tenant, start_ns, trace_id, span_id)
+{settings}",
+            session_index = d.index("session_bf session_id TYPE bloom_filter(0.01) GRANULARITY 4"),
+            user_index = d.index("user_bf user_id TYPE bloom_filter(0.01) GRANULARITY 4"),
+            attr_index = d.index("attributes_bf attributes TYPE bloom_filter(0.01) GRANULARITY 4"),
+            trace_index = d.index("trace_bf trace_id TYPE bloom_filter(0.01) GRANULARITY 4"),
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {db}.logs (
+  tenant {lc},
+  time DateTime,
+  time_ns UInt64{times},
+  seq Int64,
+  trace_id FixedString(16),
+  has_trace UInt8,
+  span_id FixedString(8),
+  has_span UInt8,
+  service {lc},
+  severity Int32,
+  event_name {lc},
+  user_id String,
+  session_id String,
+  detail String{bulky},
+  origin String{bulky},
+  version UInt64{trace_index}
+) ENGINE = ReplacingMergeTree(version)
+PARTITION BY toDate(time)
+ORDER BY (tenant, time_ns, seq)
+{settings}",
+            trace_index = d.index("trace_bf trace_id TYPE bloom_filter(0.01) GRANULARITY 4"),
+        ),
+        // Rollup cells as each write computed them; readers merge a minute's cells.
+        format!(
+            "CREATE TABLE IF NOT EXISTS {db}.rollup_cells (
+  tenant {lc},
+  minute Int64,
+  series String,
+  cell String{bulky},
+  batch UInt64
+) ENGINE = ReplacingMergeTree(batch)
+PARTITION BY intDiv(minute, 1440)
+ORDER BY (tenant, minute, series, batch)
+{settings}"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {db}.hop_cells (
+  tenant {lc},
+  minute Int64,
+  caller {lc},
+  callee {lc},
+  cell String{bulky},
+  batch UInt64
+) ENGINE = ReplacingMergeTree(batch)
+PARTITION BY intDiv(minute, 1440)
+ORDER BY (tenant, minute, caller, callee, batch)
+{settings}"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {db}.incidents (
+  tenant {lc},
+  id String,
+  onset_minute Int64,
+  body String{bulky},
+  version UInt64
+) ENGINE = ReplacingMergeTree(version)
+ORDER BY (tenant, id)
+{settings}"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {db}.detector_marks (
+  tenant {lc},
+  minute Int64,
+  version UInt64
+) ENGINE = ReplacingMergeTree(version)
+ORDER BY tenant
+{settings}"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {db}.operations (
+  tenant {lc},
+  service {lc},
+  name {lc},
+  kind UInt8
+) ENGINE = ReplacingMergeTree()
+ORDER BY (tenant, service, name, kind)
+{settings}"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {db}.tenants (
+  tenant String
+) ENGINE = ReplacingMergeTree()
+ORDER BY tenant
+{settings}"
+        ),
+        // The lineage graph as the log of what changed it, in the order it was applied.
+        format!(
+            "CREATE TABLE IF NOT EXISTS {db}.graph_events (
+  seq UInt64,
+  tenant {lc},
+  body String{bulky}
+) ENGINE = ReplacingMergeTree()
+ORDER BY seq
+{settings}"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {db}.erasures (
+  tenant {lc},
+  erasure_id Int64,
+  requested_by String,
+  requested_ns Int64,
+  subject_kind String,
+  subject_sha256 String,
+  traces_matched UInt64,
+  spans_deleted UInt64
+) ENGINE = ReplacingMergeTree()
+ORDER BY (tenant, erasure_id)
+{settings}"
+        ),
+    ]
+}
+
+/// The newest schema version this build knows.
+pub(crate) fn current_version() -> u32 {
+    MIGRATIONS.last().map_or(0, |m| m.version)
+}
+
+/// Every statement of every migration after `from`, in order (what `migrate` runs;
+/// also what the chdb check runs on a current engine).
+pub(crate) fn statements_after(db: &str, dialect: Dialect, from: u32) -> Vec<(u32, String)> {
+    MIGRATIONS
+        .iter()
+        .filter(|m| m.version > from)
+        .flat_map(|m| {
+            (m.statements)(db, dialect)
+                .into_iter()
+                .map(move |s| (m.version, s))
+        })
+        .collect()
+}
+
+/// Creates the database and brings its schema to `current_version`. Statements are
+/// idempotent (`IF NOT EXISTS`), so two replicas migrating at once both succeed.
+pub(crate) fn migrate(conn: &Connection, db: &str) -> Result<u32, StoreError> {
+    conn.execute_on_server(format!("CREATE DATABASE IF NOT EXISTS {db}"))?;
+    conn.execute(format!(
+        "CREATE TABLE IF NOT EXISTS {db}.schema_migrations (version UInt32, applied_ns UInt64)
+         ENGINE = ReplacingMergeTree() ORDER BY version"
+    ))?;
+    let applied: u32 = {
+        let client = conn.client.clone();
+        let sql = format!("SELECT toUInt32(max(version)) FROM {db}.schema_migrations");
+        conn.run(async move { client.query(&sql).fetch_one::<u32>().await })?
+    };
+    if applied > current_version() {
+        return Err(StoreError::corrupt(format!(
+            "database {db} has schema version {applied}; this Threadline knows up to {}: \
+             upgrade Threadline",
+            current_version()
+        )));
+    }
+    let dialect = Dialect::of(conn.version);
+    let mut done = applied;
+    for (version, statement) in statements_after(db, dialect, applied) {
+        if version > done {
+            if done > applied {
+                record(conn, db, done)?;
+            }
+            done = version;
+        }
+        conn.execute(statement)?;
+    }
+    if done > applied {
+        record(conn, db, done)?;
+    }
+    Ok(done)
+}
+
+fn record(conn: &Connection, db: &str, version: u32) -> Result<(), StoreError> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    conn.execute(format!(
+        "INSERT INTO {db}.schema_migrations (version, applied_ns) VALUES ({version}, {now})"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn old_servers_get_no_codecs_or_skip_indexes_current_ones_do() {
+        let old = statements_after(
+            "db",
+            Dialect::of(ServerVersion {
+                major: 18,
+                minor: 16,
+            }),
+            0,
+        );
+        let new = statements_after(
+            "db",
+            Dialect::of(ServerVersion {
+                major: 26,
+                minor: 9,
+            }),
+            0,
+        );
+        assert_eq!(old.len(), new.len());
+        assert!(old
+            .iter()
+            .all(|(_, s)| !s.contains("CODEC") && !s.contains("INDEX")));
+        assert!(new.iter().any(|(_, s)| s.contains("CODEC(ZSTD(3))")));
+        assert!(new.iter().any(|(_, s)| s.contains("TYPE bloom_filter")));
+        assert!(statements_after(
+            "db",
+            Dialect::of(ServerVersion {
+                major: 18,
+                minor: 16
+            }),
+            current_version()
+        )
+        .is_empty());
+    }
+}
