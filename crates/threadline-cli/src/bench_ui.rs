@@ -193,6 +193,7 @@ pub(crate) async fn run(args: UiBenchArgs) -> anyhow::Result<Value> {
         otlp_grpc: Some("127.0.0.1:0".into()),
         http: Some("127.0.0.1:0".into()),
         data_dir: Some(temp.path().join("data")),
+        store: None,
         allow_unauthenticated: false,
     };
     let config = threadline_server::ServerConfig::load(None, &overrides)?;

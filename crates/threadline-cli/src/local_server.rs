@@ -68,6 +68,7 @@ mod tests {
                 otlp_grpc: Some("127.0.0.1:0".to_owned()),
                 http: Some("127.0.0.1:0".to_owned()),
                 data_dir: Some(temp.path().join(format!("data-{round}"))),
+                store: None,
                 allow_unauthenticated: false,
             };
             let config = ServerConfig::load(None, &overrides).unwrap();

@@ -192,6 +192,12 @@ struct ServeArgs {
     /// Where the embedded database lives [default: ./threadline-data].
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// The store: `embedded` (the default, under --data-dir) or
+    /// `clickhouse://HOST:PORT/DATABASE` (ClickHouse's HTTP port). ClickHouse's user and
+    /// password come from the config file's [clickhouse] or from
+    /// THREADLINE_CLICKHOUSE_USER / THREADLINE_CLICKHOUSE_PASSWORD, never from here.
+    #[arg(long, value_name = "URL")]
+    store: Option<String>,
     /// TOML config file (listeners, data dir, tenants and API keys).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -446,6 +452,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         otlp_grpc: args.otlp_grpc,
         http: args.http,
         data_dir: args.data_dir,
+        store: args.store,
         allow_unauthenticated: args.allow_unauthenticated,
     };
     let config = threadline_server::ServerConfig::load(args.config.as_deref(), &overrides)?;

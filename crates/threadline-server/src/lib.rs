@@ -110,8 +110,28 @@ pub async fn serve_reporting(
         drift: config.drift.clone(),
         ..EmbeddedConfig::default()
     };
-    let store = Store::open_embedded(&config.data_dir, store_config)?;
-    tracing::info!(data_dir = %config.data_dir.display(), auth = config.auth_required(), "store opened");
+    let store = match &config.store {
+        config::StoreLocation::Embedded => {
+            let store = Store::open_embedded(&config.data_dir, store_config)?;
+            tracing::info!(data_dir = %config.data_dir.display(), auth = config.auth_required(), "store opened");
+            store
+        }
+        config::StoreLocation::ClickHouse(ch) => {
+            let options = threadline_store::ClickHouseOptions {
+                max_queued_batches: config.max_queued_batches.max(1024),
+                ..Default::default()
+            };
+            // Connecting and migrating wait on the network: off the async workers.
+            let ch = ch.clone();
+            let store = tokio::task::spawn_blocking(move || {
+                threadline_store::ClickHouseStore::open(&ch, options)
+            })
+            .await
+            .map_err(|e| threadline_store::StoreError::unavailable(format!("opening ClickHouse failed: {e}")))??;
+            tracing::info!(database = store.database(), auth = config.auth_required(), "store opened");
+            Store::new(store)
+        }
+    };
 
     let bind = |what: &'static str, addr: SocketAddr| async move {
         let listener = TcpListener::bind(addr)

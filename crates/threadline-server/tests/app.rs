@@ -1,7 +1,7 @@
 //! The API port in process: `app(AppState::new(&config, store))` driven with
 //! `oneshot`, no sockets. Error shapes, unknown parameters, keys, tenants kept apart,
 //! and 429 with Retry-After, on every route, against every store backend `backends()`
-//! opens (SQLite now). Fast enough to run on every change.
+//! opens (SQLite and ClickHouse). Fast enough to run on every change.
 
 use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
@@ -12,7 +12,9 @@ use threadline_model::{
     TraceId,
 };
 use threadline_server::{app, otlp_http_app, AppState, ServerConfig, TenantKeys};
-use threadline_store::{EmbeddedConfig, Store};
+use threadline_store::{
+    ClickHouseConfig, ClickHouseOptions, ClickHouseStore, EmbeddedConfig, Store,
+};
 
 #[path = "app/busy_store.rs"]
 mod busy_store;
@@ -26,7 +28,15 @@ const OPERATOR_KEY: &str = "operator-key-0123456789abcdef";
 fn backends() -> Vec<(&'static str, Store, tempfile::TempDir)> {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open_embedded(dir.path(), EmbeddedConfig::default()).unwrap();
-    vec![("sqlite", store, dir)]
+    let clickhouse = ClickHouseStore::open(
+        &ClickHouseConfig::for_tests("tl_app"),
+        ClickHouseOptions::default(),
+    )
+    .unwrap();
+    vec![
+        ("sqlite", store, dir),
+        ("clickhouse", Store::new(clickhouse), tempfile::tempdir().unwrap()),
+    ]
 }
 
 fn tenant(name: &str) -> TenantId {

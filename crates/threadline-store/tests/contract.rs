@@ -47,23 +47,7 @@ fn backends() -> Vec<Backend> {
 
 /// A ClickHouse store in a database of its own on the test server.
 fn clickhouse_store() -> Store {
-    let url = std::env::var("THREADLINE_TEST_CLICKHOUSE").expect(
-        "THREADLINE_TEST_CLICKHOUSE names no ClickHouse server: run the tests with scripts/test, \
-         or start one with `scripts/clickhouse start DIR` and export its URL",
-    );
-    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let database = format!(
-        "tl_contract_{}_{}",
-        std::process::id(),
-        N.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
-    );
-    let config = ClickHouseConfig {
-        url,
-        database,
-        user: None,
-        password: None,
-        cluster: None,
-    };
+    let config = ClickHouseConfig::for_tests("tl_contract");
     Store::new(ClickHouseStore::open(&config, ClickHouseOptions::default()).unwrap())
 }
 

@@ -74,6 +74,7 @@ async fn run_one(
         otlp_grpc: any_port.clone(),
         http: any_port,
         data_dir: Some(temp.path().join("data")),
+        store: None,
         allow_unauthenticated: false,
     };
     let mut config = threadline_server::ServerConfig::load(None, &overrides)?;

@@ -39,6 +39,10 @@ pub(crate) struct DemoArgs {
     /// Where to keep the store [default: a temporary directory, removed at exit].
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// The store, as `serve --store` takes it [default: the embedded store]. A ClickHouse
+    /// database should be empty: the demo's checks count what it finds.
+    #[arg(long, value_name = "URL")]
+    store: Option<String>,
     /// JSON API listen address [default: 127.0.0.1:8080; a free port with --no-serve].
     #[arg(long, value_name = "ADDR")]
     http: Option<String>,
@@ -337,6 +341,7 @@ pub(crate) async fn run(
                 .clone()
                 .unwrap_or_else(|| temp.path().join("data")),
         ),
+        store: args.store.clone(),
         allow_unauthenticated: false,
     };
     let config = threadline_server::ServerConfig::load(None, &overrides)?;

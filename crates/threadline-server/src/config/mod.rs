@@ -8,8 +8,10 @@ use serde::Deserialize;
 use threadline_model::TenantId;
 
 mod limits;
+mod store;
 
 pub use limits::Limits;
+pub use store::{StoreLocation, CLICKHOUSE_PASSWORD_ENV, CLICKHOUSE_USER_ENV};
 
 /// Everything `threadline serve` needs, after the file and flags are merged.
 #[derive(Clone, Debug)]
@@ -18,6 +20,8 @@ pub struct ServerConfig {
     pub otlp_grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
     pub data_dir: PathBuf,
+    /// The embedded store under `data_dir`, or a ClickHouse database.
+    pub store: StoreLocation,
     pub max_body_bytes: usize,
     /// Export requests waiting for the store writer before new ones get 429.
     pub max_queued_batches: usize,
@@ -110,6 +114,7 @@ impl Default for ServerConfig {
             otlp_grpc_addr: SocketAddr::from(([127, 0, 0, 1], 4317)),
             http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
             data_dir: PathBuf::from("./threadline-data"),
+            store: StoreLocation::Embedded,
             max_body_bytes: 64 * 1024 * 1024,
             max_queued_batches: 1024,
             tenants: Vec::new(),
@@ -145,6 +150,8 @@ struct FileConfig {
     prices: Vec<threadline_analysis::ModelPrice>,
     #[serde(default)]
     limits: limits::FileLimits,
+    #[serde(default)]
+    clickhouse: store::FileClickHouse,
 }
 
 #[derive(Debug, Deserialize)]
@@ -240,6 +247,8 @@ struct FileServer {
     otlp_grpc: Option<String>,
     http: Option<String>,
     data_dir: Option<PathBuf>,
+    /// `clickhouse://HOST:PORT/DATABASE`, or absent for the embedded store.
+    store: Option<String>,
     max_body_bytes: Option<usize>,
     max_queued_batches: Option<usize>,
     allow_unauthenticated: Option<bool>,
@@ -273,6 +282,8 @@ pub struct ConfigOverrides {
     pub otlp_grpc: Option<String>,
     pub http: Option<String>,
     pub data_dir: Option<PathBuf>,
+    /// `--store`: wins over `[server] store`.
+    pub store: Option<String>,
     pub allow_unauthenticated: bool,
 }
 
@@ -449,7 +460,14 @@ impl ServerConfig {
             problems.push(format!("prices: {e}"));
         }
         let limits = parsed.limits.resolve(&mut problems);
+        let store = store::resolve(
+            overrides.store.as_deref().or(parsed.server.store.as_deref()),
+            parsed.clickhouse,
+            |name| std::env::var(name).ok().filter(|v| !v.is_empty()),
+            &mut problems,
+        );
         let config = ServerConfig {
+            store,
             limits,
             prices: threadline_analysis::PriceTable::with_overrides(parsed.prices),
             drift,

@@ -86,6 +86,46 @@ impl ClickHouseConfig {
     }
 }
 
+impl ClickHouseConfig {
+    /// The environment variable naming the ClickHouse server the test suites use
+    /// (`scripts/test` starts one and sets it).
+    pub const TEST_SERVER_ENV: &'static str = "THREADLINE_TEST_CLICKHOUSE";
+
+    /// A database of its own (named `prefix`, the process and a counter) on the test
+    /// server; panics, saying how to start one, when none is named.
+    pub fn for_tests(prefix: &str) -> Self {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let url = std::env::var(Self::TEST_SERVER_ENV).unwrap_or_else(|_| {
+            panic!(
+                "{} names no ClickHouse server: run the tests with scripts/test, or start one \
+                 with `scripts/clickhouse start DIR` and export its URL",
+                Self::TEST_SERVER_ENV
+            )
+        });
+        Self {
+            url,
+            database: format!(
+                "{prefix}_{}_{}",
+                std::process::id(),
+                N.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            ),
+            user: None,
+            password: None,
+            cluster: None,
+        }
+    }
+
+    /// `for_tests` as a store URL (`serve --store`).
+    pub fn test_store_url(prefix: &str) -> String {
+        let c = Self::for_tests(prefix);
+        format!(
+            "clickhouse://{}/{}",
+            c.url.trim_start_matches("http://"),
+            c.database
+        )
+    }
+}
+
 /// `url` with anything before an `@` in its authority replaced, for messages.
 fn strip_credentials(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {

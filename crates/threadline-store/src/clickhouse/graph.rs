@@ -183,17 +183,24 @@ impl Graph {
         self.conn.fetch_all(query)
     }
 
-    /// Applies a change to this copy and logs it (when it changed anything); the ack
+    /// Applies a change to this copy and logs it (when it changed anything), on a
+    /// blocking thread of the backend's runtime (callers may be async handlers); the ack
     /// is resolved once the log holds it.
     pub(crate) fn write(
-        &self,
+        self: &Arc<Self>,
         tenant: &TenantId,
         update: GraphUpdate,
         received_ns: i64,
     ) -> Result<WriteAck, StoreError> {
-        let applied = self.apply_and_log(tenant, update, received_ns)?;
         let (done, ack) = tokio::sync::oneshot::channel();
-        let _ = done.send(Ok(applied));
+        let graph = Arc::clone(self);
+        let tenant = tenant.clone();
+        self.conn.handle().spawn_blocking(move || {
+            let outcome = graph
+                .apply_and_log(&tenant, update, received_ns)
+                .map_err(|e| e.to_string());
+            let _ = done.send(outcome);
+        });
         Ok(WriteAck::of(ack))
     }
 
