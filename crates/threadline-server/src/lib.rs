@@ -119,16 +119,23 @@ pub async fn serve_reporting(
         config::StoreLocation::ClickHouse(ch) => {
             let options = threadline_store::ClickHouseOptions {
                 max_queued_batches: config.max_queued_batches.max(1024),
+                drift: config.drift.clone(),
                 ..Default::default()
             };
             // Connecting and migrating wait on the network: off the async workers.
-            let ch = ch.clone();
+            let (ch, local_dir) = (ch.clone(), config.data_dir.clone());
             let store = tokio::task::spawn_blocking(move || {
-                threadline_store::ClickHouseStore::open(&ch, options)
+                threadline_store::ClickHouseStore::open(&ch, options, &local_dir)
             })
             .await
-            .map_err(|e| threadline_store::StoreError::unavailable(format!("opening ClickHouse failed: {e}")))??;
-            tracing::info!(database = store.database(), auth = config.auth_required(), "store opened");
+            .map_err(|e| {
+                threadline_store::StoreError::unavailable(format!("opening ClickHouse failed: {e}"))
+            })??;
+            tracing::info!(
+                database = store.database(),
+                auth = config.auth_required(),
+                "store opened"
+            );
             Store::new(store)
         }
     };

@@ -28,14 +28,16 @@ const OPERATOR_KEY: &str = "operator-key-0123456789abcdef";
 fn backends() -> Vec<(&'static str, Store, tempfile::TempDir)> {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open_embedded(dir.path(), EmbeddedConfig::default()).unwrap();
+    let local = tempfile::tempdir().unwrap();
     let clickhouse = ClickHouseStore::open(
         &ClickHouseConfig::for_tests("tl_app"),
         ClickHouseOptions::default(),
+        local.path(),
     )
     .unwrap();
     vec![
         ("sqlite", store, dir),
-        ("clickhouse", Store::new(clickhouse), tempfile::tempdir().unwrap()),
+        ("clickhouse", Store::new(clickhouse), local),
     ]
 }
 

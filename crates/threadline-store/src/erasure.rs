@@ -126,6 +126,49 @@ pub(crate) fn node_names(key: &str, name: &str, props_json: &str, subject: &str)
             || props_json.contains(&json_form(subject)))
 }
 
+/// A lineage change without the subject, by the rules the stored graph is erased by
+/// (`node_names`): node upserts, registrations and run transitions of nodes that name
+/// it go, and edges that touch such a node or whose evidence names it; any other
+/// occurrence (an event key) is replaced by `ERASED`. `None` when nothing is left.
+pub(crate) fn graph_update_without(
+    update: threadline_model::GraphUpdate,
+    subject: &str,
+) -> Option<threadline_model::GraphUpdate> {
+    use threadline_model::{EdgeEnd, NodeId};
+    if subject.is_empty() {
+        return Some(update);
+    }
+    let json = |v: &serde_json::Value| v.to_string();
+    let names = |id: &NodeId| node_names(&id.key, "", "{}", subject);
+    let end_names = |end: &EdgeEnd| match end {
+        EdgeEnd::Node(id) | EdgeEnd::CurrentVersionOf(id) => names(id),
+    };
+    let mut out = update;
+    out.nodes
+        .retain(|n| !node_names(&n.id.key, "", &json(&n.props), subject));
+    out.assets
+        .retain(|a| !node_names(&a.id.key, "", &json(&a.spec), subject));
+    for a in &mut out.assets {
+        a.declares.retain(|d| !names(&d.src));
+    }
+    out.runs.retain(|r| !names(&r.run));
+    out.edges.retain(|e| {
+        !end_names(&e.src) && !end_names(&e.dst) && !json(&e.evidence).contains(&json_form(subject))
+    });
+    if let Some(key) = &mut out.event {
+        for field in [&mut key.subject, &mut key.event_type, &mut key.event_time] {
+            if field.contains(subject) {
+                *field = field.replace(subject, ERASED);
+            }
+        }
+    }
+    let empty = out.nodes.is_empty()
+        && out.edges.is_empty()
+        && out.assets.is_empty()
+        && out.runs.is_empty();
+    (!empty).then_some(out)
+}
+
 /// The traces and minutes a set of matched spans spans: `(trace id, start ns)` per
 /// span in, the distinct traces (sorted) and the first and last minute out (`None`
 /// without spans) — the minutes whose rollup cells may hold the subject's span names.

@@ -8,6 +8,7 @@
 mod ack;
 mod backend;
 mod clickhouse;
+mod dir_lock;
 mod erasure;
 mod error;
 mod log_search;

@@ -24,7 +24,7 @@ use threadline_store::{
 struct Backend {
     name: &'static str,
     store: Store,
-    _dir: Option<tempfile::TempDir>,
+    _dir: tempfile::TempDir,
 }
 
 /// Every backend, each fresh and empty.
@@ -35,20 +35,23 @@ fn backends() -> Vec<Backend> {
         Backend {
             name: "sqlite",
             store,
-            _dir: Some(dir),
+            _dir: dir,
         },
-        Backend {
-            name: "clickhouse",
-            store: clickhouse_store(),
-            _dir: None,
+        {
+            let dir = tempfile::tempdir().unwrap();
+            Backend {
+                name: "clickhouse",
+                store: clickhouse_store(dir.path()),
+                _dir: dir,
+            }
         },
     ]
 }
 
 /// A ClickHouse store in a database of its own on the test server.
-fn clickhouse_store() -> Store {
+fn clickhouse_store(local_dir: &std::path::Path) -> Store {
     let config = ClickHouseConfig::for_tests("tl_contract");
-    Store::new(ClickHouseStore::open(&config, ClickHouseOptions::default()).unwrap())
+    Store::new(ClickHouseStore::open(&config, ClickHouseOptions::default(), local_dir).unwrap())
 }
 
 /// Runs `check` against each backend, naming the backend when it fails.

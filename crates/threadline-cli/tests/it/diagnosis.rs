@@ -280,7 +280,10 @@ fn prometheus_exposition_passes_promtool_and_counts_committed_llm_requests() {
 
 #[test]
 fn demo_finds_every_injected_incident_and_ranks_its_true_cause_first() {
-    let report = cli_json(&["demo", "--no-serve", "--json"]);
+    let store = store_args();
+    let mut args = vec!["demo", "--no-serve", "--json"];
+    args.extend(store.iter().map(String::as_str));
+    let report = cli_json(&args);
     let injected = report["injected"].as_array().unwrap();
     assert_eq!(injected.len(), 6);
     for case in injected {

@@ -22,19 +22,6 @@ fn request(trace: [u8; 16], user: &str, session: &str, start: u64) -> Vec<u8> {
     proto(&req)
 }
 
-/// Every file in the data directory that contains `needle`.
-fn files_containing(dir: &std::path::Path, needle: &str) -> Vec<String> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            let bytes = std::fs::read(p).unwrap_or_default();
-            bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
-        })
-        .map(|p| p.display().to_string())
-        .collect()
-}
-
 #[test]
 fn erasing_a_user_removes_every_byte_of_them() {
     let server = TestServer::start();
@@ -102,7 +89,7 @@ fn erasing_a_user_removes_every_byte_of_them() {
     // Let the background checkpointer copy pages into the database file as well.
     std::thread::sleep(std::time::Duration::from_millis(800));
     assert!(
-        !files_containing(&server.data_dir, SUBJECT).is_empty(),
+        !server.files_holding(SUBJECT).is_empty(),
         "the id is on disk before"
     );
 
@@ -117,12 +104,15 @@ fn erasing_a_user_removes_every_byte_of_them() {
 
     let (ok, out, err) = server.cli(&["erase", "--user-id", SUBJECT, "--requested-by", "dpo@acme"]);
     assert!(ok, "{err}");
+    // The retried export's second copy: the embedded store keeps both rows and counts
+    // each; ClickHouse collapses them into one span (its key is the span's id).
+    let spans = if on_clickhouse() { 40 } else { 42 };
     assert!(
-        out.contains("20 traces, 42 spans, 21 log records deleted"),
+        out.contains(&format!("20 traces, {spans} spans, 21 log records deleted")),
         "{out}"
     );
 
-    let leftovers = files_containing(&server.data_dir, SUBJECT);
+    let leftovers = server.files_holding(SUBJECT);
     assert!(
         leftovers.is_empty(),
         "the erased id is still in {leftovers:?}"
@@ -147,7 +137,7 @@ fn erasing_a_user_removes_every_byte_of_them() {
     let left: Vec<&Value> = found["logs"].as_array().unwrap().iter().collect();
     assert_eq!(left.len(), 1, "{found}");
     assert_eq!(left[0]["attributes"]["user.id"], OTHER);
-    let leftovers = files_containing(&server.data_dir, "5f3c9e");
+    let leftovers = server.files_holding("5f3c9e");
     assert!(
         leftovers.is_empty(),
         "a word of the id is still in {leftovers:?}"
@@ -164,7 +154,7 @@ fn erasing_a_user_removes_every_byte_of_them() {
             entry["traces_matched"].as_u64(),
             entry["spans_deleted"].as_u64()
         ),
-        (Some(20), Some(42))
+        (Some(20), Some(spans))
     );
     assert_eq!(entry["subject_sha256"].as_str().unwrap().len(), 64);
     assert!(!log.to_string().contains(SUBJECT));

@@ -16,44 +16,6 @@ use crate::harness::*;
 const SUBJECT: &str = "zq-7a41c-erase-everywhere";
 const OTHER: &str = "zq-9b22d-keep";
 
-const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
-
-/// Files of the data directory holding `needle`, raw or inside a zstd frame (each
-/// frame decoded from wherever its magic number appears, live page or free space,
-/// up to the end of its data or the first error).
-fn files_holding(dir: &std::path::Path, needle: &str) -> Vec<String> {
-    let holds = |bytes: &[u8]| bytes.windows(needle.len()).any(|w| w == needle.as_bytes());
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        let bytes = std::fs::read(&path).unwrap_or_default();
-        if holds(&bytes) {
-            out.push(format!("{} (raw)", path.display()));
-            continue;
-        }
-        let mut at = 0;
-        while let Some(found) = bytes[at..].windows(4).position(|w| w == ZSTD_MAGIC) {
-            let start = at + found;
-            let mut decoded = Vec::new();
-            if let Ok(mut decoder) = zstd::stream::read::Decoder::new(&bytes[start..]) {
-                let mut chunk = [0u8; 64 * 1024];
-                while let Ok(n) = std::io::Read::read(&mut decoder, &mut chunk) {
-                    if n == 0 || decoded.len() > 64 << 20 {
-                        break;
-                    }
-                    decoded.extend_from_slice(&chunk[..n]);
-                }
-            }
-            if holds(&decoded) {
-                out.push(format!("{} (zstd frame at {start})", path.display()));
-                break;
-            }
-            at = start + 1;
-        }
-    }
-    out
-}
-
 fn span(trace: u8, id: u8, parent: Option<u8>, name: &str, attrs: Vec<KeyValue>) -> Span {
     let start = now_nanos() - 60_000_000_000 + u64::from(trace) * 1_000_000;
     Span {
@@ -201,7 +163,7 @@ fn an_erasure_finds_the_subject_wherever_it_was_sent_or_copied() {
     let node = encode_node(&format!("route:/v1/users/{SUBJECT}/chat"));
     assert_eq!(server.get(&format!("/api/v1/lineage/{node}"), None).0, 200);
     std::thread::sleep(std::time::Duration::from_millis(800));
-    assert!(!files_holding(&server.data_dir, SUBJECT).is_empty());
+    assert!(!server.files_holding(SUBJECT).is_empty());
 
     let (ok, out, err) = server.cli(&["erase", "--user-id", SUBJECT, "--requested-by", "dpo@acme"]);
     assert!(ok, "{err}");
@@ -234,11 +196,11 @@ fn an_erasure_finds_the_subject_wherever_it_was_sent_or_copied() {
     let (_, ops) = server.get("/jaeger/api/services/web/operations", None);
     assert!(!ops.to_string().contains(SUBJECT), "{ops}");
 
-    let left = files_holding(&server.data_dir, SUBJECT);
+    let left = server.files_holding(SUBJECT);
     assert!(left.is_empty(), "the id is still in {left:?}");
     // Acknowledged, so it holds across a kill -9 and a restart.
     server.restart();
-    let left = files_holding(&server.data_dir, SUBJECT);
+    let left = server.files_holding(SUBJECT);
     assert!(left.is_empty(), "after a restart the id is in {left:?}");
     assert_eq!(trace_status(&server, 1), 404);
     assert_eq!(trace_status(&server, 5), 200);

@@ -15,12 +15,33 @@ use serde_json::Value;
 
 pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_threadline");
 
+/// Whether this run of the suite is on ClickHouse (`THREADLINE_TEST_STORE=clickhouse`;
+/// `scripts/test` runs the suite once on each backend).
+pub(crate) fn on_clickhouse() -> bool {
+    std::env::var("THREADLINE_TEST_STORE").as_deref() == Ok("clickhouse")
+}
+
+/// The `--store` flag of a fresh store of this run's backend (none: the embedded one
+/// under `--data-dir`).
+pub(crate) fn store_args() -> Vec<String> {
+    if on_clickhouse() {
+        vec![
+            "--store".to_owned(),
+            threadline_store::ClickHouseConfig::test_store_url("tl_e2e"),
+        ]
+    } else {
+        Vec::new()
+    }
+}
+
 pub(crate) struct TestServer {
     child: Option<Child>,
     pub(crate) otlp_http: String,
     pub(crate) otlp_grpc: String,
     pub(crate) api: String,
     pub(crate) data_dir: PathBuf,
+    /// `--store` and its URL on ClickHouse (kept across restarts).
+    store: Vec<String>,
     config: Option<PathBuf>,
     _dir: tempfile::TempDir,
 }
@@ -45,6 +66,7 @@ impl TestServer {
             otlp_grpc: String::new(),
             api: String::new(),
             data_dir,
+            store: store_args(),
             config,
             _dir: dir,
         };
@@ -65,6 +87,7 @@ impl TestServer {
         ])
         .arg("--data-dir")
         .arg(&self.data_dir)
+        .args(&self.store)
         .env("THREADLINE_LOG", "info")
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
@@ -123,6 +146,42 @@ impl TestServer {
     /// The server's process id.
     pub(crate) fn pid(&self) -> u32 {
         self.child.as_ref().expect("server running").id()
+    }
+
+    /// Every file of this server's data that holds `needle`: in its data directory (raw,
+    /// or inside a zstd frame) and, on ClickHouse, in its database's files on the
+    /// ClickHouse server (inside any compressed block of a column file).
+    pub(crate) fn files_holding(&self, needle: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for path in files_under(&self.data_dir) {
+            let bytes = std::fs::read(&path).unwrap_or_default();
+            if let Some(how) = holds_raw_or_in_zstd(&bytes, needle.as_bytes()) {
+                out.push(format!("{} ({how})", path.display()));
+            }
+        }
+        if let Some(db) = self.clickhouse_database() {
+            let root = std::env::var("THREADLINE_TEST_CLICKHOUSE_DIR")
+                .expect("THREADLINE_TEST_CLICKHOUSE_DIR names the test server's directory");
+            let dir = Path::new(&root).join("ch1/data/data").join(&db);
+            assert!(
+                dir.is_dir(),
+                "{} is not the database's directory",
+                dir.display()
+            );
+            for path in files_under(&dir) {
+                let bytes = std::fs::read(&path).unwrap_or_default();
+                if let Some(how) = holds_in_clickhouse_blocks(&bytes, needle.as_bytes()) {
+                    out.push(format!("{} ({how})", path.display()));
+                }
+            }
+        }
+        out
+    }
+
+    /// The ClickHouse database this server stores in, if it does.
+    fn clickhouse_database(&self) -> Option<String> {
+        let url = self.store.get(1)?;
+        Some(url.rsplit('/').next()?.to_owned())
     }
 
     pub(crate) fn db_path(&self) -> PathBuf {
@@ -417,6 +476,7 @@ impl Demo {
                 "--otlp-grpc",
                 "127.0.0.1:0",
             ])
+            .args(store_args())
             .stdout(Stdio::piped())
             .stderr(
                 std::fs::File::create(std::env::temp_dir().join("threadline-demo-test.log"))
@@ -654,4 +714,87 @@ fn otlp_metrics_are_refused_with_a_reason_not_a_404() {
             err.message()
         );
     });
+}
+
+/// Every file below `dir`, recursively.
+pub(crate) fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_owned()];
+    while let Some(d) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                todo.push(path);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Where `needle` is in `bytes`: as is, or inside one of its zstd frames.
+pub(crate) fn holds_raw_or_in_zstd(bytes: &[u8], needle: &[u8]) -> Option<String> {
+    const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+    if contains(bytes, needle) {
+        return Some("raw".to_owned());
+    }
+    let mut at = 0;
+    while let Some(found) = bytes[at..].windows(4).position(|w| w == ZSTD_MAGIC) {
+        let start = at + found;
+        let mut decoded = Vec::new();
+        if let Ok(mut decoder) = zstd::stream::read::Decoder::new(&bytes[start..]) {
+            let mut chunk = [0u8; 64 * 1024];
+            while let Ok(n) = std::io::Read::read(&mut decoder, &mut chunk) {
+                if n == 0 || decoded.len() > 64 << 20 {
+                    break;
+                }
+                decoded.extend_from_slice(&chunk[..n]);
+            }
+        }
+        if contains(&decoded, needle) {
+            return Some(format!("zstd frame at {start}"));
+        }
+        at = start + 1;
+    }
+    None
+}
+
+/// Where `needle` is in a ClickHouse file: as is, or inside one of its compressed
+/// blocks (16-byte checksum, method byte, compressed and uncompressed sizes, data:
+/// 0x02 none, 0x82 LZ4, 0x90 ZSTD).
+pub(crate) fn holds_in_clickhouse_blocks(bytes: &[u8], needle: &[u8]) -> Option<String> {
+    if contains(bytes, needle) {
+        return Some("raw".to_owned());
+    }
+    let mut at = 0usize;
+    while at + 25 <= bytes.len() {
+        let method = bytes[at + 16];
+        let size = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap()) as usize;
+        let (compressed, plain) = (size(at + 17), size(at + 21));
+        if compressed < 9 || at + 16 + compressed > bytes.len() {
+            break;
+        }
+        let data = &bytes[at + 25..at + 16 + compressed];
+        let decoded = match method {
+            0x02 => Some(data.to_vec()),
+            0x82 => lz4_flex::block::decompress(data, plain).ok(),
+            0x90 => zstd::bulk::decompress(data, plain.max(1)).ok(),
+            _ => None,
+        };
+        match decoded {
+            Some(d) if contains(&d, needle) => return Some(format!("block at {at}")),
+            Some(_) => {}
+            None => break,
+        }
+        at += 16 + compressed;
+    }
+    None
 }

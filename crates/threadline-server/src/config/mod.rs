@@ -461,7 +461,10 @@ impl ServerConfig {
         }
         let limits = parsed.limits.resolve(&mut problems);
         let store = store::resolve(
-            overrides.store.as_deref().or(parsed.server.store.as_deref()),
+            overrides
+                .store
+                .as_deref()
+                .or(parsed.server.store.as_deref()),
             parsed.clickhouse,
             |name| std::env::var(name).ok().filter(|v| !v.is_empty()),
             &mut problems,

@@ -17,9 +17,9 @@ use threadline_analysis::{RollupCell, SeriesKey};
 use threadline_model::{SpanOrigin, TenantId};
 
 use crate::clickhouse::client::Connection;
-use crate::clickhouse::graph::{sql_string, Graph};
+use crate::clickhouse::graph::Graph;
 use crate::clickhouse::rows::{CellRow, IncidentRow};
-use crate::clickhouse::traces::trace_sql;
+use crate::clickhouse::sql::{string as sql_string, trace_sql};
 use crate::clickhouse::{next_stamp, writer, ClickHouseStore};
 use crate::erasure::{json_form, redact_json_body, CopiesErased, ERASED};
 use crate::{Applied, ErasureRecord, ErasureReport, ErasureSubject, StoreError, WriteAck};
@@ -92,11 +92,14 @@ fn run(
     let t = sql_string(tenant.as_str());
     let v = sql_string(value);
     let column = subject.kind();
-    // The subject's traces, and those of spans sent with a resource naming it.
+    // Whole traces (the embedded store's rule): a span names the subject (its user or
+    // session), its route holds it (`/v1/users/ID/chat`), or it was sent with a
+    // resource that names it anywhere.
     let mut matched: Vec<([u8; 16], i64)> = conn
         .fetch_all::<Matched>(conn.client.query(&format!(
             "SELECT trace_id, min(start_ns) AS start FROM span_search
-             WHERE tenant = {t} AND {column} = {v} GROUP BY trace_id"
+             WHERE tenant = {t} AND ({column} = {v} OR (route != '' AND position(route, {v}) > 0))
+             GROUP BY trace_id"
         )))?
         .into_iter()
         .map(|m| (m.trace_id, m.start.min(i64::MAX as u64) as i64))
@@ -148,7 +151,11 @@ fn run(
         }
     }
     if logs_deleted > 0 {
-        conn.execute(format!("ALTER TABLE logs DELETE WHERE {logs_where}"))?;
+        let keys: Vec<(u64, i64)> = conn.fetch_all(conn.client.query(&format!(
+            "SELECT DISTINCT time_ns, seq FROM logs WHERE {logs_where}"
+        )))?;
+        let keys: Vec<String> = keys.iter().map(|(t, s)| format!("({t}, {s})")).collect();
+        delete_in(conn, "logs", &t, "(time_ns, seq)", &keys)?;
     }
     let mut copies = CopiesErased::default();
     if !value.is_empty() {
@@ -159,7 +166,17 @@ fn run(
             format!("SELECT count() FROM operations WHERE {names_where}"),
         )?;
         if copies.names > 0 {
-            conn.execute(format!("ALTER TABLE operations DELETE WHERE {names_where}"))?;
+            let hashes: Vec<u64> = conn.fetch_all(conn.client.query(&format!(
+                "SELECT DISTINCT cityHash64(service, name, kind) FROM operations WHERE {names_where}"
+            )))?;
+            let hashes: Vec<String> = hashes.iter().map(u64::to_string).collect();
+            delete_in(
+                conn,
+                "operations",
+                &t,
+                "cityHash64(service, name, kind)",
+                &hashes,
+            )?;
         }
         let (series, cells) = rollups(conn, tenant, value, minutes)?;
         copies.rollup_series = series;
@@ -261,10 +278,10 @@ fn rollups(
             batch: next_stamp(),
         });
         gone.push(format!(
-            "({}, {}, {})",
+            "({}, {}, cityHash64({}))",
             row.minute,
-            sql_string(&row.series),
-            row.batch
+            row.batch,
+            sql_string(&row.series)
         ));
     }
     if rewritten.is_empty() {
@@ -272,12 +289,14 @@ fn rollups(
     }
     let client = conn.client.clone();
     conn.wait(async move { writer::insert(&client, "rollup_cells", &rewritten).await })?;
-    for chunk in gone.chunks(500) {
-        conn.execute(format!(
-            "ALTER TABLE rollup_cells DELETE WHERE tenant = {t} AND (minute, series, batch) IN ({})",
-            chunk.join(", ")
-        ))?;
-    }
+    let gone = hashed_keys(conn, &gone)?;
+    delete_in(
+        conn,
+        "rollup_cells",
+        &t,
+        "(minute, batch, cityHash64(series))",
+        &gone,
+    )?;
     Ok((series.len() as u64, cells))
 }
 
@@ -316,17 +335,55 @@ fn incidents(conn: &Connection, tenant: &TenantId, subject: &str) -> Result<u64,
             version,
         });
     }
-    let ids = named
+    let ids: Vec<String> = named
         .iter()
-        .map(|n| sql_string(&n.id))
-        .collect::<Vec<_>>()
-        .join(", ");
+        .map(|n| format!("cityHash64({})", sql_string(&n.id)))
+        .collect();
+    let ids = hashed_keys(conn, &ids)?;
     let client = conn.client.clone();
     conn.wait(async move { writer::insert(&client, "incidents", &rows).await })?;
-    conn.execute(format!(
-        "ALTER TABLE incidents DELETE WHERE tenant = {t} AND id IN ({ids}) AND version < {version}"
-    ))?;
+    for chunk in ids.chunks(500) {
+        conn.execute(format!(
+            "ALTER TABLE incidents DELETE WHERE tenant = {t} AND version < {version}
+             AND cityHash64(id) IN ({})",
+            chunk.join(", ")
+        ))?;
+    }
     Ok(named.len() as u64)
+}
+
+/// Deletes the tenant's rows of `table` whose `key` is one of `keys` (SQL literals that
+/// hold no subject text: a mutation's statement is kept in a file of the table's
+/// directory, so it may name rows only by numbers and hashes).
+fn delete_in(
+    conn: &Connection,
+    table: &str,
+    tenant: &str,
+    key: &str,
+    keys: &[String],
+) -> Result<(), StoreError> {
+    for chunk in keys.chunks(1000) {
+        conn.execute(format!(
+            "ALTER TABLE {table} DELETE WHERE tenant = {tenant} AND {key} IN ({})",
+            chunk.join(", ")
+        ))?;
+    }
+    Ok(())
+}
+
+/// Key expressions that hash a text (`cityHash64('…')`) computed by the server, so the
+/// text itself never reaches a mutation's statement.
+fn hashed_keys(conn: &Connection, expressions: &[String]) -> Result<Vec<String>, StoreError> {
+    let mut out = Vec::with_capacity(expressions.len());
+    for chunk in expressions.chunks(500) {
+        let sql = format!(
+            "SELECT toString(x) FROM (SELECT arrayJoin([{}]) AS x)",
+            chunk.join(", ")
+        );
+        let rows: Vec<String> = conn.fetch_all(conn.client.query(&sql))?;
+        out.extend(rows);
+    }
+    Ok(out)
 }
 
 /// Waits until this database's mutations are done, then until its inactive parts are

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use threadline_model::{EdgeEnd, EdgeKind, GraphUpdate, TenantId};
 
 use crate::clickhouse::client::Connection;
-use crate::clickhouse::next_stamp;
+use crate::clickhouse::{next_stamp, sql};
 use crate::sqlite::SqliteStore;
 use crate::{Applied, StoreBackend, StoreError, WriteAck};
 
@@ -63,15 +63,18 @@ struct Local {
 }
 
 impl Local {
-    fn create() -> Result<Self, StoreError> {
-        static COPIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "threadline-graph-{}-{}",
-            std::process::id(),
-            COPIES.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
-        ));
+    /// A fresh, empty copy in `dir` (whatever was there goes).
+    fn create(
+        dir: &std::path::Path,
+        drift: &threadline_analysis::DriftConfig,
+    ) -> Result<Self, StoreError> {
+        let dir = dir.to_owned();
         let _ = std::fs::remove_dir_all(&dir);
-        let store = SqliteStore::open(&dir, crate::EmbeddedConfig::default())?;
+        let config = crate::EmbeddedConfig {
+            drift: drift.clone(),
+            ..Default::default()
+        };
+        let store = SqliteStore::open(&dir, config)?;
         Ok(Self {
             store,
             dir,
@@ -93,6 +96,10 @@ impl Drop for Local {
 
 pub(crate) struct Graph {
     conn: Arc<Connection>,
+    /// Where copies live (in the replica's local directory), one directory each.
+    dir: PathBuf,
+    copies: std::sync::atomic::AtomicU64,
+    drift: threadline_analysis::DriftConfig,
     local: Mutex<Local>,
     /// (tenant, src, dst, kind) → the last-seen time last logged.
     bindings: Mutex<foldhash::HashMap<(TenantId, String, String, EdgeKind), i64>>,
@@ -106,14 +113,37 @@ fn end_key(end: &EdgeEnd) -> String {
 }
 
 impl Graph {
-    pub(crate) fn open(conn: Arc<Connection>) -> Result<Self, StoreError> {
+    pub(crate) fn open(
+        conn: Arc<Connection>,
+        dir: PathBuf,
+        drift: threadline_analysis::DriftConfig,
+    ) -> Result<Self, StoreError> {
+        // Copies of an earlier run are stale: the log rebuilds this one.
+        let _ = std::fs::remove_dir_all(&dir);
         let graph = Self {
             conn,
-            local: Mutex::new(Local::create()?),
+            local: Mutex::new(Local::create(&dir.join("copy-0"), &drift)?),
+            dir,
+            drift,
+            copies: std::sync::atomic::AtomicU64::new(1),
             bindings: Mutex::new(Default::default()),
         };
         graph.read()?;
         Ok(graph)
+    }
+
+    /// An empty copy in a directory of its own, after `old`'s files went (they may
+    /// name an erased subject; readers still holding the old copy keep its open files).
+    fn fresh(&self, old: &Local) -> Result<Local, StoreError> {
+        let _ = std::fs::remove_dir_all(&old.dir);
+        Local::create(&self.next_dir(), &self.drift)
+    }
+
+    fn next_dir(&self) -> PathBuf {
+        let n = self
+            .copies
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.dir.join(format!("copy-{n}"))
     }
 
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, Local>, StoreError> {
@@ -136,7 +166,7 @@ impl Graph {
             .iter()
             .any(|r| !local.applied.contains(&r.seq) && r.seq > local.horizon() && is_rebuild(r))
         {
-            *local = Local::create()?;
+            *local = self.fresh(&local)?;
             return self.replay(local, self.events_after(0)?);
         }
         self.replay(local, rows)
@@ -291,8 +321,8 @@ impl Graph {
     }
 
     /// Erases the subject from this copy (the report's lineage counts), rewrites every
-    /// log entry that names it, and logs a rebuild so that every copy — this one too —
-    /// is rebuilt from the rewritten log.
+    /// log entry that names it (`crate::erasure::graph_update_without`), and logs a
+    /// rebuild so that every copy — this one too — is rebuilt from the rewritten log.
     pub(crate) fn erase(
         &self,
         tenant: &TenantId,
@@ -308,41 +338,75 @@ impl Graph {
             .wait_blocking()?
             .erasure
             .unwrap_or_default();
-        let quoted = serde_json::to_string(subject.value())
-            .map_err(|e| StoreError::corrupt(format!("cannot encode a subject: {e}")))?;
-        let erased = serde_json::to_string(crate::ERASED)
-            .map_err(|e| StoreError::corrupt(format!("cannot encode a subject: {e}")))?;
-        let rewrite = format!(
-            "ALTER TABLE graph_events UPDATE body = replaceAll(body, {q}, {e})
-             WHERE tenant = {t} AND position(body, {q}) > 0",
-            q = sql_string(&quoted),
-            e = sql_string(&erased),
-            t = sql_string(tenant.as_str()),
-        );
-        self.conn.execute(rewrite)?;
+        self.rewrite_log(tenant, subject.value())?;
         self.log(tenant, &Event::Rebuild)?;
         // This copy is rebuilt at the next read; its scratch files go now.
-        *local = Local::create()?;
+        *local = self.fresh(&local)?;
         Ok(report.copies)
+    }
+}
+
+impl Graph {
+    /// Deletes the tenant's log entries that name `subject` and writes them again
+    /// without it (at the same stamps: the rebuilt graph keeps everything else). The
+    /// entries are written after the delete was submitted, so the mutation, which
+    /// applies to the parts that existed then, leaves them alone.
+    fn rewrite_log(&self, tenant: &TenantId, subject: &str) -> Result<(), StoreError> {
+        let json_form = crate::erasure::json_form(subject);
+        let rows: Vec<EventRow> = self.conn.fetch_all(self.conn.client.query(&format!(
+            "SELECT seq, toString(tenant), body FROM graph_events
+             WHERE tenant = {t} AND position(body, {s}) > 0 ORDER BY seq LIMIT 1 BY seq",
+            t = sql::string(tenant.as_str()),
+            s = sql::string(&json_form),
+        )))?;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let mut rewritten = Vec::new();
+        for row in &rows {
+            let event: Event = serde_json::from_slice(&row.body).map_err(|e| {
+                StoreError::corrupt(format!(
+                    "lineage log entry {} does not decode: {e}",
+                    row.seq
+                ))
+            })?;
+            let Event::Update {
+                update,
+                received_ns,
+            } = event
+            else {
+                continue;
+            };
+            let Some(update) = crate::erasure::graph_update_without(update, subject) else {
+                continue;
+            };
+            let body = serde_json::to_string(&Event::Update {
+                update,
+                received_ns,
+            })
+            .map_err(|e| StoreError::corrupt(format!("cannot encode a lineage change: {e}")))?;
+            // Whatever the rules left that still names it (a property of a node kept).
+            let body = crate::erasure::redact_json_body(&body, subject).unwrap_or(body);
+            rewritten.push(EventRow {
+                seq: row.seq,
+                tenant: row.tenant.clone(),
+                body: body.into_bytes(),
+            });
+        }
+        for chunk in rows.chunks(1000) {
+            let seqs: Vec<String> = chunk.iter().map(|r| r.seq.to_string()).collect();
+            self.conn.execute(format!(
+                "ALTER TABLE graph_events DELETE WHERE seq IN ({})",
+                seqs.join(",")
+            ))?;
+        }
+        let client = self.conn.client.clone();
+        self.conn.wait(async move {
+            crate::clickhouse::writer::insert(&client, "graph_events", &rewritten).await
+        })
     }
 }
 
 fn is_rebuild(row: &EventRow) -> bool {
     row.body.starts_with(b"\"Rebuild\"")
-}
-
-/// A string as a ClickHouse literal.
-pub(crate) fn sql_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('\'');
-    for c in s.chars() {
-        match c {
-            '\'' => out.push_str("\\'"),
-            '\\' => out.push_str("\\\\"),
-            '\0' => out.push_str("\\0"),
-            c => out.push(c),
-        }
-    }
-    out.push('\'');
-    out
 }

@@ -7,7 +7,7 @@ use threadline_model::{LogRecord, SpanId, TenantId, TraceId};
 
 use crate::clickhouse::client::Connection;
 use crate::clickhouse::rows::{LogRow, Origins, LOG_COLUMNS};
-use crate::clickhouse::traces::{bind_all, trace_sql};
+use crate::clickhouse::sql::{bind_all, trace_sql};
 use crate::sqlite::text_index::TextQuery;
 use crate::{LogCursor, LogPage, LogQuery, StoreError, StoredLog};
 

@@ -16,6 +16,7 @@ mod graph;
 mod logs;
 mod rows;
 mod schema;
+mod sql;
 mod traces;
 mod writer;
 
@@ -45,6 +46,8 @@ pub struct ClickHouseOptions {
     pub max_queued_batches: usize,
     /// Recent spans remembered so a retried export is not rolled up twice.
     pub retry_window_spans: usize,
+    /// What counts as drift between dataset versions (the lineage graph's).
+    pub drift: threadline_analysis::DriftConfig,
 }
 
 impl Default for ClickHouseOptions {
@@ -53,12 +56,15 @@ impl Default for ClickHouseOptions {
             max_queued_bytes: 256 * 1024 * 1024,
             max_queued_batches: 4096,
             retry_window_spans: 917_504,
+            drift: threadline_analysis::DriftConfig::default(),
         }
     }
 }
 
 /// The ClickHouse store.
 pub struct ClickHouseStore {
+    /// This process's hold on its local directory (the lineage copy; the spool).
+    _lock: crate::dir_lock::DirLock,
     conn: Arc<client::Connection>,
     database: String,
     writer: writer::Writer,
@@ -69,8 +75,19 @@ pub struct ClickHouseStore {
 }
 
 impl ClickHouseStore {
-    /// Connects, creates the database if needed and migrates its schema.
-    pub fn open(config: &ClickHouseConfig, options: ClickHouseOptions) -> Result<Self, StoreError> {
+    /// Connects, creates the database if needed and migrates its schema. `local_dir` is
+    /// this replica's own directory (one process each, locked like the embedded
+    /// store's): it holds the lineage graph's materialized copy.
+    pub fn open(
+        config: &ClickHouseConfig,
+        options: ClickHouseOptions,
+        local_dir: &std::path::Path,
+    ) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(local_dir).map_err(|source| {
+            StoreError::unavailable(format!("cannot create directory {}", local_dir.display()))
+                .with_source(source)
+        })?;
+        let lock = crate::dir_lock::DirLock::acquire(local_dir)?;
         let conn = Arc::new(client::Connection::open(config)?);
         let version = schema::migrate(&conn, &config.database)?;
         tracing::info!(
@@ -90,8 +107,13 @@ impl ClickHouseStore {
             options.max_queued_bytes,
             options.max_queued_batches,
         );
-        let graph = Arc::new(graph::Graph::open(Arc::clone(&conn))?);
+        let graph = Arc::new(graph::Graph::open(
+            Arc::clone(&conn),
+            local_dir.join("lineage"),
+            options.drift.clone(),
+        )?);
         Ok(Self {
+            _lock: lock,
             conn,
             database: config.database.clone(),
             writer,

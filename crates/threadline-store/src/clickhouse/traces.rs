@@ -13,25 +13,16 @@
 //! which SQL screens (every word in the span's name or raw detail, any case) and Rust
 //! then checks in full with the embedded store's word matcher, span by span.
 
-use clickhouse::query::Query;
 use threadline_model::{SpanId, SpanKind, SpanRecord, TenantId, TraceId};
 
 use crate::clickhouse::client::Connection;
 use crate::clickhouse::rows::{HeadRow, Origins, SpanRow, HEAD_COLUMNS};
+use crate::clickhouse::sql::{bind_all, span_sql, trace_sql};
 use crate::search::{NameMatch, TraceCursor, TracePage, TraceQuery, TraceSummary};
 use crate::sqlite::text_index::TextQuery;
 use crate::{
     ExemplarQuery, OpenSpans, RequestsServed, ServiceSummary, SkeletonSpan, SpanReader, StoreError,
 };
-
-/// A trace id as SQL (hex digits only: safe to inline).
-pub(crate) fn trace_sql(id: TraceId) -> String {
-    format!("unhex('{}')", hex::encode(id.0))
-}
-
-fn span_sql(id: SpanId) -> String {
-    format!("unhex('{}')", hex::encode(id.0))
-}
 
 /// Unsigned nanoseconds as ClickHouse compares them.
 fn ns(n: u64) -> String {
@@ -742,12 +733,4 @@ pub(crate) fn operations(
         .into_iter()
         .map(|o| (o.service, o.name, SpanKind::from_otlp(i32::from(o.kind))))
         .collect())
-}
-
-/// `query` with `args` bound to its `?`s in order.
-pub(crate) fn bind_all(mut query: Query, args: &[String]) -> Query {
-    for a in args {
-        query = query.bind(a.as_str());
-    }
-    query
 }

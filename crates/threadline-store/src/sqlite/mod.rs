@@ -8,7 +8,6 @@ mod block_values;
 mod bloom;
 mod checkpoint;
 mod codec;
-mod dir_lock;
 mod distinct;
 mod erase;
 mod erase_copies;
@@ -111,7 +110,7 @@ pub struct SqliteStore {
 struct Inner {
     path: PathBuf,
     /// This process's hold on the data directory.
-    _lock: dir_lock::DirLock,
+    _lock: crate::dir_lock::DirLock,
     writer: writer::WriterHandle,
     readers: Mutex<Vec<Connection>>,
     /// The trace-id runs' filters the readers have read.
@@ -132,7 +131,7 @@ impl SqliteStore {
             ))
             .with_source(source)
         })?;
-        let lock = dir_lock::DirLock::acquire(data_dir)?;
+        let lock = crate::dir_lock::DirLock::acquire(data_dir)?;
         let path = data_dir.join(DB_FILE_NAME);
         let mut conn = schema::open_connection(&path)?;
         schema::migrate(&mut conn, &path)?;

@@ -2,14 +2,14 @@
 //! `threadline.lock` (released by the OS when the process ends, however it ends) and
 //! writes its process id there, so a second `serve` on the same directory refuses to
 //! start and names the process that holds it, instead of writing into the same
-//! database beside it.
+//! database (or spool) beside it. Both backends take it.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::sqlite::StoreError;
+use crate::StoreError;
 
 /// The lock file's name in the data directory.
 pub(crate) const LOCK_FILE_NAME: &str = "threadline.lock";
