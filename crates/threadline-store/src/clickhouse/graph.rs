@@ -166,7 +166,7 @@ impl Graph {
             .iter()
             .any(|r| !local.applied.contains(&r.seq) && r.seq > local.horizon() && is_rebuild(r))
         {
-            *local = self.fresh(&local)?;
+            *local = self.fresh(local)?;
             return self.replay(local, self.events_after(0)?);
         }
         self.replay(local, rows)
