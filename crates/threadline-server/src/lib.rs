@@ -116,10 +116,14 @@ pub async fn serve_reporting(
             tracing::info!(data_dir = %config.data_dir.display(), auth = config.auth_required(), "store opened");
             store
         }
-        config::StoreLocation::ClickHouse(ch) => {
+        config::StoreLocation::ClickHouse {
+            config: ch,
+            spool_max_bytes,
+        } => {
             let options = threadline_store::ClickHouseOptions {
                 max_queued_batches: config.max_queued_batches.max(1024),
                 drift: config.drift.clone(),
+                spool_max_bytes: *spool_max_bytes,
                 ..Default::default()
             };
             // Connecting and migrating wait on the network: off the async workers.

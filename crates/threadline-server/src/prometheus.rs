@@ -130,7 +130,7 @@ async fn scrape(
 fn internals_now(state: &AppState) -> Internals {
     let writer = state.store.writer_stats();
     let s = state.stats();
-    Internals {
+    let mut internals = Internals {
         values: vec![
             (
                 "threadline_spans_ingested",
@@ -168,7 +168,27 @@ fn internals_now(state: &AppState) -> Internals {
                 Value::CounterF(writer.commit_nanos_total as f64 / 1e9),
             ),
         ],
+    };
+    if let Some(spool) = writer.spool {
+        internals.values.extend([
+            (
+                "threadline_spool_bytes",
+                "Bytes of writes spooled on local disk that ClickHouse has not taken yet",
+                Value::Gauge(spool.bytes.min(i64::MAX as u64) as i64),
+            ),
+            (
+                "threadline_spool_records",
+                "Insert rounds spooled on local disk that ClickHouse has not taken yet",
+                Value::Gauge(spool.records.min(i64::MAX as u64) as i64),
+            ),
+            (
+                "threadline_spool_max_bytes",
+                "Spool bytes past which writes are refused with 429",
+                Value::Gauge(spool.max_bytes.min(i64::MAX as u64) as i64),
+            ),
+        ]);
     }
+    internals
 }
 
 /// OpenMetrics (what the encoder writes) → the Prometheus text format 0.0.4 that every

@@ -6,7 +6,40 @@ use tokio::sync::oneshot;
 use crate::StoreError;
 
 /// What the writer reports for one job once its transaction is over.
-pub(crate) type JobOutcome = Result<Applied, String>;
+pub(crate) type JobOutcome = Result<Applied, JobFailure>;
+
+/// Why a queued job was not stored: the kind the caller answers by (a full spool is
+/// `Busy`: 429, retry later) and what happened.
+#[derive(Clone, Debug)]
+pub(crate) struct JobFailure {
+    pub(crate) kind: crate::ErrorKind,
+    pub(crate) message: String,
+}
+
+/// A failed commit: the store's own fault unless said otherwise.
+impl From<String> for JobFailure {
+    fn from(message: String) -> Self {
+        Self {
+            kind: crate::ErrorKind::Corrupt,
+            message: format!("commit failed: {message}"),
+        }
+    }
+}
+
+impl From<StoreError> for JobFailure {
+    fn from(e: StoreError) -> Self {
+        Self {
+            kind: e.kind(),
+            message: e.to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for JobFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
 
 /// What a committed job did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,7 +84,7 @@ impl WriteAck {
     ) -> Result<Applied, StoreError> {
         match received {
             Ok(Ok(applied)) => Ok(applied),
-            Ok(Err(msg)) => Err(StoreError::corrupt(format!("commit failed: {msg}"))),
+            Ok(Err(failure)) => Err(StoreError::new(failure.kind, failure.message)),
             Err(_) => Err(StoreError::writer_stopped()),
         }
     }
@@ -65,4 +98,7 @@ pub struct WriterStats {
     pub spans_committed: u64,
     pub commits: u64,
     pub commit_nanos_total: u64,
+    /// What waits in a spool for a store that did not take it yet (ClickHouse); `None`
+    /// for a backend without one.
+    pub spool: Option<crate::SpoolStats>,
 }

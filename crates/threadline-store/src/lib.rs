@@ -23,7 +23,7 @@ pub use backend::{
     Bound, ExemplarQuery, OpenSpans, SpanBatch, SpanReader, Store, StoreBackend, WriteComing,
     EXEMPLAR_DIMENSIONS,
 };
-pub use clickhouse::{ClickHouseConfig, ClickHouseOptions, ClickHouseStore};
+pub use clickhouse::{ClickHouseConfig, ClickHouseOptions, ClickHouseStore, SpoolStats};
 pub use erasure::{CopiesErased, ErasureRecord, ErasureReport, ErasureSubject, ERASED};
 pub use error::{ErrorKind, StoreError};
 pub use log_search::{LogCursor, LogPage, LogQuery, StoredLog};

@@ -16,8 +16,16 @@ pub enum StoreLocation {
     /// SQLite under `data_dir`.
     #[default]
     Embedded,
-    ClickHouse(ClickHouseConfig),
+    ClickHouse {
+        config: ClickHouseConfig,
+        /// Bytes of writes the local spool holds while ClickHouse does not take them
+        /// (`[clickhouse] spool_max_bytes`, default 1 GiB); past them, 429.
+        spool_max_bytes: u64,
+    },
 }
+
+/// The spool's bound when the file sets none.
+pub(super) const DEFAULT_SPOOL_MAX_BYTES: u64 = 1 << 30;
 
 /// `[clickhouse]`: who Threadline is on the server, and the cluster to go through.
 #[derive(Default, Deserialize)]
@@ -26,6 +34,7 @@ pub(super) struct FileClickHouse {
     user: Option<String>,
     password: Option<String>,
     cluster: Option<String>,
+    spool_max_bytes: Option<u64>,
 }
 
 impl std::fmt::Debug for FileClickHouse {
@@ -34,6 +43,7 @@ impl std::fmt::Debug for FileClickHouse {
             .field("user", &self.user)
             .field("password", &self.password.as_ref().map(|_| "<set>"))
             .field("cluster", &self.cluster)
+            .field("spool_max_bytes", &self.spool_max_bytes)
             .finish()
     }
 }
@@ -48,7 +58,11 @@ pub(super) fn resolve(
 ) -> StoreLocation {
     let url = match url.map(str::trim) {
         None | Some("") | Some("embedded") => {
-            if file.user.is_some() || file.password.is_some() || file.cluster.is_some() {
+            if file.user.is_some()
+                || file.password.is_some()
+                || file.cluster.is_some()
+                || file.spool_max_bytes.is_some()
+            {
                 problems.push(
                     "[clickhouse] is set but the store is the embedded one: set [server] store \
                      or --store to clickhouse://HOST:PORT/DATABASE"
@@ -64,7 +78,16 @@ pub(super) fn resolve(
             config.user = env(CLICKHOUSE_USER_ENV).or(file.user);
             config.password = env(CLICKHOUSE_PASSWORD_ENV).or(file.password);
             config.cluster = file.cluster;
-            StoreLocation::ClickHouse(config)
+            let spool_max_bytes = file.spool_max_bytes.unwrap_or(DEFAULT_SPOOL_MAX_BYTES);
+            if spool_max_bytes < 1 << 20 {
+                problems.push(format!(
+                    "clickhouse.spool_max_bytes ({spool_max_bytes}) must be at least 1 MiB"
+                ));
+            }
+            StoreLocation::ClickHouse {
+                config,
+                spool_max_bytes,
+            }
         }
         Err(e) => {
             problems.push(format!("store: {e}"));
@@ -82,6 +105,7 @@ mod tests {
             user: user.map(str::to_owned),
             password: password.map(str::to_owned),
             cluster: None,
+            spool_max_bytes: None,
         }
     }
 
@@ -89,7 +113,7 @@ mod tests {
     fn credentials_come_from_the_environment_first_then_the_file() {
         let mut problems = Vec::new();
         let env = |name: &str| (name == CLICKHOUSE_PASSWORD_ENV).then(|| "from-env".to_owned());
-        let StoreLocation::ClickHouse(c) = resolve(
+        let StoreLocation::ClickHouse { config: c, .. } = resolve(
             Some("clickhouse://127.0.0.1:18123/tl"),
             file(Some("tl"), Some("from-file")),
             env,

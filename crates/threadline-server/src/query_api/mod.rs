@@ -164,6 +164,10 @@ async fn health(
             "commits": writer.commits,
             "commit_seconds_total": writer.commit_nanos_total as f64 / 1e9,
             "text_index_backlog_blocks": text_backlog });
+        if let Some(spool) = writer.spool {
+            body["store"]["spool"] = json!({ "bytes": spool.bytes, "records": spool.records,
+                "max_bytes": spool.max_bytes });
+        }
         body["ingest"] = json!({
             "spans_accepted": state.stats().spans_accepted.load(Ordering::Relaxed),
             "spans_rejected": state.stats().spans_rejected.load(Ordering::Relaxed),

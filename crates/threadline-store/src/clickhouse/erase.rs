@@ -55,8 +55,8 @@ pub(crate) fn submit(
                 assets: Vec::new(),
                 erasure: Some(report),
             }),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(e) => Err(format!("the erasure task failed: {e}")),
+            Ok(Err(e)) => Err(e.into()),
+            Err(e) => Err(format!("the erasure task failed: {e}").into()),
         }
     })
 }

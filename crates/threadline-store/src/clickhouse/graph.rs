@@ -228,7 +228,7 @@ impl Graph {
         self.conn.handle().spawn_blocking(move || {
             let outcome = graph
                 .apply_and_log(&tenant, update, received_ns)
-                .map_err(|e| e.to_string());
+                .map_err(Into::into);
             let _ = done.send(outcome);
         });
         Ok(WriteAck::of(ack))

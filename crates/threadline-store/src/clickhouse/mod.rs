@@ -16,6 +16,7 @@ mod graph;
 mod logs;
 mod rows;
 mod schema;
+mod spool;
 mod sql;
 mod traces;
 mod writer;
@@ -31,6 +32,7 @@ use threadline_model::{
 };
 
 pub use client::ClickHouseConfig;
+pub use spool::SpoolStats;
 
 use crate::{
     Bound, ErasureRecord, ErasureSubject, ExemplarQuery, LogPage, LogQuery, RequestsServed,
@@ -48,6 +50,9 @@ pub struct ClickHouseOptions {
     pub retry_window_spans: usize,
     /// What counts as drift between dataset versions (the lineage graph's).
     pub drift: threadline_analysis::DriftConfig,
+    /// Bytes the spool may hold while ClickHouse does not take writes; past them,
+    /// writes are refused (429).
+    pub spool_max_bytes: u64,
 }
 
 impl Default for ClickHouseOptions {
@@ -57,6 +62,7 @@ impl Default for ClickHouseOptions {
             max_queued_batches: 4096,
             retry_window_spans: 917_504,
             drift: threadline_analysis::DriftConfig::default(),
+            spool_max_bytes: 1 << 30,
         }
     }
 }
@@ -65,6 +71,8 @@ impl Default for ClickHouseOptions {
 pub struct ClickHouseStore {
     /// This process's hold on its local directory (the lineage copy; the spool).
     _lock: crate::dir_lock::DirLock,
+    /// Rounds ClickHouse has not taken yet.
+    spool: Arc<spool::Spool>,
     conn: Arc<client::Connection>,
     database: String,
     writer: writer::Writer,
@@ -100,10 +108,15 @@ impl ClickHouseStore {
         let recent = Arc::new(Mutex::new(crate::retries::RecentSpans::new(
             options.retry_window_spans,
         )));
+        let spool = Arc::new(spool::Spool::open(
+            &local_dir.join("spool"),
+            options.spool_max_bytes,
+        )?);
         let writer = writer::Writer::start(
             &conn.handle(),
             conn.client.clone(),
             Arc::clone(&recent),
+            Arc::clone(&spool),
             options.max_queued_bytes,
             options.max_queued_batches,
         );
@@ -114,6 +127,7 @@ impl ClickHouseStore {
         )?);
         Ok(Self {
             _lock: lock,
+            spool,
             conn,
             database: config.database.clone(),
             writer,
@@ -122,6 +136,11 @@ impl ClickHouseStore {
             tenants_seen: Mutex::new(Default::default()),
             graph,
         })
+    }
+
+    /// What the spool holds.
+    pub fn spool_stats(&self) -> SpoolStats {
+        self.spool.stats()
     }
 
     /// The database this store lives in.

@@ -9,6 +9,10 @@
 //!
 //! Work that must see every earlier write and no later one (an erasure) runs as an
 //! `Exclusive` job between rounds.
+//!
+//! A round that cannot reach ClickHouse (unreachable, timed out, overloaded) is put in
+//! the spool (`spool`) and acknowledged once fsynced; while the spool holds records,
+//! new rounds go behind them, and a sender task replays them in order with backoff.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -23,6 +27,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::ack::JobOutcome;
 use crate::clickhouse::rows::*;
+use crate::clickhouse::spool::Spool;
 use crate::{Applied, StoreError, WriteAck, WriterStats};
 
 /// The least time between two rounds' inserts: at most this many INSERTs per second
@@ -68,6 +73,83 @@ impl Rows {
     }
 }
 
+/// A round as inserted, and as the spool keeps it: every table's rows, the cells
+/// encoded with the round's id (a replayed round collapses with its first copy).
+#[derive(serde::Serialize, serde::Deserialize, Default)]
+pub(crate) struct Payload {
+    spans: Vec<SpanRow>,
+    search: Vec<SearchRow>,
+    logs: Vec<LogRow>,
+    operations: Vec<OperationRow>,
+    tenants: Vec<TenantRow>,
+    incidents: Vec<IncidentRow>,
+    marks: Vec<MarkRow>,
+    hops: Vec<HopRow>,
+    cells: Vec<CellRow>,
+}
+
+impl Payload {
+    fn of(rows: Rows) -> Result<Self, StoreError> {
+        let batch = batch_id();
+        let mut cells = Vec::new();
+        for (tenant, rollups) in &rows.rollups {
+            for ((minute, key), cell) in rollups.iter() {
+                cells.push(CellRow {
+                    tenant: tenant.clone(),
+                    minute: *minute,
+                    series: key.to_text(),
+                    cell: encode(cell, "rollup cell")?,
+                    batch,
+                });
+            }
+        }
+        let mut hops = Vec::new();
+        for (tenant, h) in &rows.hops {
+            for ((minute, hop), cell) in &h.cells {
+                hops.push(HopRow {
+                    tenant: tenant.clone(),
+                    minute: *minute,
+                    caller: hop.caller.clone(),
+                    callee: hop.callee.clone(),
+                    cell: encode(cell, "hop cell")?,
+                    batch,
+                });
+            }
+        }
+        Ok(Self {
+            spans: rows.spans,
+            search: rows.search,
+            logs: rows.logs,
+            operations: dedup(rows.operations),
+            tenants: dedup_tenants(rows.tenants),
+            incidents: rows.incidents,
+            marks: rows.marks,
+            hops,
+            cells,
+        })
+    }
+
+    /// Inserts every table's rows, cells last.
+    async fn insert(&self, client: &clickhouse::Client) -> Result<(), StoreError> {
+        insert(client, "spans", &self.spans).await?;
+        insert(client, "span_search", &self.search).await?;
+        insert(client, "logs", &self.logs).await?;
+        insert(client, "operations", &self.operations).await?;
+        insert(client, "tenants", &self.tenants).await?;
+        insert(client, "incidents", &self.incidents).await?;
+        insert(client, "detector_marks", &self.marks).await?;
+        insert(client, "hop_cells", &self.hops).await?;
+        insert(client, "rollup_cells", &self.cells).await?;
+        Ok(())
+    }
+}
+
+/// Whether a failed insert may succeed later unchanged (ClickHouse unreachable or
+/// overloaded), so the round waits in the spool instead of failing its writes.
+fn worth_spooling(e: &StoreError) -> bool {
+    matches!(e.kind(), crate::ErrorKind::Unavailable | crate::ErrorKind::Busy)
+}
+
 type ExclusiveWork =
     Box<dyn FnOnce(clickhouse::Client) -> Pin<Box<dyn Future<Output = JobOutcome> + Send>> + Send>;
 
@@ -97,6 +179,7 @@ struct Counters {
 /// The handle writes are queued through.
 pub(crate) struct Writer {
     tx: mpsc::UnboundedSender<Job>,
+    spool: Arc<Spool>,
     counters: Arc<Counters>,
     max_queued_bytes: usize,
     max_queued_batches: usize,
@@ -107,14 +190,17 @@ impl Writer {
         handle: &tokio::runtime::Handle,
         client: clickhouse::Client,
         recent: Arc<Mutex<crate::retries::RecentSpans>>,
+        spool: Arc<Spool>,
         max_queued_bytes: usize,
         max_queued_batches: usize,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let counters = Arc::new(Counters::default());
-        handle.spawn(run(rx, client, recent, Arc::clone(&counters)));
+        handle.spawn(send_spooled(client.clone(), Arc::clone(&spool)));
+        handle.spawn(run(rx, client, recent, Arc::clone(&spool), Arc::clone(&counters)));
         Self {
             tx,
+            spool,
             counters,
             max_queued_bytes,
             max_queued_batches,
@@ -171,6 +257,7 @@ impl Writer {
             spans_committed: c.spans_committed.load(Ordering::SeqCst),
             commits: c.commits.load(Ordering::SeqCst),
             commit_nanos_total: c.commit_nanos_total.load(Ordering::SeqCst),
+            spool: Some(self.spool.stats()),
         }
     }
 }
@@ -188,6 +275,7 @@ async fn run(
     mut rx: mpsc::UnboundedReceiver<Job>,
     client: clickhouse::Client,
     recent: Arc<Mutex<crate::retries::RecentSpans>>,
+    spool: Arc<Spool>,
     counters: Arc<Counters>,
 ) {
     let mut last_round: Option<Instant> = None;
@@ -239,7 +327,10 @@ async fn run(
         last_round = Some(Instant::now());
         let started = Instant::now();
         let spans = round.rows.spans.len() as u64;
-        let outcome = insert_round(&client, round.rows).await;
+        let outcome = match Payload::of(round.rows) {
+            Ok(payload) => store_round(&client, &spool, payload).await,
+            Err(e) => Err(e),
+        };
         counters
             .queued_batches
             .fetch_sub(round.done.len(), Ordering::SeqCst);
@@ -260,7 +351,7 @@ async fn run(
                 if let Ok(mut recent) = recent.lock() {
                     recent.forget(&round.marked);
                 }
-                Err(e.to_string())
+                Err(e.into())
             }
         };
         for done in round.done {
@@ -284,44 +375,75 @@ impl Round {
     }
 }
 
-/// Inserts every table's rows of a round, cells last.
-async fn insert_round(client: &clickhouse::Client, rows: Rows) -> Result<(), StoreError> {
-    let batch = batch_id();
-    insert(client, "spans", &rows.spans).await?;
-    insert(client, "span_search", &rows.search).await?;
-    insert(client, "logs", &rows.logs).await?;
-    insert(client, "operations", &dedup(rows.operations)).await?;
-    insert(client, "tenants", &dedup_tenants(rows.tenants)).await?;
-    insert(client, "incidents", &rows.incidents).await?;
-    insert(client, "detector_marks", &rows.marks).await?;
-    let mut cells = Vec::new();
-    for (tenant, rollups) in &rows.rollups {
-        for ((minute, key), cell) in rollups.iter() {
-            cells.push(CellRow {
-                tenant: tenant.clone(),
-                minute: *minute,
-                series: key.to_text(),
-                cell: encode(cell, "rollup cell")?,
-                batch,
-            });
+/// Inserts a round, or spools it when ClickHouse cannot take it now (or earlier rounds
+/// still wait in the spool).
+async fn store_round(
+    client: &clickhouse::Client,
+    spool: &Arc<Spool>,
+    payload: Payload,
+) -> Result<(), StoreError> {
+    if !spool.holds_records() {
+        match payload.insert(client).await {
+            Ok(()) => return Ok(()),
+            Err(e) if worth_spooling(&e) => {
+                tracing::warn!(error = %e, "ClickHouse did not take a round: spooling it");
+            }
+            Err(e) => return Err(e),
         }
     }
-    let mut hops = Vec::new();
-    for (tenant, h) in &rows.hops {
-        for ((minute, hop), cell) in &h.cells {
-            hops.push(HopRow {
-                tenant: tenant.clone(),
-                minute: *minute,
-                caller: hop.caller.clone(),
-                callee: hop.callee.clone(),
-                cell: encode(cell, "hop cell")?,
-                batch,
-            });
+    let record = postcard::to_stdvec(&payload)
+        .map_err(|e| StoreError::corrupt(format!("cannot encode a spooled round: {e}")))?;
+    let spool = Arc::clone(spool);
+    tokio::task::spawn_blocking(move || spool.append(&record))
+        .await
+        .map_err(|e| StoreError::unavailable(format!("the spool task failed: {e}")))?
+}
+
+/// Replays the spool to ClickHouse in order, for as long as the store is open: each
+/// record inserted, then the checkpoint moved; a failure waits (0.1 s, doubling to 5 s)
+/// and tries the same record again.
+async fn send_spooled(client: clickhouse::Client, spool: Arc<Spool>) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let next = {
+            let spool = Arc::clone(&spool);
+            tokio::task::spawn_blocking(move || spool.peek()).await
+        };
+        let (record, position) = match next {
+            Ok(Ok(Some(found))) => found,
+            Ok(Ok(None)) => {
+                // Woken by an append, or a look every second.
+                let _ = tokio::time::timeout(Duration::from_secs(1), spool.appended.notified()).await;
+                continue;
+            }
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "the spool cannot be read");
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                continue;
+            }
+            Err(_) => return,
+        };
+        let sent = match postcard::from_bytes::<Payload>(&record) {
+            Ok(payload) => payload.insert(&client).await,
+            Err(e) => Err(StoreError::corrupt(format!("a spooled round does not decode: {e}"))),
+        };
+        match sent {
+            Ok(()) => {
+                backoff = Duration::from_millis(100);
+                let spool = Arc::clone(&spool);
+                let size = record.len() as u64 + 8;
+                let moved = tokio::task::spawn_blocking(move || spool.sent_through(position, size)).await;
+                if let Ok(Err(e)) = moved {
+                    tracing::error!(error = %e, "the spool checkpoint cannot move");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in = ?backoff, "ClickHouse did not take a spooled round");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
         }
     }
-    insert(client, "hop_cells", &hops).await?;
-    insert(client, "rollup_cells", &cells).await?;
-    Ok(())
 }
 
 fn dedup(mut rows: Vec<OperationRow>) -> Vec<OperationRow> {

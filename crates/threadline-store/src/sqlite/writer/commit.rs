@@ -31,7 +31,7 @@ pub(super) fn run_syncer(wal: &std::path::Path, committed: Receiver<CommittedAck
         for (ack, outcome) in acks {
             let outcome = match &synced {
                 Ok(()) => outcome,
-                Err(e) => Err(format!("fsync of {} failed: {e}", wal.display())),
+                Err(e) => Err(format!("fsync of {} failed: {e}", wal.display()).into()),
             };
             // A client that hung up no longer waits for its ack; nothing to do.
             let _ = ack.send(outcome);
@@ -161,7 +161,7 @@ pub(super) fn run_writer(
                 // The transaction rolled back: forget what it may have inserted.
                 cache.reset();
                 ledger.rolled_back();
-                vec![Err(e.to_string()); jobs.len()]
+                vec![Err(e.to_string().into()); jobs.len()]
             }
         };
         // The syncer starts on this commit's fsync while the writer checkpoints: a
@@ -169,7 +169,7 @@ pub(super) fn run_writer(
         let acks: CommittedAcks = jobs.into_iter().map(|j| j.ack).zip(outcomes).collect();
         if let Err(mpsc::SendError(acks)) = synced.send(acks) {
             for (ack, _) in acks {
-                let _ = ack.send(Err("the WAL syncer thread stopped".to_owned()));
+                let _ = ack.send(Err("the WAL syncer thread stopped".to_owned().into()));
             }
         }
         if wal_restart.due_after(bytes) {
@@ -432,8 +432,8 @@ mod tests {
             run_syncer(&wal, committed);
             let outcome = acked.blocking_recv().unwrap();
             assert_eq!(outcome.is_ok(), expect_ok, "{outcome:?}");
-            if let Err(msg) = outcome {
-                assert!(msg.contains("missing-wal"), "{msg}");
+            if let Err(failure) = outcome {
+                assert!(failure.message.contains("missing-wal"), "{failure}");
             }
         }
     }

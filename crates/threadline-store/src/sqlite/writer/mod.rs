@@ -380,6 +380,7 @@ impl WriterHandle {
             spans_committed: c.spans_committed.load(Ordering::Relaxed),
             commits: c.commits.load(Ordering::Relaxed),
             commit_nanos_total: c.commit_nanos_total.load(Ordering::Relaxed),
+            spool: None,
         }
     }
 }
