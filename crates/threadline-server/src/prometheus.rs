@@ -106,8 +106,12 @@ async fn scrape(
     if let Some(tenant) = &tenant {
         let store = state.store.clone();
         let tenant = tenant.clone();
-        let bound = crate::error::blocking(move || Ok(store.bound_instances(&tenant)?)).await?;
-        registry.register_collector(Box::new(BoundInstances(bound)));
+        // A store that does not answer (ClickHouse down) leaves this family out; the
+        // rest — the spool's gauges above all — is what an operator needs then.
+        match crate::error::blocking(move || Ok(store.bound_instances(&tenant)?)).await {
+            Ok(bound) => registry.register_collector(Box::new(BoundInstances(bound))),
+            Err(e) => tracing::warn!(error = %e, "instances bound left out of /metrics"),
+        }
     }
     let mut body = String::new();
     let encoded = prometheus_client::encoding::text::encode_registry(&mut body, &registry)

@@ -51,8 +51,18 @@ impl TestServer {
         Self::start_with_config(None)
     }
 
+    /// Starts on the store `store` names (`--store`), with a config file holding
+    /// `toml_text`.
+    pub(crate) fn start_on_store(store: &str, toml_text: Option<&str>) -> Self {
+        Self::start_with(vec!["--store".to_owned(), store.to_owned()], toml_text)
+    }
+
     /// Starts with a config file holding `toml_text`.
     pub(crate) fn start_with_config(toml_text: Option<&str>) -> Self {
+        Self::start_with(store_args(), toml_text)
+    }
+
+    fn start_with(store: Vec<String>, toml_text: Option<&str>) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let data_dir = dir.path().join("data");
         let config = toml_text.map(|text| {
@@ -66,7 +76,7 @@ impl TestServer {
             otlp_grpc: String::new(),
             api: String::new(),
             data_dir,
-            store: store_args(),
+            store,
             config,
             _dir: dir,
         };
@@ -140,6 +150,12 @@ impl TestServer {
 
     pub(crate) fn restart(&mut self) {
         self.kill9();
+        self.launch();
+    }
+
+    /// Starts it again after `kill9`.
+    pub(crate) fn relaunch(&mut self) {
+        assert!(self.child.is_none(), "the server is still running");
         self.launch();
     }
 

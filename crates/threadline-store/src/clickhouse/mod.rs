@@ -253,7 +253,11 @@ impl StoreBackend for ClickHouseStore {
             }
         };
         if bindings != GraphUpdate::default() {
-            self.graph.note_bindings(tenant, bindings)?;
+            // The spans are safe whatever happens here: bindings come again with the
+            // next request, and one not logged now is logged then.
+            if let Err(e) = self.graph.note_bindings(tenant, bindings) {
+                tracing::warn!(error = %e, "span bindings not logged this time");
+            }
         }
         Ok(ack)
     }

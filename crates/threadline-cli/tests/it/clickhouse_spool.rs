@@ -1,0 +1,185 @@
+//! On ClickHouse a 2xx means the batch is safe: ClickHouse took it, or the local spool
+//! holds it (fsynced) until ClickHouse does. A ClickHouse server of the test's own is
+//! stopped in the middle of ingest and started again, and Threadline is killed with a
+//! spool that still holds writes: every acknowledged span is then readable, once.
+//! The ClickHouse-only tests run in every run of the suite (they need no switch).
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::harness::*;
+
+/// A ClickHouse server of this test's own (`scripts/clickhouse`), stopped on drop.
+pub(crate) struct ScratchClickHouse {
+    dir: tempfile::TempDir,
+    /// `http://127.0.0.1:PORT`.
+    pub(crate) url: String,
+}
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/clickhouse")
+}
+
+impl ScratchClickHouse {
+    pub(crate) fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let url = Self::run(&dir, "start");
+        Self { dir, url }
+    }
+
+    fn run(dir: &tempfile::TempDir, what: &str) -> String {
+        let out = Command::new("bash")
+            .arg(script())
+            .arg(what)
+            .arg(dir.path())
+            .output()
+            .expect("run scripts/clickhouse");
+        assert!(
+            out.status.success(),
+            "scripts/clickhouse {what}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// The store URL of `database` on this server.
+    pub(crate) fn store(&self, database: &str) -> String {
+        format!(
+            "clickhouse://{}/{database}",
+            self.url.trim_start_matches("http://")
+        )
+    }
+
+    pub(crate) fn stop(&self) {
+        Self::run(&self.dir, "stop");
+    }
+
+    /// Starts it again, on the same ports and data.
+    pub(crate) fn restart(&self) {
+        let url = Self::run(&self.dir, "start");
+        assert_eq!(url, self.url);
+    }
+}
+
+impl Drop for ScratchClickHouse {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(script())
+            .arg("stop")
+            .arg(self.dir.path())
+            .output();
+    }
+}
+
+/// Sends one two-span trace; whether it was acknowledged.
+fn send(server: &TestServer, i: u32, t0: u64) -> bool {
+    let mut id = [0u8; 16];
+    id[..4].copy_from_slice(&i.to_be_bytes());
+    id[15] = 1;
+    let body = proto(&llm_trace(id, "gateway", "llama-3-8b", t0 + u64::from(i) * 1_000_000));
+    server
+        .post_traces("application/x-protobuf", body, &[])
+        .status()
+        .is_success()
+}
+
+fn spool(server: &TestServer) -> (u64, u64) {
+    let (status, health) = server.get("/api/v1/health", None);
+    assert_eq!(status, 200, "{health}");
+    let spool = &health["store"]["spool"];
+    (
+        spool["records"].as_u64().unwrap_or_else(|| panic!("{health}")),
+        spool["bytes"].as_u64().unwrap(),
+    )
+}
+
+fn wait_until_drained(server: &TestServer) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while spool(server).0 > 0 {
+        assert!(Instant::now() < deadline, "the spool did not drain: {:?}", spool(server));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Every acknowledged trace is readable whole, and counted once in search and in the
+/// rollups.
+fn check_all(server: &TestServer, acked: &[u32], t0: u64) {
+    for i in acked {
+        let mut id = [0u8; 16];
+        id[..4].copy_from_slice(&i.to_be_bytes());
+        id[15] = 1;
+        let (status, trace) = server.get(&format!("/api/v1/traces/{}", hex(&id)), None);
+        assert_eq!(status, 200, "acknowledged trace {i} is missing: {trace}");
+        assert_eq!(trace["span_count"], 2, "trace {i}: {trace}");
+    }
+    let from_s = t0 / 1_000_000_000 - 60;
+    let to_s = from_s + 3600;
+    let (_, page) = server.get(
+        &format!("/api/v1/traces?limit=1000&from={from_s}&to={to_s}"),
+        None,
+    );
+    assert_eq!(
+        page["traces"].as_array().map(Vec::len),
+        Some(acked.len()),
+        "search: {page}"
+    );
+    let (status, rate) = server.get(
+        &format!("/api/v1/metrics?metric=request_rate&from={from_s}&to={to_s}&step=60m"),
+        None,
+    );
+    assert_eq!(status, 200, "{rate}");
+    let requests: u64 = rate["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["points"].as_array().unwrap().iter())
+        .map(|p| p["requests"].as_u64().unwrap())
+        .sum();
+    assert_eq!(requests, acked.len() as u64, "rollups: {rate}");
+}
+
+#[test]
+fn acknowledged_spans_survive_clickhouse_outages_and_a_crash_once_each() {
+    let ch = ScratchClickHouse::start();
+    let mut server = TestServer::start_on_store(&ch.store("tl_spool"), None);
+    let t0 = now_nanos() - 20 * 60_000_000_000;
+    let mut acked = Vec::new();
+    let mut batch = |server: &TestServer, range: std::ops::Range<u32>, acked: &mut Vec<u32>| {
+        for i in range {
+            assert!(send(server, i, t0), "trace {i} was refused");
+            acked.push(i);
+        }
+    };
+    batch(&server, 0..40, &mut acked);
+    assert_eq!(spool(&server).0, 0, "ClickHouse is up: nothing spooled");
+
+    // ClickHouse goes away in the middle of ingest: writes are still acknowledged.
+    ch.stop();
+    batch(&server, 40..100, &mut acked);
+    let (records, bytes) = spool(&server);
+    assert!(records > 0 && bytes > 0, "{records} records, {bytes} bytes");
+    let (_, metrics) = {
+        let resp = client()
+            .get(format!("{}/metrics", server.api))
+            .send()
+            .unwrap();
+        (resp.status(), resp.text().unwrap())
+    };
+    assert!(metrics.contains("threadline_spool_records"), "{metrics}");
+
+    ch.restart();
+    wait_until_drained(&server);
+    batch(&server, 100..120, &mut acked);
+    check_all(&server, &acked, t0);
+
+    // Killed with a spool that still holds writes: they are sent after the restart.
+    ch.stop();
+    batch(&server, 120..160, &mut acked);
+    assert!(spool(&server).0 > 0);
+    server.kill9();
+    ch.restart();
+    server.relaunch();
+    wait_until_drained(&server);
+    check_all(&server, &acked, t0);
+}
