@@ -121,7 +121,7 @@ pub async fn serve_reporting(
             spool_max_bytes,
         } => {
             let options = threadline_store::ClickHouseOptions {
-                max_queued_batches: config.max_queued_batches.max(1024),
+                max_queued_batches: config.max_queued_batches,
                 drift: config.drift.clone(),
                 spool_max_bytes: *spool_max_bytes,
                 ..Default::default()

@@ -4,80 +4,21 @@
 //! spool that still holds writes: every acknowledged span is then readable, once.
 //! The ClickHouse-only tests run in every run of the suite (they need no switch).
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::harness::*;
-
-/// A ClickHouse server of this test's own (`scripts/clickhouse`), stopped on drop.
-pub(crate) struct ScratchClickHouse {
-    dir: tempfile::TempDir,
-    /// `http://127.0.0.1:PORT`.
-    pub(crate) url: String,
-}
-
-fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/clickhouse")
-}
-
-impl ScratchClickHouse {
-    pub(crate) fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let url = Self::run(&dir, "start");
-        Self { dir, url }
-    }
-
-    fn run(dir: &tempfile::TempDir, what: &str) -> String {
-        let out = Command::new("bash")
-            .arg(script())
-            .arg(what)
-            .arg(dir.path())
-            .output()
-            .expect("run scripts/clickhouse");
-        assert!(
-            out.status.success(),
-            "scripts/clickhouse {what}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
-    }
-
-    /// The store URL of `database` on this server.
-    pub(crate) fn store(&self, database: &str) -> String {
-        format!(
-            "clickhouse://{}/{database}",
-            self.url.trim_start_matches("http://")
-        )
-    }
-
-    pub(crate) fn stop(&self) {
-        Self::run(&self.dir, "stop");
-    }
-
-    /// Starts it again, on the same ports and data.
-    pub(crate) fn restart(&self) {
-        let url = Self::run(&self.dir, "start");
-        assert_eq!(url, self.url);
-    }
-}
-
-impl Drop for ScratchClickHouse {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(script())
-            .arg("stop")
-            .arg(self.dir.path())
-            .output();
-    }
-}
 
 /// Sends one two-span trace; whether it was acknowledged.
 fn send(server: &TestServer, i: u32, t0: u64) -> bool {
     let mut id = [0u8; 16];
     id[..4].copy_from_slice(&i.to_be_bytes());
     id[15] = 1;
-    let body = proto(&llm_trace(id, "gateway", "llama-3-8b", t0 + u64::from(i) * 1_000_000));
+    let body = proto(&llm_trace(
+        id,
+        "gateway",
+        "llama-3-8b",
+        t0 + u64::from(i) * 1_000_000,
+    ));
     server
         .post_traces("application/x-protobuf", body, &[])
         .status()
@@ -89,7 +30,9 @@ fn spool(server: &TestServer) -> (u64, u64) {
     assert_eq!(status, 200, "{health}");
     let spool = &health["store"]["spool"];
     (
-        spool["records"].as_u64().unwrap_or_else(|| panic!("{health}")),
+        spool["records"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{health}")),
         spool["bytes"].as_u64().unwrap(),
     )
 }
@@ -97,7 +40,11 @@ fn spool(server: &TestServer) -> (u64, u64) {
 fn wait_until_drained(server: &TestServer) {
     let deadline = Instant::now() + Duration::from_secs(90);
     while spool(server).0 > 0 {
-        assert!(Instant::now() < deadline, "the spool did not drain: {:?}", spool(server));
+        assert!(
+            Instant::now() < deadline,
+            "the spool did not drain: {:?}",
+            spool(server)
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
 }
@@ -145,7 +92,7 @@ fn acknowledged_spans_survive_clickhouse_outages_and_a_crash_once_each() {
     let mut server = TestServer::start_on_store(&ch.store("tl_spool"), None);
     let t0 = now_nanos() - 20 * 60_000_000_000;
     let mut acked = Vec::new();
-    let mut batch = |server: &TestServer, range: std::ops::Range<u32>, acked: &mut Vec<u32>| {
+    let batch = |server: &TestServer, range: std::ops::Range<u32>, acked: &mut Vec<u32>| {
         for i in range {
             assert!(send(server, i, t0), "trace {i} was refused");
             acked.push(i);
@@ -182,4 +129,64 @@ fn acknowledged_spans_survive_clickhouse_outages_and_a_crash_once_each() {
     server.relaunch();
     wait_until_drained(&server);
     check_all(&server, &acked, t0);
+}
+
+/// The spool is bounded: with ClickHouse away, writes are acknowledged until the spool
+/// holds its bound, then refused with 429 and Retry-After (nothing is lost that was
+/// acknowledged, nothing is kept that was refused).
+#[test]
+fn a_full_spool_answers_429_with_retry_after() {
+    let ch = ScratchClickHouse::start();
+    let server = TestServer::start_on_store(
+        &ch.store("tl_full_spool"),
+        Some("[clickhouse]\nspool_max_bytes = 1048576\n"),
+    );
+    ch.stop();
+    let t0 = now_nanos() - 5 * 60_000_000_000;
+    let prompt = "spooled prompt text ".repeat(5_000);
+    let (mut acked, mut refused) = (Vec::new(), Vec::new());
+    for i in 0..40u32 {
+        let mut id = [0u8; 16];
+        id[..4].copy_from_slice(&i.to_be_bytes());
+        id[15] = 2;
+        let mut request = llm_trace(id, "gateway", "llama-3-8b", t0 + u64::from(i) * 1_000_000);
+        request.resource_spans[0].scope_spans[0].spans[1]
+            .attributes
+            .push(kv("gen_ai.prompt", &prompt));
+        let resp = server.post_traces("application/x-protobuf", proto(&request), &[]);
+        match resp.status().as_u16() {
+            200 => acked.push(id),
+            429 => {
+                let retry = resp
+                    .headers()
+                    .get("retry-after")
+                    .map(|v| v.to_str().unwrap().to_owned());
+                assert_eq!(retry.as_deref(), Some("1"));
+                refused.push(id);
+            }
+            other => panic!("trace {i}: {other} {:?}", resp.text()),
+        }
+    }
+    assert!(
+        !acked.is_empty() && !refused.is_empty(),
+        "{} acknowledged, {} refused",
+        acked.len(),
+        refused.len()
+    );
+    let (records, bytes) = spool(&server);
+    assert!(bytes <= 1 << 20, "{bytes} bytes held in {records} records");
+    ch.restart();
+    wait_until_drained(&server);
+    for id in &acked {
+        assert_eq!(
+            server.get(&format!("/api/v1/traces/{}", hex(id)), None).0,
+            200
+        );
+    }
+    for id in &refused {
+        assert_eq!(
+            server.get(&format!("/api/v1/traces/{}", hex(id)), None).0,
+            404
+        );
+    }
 }

@@ -76,13 +76,11 @@ fn grpc_requires_a_valid_key_when_tenants_are_configured() {
 
 #[test]
 fn grpc_full_queue_is_resource_exhausted_with_retry_info() {
-    let server = TestServer::start_with_config(Some("[server]\nmax_queued_batches = 1\n"));
-    let blocker = rusqlite::Connection::open(server.db_path()).unwrap();
-    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let mut stalled = StalledStore::start("[server]\nmax_queued_batches = 1\n");
+    let server = &stalled.server;
+    let grpc = server.otlp_grpc.clone();
     let codes = runtime().block_on(async {
-        let client = TraceServiceClient::connect(server.otlp_grpc.clone())
-            .await
-            .unwrap();
+        let client = TraceServiceClient::connect(grpc).await.unwrap();
         let mut calls = tokio::task::JoinSet::new();
         for i in 0..6u8 {
             let mut client = client.clone();
@@ -94,7 +92,7 @@ fn grpc_full_queue_is_resource_exhausted_with_retry_info() {
             });
         }
         tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
-        blocker.execute_batch("COMMIT").unwrap();
+        stalled.release();
         calls.join_all().await
     });
     let exhausted: Vec<&tonic::Status> = codes

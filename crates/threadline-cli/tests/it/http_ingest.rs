@@ -185,10 +185,10 @@ fn sloppy_real_world_payloads_are_accepted() {
 
 #[test]
 fn full_write_queue_answers_429_with_retry_after() {
-    let server = TestServer::start_with_config(Some("[server]\nmax_queued_batches = 1\n"));
-    // Hold SQLite's write lock from outside so the writer stalls and the queue fills.
-    let blocker = rusqlite::Connection::open(server.db_path()).unwrap();
-    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    // The store stalls (SQLite's write lock held from outside; a frozen ClickHouse) so
+    // the writer's queue fills.
+    let mut stalled = StalledStore::start("[server]\nmax_queued_batches = 1\n");
+    let server = &stalled.server;
     let handles: Vec<_> = (0..6u8)
         .map(|i| {
             let url = format!("{}/v1/traces", server.otlp_http);
@@ -209,7 +209,8 @@ fn full_write_queue_answers_429_with_retry_after() {
         })
         .collect();
     std::thread::sleep(std::time::Duration::from_millis(1500));
-    blocker.execute_batch("COMMIT").unwrap();
+    stalled.release();
+    let server = &stalled.server;
     let results: Vec<(u16, Option<String>)> =
         handles.into_iter().map(|h| h.join().unwrap()).collect();
     let throttled: Vec<_> = results.iter().filter(|(s, _)| *s == 429).collect();

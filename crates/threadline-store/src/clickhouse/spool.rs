@@ -110,7 +110,12 @@ impl Spool {
                 segment: ids.first().copied().unwrap_or(0),
                 offset: 0,
             },
-            Err(e) => return Err(io_err(format!("cannot read the spool checkpoint in {}", dir.display()))(e)),
+            Err(e) => {
+                return Err(io_err(format!(
+                    "cannot read the spool checkpoint in {}",
+                    dir.display()
+                ))(e))
+            }
         };
         let mut segments = VecDeque::new();
         for id in ids {
@@ -154,8 +159,13 @@ impl Spool {
         let read = inner.read;
         for segment in inner.segments.iter_mut() {
             let path = segment_path(&self.dir, segment.id);
-            let mut file = File::open(&path).map_err(io_err(format!("cannot open {}", path.display())))?;
-            let mut at = if segment.id == read.segment { read.offset } else { 0 };
+            let mut file =
+                File::open(&path).map_err(io_err(format!("cannot open {}", path.display())))?;
+            let mut at = if segment.id == read.segment {
+                read.offset
+            } else {
+                0
+            };
             loop {
                 match read_record(&mut file, at, segment.len)? {
                     Some(payload) => {
@@ -219,7 +229,10 @@ impl Spool {
             .is_none_or(|s| s.len + size > SEGMENT_BYTES && s.len > 0);
         if roll || inner.writer.is_none() {
             let id = if roll {
-                inner.segments.back().map_or(inner.read.segment, |s| s.id + 1)
+                inner
+                    .segments
+                    .back()
+                    .map_or(inner.read.segment, |s| s.id + 1)
             } else {
                 inner.segments.back().map_or(0, |s| s.id)
             };
@@ -240,7 +253,10 @@ impl Spool {
         record.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
         record.extend_from_slice(payload);
         let path = segment_path(&self.dir, inner.segments.back().map_or(0, |s| s.id));
-        let file = inner.writer.as_mut().ok_or_else(|| StoreError::poisoned("spool writer"))?;
+        let file = inner
+            .writer
+            .as_mut()
+            .ok_or_else(|| StoreError::poisoned("spool writer"))?;
         file.write_all(&record)
             .and_then(|()| file.sync_data())
             .map_err(io_err(format!("cannot append to {}", path.display())))?;
@@ -270,7 +286,8 @@ impl Spool {
                 continue;
             }
             let path = segment_path(&self.dir, segment.id);
-            let mut file = File::open(&path).map_err(io_err(format!("cannot open {}", path.display())))?;
+            let mut file =
+                File::open(&path).map_err(io_err(format!("cannot open {}", path.display())))?;
             return match read_record(&mut file, read.offset, segment.len)? {
                 Some(payload) => {
                     let next = Position {
@@ -297,17 +314,29 @@ impl Spool {
         std::fs::write(&tmp, format!("{} {}\n", next.segment, next.offset))
             .and_then(|()| File::open(&tmp)?.sync_all())
             .and_then(|()| std::fs::rename(&tmp, self.dir.join(CHECKPOINT)))
-            .map_err(io_err(format!("cannot write the spool checkpoint in {}", self.dir.display())))?;
+            .map_err(io_err(format!(
+                "cannot write the spool checkpoint in {}",
+                self.dir.display()
+            )))?;
         sync_dir(&self.dir)?;
         inner.read = next;
-        while inner.segments.len() > 1 && inner.segments.front().is_some_and(|s| s.id < next.segment) {
+        while inner.segments.len() > 1
+            && inner.segments.front().is_some_and(|s| s.id < next.segment)
+        {
             if let Some(done) = inner.segments.pop_front() {
                 let path = segment_path(&self.dir, done.id);
-                std::fs::remove_file(&path).map_err(io_err(format!("cannot remove {}", path.display())))?;
+                std::fs::remove_file(&path)
+                    .map_err(io_err(format!("cannot remove {}", path.display())))?;
             }
         }
-        self.pending_bytes.fetch_sub(record_bytes.min(self.pending_bytes.load(Ordering::SeqCst)), Ordering::SeqCst);
-        self.pending_records.fetch_sub(1.min(self.pending_records.load(Ordering::SeqCst)), Ordering::SeqCst);
+        self.pending_bytes.fetch_sub(
+            record_bytes.min(self.pending_bytes.load(Ordering::SeqCst)),
+            Ordering::SeqCst,
+        );
+        self.pending_records.fetch_sub(
+            1.min(self.pending_records.load(Ordering::SeqCst)),
+            Ordering::SeqCst,
+        );
         Ok(())
     }
 }
@@ -322,7 +351,9 @@ fn read_record(file: &mut File, at: u64, len: u64) -> Result<Option<Vec<u8>>, St
     file.seek(SeekFrom::Start(at))
         .and_then(|_| file.read_exact(&mut header))
         .map_err(io_err("cannot read the spool".to_owned()))?;
-    let size = u64::from(u32::from_le_bytes([header[0], header[1], header[2], header[3]]));
+    let size = u64::from(u32::from_le_bytes([
+        header[0], header[1], header[2], header[3],
+    ]));
     let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
     if at + HEADER + size > len {
         return Ok(None);
@@ -364,7 +395,14 @@ mod tests {
         assert_eq!(spool.stats().records, 4);
         let got = drain(&spool);
         assert_eq!(got, (1..5u8).map(|i| vec![i; 10]).collect::<Vec<_>>());
-        assert_eq!(spool.stats(), SpoolStats { bytes: 0, records: 0, max_bytes: 1 << 20 });
+        assert_eq!(
+            spool.stats(),
+            SpoolStats {
+                bytes: 0,
+                records: 0,
+                max_bytes: 1 << 20
+            }
+        );
         spool.append(b"after").unwrap();
         assert_eq!(drain(&spool), vec![b"after".to_vec()]);
     }
@@ -399,11 +437,21 @@ mod tests {
         let segments = || {
             std::fs::read_dir(dir.path())
                 .unwrap()
-                .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "spool"))
+                .filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .path()
+                        .extension()
+                        .is_some_and(|x| x == "spool")
+                })
                 .count()
         };
         assert_eq!(segments(), 3);
         assert_eq!(drain(&spool).len(), 3);
-        assert_eq!(segments(), 1, "sent segments go, the last stays for appends");
+        assert_eq!(
+            segments(),
+            1,
+            "sent segments go, the last stays for appends"
+        );
     }
 }

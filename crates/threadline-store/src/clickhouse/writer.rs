@@ -147,7 +147,10 @@ impl Payload {
 /// Whether a failed insert may succeed later unchanged (ClickHouse unreachable or
 /// overloaded), so the round waits in the spool instead of failing its writes.
 fn worth_spooling(e: &StoreError) -> bool {
-    matches!(e.kind(), crate::ErrorKind::Unavailable | crate::ErrorKind::Busy)
+    matches!(
+        e.kind(),
+        crate::ErrorKind::Unavailable | crate::ErrorKind::Busy
+    )
 }
 
 type ExclusiveWork =
@@ -197,7 +200,13 @@ impl Writer {
         let (tx, rx) = mpsc::unbounded_channel();
         let counters = Arc::new(Counters::default());
         handle.spawn(send_spooled(client.clone(), Arc::clone(&spool)));
-        handle.spawn(run(rx, client, recent, Arc::clone(&spool), Arc::clone(&counters)));
+        handle.spawn(run(
+            rx,
+            client,
+            recent,
+            Arc::clone(&spool),
+            Arc::clone(&counters),
+        ));
         Self {
             tx,
             spool,
@@ -413,7 +422,8 @@ async fn send_spooled(client: clickhouse::Client, spool: Arc<Spool>) {
             Ok(Ok(Some(found))) => found,
             Ok(Ok(None)) => {
                 // Woken by an append, or a look every second.
-                let _ = tokio::time::timeout(Duration::from_secs(1), spool.appended.notified()).await;
+                let _ =
+                    tokio::time::timeout(Duration::from_secs(1), spool.appended.notified()).await;
                 continue;
             }
             Ok(Err(e)) => {
@@ -425,14 +435,17 @@ async fn send_spooled(client: clickhouse::Client, spool: Arc<Spool>) {
         };
         let sent = match postcard::from_bytes::<Payload>(&record) {
             Ok(payload) => payload.insert(&client).await,
-            Err(e) => Err(StoreError::corrupt(format!("a spooled round does not decode: {e}"))),
+            Err(e) => Err(StoreError::corrupt(format!(
+                "a spooled round does not decode: {e}"
+            ))),
         };
         match sent {
             Ok(()) => {
                 backoff = Duration::from_millis(100);
                 let spool = Arc::clone(&spool);
                 let size = record.len() as u64 + 8;
-                let moved = tokio::task::spawn_blocking(move || spool.sent_through(position, size)).await;
+                let moved =
+                    tokio::task::spawn_blocking(move || spool.sent_through(position, size)).await;
                 if let Ok(Err(e)) = moved {
                     tracing::error!(error = %e, "the spool checkpoint cannot move");
                 }
