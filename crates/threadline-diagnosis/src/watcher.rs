@@ -64,6 +64,9 @@ pub struct IncidentWatcher {
     tenants: Mutex<HashMap<TenantId, Arc<Mutex<TenantWatch>>>>,
     /// Per tenant, the newest rollup minute the previous background pass saw.
     newest_at_last_pass: Mutex<HashMap<TenantId, i64>>,
+    /// Whether this process runs the detector: on a store many replicas share, only
+    /// the one holding the lease does (`set_active`); others read what it stored.
+    active: std::sync::atomic::AtomicBool,
     /// Saves refused as a full write queue would (tests of what a refusal loses).
     #[cfg(test)]
     refuse_saves: std::sync::atomic::AtomicBool,
@@ -104,9 +107,31 @@ impl IncidentWatcher {
             listener,
             tenants: Mutex::new(HashMap::new()),
             newest_at_last_pass: Mutex::new(HashMap::new()),
+            active: std::sync::atomic::AtomicBool::new(true),
             #[cfg(test)]
             refuse_saves: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Makes this process the one that runs the detector (it holds the lease), or not.
+    /// On becoming it, what it remembers from an earlier turn is dropped: the next
+    /// pass resumes from the stored mark, which another replica may have moved.
+    pub fn set_active(&self, active: bool) -> Result<(), StoreError> {
+        use std::sync::atomic::Ordering;
+        let was = self.active.swap(active, Ordering::SeqCst);
+        if active && !was {
+            self.tenants.lock().map_err(|_| poisoned())?.clear();
+            self.newest_at_last_pass
+                .lock()
+                .map_err(|_| poisoned())?
+                .clear();
+        }
+        Ok(())
+    }
+
+    /// Whether this process runs the detector.
+    pub fn is_active(&self) -> bool {
+        self.active.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub fn config(&self) -> &DetectorConfig {
@@ -136,6 +161,9 @@ impl IncidentWatcher {
     }
 
     fn catch_up_through(&self, tenant: &TenantId, pass: Pass) -> Result<(), StoreError> {
+        if !self.is_active() {
+            return Ok(());
+        }
         let Some((first, last)) = self.store.rollup_minute_range(tenant)? else {
             return Ok(());
         };

@@ -54,14 +54,58 @@ pub enum ServeError {
     IngestThreads(std::io::Error),
 }
 
-/// How often the background detector pass runs.
+/// How often the background detector pass runs (and its lease is renewed).
 const INCIDENT_WATCH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long the detector's lease lasts unrenewed: a replica that dies hands detection
+/// over after at most this long.
+const DETECTOR_LEASE_NS: i64 = 15_000_000_000;
+/// The lease under which incident detection and its alerts run.
+const DETECTOR_LEASE: &str = "incident-detection";
+
+/// This process's name among replicas: host, process id and a random part.
+fn replica_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    format!(
+        "{}-{}-{:08x}",
+        host.trim(),
+        std::process::id(),
+        h.finish() as u32
+    )
+}
+
+/// Takes or renews the detector's lease and tells the watcher whether it runs.
+fn hold_detector_lease(watcher: &threadline_diagnosis::IncidentWatcher, replica: &str) {
+    let held = watcher
+        .store()
+        .hold_lease(DETECTOR_LEASE, replica, DETECTOR_LEASE_NS)
+        .unwrap_or_else(|e| {
+            // Unrenewed, the lease lapses: stop before another replica takes over.
+            tracing::warn!(error = %e, "the detector lease cannot be renewed");
+            false
+        });
+    if held != watcher.is_active() {
+        tracing::info!(replica, held, "incident detection lease");
+    }
+    if let Err(e) = watcher.set_active(held) {
+        tracing::warn!(error = %e, "incident detection cannot switch");
+    }
+}
 
 /// The incident watcher's background pass, every few seconds, until `stopped`
-/// resolves; a pass under way is finished first. The task holds the watcher (and so
-/// the store): it must end for the store to close when the server stops.
+/// resolves; a pass under way is finished first. Each pass first holds the detector's
+/// lease (on a store replicas share, one runs detection at a time). The task holds the
+/// watcher (and so the store): it must end for the store to close when the server
+/// stops.
 fn spawn_incident_watch(
     watcher: Arc<threadline_diagnosis::IncidentWatcher>,
+    replica: String,
     stopped: impl Future<Output = ()> + Send + 'static,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -73,7 +117,16 @@ fn spawn_incident_watch(
                 _ = tick.tick() => {}
             }
             let watcher = Arc::clone(&watcher);
-            match tokio::task::spawn_blocking(move || watcher.background_pass()).await {
+            let replica = replica.clone();
+            let pass = tokio::task::spawn_blocking(move || {
+                hold_detector_lease(&watcher, &replica);
+                if watcher.is_active() {
+                    watcher.background_pass()
+                } else {
+                    Ok(())
+                }
+            });
+            match pass.await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => tracing::warn!(error = %e, "incident detection failed"),
                 Err(e) => tracing::warn!(error = %e, "incident detection task failed"),
@@ -186,7 +239,14 @@ pub async fn serve_reporting(
             let _ = rx.wait_for(|s| *s).await;
         }
     };
-    let watch = spawn_incident_watch(Arc::clone(state.watcher()), stopped());
+    // Before serving: whether this replica runs detection (reads that catch the
+    // detector up then agree with the background passes).
+    let replica = replica_id();
+    {
+        let (watcher, replica) = (Arc::clone(state.watcher()), replica.clone());
+        let _ = tokio::task::spawn_blocking(move || hold_detector_lease(&watcher, &replica)).await;
+    }
+    let watch = spawn_incident_watch(Arc::clone(state.watcher()), replica, stopped());
 
     let timeouts = listen::ConnectionTimeouts {
         header_read: config.limits.header_read_timeout,

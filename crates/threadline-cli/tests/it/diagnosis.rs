@@ -538,35 +538,55 @@ impl Webhook {
     }
 }
 
+/// Minute `minute` of a latency step on /v1/chat: 60 requests, latency ×3 from minute
+/// 30 (half of them then on a new instance, i-2).
+pub(crate) fn latency_step_minute(minute: u64) -> ExportTraceServiceRequest {
+    let reqs: Vec<Req> = (0..60u64)
+        .map(|k| {
+            let jitter = 0.8 + 0.4 * ((k * 37 + minute * 11) % 60) as f64 / 60.0;
+            Req {
+                id: 10_001 + minute * 60 + k,
+                start_s: (minute * 60 + k) as f64,
+                ms: if minute >= 30 { 3000.0 } else { 1000.0 } * jitter,
+                route: "/v1/chat",
+                model: "llama-3-8b",
+                attrs: vec![kv(
+                    "model.instance.id",
+                    if minute >= 30 && k % 2 == 0 {
+                        "i-2"
+                    } else {
+                        "i-1"
+                    },
+                )],
+                error: false,
+            }
+        })
+        .collect();
+    export("vllm", &reqs)
+}
+
+/// Minute `minute` of normal traffic on /v1/chat after the step (back to 1 s on i-1).
+pub(crate) fn recovered_minute(minute: u64) -> ExportTraceServiceRequest {
+    let reqs: Vec<Req> = (0..60u64)
+        .map(|k| Req {
+            id: 90_001 + minute * 60 + k,
+            start_s: (minute * 60 + k) as f64,
+            ms: 1000.0 * (0.8 + 0.4 * ((k * 37 + minute * 11) % 60) as f64 / 60.0),
+            route: "/v1/chat",
+            model: "llama-3-8b",
+            attrs: vec![kv("model.instance.id", "i-1")],
+            error: false,
+        })
+        .collect();
+    export("vllm", &reqs)
+}
+
 /// 40 minutes on /v1/chat, 60 requests a minute; latency ×3 from minute 30.
 fn latency_step(server: &TestServer, headers: &[(&str, &str)]) {
-    let mut id = 10_000u64;
     for minute in 0..40u64 {
-        let reqs: Vec<Req> = (0..60u64)
-            .map(|k| {
-                id += 1;
-                let jitter = 0.8 + 0.4 * ((k * 37 + minute * 11) % 60) as f64 / 60.0;
-                Req {
-                    id,
-                    start_s: (minute * 60 + k) as f64,
-                    ms: if minute >= 30 { 3000.0 } else { 1000.0 } * jitter,
-                    route: "/v1/chat",
-                    model: "llama-3-8b",
-                    attrs: vec![kv(
-                        "model.instance.id",
-                        if minute >= 30 && k % 2 == 0 {
-                            "i-2"
-                        } else {
-                            "i-1"
-                        },
-                    )],
-                    error: false,
-                }
-            })
-            .collect();
         let resp = server.post_traces(
             "application/x-protobuf",
-            proto(&export("vllm", &reqs)),
+            proto(&latency_step_minute(minute)),
             headers,
         );
         assert_eq!(resp.status(), 200);
@@ -806,23 +826,12 @@ fn incidents_survive_a_kill_and_the_detector_resumes_where_it_stopped() {
     server.restart();
     // Back to normal for ten minutes after the restart: the same incident resolves,
     // no second one opens (baselines were rebuilt from the stored rollups).
-    let mut id = 90_000u64;
     for minute in 40..50u64 {
-        let reqs: Vec<Req> = (0..60u64)
-            .map(|k| {
-                id += 1;
-                Req {
-                    id,
-                    start_s: (minute * 60 + k) as f64,
-                    ms: 1000.0 * (0.8 + 0.4 * ((k * 37 + minute * 11) % 60) as f64 / 60.0),
-                    route: "/v1/chat",
-                    model: "llama-3-8b",
-                    attrs: vec![kv("model.instance.id", "i-1")],
-                    error: false,
-                }
-            })
-            .collect();
-        let resp = server.post_traces("application/x-protobuf", proto(&export("vllm", &reqs)), &[]);
+        let resp = server.post_traces(
+            "application/x-protobuf",
+            proto(&recovered_minute(minute)),
+            &[],
+        );
         assert_eq!(resp.status(), 200);
     }
     let (_, after) = server.get("/api/v1/incidents", None);

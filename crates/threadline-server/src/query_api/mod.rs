@@ -164,6 +164,11 @@ async fn health(
             "commits": writer.commits,
             "commit_seconds_total": writer.commit_nanos_total as f64 / 1e9,
             "text_index_backlog_blocks": text_backlog });
+        body["store"]["incident_detection"] = json!(if state.watcher().is_active() {
+            "active"
+        } else {
+            "standby"
+        });
         if let Some(spool) = writer.spool {
             body["store"]["spool"] = json!({ "bytes": spool.bytes, "records": spool.records,
                 "max_bytes": spool.max_bytes });

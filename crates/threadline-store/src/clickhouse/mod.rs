@@ -13,6 +13,7 @@ mod aggregates;
 mod client;
 mod erase;
 mod graph;
+mod lease;
 mod logs;
 mod rows;
 mod schema;
@@ -520,5 +521,9 @@ impl StoreBackend for ClickHouseStore {
 
     fn index_backlog(&self) -> Result<u64, StoreError> {
         Ok(0)
+    }
+
+    fn hold_lease(&self, name: &str, holder: &str, ttl_ns: i64) -> Result<bool, StoreError> {
+        lease::hold(&self.conn, name, holder, ttl_ns)
     }
 }

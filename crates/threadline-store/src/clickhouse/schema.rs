@@ -12,7 +12,7 @@
 //!   strings in one array (the span's own first, then resource attributes it does
 //!   not shadow), so `has()` is an exact filter.
 //! - `logs`, `rollup_cells`, `hop_cells`, `incidents`, `detector_marks`, `operations`,
-//!   `tenants`, `graph_events`, `erasures`.
+//!   `tenants`, `graph_events`, `leases`, `erasures`.
 //!
 //! Every table is a `ReplacingMergeTree` or append-only: a batch sent twice (a retry, a
 //! spool replayed after a crash) collapses to one row per key on merge, and readers
@@ -249,6 +249,19 @@ ORDER BY tenant
   body String{bulky}
 ) ENGINE = ReplacingMergeTree()
 ORDER BY seq
+{settings}"
+        ),
+        // Who does the once-at-a-time work (`lease`): claims and renewals by term.
+        format!(
+            "CREATE TABLE IF NOT EXISTS {db}.leases (
+  name String,
+  term UInt64,
+  holder String,
+  claim UInt8,
+  stamp UInt64,
+  expires_ns UInt64
+) ENGINE = MergeTree()
+ORDER BY (name, term, stamp)
 {settings}"
         ),
         format!(
