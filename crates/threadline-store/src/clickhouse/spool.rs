@@ -166,15 +166,10 @@ impl Spool {
             } else {
                 0
             };
-            loop {
-                match read_record(&mut file, at, segment.len)? {
-                    Some(payload) => {
-                        at += HEADER + payload.len() as u64;
-                        bytes += HEADER + payload.len() as u64;
-                        records += 1;
-                    }
-                    None => break,
-                }
+            while let Some(payload) = read_record(&mut file, at, segment.len)? {
+                at += HEADER + payload.len() as u64;
+                bytes += HEADER + payload.len() as u64;
+                records += 1;
             }
             if at < segment.len {
                 if Some(segment.id) != last {
