@@ -66,7 +66,7 @@ fn incidents_when(server: &TestServer, want: impl Fn(&[Value]) -> bool) -> Vec<V
 fn two_replicas_answer_alike_and_detection_moves_when_the_active_one_dies() {
     let ch = ScratchClickHouse::start();
     let store = ch.store("tl_replicas");
-    let mut servers = vec![
+    let mut servers = [
         TestServer::start_on_store(&store, None),
         TestServer::start_on_store(&store, None),
     ];
