@@ -103,14 +103,25 @@ impl Browser {
         }
     }
 
-    /// Clicks the first element `css` matches.
+    /// Clicks the first element `css` matches. A page still laying out (a table filling
+    /// in above the element) may put another element where the click lands: the click
+    /// is tried again, on the element found anew, for up to 5 s.
     pub(crate) async fn click(&self, css: &str) {
-        let element = self
-            .client
-            .find(Locator::Css(css))
-            .await
-            .unwrap_or_else(|e| panic!("nothing to click at {css}: {e}"));
-        element.click().await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let element = self
+                .client
+                .find(Locator::Css(css))
+                .await
+                .unwrap_or_else(|e| panic!("nothing to click at {css}: {e}"));
+            match element.click().await {
+                Ok(_) => return,
+                Err(e) if Instant::now() < deadline && e.to_string().contains("intercepted") => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("clicking {css}: {e}"),
+            }
+        }
     }
 
     pub(crate) async fn text(&self, css: &str) -> String {
