@@ -62,8 +62,16 @@ const DETECTOR_LEASE_NS: i64 = 15_000_000_000;
 /// The lease under which incident detection and its alerts run.
 const DETECTOR_LEASE: &str = "incident-detection";
 
-/// This process's name among replicas: host, process id and a random part.
-fn replica_id() -> String {
+/// This replica's name among replicas, kept in its data directory (`replica-id`) so a
+/// replica restarted after a crash reclaims its own lease at once instead of waiting
+/// for it to lapse (the directory's lock keeps two processes from sharing a name).
+fn replica_id(data_dir: &std::path::Path) -> String {
+    let path = data_dir.join("replica-id");
+    if let Ok(id) = std::fs::read_to_string(&path) {
+        if !id.trim().is_empty() {
+            return id.trim().to_owned();
+        }
+    }
     use std::hash::{BuildHasher, Hasher};
     let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -72,12 +80,11 @@ fn replica_id() -> String {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos()),
     );
-    format!(
-        "{}-{}-{:08x}",
-        host.trim(),
-        std::process::id(),
-        h.finish() as u32
-    )
+    let id = format!("{}-{:016x}", host.trim(), h.finish());
+    if let Err(e) = std::fs::write(&path, &id) {
+        tracing::warn!(error = %e, path = %path.display(), "the replica id is not kept");
+    }
+    id
 }
 
 /// Takes or renews the detector's lease and tells the watcher whether it runs.
@@ -239,12 +246,14 @@ pub async fn serve_reporting(
             let _ = rx.wait_for(|s| *s).await;
         }
     };
-    // Before serving: whether this replica runs detection (reads that catch the
-    // detector up then agree with the background passes).
-    let replica = replica_id();
-    {
-        let (watcher, replica) = (Arc::clone(state.watcher()), replica.clone());
-        let _ = tokio::task::spawn_blocking(move || hold_detector_lease(&watcher, &replica)).await;
+    // A store replicas share starts without detection until its lease is held (the
+    // watch's first pass, at once); the embedded store is this process's alone.
+    let replica = replica_id(&config.data_dir);
+    if state.store.as_sqlite().is_none() {
+        state
+            .watcher()
+            .set_active(false)
+            .map_err(ServeError::Store)?;
     }
     let watch = spawn_incident_watch(Arc::clone(state.watcher()), replica, stopped());
 

@@ -24,7 +24,7 @@ use crate::clickhouse::client::{Connection, ServerVersion};
 use crate::StoreError;
 
 /// Seconds an inactive part (merged away or rewritten by a mutation) stays on disk.
-pub(crate) const OLD_PARTS_LIFETIME_S: u64 = 10;
+pub(crate) const OLD_PARTS_LIFETIME_S: u64 = 1;
 
 /// What the server's version allows in DDL.
 #[derive(Clone, Copy, Debug)]
