@@ -23,7 +23,9 @@ pub use backend::{
     Bound, ExemplarQuery, OpenSpans, SpanBatch, SpanReader, Store, StoreBackend, WriteComing,
     EXEMPLAR_DIMENSIONS,
 };
-pub use clickhouse::{ClickHouseConfig, ClickHouseOptions, ClickHouseStore, SpoolStats};
+pub use clickhouse::{
+    clickhouse_ddl, ClickHouseConfig, ClickHouseOptions, ClickHouseStore, SpoolStats,
+};
 pub use erasure::{CopiesErased, ErasureRecord, ErasureReport, ErasureSubject, ERASED};
 pub use error::{ErrorKind, StoreError};
 pub use log_search::{LogCursor, LogPage, LogQuery, StoredLog};

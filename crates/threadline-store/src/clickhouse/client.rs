@@ -21,6 +21,8 @@ pub struct ClickHouseConfig {
     /// A `Distributed` cluster (a `<remote_servers>` name) to write and read through;
     /// `None` for one server.
     pub cluster: Option<String>,
+    /// Settings sent with every request (`max_execution_time`, `log_queries`, …).
+    pub settings: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for ClickHouseConfig {
@@ -31,6 +33,7 @@ impl std::fmt::Debug for ClickHouseConfig {
             .field("user", &self.user)
             .field("password", &self.password.as_ref().map(|_| "<set>"))
             .field("cluster", &self.cluster)
+            .field("settings", &self.settings)
             .finish()
     }
 }
@@ -82,6 +85,7 @@ impl ClickHouseConfig {
             user: None,
             password: None,
             cluster: None,
+            settings: Vec::new(),
         })
     }
 }
@@ -112,6 +116,7 @@ impl ClickHouseConfig {
             user: None,
             password: None,
             cluster: None,
+            settings: Vec::new(),
         }
     }
 
@@ -183,6 +188,9 @@ impl Connection {
         }
         if let Some(password) = &config.password {
             client = client.with_password(password);
+        }
+        for (name, value) in &config.settings {
+            client = client.with_setting(name, value);
         }
         let mut conn = Self {
             server: client.clone(),

@@ -165,6 +165,21 @@ impl ClickHouseStore {
     }
 }
 
+/// The schema statements `ClickHouseStore::open` runs on a server of `server_version`
+/// (`"18.16.1"`, `"26.9"`) for `database`, in order: for review, or for a DBA who
+/// creates the schema by hand.
+pub fn clickhouse_ddl(database: &str, server_version: &str) -> Result<Vec<String>, StoreError> {
+    let version = client::ServerVersion::parse(server_version).ok_or_else(|| {
+        StoreError::invalid_query(format!("{server_version:?} is not a ClickHouse version"))
+    })?;
+    Ok(
+        schema::statements_after(database, schema::Dialect::of(version), 0)
+            .into_iter()
+            .map(|(_, s)| s)
+            .collect(),
+    )
+}
+
 /// Unix nanoseconds now.
 pub(crate) fn now_ns() -> u64 {
     std::time::SystemTime::now()
