@@ -59,7 +59,7 @@ fn span(
                 Attribute::new("retries", AttrValue::Int(i64::from(trace % 3))),
             ],
             status: SpanStatus {
-                code: if trace % 4 == 0 && model.is_some() {
+                code: if trace.is_multiple_of(4) && model.is_some() {
                     StatusCode::Error
                 } else {
                     StatusCode::Unset
@@ -84,7 +84,7 @@ fn span(
             user_id: Some(user.into()),
             instance_id: model.map(|_| format!("vllm-{}", trace % 2)),
             adapter_id: model.map(|_| "support-lora".into()),
-            ab_group: Some(if trace % 2 == 0 { "A" } else { "B" }.into()),
+            ab_group: Some(if trace.is_multiple_of(2) { "A" } else { "B" }.into()),
             ..Default::default()
         }),
     }
@@ -110,7 +110,7 @@ fn incident(id: &str, onset: i64) -> Incident {
 fn workload(store: &Store) {
     let acme = TenantId::new("acme").unwrap();
     for trace in 1..=12u8 {
-        let user = if trace % 5 == 0 { "u-gone" } else { "u-1" };
+        let user = if trace.is_multiple_of(5) { "u-gone" } else { "u-1" };
         let spans = vec![
             span(trace, 1, None, user, None, 900 + u64::from(trace) * 10),
             span(trace, 2, Some(1), user, Some("llama-3-8b"), 700),
