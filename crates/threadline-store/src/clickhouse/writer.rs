@@ -129,15 +129,18 @@ impl Payload {
         })
     }
 
-    /// Inserts every table's rows, cells last.
+    /// Inserts every table's rows, the tables at once (one request each, side by side),
+    /// the rollup cells once all the others succeeded.
     async fn insert(&self, client: &clickhouse::Client) -> Result<(), StoreError> {
-        insert(client, "spans", &self.spans).await?;
-        insert(client, "span_search", &self.search).await?;
-        insert(client, "logs", &self.logs).await?;
-        insert(client, "operations", &self.operations).await?;
-        insert(client, "tenants", &self.tenants).await?;
-        insert(client, "incidents", &self.incidents).await?;
-        insert(client, "detector_marks", &self.marks).await?;
+        tokio::try_join!(
+            insert(client, "spans", &self.spans),
+            insert(client, "span_search", &self.search),
+            insert(client, "logs", &self.logs),
+            insert(client, "operations", &self.operations),
+            insert(client, "tenants", &self.tenants),
+            insert(client, "incidents", &self.incidents),
+            insert(client, "detector_marks", &self.marks),
+        )?;
         insert(client, "hop_cells", &self.hops).await?;
         insert(client, "rollup_cells", &self.cells).await?;
         Ok(())
