@@ -110,7 +110,11 @@ fn incident(id: &str, onset: i64) -> Incident {
 fn workload(store: &Store) {
     let acme = TenantId::new("acme").unwrap();
     for trace in 1..=12u8 {
-        let user = if trace.is_multiple_of(5) { "u-gone" } else { "u-1" };
+        let user = if trace.is_multiple_of(5) {
+            "u-gone"
+        } else {
+            "u-1"
+        };
         let spans = vec![
             span(trace, 1, None, user, None, 900 + u64::from(trace) * 10),
             span(trace, 2, Some(1), user, Some("llama-3-8b"), 700),

@@ -11,9 +11,20 @@ use threadline_model::{
 
 use crate::{SkeletonSpan, SpanLocation, StoreError};
 
-/// Seconds of a nanosecond time, as a `DateTime` column holds it (saturating).
-pub(crate) fn seconds(ns: u64) -> u32 {
-    (ns / 1_000_000_000).min(u64::from(u32::MAX)) as u32
+/// A token count as stored: `i64::MIN` stands for none.
+const NO_COUNT: i64 = i64::MIN;
+
+fn count_of(n: Option<i64>) -> i64 {
+    n.unwrap_or(NO_COUNT)
+}
+
+fn stored_count(n: i64) -> Option<i64> {
+    (n != NO_COUNT).then_some(n)
+}
+
+/// A stored string: empty stands for none.
+fn stored_text(s: String) -> Option<String> {
+    (!s.is_empty()).then_some(s)
 }
 
 /// An OTLP span kind as one byte.
@@ -29,19 +40,18 @@ pub(crate) struct SpanRow {
     pub(crate) span_id: [u8; 8],
     pub(crate) parent_span_id: [u8; 8],
     pub(crate) has_parent: u8,
-    pub(crate) start_time: u32,
     pub(crate) start_ns: u64,
     pub(crate) end_ns: u64,
     pub(crate) service: String,
     pub(crate) name: String,
     pub(crate) kind: u8,
     pub(crate) error: u8,
-    pub(crate) model: Option<String>,
-    pub(crate) session_id: Option<String>,
-    pub(crate) user_id: Option<String>,
-    pub(crate) total_tokens: Option<i64>,
-    pub(crate) input_tokens: Option<i64>,
-    pub(crate) output_tokens: Option<i64>,
+    pub(crate) model: String,
+    pub(crate) session_id: String,
+    pub(crate) user_id: String,
+    pub(crate) total_tokens: i64,
+    pub(crate) input_tokens: i64,
+    pub(crate) output_tokens: i64,
     #[serde(with = "bytes")]
     pub(crate) detail: Vec<u8>,
     #[serde(with = "bytes")]
@@ -53,7 +63,6 @@ pub(crate) struct SpanRow {
 #[derive(clickhouse::Row, Serialize, Deserialize, Clone)]
 pub(crate) struct SearchRow {
     pub(crate) tenant: String,
-    pub(crate) start_time: u32,
     pub(crate) start_ns: u64,
     pub(crate) trace_id: [u8; 16],
     pub(crate) span_id: [u8; 8],
@@ -141,19 +150,18 @@ impl SpanRow {
             span_id: span.span_id.0,
             parent_span_id: span.parent_span_id.map_or([0; 8], |p| p.0),
             has_parent: u8::from(span.parent_span_id.is_some()),
-            start_time: seconds(span.start_time_unix_nano),
             start_ns: span.start_time_unix_nano,
             end_ns: span.end_time_unix_nano,
             service: span.service.clone(),
             name: span.name.clone(),
             kind: kind_byte(span.kind),
             error: u8::from(span.is_error()),
-            model: llm.and_then(|l| l.model()).map(str::to_owned),
-            session_id: llm.and_then(|l| l.session_id.clone()),
-            user_id: llm.and_then(|l| l.user_id.clone()),
-            total_tokens: llm.and_then(|l| l.total_tokens),
-            input_tokens: llm.and_then(|l| l.input_tokens),
-            output_tokens: llm.and_then(|l| l.output_tokens),
+            model: llm.and_then(|l| l.model()).unwrap_or_default().to_owned(),
+            session_id: llm.and_then(|l| l.session_id.clone()).unwrap_or_default(),
+            user_id: llm.and_then(|l| l.user_id.clone()).unwrap_or_default(),
+            total_tokens: count_of(llm.and_then(|l| l.total_tokens)),
+            input_tokens: count_of(llm.and_then(|l| l.input_tokens)),
+            output_tokens: count_of(llm.and_then(|l| l.output_tokens)),
             detail,
             origin,
             version,
@@ -201,12 +209,12 @@ pub(crate) struct HeadRow {
     pub(crate) name: String,
     pub(crate) kind: u8,
     pub(crate) error: u8,
-    pub(crate) model: Option<String>,
-    pub(crate) session_id: Option<String>,
-    pub(crate) user_id: Option<String>,
-    pub(crate) total_tokens: Option<i64>,
-    pub(crate) input_tokens: Option<i64>,
-    pub(crate) output_tokens: Option<i64>,
+    pub(crate) model: String,
+    pub(crate) session_id: String,
+    pub(crate) user_id: String,
+    pub(crate) total_tokens: i64,
+    pub(crate) input_tokens: i64,
+    pub(crate) output_tokens: i64,
 }
 
 /// The columns of `HeadRow`, in order.
@@ -225,12 +233,12 @@ impl HeadRow {
             start_time_unix_nano: self.start_ns,
             end_time_unix_nano: self.end_ns,
             error: self.error != 0,
-            model: self.model,
-            total_tokens: self.total_tokens,
-            input_tokens: self.input_tokens,
-            output_tokens: self.output_tokens,
-            session_id: self.session_id,
-            user_id: self.user_id,
+            model: stored_text(self.model),
+            total_tokens: stored_count(self.total_tokens),
+            input_tokens: stored_count(self.input_tokens),
+            output_tokens: stored_count(self.output_tokens),
+            session_id: stored_text(self.session_id),
+            user_id: stored_text(self.user_id),
             location: SpanLocation::remote(),
         }
     }
@@ -249,7 +257,6 @@ impl SearchRow {
             .unwrap_or_default();
         Self {
             tenant: tenant.to_owned(),
-            start_time: seconds(span.start_time_unix_nano),
             start_ns: span.start_time_unix_nano,
             trace_id: span.trace_id.0,
             span_id: span.span_id.0,
@@ -281,7 +288,6 @@ impl SearchRow {
 #[derive(clickhouse::Row, Serialize, Deserialize, Clone)]
 pub(crate) struct LogRow {
     pub(crate) tenant: String,
-    pub(crate) time: u32,
     pub(crate) time_ns: u64,
     pub(crate) seq: i64,
     pub(crate) trace_id: [u8; 16],
@@ -302,7 +308,7 @@ pub(crate) struct LogRow {
 }
 
 /// The columns of `LogRow`, in order.
-pub(crate) const LOG_COLUMNS: &str = "tenant, time, time_ns, seq, trace_id, has_trace, span_id, \
+pub(crate) const LOG_COLUMNS: &str = "tenant, time_ns, seq, trace_id, has_trace, span_id, \
     has_span, service, severity, event_name, user_id, session_id, detail, origin, version";
 
 impl LogRow {
@@ -319,7 +325,6 @@ impl LogRow {
         let (user_id, session_id) = record.detail.subject_ids();
         Ok(Self {
             tenant: tenant.to_owned(),
-            time: seconds(record.time_unix_nano),
             time_ns: record.time_unix_nano,
             seq,
             trace_id: record.trace_id.map_or([0; 16], |t| t.0),

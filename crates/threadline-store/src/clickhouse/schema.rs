@@ -3,6 +3,9 @@
 //! also get column codecs and skip indexes.
 //!
 //! Layout (ARCHITECTURE.md has the reasons and the cost per span):
+//! Times are UInt64 nanoseconds only (partitions are days of them): no `DateTime`
+//! beside them, and no Nullable (absent is empty, or `i64::MIN` for a number): each is
+//! one more file per part on 18.16.
 //! - `spans`: every span whole, `ORDER BY (tenant, trace_id, span_id)` — a trace is one
 //!   range of the primary index per day partition. The detail and origin are postcard
 //!   bytes (strings kept as sent, so a text scan can screen them), compressed by the
@@ -34,6 +37,10 @@ pub(crate) struct Dialect {
     /// Skip indexes (bloom_filter, tokenbf, set, minmax) without an experimental
     /// setting: 20.1 and later.
     skip_indexes: bool,
+    /// LowCardinality without an experimental setting: 19.3 and later. Before, plain
+    /// strings: an 18.16 part writes two more files per LowCardinality column, and
+    /// creating files is most of what an insert costs the server there.
+    low_cardinality: bool,
 }
 
 impl Dialect {
@@ -41,6 +48,7 @@ impl Dialect {
         Self {
             codecs: version.at_least(19, 10),
             skip_indexes: version.at_least(20, 1),
+            low_cardinality: version.at_least(19, 3),
         }
     }
 
@@ -59,6 +67,15 @@ impl Dialect {
             " CODEC(Delta, ZSTD(1))"
         } else {
             ""
+        }
+    }
+
+    /// A string column of few distinct values.
+    fn few(&self) -> &'static str {
+        if self.low_cardinality {
+            "LowCardinality(String)"
+        } else {
+            "String"
         }
     }
 
@@ -89,7 +106,7 @@ const MIGRATIONS: &[Migration] = &[Migration {
 
 /// The first schema: spans, search, logs, aggregates, incidents, the lineage log.
 fn v1(db: &str, d: Dialect) -> Vec<String> {
-    let lc = "LowCardinality(String)";
+    let lc = d.few();
     let (bulky, times) = (d.bulky(), d.times());
     let settings = settings();
     vec![
@@ -100,31 +117,29 @@ fn v1(db: &str, d: Dialect) -> Vec<String> {
   span_id FixedString(8),
   parent_span_id FixedString(8),
   has_parent UInt8,
-  start_time DateTime,
   start_ns UInt64{times},
   end_ns UInt64{times},
   service {lc},
   name {lc},
   kind UInt8,
   error UInt8,
-  model Nullable(String),
-  session_id Nullable(String),
-  user_id Nullable(String),
-  total_tokens Nullable(Int64),
-  input_tokens Nullable(Int64),
-  output_tokens Nullable(Int64),
+  model {lc},
+  session_id String,
+  user_id String,
+  total_tokens Int64,
+  input_tokens Int64,
+  output_tokens Int64,
   detail String{bulky},
   origin String{bulky},
   version UInt64
 ) ENGINE = ReplacingMergeTree(version)
-PARTITION BY toDate(start_time)
+PARTITION BY toDate(toDateTime(intDiv(start_ns, 1000000000)))
 ORDER BY (tenant, trace_id, span_id)
 {settings}"
         ),
         format!(
             "CREATE TABLE IF NOT EXISTS {db}.span_search (
   tenant {lc},
-  start_time DateTime,
   start_ns UInt64{times},
   trace_id FixedString(16),
   span_id FixedString(8),
@@ -146,7 +161,7 @@ ORDER BY (tenant, trace_id, span_id)
   attributes Array(String),
   version UInt64{session_index}{user_index}{attr_index}{trace_index}
 ) ENGINE = ReplacingMergeTree(version)
-PARTITION BY toDate(start_time)
+PARTITION BY toDate(toDateTime(intDiv(start_ns, 1000000000)))
 ORDER BY (tenant, start_ns, trace_id, span_id)
 {settings}",
             session_index = d.index("session_bf session_id TYPE bloom_filter(0.01) GRANULARITY 4"),
@@ -157,7 +172,6 @@ ORDER BY (tenant, start_ns, trace_id, span_id)
         format!(
             "CREATE TABLE IF NOT EXISTS {db}.logs (
   tenant {lc},
-  time DateTime,
   time_ns UInt64{times},
   seq Int64,
   trace_id FixedString(16),
@@ -173,7 +187,7 @@ ORDER BY (tenant, start_ns, trace_id, span_id)
   origin String{bulky},
   version UInt64{trace_index}
 ) ENGINE = ReplacingMergeTree(version)
-PARTITION BY toDate(time)
+PARTITION BY toDate(toDateTime(intDiv(time_ns, 1000000000)))
 ORDER BY (tenant, time_ns, seq)
 {settings}",
             trace_index = d.index("trace_bf trace_id TYPE bloom_filter(0.01) GRANULARITY 4"),

@@ -219,7 +219,7 @@ fn predicates(tenant: &TenantId, q: &TraceQuery) -> Vec<Predicate> {
         // record that does; checked in full afterwards.
         let mut args = Vec::new();
         let spans = format!(
-            "trace_id IN (SELECT trace_id FROM spans WHERE tenant = ? AND ({}))",
+            "trace_id IN (SELECT trace_id FROM spans WHERE tenant = ? AND start_ns >= {WINDOW} AND ({}))",
             text.words()
                 .iter()
                 .map(|w| {
@@ -309,6 +309,10 @@ fn predicates(tenant: &TenantId, q: &TraceQuery) -> Vec<Predicate> {
     }
     out
 }
+
+/// Where a predicate's SQL takes the window's start: spans of a trace that starts in the
+/// window start in it too, so a subquery on `spans` reads only the window's partitions.
+const WINDOW: &str = "{WINDOW}";
 
 /// How far back from `to` each attempt of a search reads (the last: everything).
 const WINDOWS_NS: [u64; 6] = [
@@ -439,7 +443,7 @@ fn candidates(
                             WHERE tenant = ? AND start_ns BETWEEN {w} AND {to} AND {anchor})",
         w = ns(w_from),
         to = ns(q.start_to_unix_nano.unwrap_or(u64::MAX)),
-        anchor = anchor.sql,
+        anchor = anchor.sql.replace(WINDOW, &ns(w_from)),
     );
     let mut args: Vec<String> = vec![tenant.as_str().to_owned(), tenant.as_str().to_owned()];
     args.extend(anchor.args.iter().cloned());
@@ -447,7 +451,7 @@ fn candidates(
         sql.push_str(&format!(
             " AND trace_id IN (SELECT trace_id FROM span_search WHERE tenant = ? AND start_ns >= {} AND {})",
             ns(w_from),
-            p.sql
+            p.sql.replace(WINDOW, &ns(w_from))
         ));
         args.push(tenant.as_str().to_owned());
         args.extend(p.args.iter().cloned());
