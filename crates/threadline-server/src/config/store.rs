@@ -77,7 +77,14 @@ pub(super) fn resolve(
         Ok(mut config) => {
             config.user = env(CLICKHOUSE_USER_ENV).or(file.user);
             config.password = env(CLICKHOUSE_PASSWORD_ENV).or(file.password);
-            config.cluster = file.cluster;
+            if let Some(cluster) = file.cluster {
+                // Sharded and replicated clusters (Distributed tables) are not written
+                // through yet: refuse rather than use one node as if it were all.
+                problems.push(format!(
+                    "clickhouse.cluster {cluster:?}: writing through a sharded cluster is not \
+                     supported yet; point --store at one server (replicas of Threadline may share it)"
+                ));
+            }
             let spool_max_bytes = file.spool_max_bytes.unwrap_or(DEFAULT_SPOOL_MAX_BYTES);
             if spool_max_bytes < 1 << 20 {
                 problems.push(format!(
@@ -145,5 +152,16 @@ mod tests {
         assert!(!problems[0].contains("secret"), "{problems:?}");
         resolve(None, file(Some("u"), None), |_| None, &mut problems);
         assert_eq!(problems.len(), 2, "{problems:?}");
+        let clustered = FileClickHouse {
+            cluster: Some("two_shards".into()),
+            ..file(None, None)
+        };
+        resolve(
+            Some("clickhouse://h:1/db"),
+            clustered,
+            |_| None,
+            &mut problems,
+        );
+        assert!(problems[2].contains("not supported yet"), "{problems:?}");
     }
 }

@@ -18,9 +18,6 @@ pub struct ClickHouseConfig {
     pub database: String,
     pub user: Option<String>,
     pub password: Option<String>,
-    /// A `Distributed` cluster (a `<remote_servers>` name) to write and read through;
-    /// `None` for one server.
-    pub cluster: Option<String>,
     /// Settings sent with every request (`max_execution_time`, `log_queries`, …).
     pub settings: Vec<(String, String)>,
 }
@@ -32,7 +29,6 @@ impl std::fmt::Debug for ClickHouseConfig {
             .field("database", &self.database)
             .field("user", &self.user)
             .field("password", &self.password.as_ref().map(|_| "<set>"))
-            .field("cluster", &self.cluster)
             .field("settings", &self.settings)
             .finish()
     }
@@ -84,7 +80,6 @@ impl ClickHouseConfig {
             database: database.to_owned(),
             user: None,
             password: None,
-            cluster: None,
             settings: Vec::new(),
         })
     }
@@ -115,7 +110,6 @@ impl ClickHouseConfig {
             ),
             user: None,
             password: None,
-            cluster: None,
             settings: Vec::new(),
         }
     }
