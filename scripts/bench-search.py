@@ -1,8 +1,9 @@
-"""One measurement of scripts/bench-search: API address, database file, size label.
+"""One measurement of scripts/bench-search: API address, database file (or
+`clickhouse:URL/DATABASE`), size label.
 
 The database is opened read-only beside the server only to sample stored trace ids and
-to see whether the trace-id index compactor and the full-text indexer have caught up; every timing goes through
-the JSON API.
+to see whether the trace-id index compactor and the full-text indexer have caught up
+(on ClickHouse: whether the spool is empty); every timing goes through the JSON API.
 """
 import http.client
 import json
@@ -13,11 +14,26 @@ import statistics
 import sys
 import time
 import urllib.parse
+import urllib.request
 
 api, db_path, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
 host, port = api.rsplit(":", 1)
 conn = http.client.HTTPConnection(host, int(port), timeout=600)
-db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+clickhouse = db_path.startswith("clickhouse:")
+db = None if clickhouse else sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+
+
+def clickhouse_query(sql):
+    """A query on the ClickHouse database the server stores in: its rows, tab-separated."""
+    url, database = db_path[len("clickhouse:"):].rsplit("/", 1)
+    parsed = urllib.parse.urlparse(url)
+    c = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=600)
+    c.request("POST", f"/?database={database}", body=sql.encode())
+    r = c.getresponse()
+    body = r.read().decode()
+    if r.status != 200:
+        raise SystemExit(f"{sql}: {body[:300]}")
+    return [line.split("\t") for line in body.splitlines()]
 
 
 def get(path):
@@ -50,35 +66,55 @@ def index_state():
 
 
 waited = time.perf_counter()
-while True:
-    tail, levels, orphans = index_state()
-    # Settled: no level below the final one holds a merge's worth (4) of runs.
-    full = any(levels.count(l) >= 4 for l in levels if l < 1000)
-    if tail < 64 and not full and orphans == 0 and text_backlog() == 0 or time.perf_counter() - waited > 600:
-        break
-    time.sleep(0.5)
-entries, chunk_bytes = db.execute(
-    "SELECT COALESCE(SUM(entries), 0), (SELECT COALESCE(SUM(length(entries)), 0) FROM trace_run_chunks) FROM trace_runs"
-).fetchone()
-blocks = db.execute("SELECT COUNT(*) FROM block_traces").fetchone()[0]
-print(
-    f"\n## {size:,} spans: {blocks:,} blocks; index: {len(levels)} runs (levels {sorted(levels)}), "
-    f"{entries:,} entries, {chunk_bytes / 1e6:.1f} MB, {tail} blocks outside runs; "
-    f"caught up {time.perf_counter() - waited:.1f} s after the fill"
-)
-
-# Known ids: each from a random block of the whole store.
-max_block = db.execute("SELECT MAX(block_id) FROM block_traces").fetchone()[0]
-rng = random.Random(size)
-known = []
-while len(known) < 300:
-    row = db.execute(
-        "SELECT trace_ids FROM block_traces WHERE block_id >= ? ORDER BY block_id LIMIT 1",
-        (rng.randint(1, max_block),),
+if clickhouse:
+    while True:
+        health = json.loads(urllib.request.urlopen(f"http://{api}/api/v1/health").read())
+        if health["store"]["spool"]["records"] == 0 or time.perf_counter() - waited > 600:
+            break
+        time.sleep(0.5)
+    parts = clickhouse_query(
+        "SELECT count(), sum(rows), sum(bytes_on_disk) FROM system.parts "
+        "WHERE database = currentDatabase() AND table = 'spans' AND active"
+    )[0]
+    print(
+        f"\n## {size:,} spans: `spans` in {parts[0]} parts, {int(parts[1]):,} rows, "
+        f"{int(parts[2]) / 1e6:.1f} MB; spool empty {time.perf_counter() - waited:.1f} s after the fill"
+    )
+    known = [r[0] for r in clickhouse_query(
+        "SELECT lower(hex(trace_id)) FROM span_search WHERE entry = 1 ORDER BY cityHash64(trace_id, "
+        f"{size}) LIMIT 300"
+    )]
+else:
+    while True:
+        tail, levels, orphans = index_state()
+        # Settled: no level below the final one holds a merge's worth (4) of runs.
+        full = any(levels.count(l) >= 4 for l in levels if l < 1000)
+        if tail < 64 and not full and orphans == 0 and text_backlog() == 0 or time.perf_counter() - waited > 600:
+            break
+        time.sleep(0.5)
+    entries, chunk_bytes = db.execute(
+        "SELECT COALESCE(SUM(entries), 0), (SELECT COALESCE(SUM(length(entries)), 0) FROM trace_run_chunks) FROM trace_runs"
     ).fetchone()
-    ids = row[0]
-    pick = rng.randrange(len(ids) // 16)
-    known.append(ids[pick * 16 : (pick + 1) * 16].hex())
+    blocks = db.execute("SELECT COUNT(*) FROM block_traces").fetchone()[0]
+    print(
+        f"\n## {size:,} spans: {blocks:,} blocks; index: {len(levels)} runs (levels {sorted(levels)}), "
+        f"{entries:,} entries, {chunk_bytes / 1e6:.1f} MB, {tail} blocks outside runs; "
+        f"caught up {time.perf_counter() - waited:.1f} s after the fill"
+    )
+
+    # Known ids: each from a random block of the whole store.
+    max_block = db.execute("SELECT MAX(block_id) FROM block_traces").fetchone()[0]
+    rng = random.Random(size)
+    known = []
+    while len(known) < 300:
+        row = db.execute(
+            "SELECT trace_ids FROM block_traces WHERE block_id >= ? ORDER BY block_id LIMIT 1",
+            (rng.randint(1, max_block),),
+        ).fetchone()
+        ids = row[0]
+        pick = rng.randrange(len(ids) // 16)
+        known.append(ids[pick * 16 : (pick + 1) * 16].hex())
+
 unknown = [os.urandom(16).hex() for _ in range(300)]
 
 
