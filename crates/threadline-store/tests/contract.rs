@@ -334,6 +334,65 @@ fn search_filters_and_pages_newest_first() {
     });
 }
 
+/// A trace starts at its earliest span, wherever the search's range and the store's own
+/// read windows cut it: a long agent trace whose last span is hours after its root is
+/// found at its root's time, and not at all by a range that starts after its root.
+#[test]
+fn a_trace_starts_at_its_earliest_span_whatever_the_range() {
+    const HOUR: u64 = 3_600_000_000_000;
+    each_backend(|store| {
+        let acme = tenant("acme");
+        let mut long = request(1, "u-1").spans();
+        long[1].start_time_unix_nano = T0 + 2 * HOUR;
+        long[1].end_time_unix_nano = T0 + 2 * HOUR + 1_000_000;
+        write(store, &acme, &long);
+        let later = Request {
+            start_ns: T0 + HOUR,
+            ..request(2, "u-1")
+        };
+        write(store, &acme, &later.spans());
+        let expect = vec![TraceId([2; 16]), TraceId([1; 16])];
+        for to in [
+            None,
+            Some(T0 + 2 * HOUR + 1_000_000_000),
+            Some(T0 + 3 * HOUR),
+        ] {
+            let query = TraceQuery {
+                start_to_unix_nano: to,
+                ..all_traces()
+            };
+            let page = store.search(&acme, &query).unwrap();
+            let found: Vec<_> = page.traces.iter().map(|t| t.trace_id).collect();
+            assert_eq!(found, expect, "to {to:?}");
+            assert_eq!(
+                page.traces[1].start_time_unix_nano,
+                long[0].start_time_unix_nano
+            );
+            assert_eq!(
+                page.traces[1].duration_nanos,
+                2 * HOUR + 1_000_000 - (long[0].start_time_unix_nano - T0)
+            );
+        }
+        let from_after_its_root = TraceQuery {
+            start_from_unix_nano: Some(T0 + HOUR / 2),
+            ..all_traces()
+        };
+        assert_eq!(
+            trace_ids(store, &acme, &from_after_its_root),
+            vec![TraceId([2; 16])]
+        );
+        let by_the_late_span = TraceQuery {
+            start_from_unix_nano: Some(T0 + HOUR / 2),
+            span_name: Some("chat llama-3-8b".into()),
+            ..all_traces()
+        };
+        assert_eq!(
+            trace_ids(store, &acme, &by_the_late_span),
+            vec![TraceId([2; 16])]
+        );
+    });
+}
+
 #[test]
 fn tenants_never_see_each_other() {
     each_backend(|store| {

@@ -6,12 +6,16 @@
 //! the first filter (the anchor) on a span starting in the time range, and the trace's
 //! own start is in the range; newest trace start first, ties by trace id descending.
 //!
-//! How: every span of a trace starts no earlier than the trace, so the traces starting
-//! in a window `[w, to]` are decided by the spans starting at or after `w` alone. A
-//! search reads a window back from `to`, widening it (1 h, 6 h, 1 d, 7 d, 30 d, all)
-//! until it holds a page. Filters are SQL on `span_search`, exact but for free text,
-//! which SQL screens (every word in the span's name or raw detail, any case) and Rust
-//! then checks in full with the embedded store's word matcher, span by span.
+//! How: the anchor's matching spans are read newest first (`ORDER BY start_ns DESC
+//! LIMIT k`, in the narrowest window back from `to` that holds k of them: 1 h, 6 h, 1 d,
+//! 7 d, 30 d, all). A trace starts no later than any of its spans, so every trace that
+//! starts after the k-th anchor span read has its anchor spans among the k: those
+//! traces are complete candidates. Their starts come from all their spans (`spans`, by
+//! key), the other filters are checked on their spans (each a query over the candidate
+//! ids), and the page is theirs; when it is short, k grows fourfold. Filters are SQL on
+//! `span_search`, exact but for free text, which SQL screens (every word in the span's
+//! name or raw detail, any case) and Rust then checks in full with the embedded
+//! store's word matcher, span by span.
 
 use threadline_model::{SpanId, SpanKind, SpanRecord, TenantId, TraceId};
 
@@ -314,7 +318,8 @@ fn predicates(tenant: &TenantId, q: &TraceQuery) -> Vec<Predicate> {
 /// window start in it too, so a subquery on `spans` reads only the window's partitions.
 const WINDOW: &str = "{WINDOW}";
 
-/// How far back from `to` each attempt of a search reads (the last: everything).
+/// How far back from `to` the anchor spans are read at first, then wider (the last:
+/// everything): the primary key (tenant, start_ns) skips what is older.
 const WINDOWS_NS: [u64; 6] = [
     3_600_000_000_000,
     6 * 3_600_000_000_000,
@@ -324,10 +329,13 @@ const WINDOWS_NS: [u64; 6] = [
     u64::MAX,
 ];
 
+/// Anchor spans read at first; four times as many at each further attempt.
+const FIRST_ANCHORS: usize = 256;
+
 #[derive(clickhouse::Row, serde::Deserialize)]
-struct Candidate {
+struct Anchor {
     trace_id: [u8; 16],
-    _start: u64,
+    start_ns: u64,
 }
 
 pub(crate) fn search(
@@ -338,16 +346,13 @@ pub(crate) fn search(
     let limit = q.limit.clamp(1, 1000);
     let from = q.start_from_unix_nano.unwrap_or(0);
     let to = q.start_to_unix_nano.unwrap_or(u64::MAX);
-    if from > to {
-        return Ok(TracePage {
-            traces: Vec::new(),
-            next_cursor: None,
-        });
-    }
-    let to = match q.cursor {
-        Some(c) => to.min(c.start_unix_nano),
-        None => to,
+    let empty = || TracePage {
+        traces: Vec::new(),
+        next_cursor: None,
     };
+    if from > to {
+        return Ok(empty());
+    }
     let mut predicates = predicates(tenant, q);
     let anchor = if predicates.is_empty() {
         Predicate {
@@ -363,49 +368,150 @@ pub(crate) fn search(
         .enumerate()
         .filter_map(|(i, p)| p.text.as_ref().map(|t| (i == 0, t)))
         .collect();
-    let mut found: Vec<TraceSummary> = Vec::new();
-    for window in WINDOWS_NS {
-        let w_from = from.max(to.saturating_sub(window));
-        let widest = w_from == from;
-        found.clear();
-        // Candidates of this window, newest first; text-checked ones may drop out, so
-        // read more until a page holds or the window is exhausted.
-        let mut offset = 0usize;
-        let batch = (limit + 1) * 2;
-        loop {
-            let candidates = candidates(
-                conn,
-                tenant,
-                q,
-                &anchor,
-                &predicates,
-                (w_from, to),
-                from,
-                offset,
-                batch,
-            )?;
-            let exhausted = candidates.len() < batch;
-            offset += candidates.len();
-            let ids: Vec<TraceId> = candidates.iter().map(|c| TraceId(c.trace_id)).collect();
-            let mut heads = heads_of(conn, tenant, &ids)?;
-            for id in ids {
-                if found.len() > limit {
-                    break;
-                }
-                if !texts.is_empty() && !texts_hold(conn, tenant, id, &texts, (from, to))? {
-                    continue;
-                }
-                let spans = heads.remove(&id).unwrap_or_default();
-                found.push(TraceSummary::of_skeleton(id, &spans));
-            }
-            if found.len() > limit || exhausted {
+    let mut wanted = FIRST_ANCHORS.max((limit + 1) * 4);
+    let mut window = 0;
+    loop {
+        // The newest `wanted` anchor spans in the range: in the narrowest window that
+        // holds as many, or in the whole range.
+        let w_from = from.max(to.saturating_sub(WINDOWS_NS[window]));
+        let anchors = anchor_spans(conn, tenant, &anchor, (w_from, to), wanted)?;
+        let complete = anchors.len() < wanted;
+        if complete && w_from > from {
+            window += 1;
+            continue;
+        }
+        // Every trace starting after the oldest anchor read has its anchor spans
+        // (which start no earlier than it does) among them: those traces are known
+        // whole; older ones may not be, unless every anchor was read.
+        let horizon = if complete {
+            None
+        } else {
+            anchors.last().map(|a| a.start_ns)
+        };
+        let found = page_of(
+            conn,
+            tenant,
+            q,
+            &predicates,
+            &texts,
+            &anchors,
+            horizon,
+            limit,
+        )?;
+        if found.len() > limit || complete {
+            return Ok(page(found, limit));
+        }
+        wanted *= 4;
+    }
+}
+
+/// The anchor spans in `w_from..=to`, newest first, at most `wanted`.
+fn anchor_spans(
+    conn: &Connection,
+    tenant: &TenantId,
+    anchor: &Predicate,
+    (w_from, to): (u64, u64),
+    wanted: usize,
+) -> Result<Vec<Anchor>, StoreError> {
+    let sql = format!(
+        "SELECT trace_id, start_ns FROM span_search
+         WHERE tenant = ? AND start_ns BETWEEN {w} AND {to} AND {anchor}
+         ORDER BY start_ns DESC, trace_id DESC LIMIT {wanted}",
+        w = ns(w_from),
+        to = ns(to),
+        anchor = anchor.sql.replace(WINDOW, &ns(w_from)),
+    );
+    let mut args = vec![tenant.as_str().to_owned()];
+    args.extend(anchor.args.iter().cloned());
+    conn.fetch_all(bind_all(conn.client.query(&sql), &args))
+}
+
+/// The traces of `anchors` that match the search, newest start first, at most one more
+/// than `limit`; with a `horizon`, only those starting after it (the rest may be
+/// incomplete).
+#[allow(clippy::too_many_arguments)]
+fn page_of(
+    conn: &Connection,
+    tenant: &TenantId,
+    q: &TraceQuery,
+    others: &[Predicate],
+    texts: &[(bool, &TextQuery)],
+    anchors: &[Anchor],
+    horizon: Option<u64>,
+    limit: usize,
+) -> Result<Vec<TraceSummary>, StoreError> {
+    let from = q.start_from_unix_nano.unwrap_or(0);
+    let to = q.start_to_unix_nano.unwrap_or(u64::MAX);
+    let mut ids: Vec<TraceId> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for a in anchors {
+        if seen.insert(a.trace_id) {
+            ids.push(TraceId(a.trace_id));
+        }
+    }
+    // Each trace's start from all of its spans (the spans table, by key).
+    let mut heads = heads_of(conn, tenant, &ids)?;
+    let mut summaries: Vec<TraceSummary> = ids
+        .iter()
+        .filter_map(|id| {
+            let spans = heads.remove(id)?;
+            Some(TraceSummary::of_skeleton(*id, &spans))
+        })
+        .filter(|t| {
+            let start = t.start_time_unix_nano;
+            (from..=to).contains(&start)
+                && horizon.is_none_or(|h| start > h)
+                && q.cursor
+                    .is_none_or(|c| (start, t.trace_id.0) < (c.start_unix_nano, c.trace_id.0))
+        })
+        .collect();
+    summaries.sort_by(|a, b| {
+        (b.start_time_unix_nano, b.trace_id.0).cmp(&(a.start_time_unix_nano, a.trace_id.0))
+    });
+    // The other filters, each on some span of the trace (no span of these traces
+    // starts before the earliest of them).
+    if let Some(earliest) = summaries.iter().map(|t| t.start_time_unix_nano).min() {
+        for p in others {
+            let list: Vec<String> = summaries.iter().map(|t| trace_sql(t.trace_id)).collect();
+            let sql = format!(
+                "SELECT DISTINCT trace_id FROM span_search
+                 WHERE tenant = ? AND start_ns >= {e} AND trace_id IN ({list}) AND {cond}",
+                e = ns(earliest),
+                list = list.join(","),
+                cond = p.sql.replace(WINDOW, &ns(earliest)),
+            );
+            let mut args = vec![tenant.as_str().to_owned()];
+            args.extend(p.args.iter().cloned());
+            let matched: Vec<Matched> = conn.fetch_all(bind_all(conn.client.query(&sql), &args))?;
+            let matched: std::collections::HashSet<[u8; 16]> =
+                matched.into_iter().map(|m| m.trace_id).collect();
+            summaries.retain(|t| matched.contains(&t.trace_id.0));
+            if summaries.is_empty() {
                 break;
             }
         }
-        if found.len() > limit || widest {
+    }
+    let mut found = Vec::new();
+    for summary in summaries {
+        if found.len() > limit {
             break;
         }
+        if !texts.is_empty() && !texts_hold(conn, tenant, summary.trace_id, texts, (from, to))? {
+            continue;
+        }
+        found.push(summary);
     }
+    Ok(found)
+}
+
+#[derive(clickhouse::Row, serde::Deserialize)]
+struct Matched {
+    trace_id: [u8; 16],
+}
+
+/// A page of `limit` from traces found newest first (one more than `limit` says there
+/// is a next page).
+fn page(mut found: Vec<TraceSummary>, limit: usize) -> TracePage {
     let has_more = found.len() > limit;
     found.truncate(limit);
     let next_cursor = if has_more {
@@ -416,63 +522,10 @@ pub(crate) fn search(
     } else {
         None
     };
-    Ok(TracePage {
+    TracePage {
         traces: found,
         next_cursor,
-    })
-}
-
-/// The traces starting in `window` (and in `from..`) that pass every predicate's SQL,
-/// newest first, after the cursor.
-#[allow(clippy::too_many_arguments)]
-fn candidates(
-    conn: &Connection,
-    tenant: &TenantId,
-    q: &TraceQuery,
-    anchor: &Predicate,
-    others: &[Predicate],
-    (w_from, to): (u64, u64),
-    from: u64,
-    offset: usize,
-    limit: usize,
-) -> Result<Vec<Candidate>, StoreError> {
-    let mut sql = format!(
-        "SELECT trace_id, min(start_ns) AS start FROM span_search
-         WHERE tenant = ? AND start_ns >= {w}
-           AND trace_id IN (SELECT trace_id FROM span_search
-                            WHERE tenant = ? AND start_ns BETWEEN {w} AND {to} AND {anchor})",
-        w = ns(w_from),
-        to = ns(q.start_to_unix_nano.unwrap_or(u64::MAX)),
-        anchor = anchor.sql.replace(WINDOW, &ns(w_from)),
-    );
-    let mut args: Vec<String> = vec![tenant.as_str().to_owned(), tenant.as_str().to_owned()];
-    args.extend(anchor.args.iter().cloned());
-    for p in others {
-        sql.push_str(&format!(
-            " AND trace_id IN (SELECT trace_id FROM span_search WHERE tenant = ? AND start_ns >= {} AND {})",
-            ns(w_from),
-            p.sql.replace(WINDOW, &ns(w_from))
-        ));
-        args.push(tenant.as_str().to_owned());
-        args.extend(p.args.iter().cloned());
     }
-    sql.push_str(&format!(
-        " GROUP BY trace_id HAVING start >= {} AND start >= {} AND start <= {}",
-        ns(w_from),
-        ns(from),
-        ns(to)
-    ));
-    if let Some(c) = &q.cursor {
-        sql.push_str(&format!(
-            " AND (start < {s} OR (start = {s} AND trace_id < {id}))",
-            s = ns(c.start_unix_nano),
-            id = trace_sql(c.trace_id)
-        ));
-    }
-    sql.push_str(&format!(
-        " ORDER BY start DESC, trace_id DESC LIMIT {offset}, {limit}"
-    ));
-    conn.fetch_all(bind_all(conn.client.query(&sql), &args))
 }
 
 #[derive(clickhouse::Row, serde::Deserialize)]
