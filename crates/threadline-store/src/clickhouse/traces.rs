@@ -329,6 +329,9 @@ const WINDOWS_NS: [u64; 6] = [
     u64::MAX,
 ];
 
+/// Trace ids named in one query's `IN` list at most (ClickHouse's query size is bounded).
+const IDS_PER_QUERY: usize = 2_000;
+
 /// Anchor spans read at first; four times as many at each further attempt.
 const FIRST_ANCHORS: usize = 256;
 
@@ -449,6 +452,29 @@ fn page_of(
             ids.push(TraceId(a.trace_id));
         }
     }
+    // The other filters first, each on some span of the trace (a trace that qualifies
+    // starts at or after `from`, and so do all its spans).
+    for p in others {
+        if ids.is_empty() {
+            break;
+        }
+        let mut matched = std::collections::HashSet::new();
+        for chunk in ids.chunks(IDS_PER_QUERY) {
+            let list: Vec<String> = chunk.iter().map(|id| trace_sql(*id)).collect();
+            let sql = format!(
+                "SELECT DISTINCT trace_id FROM span_search
+                 WHERE tenant = ? AND start_ns >= {f} AND trace_id IN ({list}) AND {cond}",
+                f = ns(from),
+                list = list.join(","),
+                cond = p.sql.replace(WINDOW, &ns(from)),
+            );
+            let mut args = vec![tenant.as_str().to_owned()];
+            args.extend(p.args.iter().cloned());
+            let rows: Vec<Matched> = conn.fetch_all(bind_all(conn.client.query(&sql), &args))?;
+            matched.extend(rows.into_iter().map(|m| m.trace_id));
+        }
+        ids.retain(|id| matched.contains(&id.0));
+    }
     // Each trace's start from all of its spans (the spans table, by key).
     let mut heads = heads_of(conn, tenant, &ids)?;
     let mut summaries: Vec<TraceSummary> = ids
@@ -468,29 +494,6 @@ fn page_of(
     summaries.sort_by(|a, b| {
         (b.start_time_unix_nano, b.trace_id.0).cmp(&(a.start_time_unix_nano, a.trace_id.0))
     });
-    // The other filters, each on some span of the trace (no span of these traces
-    // starts before the earliest of them).
-    if let Some(earliest) = summaries.iter().map(|t| t.start_time_unix_nano).min() {
-        for p in others {
-            let list: Vec<String> = summaries.iter().map(|t| trace_sql(t.trace_id)).collect();
-            let sql = format!(
-                "SELECT DISTINCT trace_id FROM span_search
-                 WHERE tenant = ? AND start_ns >= {e} AND trace_id IN ({list}) AND {cond}",
-                e = ns(earliest),
-                list = list.join(","),
-                cond = p.sql.replace(WINDOW, &ns(earliest)),
-            );
-            let mut args = vec![tenant.as_str().to_owned()];
-            args.extend(p.args.iter().cloned());
-            let matched: Vec<Matched> = conn.fetch_all(bind_all(conn.client.query(&sql), &args))?;
-            let matched: std::collections::HashSet<[u8; 16]> =
-                matched.into_iter().map(|m| m.trace_id).collect();
-            summaries.retain(|t| matched.contains(&t.trace_id.0));
-            if summaries.is_empty() {
-                break;
-            }
-        }
-    }
     let mut found = Vec::new();
     for summary in summaries {
         if found.len() > limit {
@@ -541,23 +544,22 @@ fn heads_of(
     ids: &[TraceId],
 ) -> Result<foldhash::HashMap<TraceId, Vec<SkeletonSpan>>, StoreError> {
     let mut out: foldhash::HashMap<TraceId, Vec<SkeletonSpan>> = Default::default();
-    if ids.is_empty() {
-        return Ok(out);
-    }
-    let list: Vec<String> = ids.iter().map(|id| trace_sql(*id)).collect();
-    let query = conn
-        .client
-        .query(&format!(
-            "SELECT trace_id, {HEAD_COLUMNS} FROM spans WHERE tenant = ? AND trace_id IN ({})
-             ORDER BY trace_id, start_ns, span_id, version DESC LIMIT 1 BY trace_id, span_id",
-            list.join(",")
-        ))
-        .bind(tenant.as_str());
-    let rows: Vec<TraceHead> = conn.fetch_all(query)?;
-    for row in rows {
-        out.entry(TraceId(row.trace_id))
-            .or_default()
-            .push(row.head.into_skeleton());
+    for chunk in ids.chunks(IDS_PER_QUERY) {
+        let list: Vec<String> = chunk.iter().map(|id| trace_sql(*id)).collect();
+        let query = conn
+            .client
+            .query(&format!(
+                "SELECT trace_id, {HEAD_COLUMNS} FROM spans WHERE tenant = ? AND trace_id IN ({})
+                 ORDER BY trace_id, start_ns, span_id, version DESC LIMIT 1 BY trace_id, span_id",
+                list.join(",")
+            ))
+            .bind(tenant.as_str());
+        let rows: Vec<TraceHead> = conn.fetch_all(query)?;
+        for row in rows {
+            out.entry(TraceId(row.trace_id))
+                .or_default()
+                .push(row.head.into_skeleton());
+        }
     }
     Ok(out)
 }
