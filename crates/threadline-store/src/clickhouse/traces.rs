@@ -334,6 +334,8 @@ const IDS_PER_QUERY: usize = 2_000;
 
 /// Anchor spans read at first; four times as many at each further attempt.
 const FIRST_ANCHORS: usize = 256;
+/// The same for a free-text anchor, whose every attempt scans the window's details.
+const FIRST_TEXT_ANCHORS: usize = 8_192;
 
 #[derive(clickhouse::Row, serde::Deserialize)]
 struct Anchor {
@@ -371,8 +373,16 @@ pub(crate) fn search(
         .enumerate()
         .filter_map(|(i, p)| p.text.as_ref().map(|t| (i == 0, t)))
         .collect();
-    let mut wanted = FIRST_ANCHORS.max((limit + 1) * 4);
+    // A free-text anchor rescans the raw details at every attempt: read many at once.
+    let first = if anchor.text.is_some() {
+        FIRST_TEXT_ANCHORS
+    } else {
+        FIRST_ANCHORS
+    };
+    let mut wanted = first.max((limit + 1) * 4);
     let mut window = 0;
+    // Free-text verdicts of traces checked in an earlier attempt.
+    let mut checked: foldhash::HashMap<TraceId, bool> = Default::default();
     loop {
         // The newest `wanted` anchor spans in the range: in the narrowest window that
         // holds as many, or in the whole range.
@@ -395,11 +405,11 @@ pub(crate) fn search(
             conn,
             tenant,
             q,
-            &predicates,
-            &texts,
+            (&predicates, &texts),
             &anchors,
             horizon,
             limit,
+            &mut checked,
         )?;
         if found.len() > limit || complete {
             return Ok(page(found, limit));
@@ -437,11 +447,11 @@ fn page_of(
     conn: &Connection,
     tenant: &TenantId,
     q: &TraceQuery,
-    others: &[Predicate],
-    texts: &[(bool, &TextQuery)],
+    (others, texts): (&[Predicate], &[(bool, &TextQuery)]),
     anchors: &[Anchor],
     horizon: Option<u64>,
     limit: usize,
+    checked: &mut foldhash::HashMap<TraceId, bool>,
 ) -> Result<Vec<TraceSummary>, StoreError> {
     let from = q.start_from_unix_nano.unwrap_or(0);
     let to = q.start_to_unix_nano.unwrap_or(u64::MAX);
@@ -499,8 +509,18 @@ fn page_of(
         if found.len() > limit {
             break;
         }
-        if !texts.is_empty() && !texts_hold(conn, tenant, summary.trace_id, texts, (from, to))? {
-            continue;
+        if !texts.is_empty() {
+            let holds = match checked.get(&summary.trace_id) {
+                Some(&holds) => holds,
+                None => {
+                    let holds = texts_hold(conn, tenant, summary.trace_id, texts, (from, to))?;
+                    checked.insert(summary.trace_id, holds);
+                    holds
+                }
+            };
+            if !holds {
+                continue;
+            }
         }
         found.push(summary);
     }
