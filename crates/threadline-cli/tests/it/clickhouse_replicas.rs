@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::diagnosis::{latency_step_minute, recovered_minute, T0_S};
 use crate::harness::*;
+use crate::scratch::*;
 
 fn detecting(server: &TestServer) -> bool {
     let (status, health) = server.get("/api/v1/health", None);

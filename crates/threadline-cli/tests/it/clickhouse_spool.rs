@@ -7,6 +7,7 @@
 use std::time::{Duration, Instant};
 
 use crate::harness::*;
+use crate::scratch::*;
 
 /// Sends one two-span trace; whether it was acknowledged.
 fn send(server: &TestServer, i: u32, t0: u64) -> bool {

@@ -5,6 +5,7 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 use tonic::codec::CompressionEncoding;
 
 use crate::harness::*;
+use crate::scratch::*;
 
 #[test]
 fn grpc_export_with_gzip_and_partial_success() {

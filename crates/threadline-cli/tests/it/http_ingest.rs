@@ -5,6 +5,7 @@ use prost::Message;
 use serde_json::{json, Value};
 
 use crate::harness::*;
+use crate::scratch::*;
 
 const PROTOBUF: &str = "application/x-protobuf";
 const JSON: &str = "application/json";

@@ -17,6 +17,7 @@ mod lease;
 mod logs;
 mod rows;
 mod schema;
+mod search;
 mod spool;
 mod sql;
 mod traces;
@@ -369,7 +370,7 @@ impl StoreBackend for ClickHouseStore {
         if let Some(problem) = query.problem() {
             return Err(StoreError::invalid_query(problem));
         }
-        traces::search(&self.conn, tenant, query)
+        search::run(&self.conn, tenant, query)
     }
 
     fn recent_sessions(

@@ -39,6 +39,18 @@ pub(crate) fn bind_all(
     query
 }
 
+/// `column` equals a non-empty value (an empty value matches nothing, as a missing
+/// field never equals anything in the embedded store).
+pub(crate) fn equals(column: &str, value: &str, args: &mut Vec<String>) -> String {
+    args.push(value.to_owned());
+    format!("({column} != '' AND {column} = ?)")
+}
+
+/// Unsigned nanoseconds as ClickHouse compares them.
+pub(crate) fn ns(n: u64) -> String {
+    n.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

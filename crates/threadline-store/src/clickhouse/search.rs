@@ -1,0 +1,462 @@
+//! Trace search on ClickHouse, with the embedded store's semantics (see
+//! `sqlite::search`): a trace matches when each filter holds on some span of it, the
+//! first filter (the anchor) on a span starting in the time range, and the trace's own
+//! start is in the range; newest trace start first, ties by trace id descending.
+//!
+//! How: the anchor's matching spans are read newest first (`ORDER BY start_ns DESC
+//! LIMIT k`, in the narrowest window back from `to` that holds k of them: 1 h, 6 h, 1 d,
+//! 7 d, 30 d, all). A trace starts no later than any of its spans, so every trace that
+//! starts after the k-th anchor span read has its anchor spans among the k: those
+//! traces are complete candidates. Their starts come from all their spans (`spans`, by
+//! key), the other filters are checked on their spans (each a query over the candidate
+//! ids), and the page is theirs; when it is short, k grows fourfold. Filters are SQL on
+//! `span_search`, exact but for free text, which SQL screens (every word in the span's
+//! name or raw detail, any case) and Rust then checks in full with the embedded
+//! store's word matcher, span by span.
+
+use threadline_model::{TenantId, TraceId};
+
+use crate::clickhouse::client::Connection;
+use crate::clickhouse::rows::{HeadRow, HEAD_COLUMNS};
+use crate::clickhouse::sql::{bind_all, equals, ns, trace_sql};
+use crate::search::{NameMatch, TraceCursor, TracePage, TraceQuery, TraceSummary};
+use crate::sqlite::text_index::TextQuery;
+use crate::{SkeletonSpan, StoreError};
+
+/// One filter of a search: SQL on `span_search` (with its arguments) and, for free
+/// text, the words its spans and logs are checked for in full.
+struct Predicate {
+    sql: String,
+    args: Vec<String>,
+    text: Option<TextQuery>,
+}
+
+/// Words as `position` conditions on a column (ASCII words byte-wise, any case; others
+/// through the UTF-8 variant).
+fn word_screen(column: &str, text: &TextQuery, args: &mut Vec<String>) -> String {
+    let mut all = Vec::new();
+    for word in text.words() {
+        let f = if word.is_ascii() {
+            "positionCaseInsensitive"
+        } else {
+            "positionCaseInsensitiveUTF8"
+        };
+        all.push(format!("{f}({column}, ?) > 0"));
+        args.push(word.clone());
+    }
+    all.join(" AND ")
+}
+
+fn name_matches(column: &str, how: NameMatch, wanted: &str, args: &mut Vec<String>) -> String {
+    match how {
+        NameMatch::Exact => equals(column, wanted, args),
+        NameMatch::Prefix => {
+            args.push(wanted.to_lowercase());
+            format!("({column} != '' AND startsWith(lowerUTF8({column}), ?))")
+        }
+    }
+}
+
+/// The filters of `q` as predicates, most selective first (the embedded store's order:
+/// the first is the anchor).
+fn predicates(tenant: &TenantId, q: &TraceQuery) -> Vec<Predicate> {
+    let mut out = Vec::new();
+    if let Some(text) = q.text.as_deref().and_then(TextQuery::parse) {
+        // Spans whose name or raw detail holds every word, or whose trace has a log
+        // record that does; checked in full afterwards.
+        let mut args = Vec::new();
+        let spans = format!(
+            "trace_id IN (SELECT trace_id FROM spans WHERE tenant = ? AND start_ns >= {WINDOW} AND ({}))",
+            text.words()
+                .iter()
+                .map(|w| {
+                    let f = if w.is_ascii() {
+                        "positionCaseInsensitive"
+                    } else {
+                        "positionCaseInsensitiveUTF8"
+                    };
+                    format!("({f}(name, ?) > 0 OR {f}(detail, ?) > 0)")
+                })
+                .collect::<Vec<_>>()
+                .join(" AND ")
+        );
+        args.push(tenant.as_str().to_owned());
+        for w in text.words() {
+            args.push(w.clone());
+            args.push(w.clone());
+        }
+        let logs_screen = {
+            let mut log_args = vec![tenant.as_str().to_owned()];
+            let screen = word_screen("detail", &text, &mut log_args);
+            args.extend(log_args);
+            format!(
+                "trace_id IN (SELECT trace_id FROM logs WHERE tenant = ? AND has_trace = 1 AND {screen})"
+            )
+        };
+        out.push(Predicate {
+            sql: format!("({spans} OR {logs_screen})"),
+            args,
+            text: Some(text),
+        });
+    }
+    let mut push = |build: &mut dyn FnMut(&mut Vec<String>) -> String| {
+        let mut args = Vec::new();
+        let sql = build(&mut args);
+        out.push(Predicate {
+            sql,
+            args,
+            text: None,
+        });
+    };
+    for (key, value) in &q.attributes {
+        push(&mut |args| {
+            args.push(format!("{key}={value}"));
+            "has(attributes, ?)".to_owned()
+        });
+    }
+    if let Some(v) = &q.session_id {
+        push(&mut |args| equals("session_id", v, args));
+    }
+    if let Some(v) = &q.user_id {
+        push(&mut |args| equals("user_id", v, args));
+    }
+    if let Some(v) = &q.adapter {
+        push(&mut |args| equals("adapter", v, args));
+    }
+    if q.errors_only {
+        push(&mut |_| "error = 1".to_owned());
+    }
+    if let Some(v) = &q.route {
+        push(&mut |args| equals("route", v, args));
+    }
+    if let Some(v) = &q.model {
+        push(&mut |args| {
+            let a = name_matches("model", q.names, v, args);
+            let b = name_matches("response_model", q.names, v, args);
+            format!("({a} OR {b})")
+        });
+    }
+    if let Some(v) = &q.span_name {
+        push(&mut |args| equals("name", v, args));
+    }
+    if let Some(v) = &q.service {
+        push(&mut |args| name_matches("service", q.names, v, args));
+    }
+    if let Some(v) = &q.ab_group {
+        push(&mut |args| equals("ab_group", v, args));
+    }
+    if q.min_duration_nanos.is_some() || q.max_duration_nanos.is_some() {
+        push(&mut |_| {
+            format!(
+                "duration_ns BETWEEN {} AND {}",
+                q.min_duration_nanos.unwrap_or(0),
+                q.max_duration_nanos.unwrap_or(u64::MAX)
+            )
+        });
+    }
+    out
+}
+
+/// Where a predicate's SQL takes the window's start: spans of a trace that starts in the
+/// window start in it too, so a subquery on `spans` reads only the window's partitions.
+const WINDOW: &str = "{WINDOW}";
+
+/// How far back from `to` the anchor spans are read at first, then wider (the last:
+/// everything): the primary key (tenant, start_ns) skips what is older.
+const WINDOWS_NS: [u64; 6] = [
+    3_600_000_000_000,
+    6 * 3_600_000_000_000,
+    24 * 3_600_000_000_000,
+    7 * 24 * 3_600_000_000_000,
+    30 * 24 * 3_600_000_000_000,
+    u64::MAX,
+];
+
+/// Trace ids named in one query's `IN` list at most (ClickHouse's query size is bounded).
+const IDS_PER_QUERY: usize = 2_000;
+
+/// Anchor spans read at first; four times as many at each further attempt.
+const FIRST_ANCHORS: usize = 256;
+/// The same for a free-text anchor, whose every attempt scans the window's details.
+const FIRST_TEXT_ANCHORS: usize = 8_192;
+
+#[derive(clickhouse::Row, serde::Deserialize)]
+struct Anchor {
+    trace_id: [u8; 16],
+    start_ns: u64,
+}
+
+pub(crate) fn run(
+    conn: &Connection,
+    tenant: &TenantId,
+    q: &TraceQuery,
+) -> Result<TracePage, StoreError> {
+    let limit = q.limit.clamp(1, 1000);
+    let from = q.start_from_unix_nano.unwrap_or(0);
+    let to = q.start_to_unix_nano.unwrap_or(u64::MAX);
+    let empty = || TracePage {
+        traces: Vec::new(),
+        next_cursor: None,
+    };
+    if from > to {
+        return Ok(empty());
+    }
+    let mut predicates = predicates(tenant, q);
+    let anchor = if predicates.is_empty() {
+        Predicate {
+            sql: "entry = 1".to_owned(),
+            args: Vec::new(),
+            text: None,
+        }
+    } else {
+        predicates.remove(0)
+    };
+    let texts: Vec<(bool, &TextQuery)> = std::iter::once(&anchor)
+        .chain(&predicates)
+        .enumerate()
+        .filter_map(|(i, p)| p.text.as_ref().map(|t| (i == 0, t)))
+        .collect();
+    // A free-text anchor rescans the raw details at every attempt: read many at once.
+    let first = if anchor.text.is_some() {
+        FIRST_TEXT_ANCHORS
+    } else {
+        FIRST_ANCHORS
+    };
+    let mut wanted = first.max((limit + 1) * 4);
+    let mut window = 0;
+    // Free-text verdicts of traces checked in an earlier attempt.
+    let mut checked: foldhash::HashMap<TraceId, bool> = Default::default();
+    loop {
+        // The newest `wanted` anchor spans in the range: in the narrowest window that
+        // holds as many, or in the whole range.
+        let w_from = from.max(to.saturating_sub(WINDOWS_NS[window]));
+        let anchors = anchor_spans(conn, tenant, &anchor, (w_from, to), wanted)?;
+        let complete = anchors.len() < wanted;
+        if complete && w_from > from {
+            window += 1;
+            continue;
+        }
+        // Every trace starting after the oldest anchor read has its anchor spans
+        // (which start no earlier than it does) among them: those traces are known
+        // whole; older ones may not be, unless every anchor was read.
+        let horizon = if complete {
+            None
+        } else {
+            anchors.last().map(|a| a.start_ns)
+        };
+        let found = page_of(
+            conn,
+            tenant,
+            q,
+            (&predicates, &texts),
+            &anchors,
+            horizon,
+            limit,
+            &mut checked,
+        )?;
+        if found.len() > limit || complete {
+            return Ok(page(found, limit));
+        }
+        wanted *= 4;
+    }
+}
+
+/// The anchor spans in `w_from..=to`, newest first, at most `wanted`.
+fn anchor_spans(
+    conn: &Connection,
+    tenant: &TenantId,
+    anchor: &Predicate,
+    (w_from, to): (u64, u64),
+    wanted: usize,
+) -> Result<Vec<Anchor>, StoreError> {
+    let sql = format!(
+        "SELECT trace_id, start_ns FROM span_search
+         WHERE tenant = ? AND start_ns BETWEEN {w} AND {to} AND {anchor}
+         ORDER BY start_ns DESC, trace_id DESC LIMIT {wanted}",
+        w = ns(w_from),
+        to = ns(to),
+        anchor = anchor.sql.replace(WINDOW, &ns(w_from)),
+    );
+    let mut args = vec![tenant.as_str().to_owned()];
+    args.extend(anchor.args.iter().cloned());
+    conn.fetch_all(bind_all(conn.client.query(&sql), &args))
+}
+
+/// The traces of `anchors` that match the search, newest start first, at most one more
+/// than `limit`; with a `horizon`, only those starting after it (the rest may be
+/// incomplete).
+#[allow(clippy::too_many_arguments)]
+fn page_of(
+    conn: &Connection,
+    tenant: &TenantId,
+    q: &TraceQuery,
+    (others, texts): (&[Predicate], &[(bool, &TextQuery)]),
+    anchors: &[Anchor],
+    horizon: Option<u64>,
+    limit: usize,
+    checked: &mut foldhash::HashMap<TraceId, bool>,
+) -> Result<Vec<TraceSummary>, StoreError> {
+    let from = q.start_from_unix_nano.unwrap_or(0);
+    let to = q.start_to_unix_nano.unwrap_or(u64::MAX);
+    let mut ids: Vec<TraceId> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for a in anchors {
+        if seen.insert(a.trace_id) {
+            ids.push(TraceId(a.trace_id));
+        }
+    }
+    // The other filters first, each on some span of the trace (a trace that qualifies
+    // starts at or after `from`, and so do all its spans).
+    for p in others {
+        if ids.is_empty() {
+            break;
+        }
+        let mut matched = std::collections::HashSet::new();
+        for chunk in ids.chunks(IDS_PER_QUERY) {
+            let list: Vec<String> = chunk.iter().map(|id| trace_sql(*id)).collect();
+            let sql = format!(
+                "SELECT DISTINCT trace_id FROM span_search
+                 WHERE tenant = ? AND start_ns >= {f} AND trace_id IN ({list}) AND {cond}",
+                f = ns(from),
+                list = list.join(","),
+                cond = p.sql.replace(WINDOW, &ns(from)),
+            );
+            let mut args = vec![tenant.as_str().to_owned()];
+            args.extend(p.args.iter().cloned());
+            let rows: Vec<Matched> = conn.fetch_all(bind_all(conn.client.query(&sql), &args))?;
+            matched.extend(rows.into_iter().map(|m| m.trace_id));
+        }
+        ids.retain(|id| matched.contains(&id.0));
+    }
+    // Each trace's start from all of its spans (the spans table, by key).
+    let mut heads = heads_of(conn, tenant, &ids)?;
+    let mut summaries: Vec<TraceSummary> = ids
+        .iter()
+        .filter_map(|id| {
+            let spans = heads.remove(id)?;
+            Some(TraceSummary::of_skeleton(*id, &spans))
+        })
+        .filter(|t| {
+            let start = t.start_time_unix_nano;
+            (from..=to).contains(&start)
+                && horizon.is_none_or(|h| start > h)
+                && q.cursor
+                    .is_none_or(|c| (start, t.trace_id.0) < (c.start_unix_nano, c.trace_id.0))
+        })
+        .collect();
+    summaries.sort_by(|a, b| {
+        (b.start_time_unix_nano, b.trace_id.0).cmp(&(a.start_time_unix_nano, a.trace_id.0))
+    });
+    let mut found = Vec::new();
+    for summary in summaries {
+        if found.len() > limit {
+            break;
+        }
+        if !texts.is_empty() {
+            let holds = match checked.get(&summary.trace_id) {
+                Some(&holds) => holds,
+                None => {
+                    let holds = texts_hold(conn, tenant, summary.trace_id, texts, (from, to))?;
+                    checked.insert(summary.trace_id, holds);
+                    holds
+                }
+            };
+            if !holds {
+                continue;
+            }
+        }
+        found.push(summary);
+    }
+    Ok(found)
+}
+
+#[derive(clickhouse::Row, serde::Deserialize)]
+struct Matched {
+    trace_id: [u8; 16],
+}
+
+/// A page of `limit` from traces found newest first (one more than `limit` says there
+/// is a next page).
+fn page(mut found: Vec<TraceSummary>, limit: usize) -> TracePage {
+    let has_more = found.len() > limit;
+    found.truncate(limit);
+    let next_cursor = if has_more {
+        found.last().map(|t| TraceCursor {
+            start_unix_nano: t.start_time_unix_nano,
+            trace_id: t.trace_id,
+        })
+    } else {
+        None
+    };
+    TracePage {
+        traces: found,
+        next_cursor,
+    }
+}
+
+#[derive(clickhouse::Row, serde::Deserialize)]
+struct TraceHead {
+    trace_id: [u8; 16],
+    head: HeadRow,
+}
+
+/// The skeletons of several traces, by trace.
+fn heads_of(
+    conn: &Connection,
+    tenant: &TenantId,
+    ids: &[TraceId],
+) -> Result<foldhash::HashMap<TraceId, Vec<SkeletonSpan>>, StoreError> {
+    let mut out: foldhash::HashMap<TraceId, Vec<SkeletonSpan>> = Default::default();
+    for chunk in ids.chunks(IDS_PER_QUERY) {
+        let list: Vec<String> = chunk.iter().map(|id| trace_sql(*id)).collect();
+        let query = conn
+            .client
+            .query(&format!(
+                "SELECT trace_id, {HEAD_COLUMNS} FROM spans WHERE tenant = ? AND trace_id IN ({})
+                 ORDER BY trace_id, start_ns, span_id, version DESC LIMIT 1 BY trace_id, span_id",
+                list.join(",")
+            ))
+            .bind(tenant.as_str());
+        let rows: Vec<TraceHead> = conn.fetch_all(query)?;
+        for row in rows {
+            out.entry(TraceId(row.trace_id))
+                .or_default()
+                .push(row.head.into_skeleton());
+        }
+    }
+    Ok(out)
+}
+
+/// Whether every free-text filter holds on the trace: on a span's name and texts (the
+/// anchor's on a span starting in `range`), or on one of its log records.
+fn texts_hold(
+    conn: &Connection,
+    tenant: &TenantId,
+    trace_id: TraceId,
+    texts: &[(bool, &TextQuery)],
+    (from, to): (u64, u64),
+) -> Result<bool, StoreError> {
+    let spans = crate::clickhouse::traces::get_trace(conn, tenant, trace_id)?;
+    let mut logs: Option<Vec<threadline_model::LogRecord>> = None;
+    for (anchor, text) in texts {
+        let in_range = |t: u64| !*anchor || (from..=to).contains(&t);
+        if spans
+            .iter()
+            .any(|s| in_range(s.start_time_unix_nano) && text.matches(&s.name, &s.detail))
+        {
+            continue;
+        }
+        if logs.is_none() {
+            logs = Some(crate::clickhouse::logs::logs_of(
+                conn, tenant, trace_id, None,
+            )?);
+        }
+        let held = logs.iter().flatten().any(|l| {
+            in_range(l.time_unix_nano) && text.matches_texts(|f| l.detail.for_each_text(f))
+        });
+        if !held {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
