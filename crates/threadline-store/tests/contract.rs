@@ -910,6 +910,49 @@ fn erasing_a_user_removes_their_traces_logs_and_copies() {
     });
 }
 
+/// A subject with more traces than one statement names (ClickHouse bounds a query's
+/// size) is erased whole.
+#[test]
+fn erasing_a_user_with_thousands_of_traces_takes_them_all() {
+    each_backend(|store| {
+        let acme = tenant("acme");
+        let mut spans = Vec::new();
+        for n in 0..1_200u32 {
+            let mut request = request(1, "u-busy").spans();
+            for span in &mut request {
+                span.trace_id.0[..4].copy_from_slice(&n.to_be_bytes());
+                span.start_time_unix_nano += u64::from(n) * 1_000_000;
+                span.end_time_unix_nano += u64::from(n) * 1_000_000;
+            }
+            spans.extend(request);
+        }
+        write(store, &acme, &spans);
+        let report = store
+            .erase(
+                &acme,
+                ErasureSubject::UserId("u-busy".into()),
+                "dpo",
+                T0 as i64,
+            )
+            .unwrap()
+            .wait_blocking()
+            .unwrap()
+            .erasure
+            .unwrap();
+        assert_eq!(
+            (report.traces_matched, report.spans_deleted),
+            (1_200, 2_400)
+        );
+        for n in [0u32, 999, 1_000, 1_199] {
+            assert!(store
+                .get_trace(&acme, spans[n as usize * 2].trace_id)
+                .unwrap()
+                .is_empty());
+        }
+        assert!(trace_ids(store, &acme, &all_traces()).is_empty());
+    });
+}
+
 #[test]
 fn the_store_answers_and_reports_its_queue() {
     each_backend(|store| {

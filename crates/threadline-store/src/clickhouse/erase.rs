@@ -120,43 +120,51 @@ fn run(
     }
     let (traces, minutes) =
         crate::erasure::traces_and_minutes(matched.iter().map(|(id, start)| (id, *start)));
-    let trace_list = if traces.is_empty() {
-        "unhex('')".to_owned()
-    } else {
-        traces
-            .iter()
-            .map(|id| trace_sql(threadline_model::TraceId(**id)))
-            .collect::<Vec<_>>()
-            .join(",")
-    };
-    let spans_deleted = count(
-        conn,
-        format!(
-            "SELECT uniqExact(trace_id, span_id) FROM spans
-             WHERE tenant = {t} AND trace_id IN ({trace_list})"
-        ),
-    )?;
-    let logs_where = format!(
-        "tenant = {t} AND ((has_trace = 1 AND trace_id IN ({trace_list})) OR {column} = {v})"
-    );
-    let logs_deleted = count(
-        conn,
-        format!("SELECT uniqExact(time_ns, seq) FROM logs WHERE {logs_where}"),
-    )?;
-    if !traces.is_empty() {
-        for table in ["spans", "span_search"] {
-            conn.execute(format!(
-                "ALTER TABLE {table} DELETE WHERE tenant = {t} AND trace_id IN ({trace_list})"
-            ))?;
-        }
-    }
-    if logs_deleted > 0 {
+    // Trace ids a statement at a time (ClickHouse bounds a query's size).
+    let trace_lists: Vec<String> = traces
+        .chunks(1_000)
+        .map(|chunk| {
+            chunk
+                .iter()
+                .map(|id| trace_sql(threadline_model::TraceId(**id)))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect();
+    let mut spans_deleted = 0;
+    let mut log_keys: std::collections::BTreeSet<(u64, i64)> = Default::default();
+    for list in &trace_lists {
+        spans_deleted += count(
+            conn,
+            format!(
+                "SELECT uniqExact(trace_id, span_id) FROM spans
+                 WHERE tenant = {t} AND trace_id IN ({list})"
+            ),
+        )?;
         let keys: Vec<(u64, i64)> = conn.fetch_all(conn.client.query(&format!(
-            "SELECT DISTINCT time_ns, seq FROM logs WHERE {logs_where}"
+            "SELECT DISTINCT time_ns, seq FROM logs
+             WHERE tenant = {t} AND has_trace = 1 AND trace_id IN ({list})"
         )))?;
-        let keys: Vec<String> = keys.iter().map(|(t, s)| format!("({t}, {s})")).collect();
-        delete_in(conn, "logs", &t, "(time_ns, seq)", &keys)?;
+        log_keys.extend(keys);
     }
+    // The subject's own records, in a trace or not.
+    let own: Vec<(u64, i64)> = conn.fetch_all(conn.client.query(&format!(
+        "SELECT DISTINCT time_ns, seq FROM logs WHERE tenant = {t} AND {column} = {v}"
+    )))?;
+    log_keys.extend(own);
+    let logs_deleted = log_keys.len() as u64;
+    let trace_keys: Vec<String> = traces
+        .iter()
+        .map(|id| trace_sql(threadline_model::TraceId(**id)))
+        .collect();
+    for table in ["spans", "span_search"] {
+        delete_in(conn, table, &t, "trace_id", &trace_keys)?;
+    }
+    let log_keys: Vec<String> = log_keys
+        .iter()
+        .map(|(t, s)| format!("({t}, {s})"))
+        .collect();
+    delete_in(conn, "logs", &t, "(time_ns, seq)", &log_keys)?;
     let mut copies = CopiesErased::default();
     if !value.is_empty() {
         let names_where =
