@@ -38,7 +38,7 @@ pub(crate) fn submit(
     let graph = Arc::clone(&store.graph);
     let tenant = tenant.clone();
     let requested_by = requested_by.to_owned();
-    store.writer.exclusive(move |_client| async move {
+    store.writer.exclusive(move || async move {
         let work = tokio::task::spawn_blocking(move || {
             run(
                 &conn,

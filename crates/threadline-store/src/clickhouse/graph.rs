@@ -6,9 +6,11 @@
 //! then the embedded store's, hop by hop in memory-mapped SQLite — no graph query runs
 //! as ClickHouse SQL (a measured reason: ARCHITECTURE.md).
 //!
-//! Order: a replica applies the log in stamp order. Events another replica stamped
-//! earlier but inserted after this one read past them are picked up by re-reading a
-//! slack window behind the newest applied stamp (`SLACK`), applied late; the changes a
+//! Order: a replica applies the log in stamp order: a catch-up reads the entries after
+//! the newest it applied. Events another replica stamped earlier but inserted after
+//! this one read past them are picked up by a sweep, at most once a second, of the
+//! stamps in a slack window behind the newest (`SLACK_NS`; bodies read only for the
+//! stamps not applied), and applied late; the changes a
 //! graph update makes (seen-intervals widen, properties merge) do not depend on order
 //! but for properties two replicas set differently at once.
 //!
@@ -31,6 +33,8 @@ use crate::{Applied, StoreBackend, StoreError, WriteAck};
 /// How far behind the newest applied stamp a catch-up re-reads the log (nanoseconds
 /// of stamp, which follow the writing replica's clock).
 const SLACK_NS: u64 = 120_000_000_000;
+/// How often a catch-up also sweeps the slack window for entries inserted late.
+const SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 /// A binding seen again is logged once its last-seen time moved this far.
 const BINDING_REFRESH_NS: i64 = 60_000_000_000;
 
@@ -60,6 +64,8 @@ struct Local {
     /// Stamps applied in the slack window (older ones are below `horizon`).
     applied: BTreeSet<u64>,
     newest: u64,
+    /// When the slack window was last swept.
+    swept: Option<std::time::Instant>,
 }
 
 impl Local {
@@ -80,6 +86,7 @@ impl Local {
             dir,
             applied: BTreeSet::new(),
             newest: 0,
+            swept: None,
         })
     }
 
@@ -132,10 +139,10 @@ impl Graph {
         Ok(graph)
     }
 
-    /// An empty copy in a directory of its own, after `old`'s files went (they may
-    /// name an erased subject; readers still holding the old copy keep its open files).
-    fn fresh(&self, old: &Local) -> Result<Local, StoreError> {
-        let _ = std::fs::remove_dir_all(&old.dir);
+    /// An empty copy in a directory of its own; the copy it replaces removes its files
+    /// when dropped (they may name an erased subject; readers still holding the old
+    /// copy keep its open files).
+    fn fresh(&self) -> Result<Local, StoreError> {
         Local::create(&self.next_dir(), &self.drift)
     }
 
@@ -159,14 +166,25 @@ impl Graph {
         Ok(local.store.clone())
     }
 
-    /// Applies the log's entries this copy has not applied.
+    /// Applies the log's entries this copy has not applied: those after the newest it
+    /// applied, and (a sweep, once a second) those of the slack window it missed.
     fn catch_up(&self, local: &mut Local) -> Result<(), StoreError> {
-        let rows = self.events_after(local.horizon())?;
+        let mut rows = self.events_after(local.newest)?;
+        if local.newest > 0 && local.swept.is_none_or(|t| t.elapsed() >= SWEEP_INTERVAL) {
+            let late: Vec<u64> = self
+                .stamps_between(local.horizon(), local.newest)?
+                .into_iter()
+                .filter(|seq| !local.applied.contains(seq))
+                .collect();
+            rows.extend(self.events_at(&late)?);
+            rows.sort_by_key(|r| r.seq);
+            local.swept = Some(std::time::Instant::now());
+        }
         if rows
             .iter()
-            .any(|r| !local.applied.contains(&r.seq) && r.seq > local.horizon() && is_rebuild(r))
+            .any(|r| !local.applied.contains(&r.seq) && is_rebuild(r))
         {
-            *local = self.fresh(local)?;
+            *local = self.fresh()?;
             return self.replay(local, self.events_after(0)?);
         }
         self.replay(local, rows)
@@ -211,6 +229,29 @@ impl Graph {
              ORDER BY seq LIMIT 1 BY seq"
         ));
         self.conn.fetch_all(query)
+    }
+
+    /// The stamps of the entries in `after..=through`.
+    fn stamps_between(&self, after: u64, through: u64) -> Result<Vec<u64>, StoreError> {
+        let query = self.conn.client.query(&format!(
+            "SELECT DISTINCT seq FROM graph_events WHERE seq > {after} AND seq <= {through}"
+        ));
+        self.conn.fetch_all(query)
+    }
+
+    /// The entries of these stamps.
+    fn events_at(&self, seqs: &[u64]) -> Result<Vec<EventRow>, StoreError> {
+        let mut out = Vec::new();
+        for chunk in seqs.chunks(1_000) {
+            let list: Vec<String> = chunk.iter().map(u64::to_string).collect();
+            let query = self.conn.client.query(&format!(
+                "SELECT seq, toString(tenant), body FROM graph_events WHERE seq IN ({})
+                 ORDER BY seq LIMIT 1 BY seq",
+                list.join(",")
+            ));
+            out.extend(self.conn.fetch_all::<EventRow>(query)?);
+        }
+        Ok(out)
     }
 
     /// Applies a change to this copy and logs it (when it changed anything), on a
@@ -341,7 +382,7 @@ impl Graph {
         self.rewrite_log(tenant, subject.value())?;
         self.log(tenant, &Event::Rebuild)?;
         // This copy is rebuilt at the next read; its scratch files go now.
-        *local = self.fresh(&local)?;
+        *local = self.fresh()?;
         Ok(report.copies)
     }
 }

@@ -73,8 +73,6 @@ impl Default for ClickHouseOptions {
 pub struct ClickHouseStore {
     /// This process's hold on its local directory (the lineage copy; the spool).
     _lock: crate::dir_lock::DirLock,
-    /// Rounds ClickHouse has not taken yet.
-    spool: Arc<spool::Spool>,
     conn: Arc<client::Connection>,
     database: String,
     writer: writer::Writer,
@@ -118,7 +116,7 @@ impl ClickHouseStore {
             &conn.handle(),
             conn.client.clone(),
             Arc::clone(&recent),
-            Arc::clone(&spool),
+            spool,
             options.max_queued_bytes,
             options.max_queued_batches,
         );
@@ -129,7 +127,6 @@ impl ClickHouseStore {
         )?);
         Ok(Self {
             _lock: lock,
-            spool,
             conn,
             database: config.database.clone(),
             writer,
@@ -138,11 +135,6 @@ impl ClickHouseStore {
             tenants_seen: Mutex::new(Default::default()),
             graph,
         })
-    }
-
-    /// What the spool holds.
-    pub fn spool_stats(&self) -> SpoolStats {
-        self.spool.stats()
     }
 
     /// The database this store lives in.
@@ -243,11 +235,8 @@ impl StoreBackend for ClickHouseStore {
                 bytes += row.detail.len() + row.origin.len() + 256;
                 rows.spans.push(row);
                 rows.search.push(rows::SearchRow::of(name, span, version));
-                rows.operations.push(rows::OperationRow::of(name, span));
             }
-            rows.operations
-                .sort_by(|a, b| (&a.service, &a.name, a.kind).cmp(&(&b.service, &b.name, b.kind)));
-            rows.operations.dedup();
+            rows.operations = rows::OperationRow::of_spans(name, spans);
             rows.tenants = self.tenant_row(tenant);
             let rollups = threadline_analysis::Rollups::of_observed(spans, observed);
             if !rollups.is_empty() {

@@ -388,17 +388,27 @@ pub(crate) struct OperationRow {
 }
 
 impl OperationRow {
-    pub(crate) fn of(tenant: &str, span: &SpanRecord) -> Self {
-        Self {
-            tenant: tenant.to_owned(),
-            service: span.service.clone(),
-            name: span.name.clone(),
-            kind: kind_byte(span.kind),
-        }
+    /// The distinct (service, name, kind) of `spans`, sorted.
+    pub(crate) fn of_spans(tenant: &str, spans: &[SpanRecord]) -> Vec<Self> {
+        let mut distinct: Vec<(&str, &str, u8)> = spans
+            .iter()
+            .map(|s| (s.service.as_str(), s.name.as_str(), kind_byte(s.kind)))
+            .collect();
+        distinct.sort_unstable();
+        distinct.dedup();
+        distinct
+            .into_iter()
+            .map(|(service, name, kind)| Self {
+                tenant: tenant.to_owned(),
+                service: service.to_owned(),
+                name: name.to_owned(),
+                kind,
+            })
+            .collect()
     }
 }
 
-#[derive(clickhouse::Row, Serialize, Deserialize, Clone)]
+#[derive(clickhouse::Row, Serialize, Deserialize, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct TenantRow {
     pub(crate) tenant: String,
 }

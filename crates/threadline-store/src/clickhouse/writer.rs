@@ -90,7 +90,8 @@ pub(crate) struct Payload {
 
 impl Payload {
     fn of(rows: Rows) -> Result<Self, StoreError> {
-        let batch = batch_id();
+        // Unique across rounds and replicas; a retried round is a new round.
+        let batch = crate::clickhouse::next_stamp();
         let mut cells = Vec::new();
         for (tenant, rollups) in &rows.rollups {
             for ((minute, key), cell) in rollups.iter() {
@@ -121,7 +122,7 @@ impl Payload {
             search: rows.search,
             logs: rows.logs,
             operations: dedup(rows.operations),
-            tenants: dedup_tenants(rows.tenants),
+            tenants: dedup(rows.tenants),
             incidents: rows.incidents,
             marks: rows.marks,
             hops,
@@ -156,8 +157,7 @@ fn worth_spooling(e: &StoreError) -> bool {
     )
 }
 
-type ExclusiveWork =
-    Box<dyn FnOnce(clickhouse::Client) -> Pin<Box<dyn Future<Output = JobOutcome> + Send>> + Send>;
+type ExclusiveWork = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = JobOutcome> + Send>> + Send>;
 
 enum Job {
     Rows {
@@ -250,11 +250,11 @@ impl Writer {
     /// Queues work that runs alone, after every write queued before it.
     pub(crate) fn exclusive<F, Fut>(&self, work: F) -> Result<WriteAck, StoreError>
     where
-        F: FnOnce(clickhouse::Client) -> Fut + Send + 'static,
+        F: FnOnce() -> Fut + Send + 'static,
         Fut: Future<Output = JobOutcome> + Send + 'static,
     {
         let (done, ack) = oneshot::channel();
-        let work: ExclusiveWork = Box::new(move |client| Box::pin(work(client)));
+        let work: ExclusiveWork = Box::new(move || Box::pin(work()));
         self.tx
             .send(Job::Exclusive { work, done })
             .map_err(|_| StoreError::writer_stopped())?;
@@ -304,7 +304,7 @@ async fn run(
         let mut round = Round::default();
         match first {
             Job::Exclusive { work, done } => {
-                let _ = done.send(work(client.clone()).await);
+                let _ = done.send(work().await);
                 continue;
             }
             Job::Rows {
@@ -462,36 +462,16 @@ async fn send_spooled(client: clickhouse::Client, spool: Arc<Spool>) {
     }
 }
 
-fn dedup(mut rows: Vec<OperationRow>) -> Vec<OperationRow> {
+/// `rows` without repeats, in their first order (a round merges several writes').
+fn dedup<T: Clone + Eq + std::hash::Hash>(mut rows: Vec<T>) -> Vec<T> {
     let mut seen = foldhash::HashSet::default();
     rows.retain(|r| seen.insert(r.clone()));
-    rows
-}
-
-fn dedup_tenants(mut rows: Vec<TenantRow>) -> Vec<TenantRow> {
-    let mut seen = foldhash::HashSet::default();
-    rows.retain(|r| seen.insert(r.tenant.clone()));
     rows
 }
 
 pub(crate) fn encode<T: serde::Serialize>(value: &T, what: &str) -> Result<Vec<u8>, StoreError> {
     postcard::to_stdvec(value)
         .map_err(|e| StoreError::corrupt(format!("cannot encode {what}: {e}")))
-}
-
-/// An id for one round's cell rows: unique across rounds and replicas with odds of a
-/// collision far below anything else here (a retried round is a new round).
-fn batch_id() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let mut h = foldhash::fast::RandomState::default().build_hasher();
-    h.write_u64(now);
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    h.write_u32(std::process::id());
-    h.finish()
 }
 
 pub(crate) async fn insert<T>(
