@@ -3,8 +3,9 @@
 //! incidents, erasure, tenants kept apart, retried writes counted once.
 //!
 //! Each test runs against every backend `backends()` opens: the embedded SQLite store
-//! and ClickHouse (a fresh database on the server `THREADLINE_TEST_CLICKHOUSE` names,
-//! which `scripts/test` starts). A new backend joins by adding itself there; nothing
+//! and ClickHouse — a fresh database on the server `THREADLINE_TEST_CLICKHOUSE` names,
+//! and on the two test clusters (two shards; two replicas of one shard), all of which
+//! `scripts/test` starts. A new backend joins by adding itself there; nothing
 //! below names one.
 
 use std::sync::Arc;
@@ -37,21 +38,27 @@ fn backends() -> Vec<Backend> {
             store,
             _dir: dir,
         },
-        {
-            let dir = tempfile::tempdir().unwrap();
-            Backend {
-                name: "clickhouse",
-                store: clickhouse_store(dir.path()),
-                _dir: dir,
-            }
-        },
+        clickhouse("clickhouse", ClickHouseConfig::for_tests("tl_contract")),
+        clickhouse(
+            "clickhouse two shards",
+            ClickHouseConfig::for_tests_on_cluster("tl_contract", false),
+        ),
+        clickhouse(
+            "clickhouse two replicas",
+            ClickHouseConfig::for_tests_on_cluster("tl_contract", true),
+        ),
     ]
 }
 
-/// A ClickHouse store in a database of its own on the test server.
-fn clickhouse_store(local_dir: &std::path::Path) -> Store {
-    let config = ClickHouseConfig::for_tests("tl_contract");
-    Store::new(ClickHouseStore::open(&config, ClickHouseOptions::default(), local_dir).unwrap())
+/// A ClickHouse store in a database of its own on the test server or cluster.
+fn clickhouse(name: &'static str, config: ClickHouseConfig) -> Backend {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ClickHouseStore::open(&config, ClickHouseOptions::default(), dir.path()).unwrap();
+    Backend {
+        name,
+        store: Store::new(store),
+        _dir: dir,
+    }
 }
 
 /// Runs `check` against each backend, naming the backend when it fails.

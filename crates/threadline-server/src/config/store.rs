@@ -77,14 +77,9 @@ pub(super) fn resolve(
         Ok(mut config) => {
             config.user = env(CLICKHOUSE_USER_ENV).or(file.user);
             config.password = env(CLICKHOUSE_PASSWORD_ENV).or(file.password);
-            if let Some(cluster) = file.cluster {
-                // Sharded and replicated clusters (Distributed tables) are not written
-                // through yet: refuse rather than use one node as if it were all.
-                problems.push(format!(
-                    "clickhouse.cluster {cluster:?}: writing through a sharded cluster is not \
-                     supported yet; point --store at one server (replicas of Threadline may share it)"
-                ));
-            }
+            // Through a cluster of the server's remote_servers (the store checks the
+            // name when it opens).
+            config.cluster = file.cluster;
             let spool_max_bytes = file.spool_max_bytes.unwrap_or(DEFAULT_SPOOL_MAX_BYTES);
             if spool_max_bytes < 1 << 20 {
                 problems.push(format!(
@@ -156,12 +151,15 @@ mod tests {
             cluster: Some("two_shards".into()),
             ..file(None, None)
         };
-        resolve(
+        let StoreLocation::ClickHouse { config, .. } = resolve(
             Some("clickhouse://h:1/db"),
             clustered,
             |_| None,
             &mut problems,
-        );
-        assert!(problems[2].contains("not supported yet"), "{problems:?}");
+        ) else {
+            panic!("a ClickHouse URL names ClickHouse");
+        };
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert_eq!(config.cluster.as_deref(), Some("two_shards"));
     }
 }

@@ -20,6 +20,10 @@ pub struct ClickHouseConfig {
     pub password: Option<String>,
     /// Settings sent with every request (`max_execution_time`, `log_queries`, …).
     pub settings: Vec<(String, String)>,
+    /// The cluster (of the server's `remote_servers`) to store through: every table is
+    /// a Replicated table on each node behind a `Distributed` one (`schema`). `None`:
+    /// the one server is the store.
+    pub cluster: Option<String>,
 }
 
 impl std::fmt::Debug for ClickHouseConfig {
@@ -30,6 +34,7 @@ impl std::fmt::Debug for ClickHouseConfig {
             .field("user", &self.user)
             .field("password", &self.password.as_ref().map(|_| "<set>"))
             .field("settings", &self.settings)
+            .field("cluster", &self.cluster)
             .finish()
     }
 }
@@ -63,11 +68,7 @@ impl ClickHouseConfig {
         } else {
             database
         };
-        if !database
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_')
-            || database.starts_with(|c: char| c.is_ascii_digit())
-        {
+        if !is_identifier(database) {
             return Err(bad("a database name is letters, digits and _"));
         }
         let authority = if authority.contains(':') {
@@ -81,6 +82,7 @@ impl ClickHouseConfig {
             user: None,
             password: None,
             settings: Vec::new(),
+            cluster: None,
         })
     }
 }
@@ -90,15 +92,39 @@ impl ClickHouseConfig {
     /// (`scripts/test` starts one and sets it).
     pub const TEST_SERVER_ENV: &'static str = "THREADLINE_TEST_CLICKHOUSE";
 
+    /// The environment variables naming a node of the test clusters that
+    /// `scripts/clickhouse` defines (`scripts/test` starts them, with ZooKeeper): ch1 of
+    /// `threadline_two_shards`, ch3 of `threadline_two_replicas`.
+    pub const TEST_SHARDS_ENV: &'static str = "THREADLINE_TEST_CLICKHOUSE_SHARDS";
+    pub const TEST_REPLICAS_ENV: &'static str = "THREADLINE_TEST_CLICKHOUSE_REPLICAS";
+
     /// A database of its own (named `prefix`, the process and a counter) on the test
     /// server; panics, saying how to start one, when none is named.
     pub fn for_tests(prefix: &str) -> Self {
+        Self::for_tests_on(prefix, Self::TEST_SERVER_ENV, None)
+    }
+
+    /// `for_tests` on a test cluster: two shards (`replicas` false) or two replicas of
+    /// one shard.
+    pub fn for_tests_on_cluster(prefix: &str, replicas: bool) -> Self {
+        if replicas {
+            Self::for_tests_on(
+                prefix,
+                Self::TEST_REPLICAS_ENV,
+                Some("threadline_two_replicas"),
+            )
+        } else {
+            Self::for_tests_on(prefix, Self::TEST_SHARDS_ENV, Some("threadline_two_shards"))
+        }
+    }
+
+    fn for_tests_on(prefix: &str, env: &str, cluster: Option<&str>) -> Self {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let url = std::env::var(Self::TEST_SERVER_ENV).unwrap_or_else(|_| {
+        let url = std::env::var(env).unwrap_or_else(|_| {
             panic!(
-                "{} names no ClickHouse server: run the tests with scripts/test, or start one \
-                 with `scripts/clickhouse start DIR` and export its URL",
-                Self::TEST_SERVER_ENV
+                "{env} names no ClickHouse server: run the tests with scripts/test, or start \
+                 one with `scripts/clickhouse start DIR [NAME]` (and `zk` first for a cluster) \
+                 and export its URL"
             )
         });
         Self {
@@ -111,6 +137,7 @@ impl ClickHouseConfig {
             user: None,
             password: None,
             settings: Vec::new(),
+            cluster: cluster.map(str::to_owned),
         }
     }
 
@@ -123,6 +150,13 @@ impl ClickHouseConfig {
             c.database
         )
     }
+}
+
+/// Letters, digits and `_`, not starting with a digit: a name that goes into SQL as is.
+pub(crate) fn is_identifier(name: &str) -> bool {
+    !name.is_empty()
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !name.starts_with(|c: char| c.is_ascii_digit())
 }
 
 /// `url` with anything before an `@` in its authority replaced, for messages.
@@ -160,9 +194,12 @@ pub(crate) struct Connection {
     /// The client of the store's database.
     pub(crate) client: clickhouse::Client,
     /// The client of the server, no database chosen (creating the database).
-    server: clickhouse::Client,
+    pub(crate) server: clickhouse::Client,
     runtime: Option<tokio::runtime::Runtime>,
     pub(crate) version: ServerVersion,
+    /// The cluster the tables are spread over (`ClickHouseConfig::cluster`).
+    pub(crate) cluster: Option<String>,
+    pub(crate) database: String,
 }
 
 impl Connection {
@@ -183,6 +220,25 @@ impl Connection {
         if let Some(password) = &config.password {
             client = client.with_password(password);
         }
+        if let Some(cluster) = &config.cluster {
+            if !is_identifier(cluster) {
+                return Err(StoreError::invalid_query(format!(
+                    "cluster name {cluster:?}: letters, digits and _"
+                )));
+            }
+            client = client
+                // An insert is acknowledged once each shard has it, not when it is
+                // queued on the node Threadline talks to.
+                .with_setting("insert_distributed_sync", "1")
+                // A subquery over a table with the same sharding (spans by trace) runs
+                // on each shard's own rows.
+                .with_setting("distributed_product_mode", "local")
+                // Every read and write goes to the first live replica of each shard in
+                // the cluster's order: a replica reads what was just written there.
+                .with_setting("load_balancing", "in_order")
+                // ON CLUSTER statements (schema, erasure) wait this long for each node.
+                .with_setting("distributed_ddl_task_timeout", "30");
+        }
         for (name, value) in &config.settings {
             client = client.with_setting(name, value);
         }
@@ -191,6 +247,8 @@ impl Connection {
             client,
             runtime: Some(runtime),
             version: ServerVersion { major: 0, minor: 0 },
+            cluster: config.cluster.clone(),
+            database: config.database.clone(),
         };
         let version: String = conn.run({
             let client = conn.client.clone();
@@ -249,6 +307,30 @@ impl Connection {
         self.run(async move { client.query(&sql).execute().await })
     }
 
+    /// Deletes the rows of `table` that `predicate` selects (a mutation; on a cluster,
+    /// of the Replicated table on every node). A node that does not answer in time
+    /// applies it when it returns; the caller hears `Unavailable` and may repeat it.
+    pub(crate) fn delete_where(&self, table: &str, predicate: &str) -> Result<(), StoreError> {
+        let Some(cluster) = &self.cluster else {
+            return self.execute(format!("ALTER TABLE {table} DELETE WHERE {predicate}"));
+        };
+        let local = crate::clickhouse::schema::local_table(table);
+        self.execute(format!(
+            "ALTER TABLE {local} ON CLUSTER {cluster} DELETE WHERE {predicate}"
+        ))
+        .map_err(|e| {
+            if e.to_string().contains("distributed_ddl_task_timeout") {
+                StoreError::unavailable(format!(
+                    "a node of cluster {cluster} did not confirm a deletion in time (it applies \
+                     it when it returns): repeat the request to confirm"
+                ))
+                .with_source(e)
+            } else {
+                e
+            }
+        })
+    }
+
     /// Runs a statement on the server with no database chosen.
     pub(crate) fn execute_on_server(&self, sql: String) -> Result<(), StoreError> {
         let server = self.server.clone();
@@ -289,6 +371,10 @@ pub(crate) fn ch_err(e: clickhouse::error::Error) -> StoreError {
         E::BadResponse(ref text) if text.contains("Code: 252") || text.contains("Code: 241") => {
             // Too many parts / memory limit: back off and retry.
             StoreError::busy(format!("ClickHouse is overloaded: {e}"))
+        }
+        E::BadResponse(ref text) if text.contains("Code: 159") => {
+            // A time limit: a query's, or a node of the cluster not confirming DDL.
+            StoreError::unavailable(format!("ClickHouse timed out: {e}"))
         }
         other => StoreError::corrupt(format!("ClickHouse: {other}")),
     }

@@ -351,11 +351,13 @@ fn incidents(conn: &Connection, tenant: &TenantId, subject: &str) -> Result<u64,
     let client = conn.client.clone();
     conn.wait(async move { writer::insert(&client, "incidents", &rows).await })?;
     for chunk in ids.chunks(500) {
-        conn.execute(format!(
-            "ALTER TABLE incidents DELETE WHERE tenant = {t} AND version < {version}
-             AND cityHash64(id) IN ({})",
-            chunk.join(", ")
-        ))?;
+        conn.delete_where(
+            "incidents",
+            &format!(
+                "tenant = {t} AND version < {version} AND cityHash64(id) IN ({})",
+                chunk.join(", ")
+            ),
+        )?;
     }
     Ok(named.len() as u64)
 }
@@ -371,10 +373,10 @@ fn delete_in(
     keys: &[String],
 ) -> Result<(), StoreError> {
     for chunk in keys.chunks(1000) {
-        conn.execute(format!(
-            "ALTER TABLE {table} DELETE WHERE tenant = {tenant} AND {key} IN ({})",
-            chunk.join(", ")
-        ))?;
+        conn.delete_where(
+            table,
+            &format!("tenant = {tenant} AND {key} IN ({})", chunk.join(", ")),
+        )?;
     }
     Ok(())
 }
@@ -395,14 +397,20 @@ fn hashed_keys(conn: &Connection, expressions: &[String]) -> Result<Vec<String>,
 }
 
 /// Waits until this database's mutations are done, then until its inactive parts are
-/// gone; whether they went within the timeout.
+/// gone; whether they went within the timeout. On a cluster, on each shard's replica
+/// that answers reads (`schema::cluster_system`); the others apply the same mutations
+/// from the replication log.
 fn settle(conn: &Connection) -> Result<bool, StoreError> {
     let started = Instant::now();
+    let (mutations, parts) = match conn.cluster {
+        None => ("system.mutations", "system.parts"),
+        Some(_) => ("cluster_mutations", "cluster_parts"),
+    };
+    let db = conn.database.clone();
     loop {
         let pending = count(
             conn,
-            "SELECT count() FROM system.mutations WHERE database = currentDatabase() AND is_done = 0"
-                .to_owned(),
+            format!("SELECT count() FROM {mutations} WHERE database = '{db}' AND is_done = 0"),
         )?;
         if pending == 0 {
             break;
@@ -417,8 +425,7 @@ fn settle(conn: &Connection) -> Result<bool, StoreError> {
     loop {
         let inactive = count(
             conn,
-            "SELECT count() FROM system.parts WHERE database = currentDatabase() AND active = 0"
-                .to_owned(),
+            format!("SELECT count() FROM {parts} WHERE database = '{db}' AND active = 0"),
         )?;
         if inactive == 0 {
             return Ok(true);

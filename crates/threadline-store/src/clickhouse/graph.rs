@@ -436,10 +436,8 @@ impl Graph {
         }
         for chunk in rows.chunks(1000) {
             let seqs: Vec<String> = chunk.iter().map(|r| r.seq.to_string()).collect();
-            self.conn.execute(format!(
-                "ALTER TABLE graph_events DELETE WHERE seq IN ({})",
-                seqs.join(",")
-            ))?;
+            self.conn
+                .delete_where("graph_events", &format!("seq IN ({})", seqs.join(",")))?;
         }
         let client = self.conn.client.clone();
         self.conn.wait(async move {

@@ -309,6 +309,91 @@ pub(crate) fn current_version() -> u32 {
     MIGRATIONS.last().map_or(0, |m| m.version)
 }
 
+/// The name of a table's rows on each node when the store is a cluster: `table` itself
+/// is then the `Distributed` table over them.
+pub(crate) fn local_table(table: &str) -> String {
+    format!("{table}_local")
+}
+
+/// How each table's rows spread over shards. Spans, their search rows and logs go by
+/// trace, so a trace lives on one shard and a subquery by trace id runs shard by shard
+/// (`distributed_product_mode = 'local'`); logs without a trace spread by their
+/// sequence number. Everything else by its key: a row sent twice lands on the same
+/// shard and collapses there.
+fn shard_key(table: &str) -> Option<&'static str> {
+    Some(match table {
+        "spans" | "span_search" => "cityHash64(trace_id)",
+        "logs" => "if(has_trace = 1, cityHash64(trace_id), cityHash64(seq))",
+        "rollup_cells" => "cityHash64(series)",
+        "hop_cells" => "cityHash64(caller, callee)",
+        "incidents" => "cityHash64(id)",
+        "detector_marks" | "tenants" => "cityHash64(tenant)",
+        "operations" => "cityHash64(service, name)",
+        "graph_events" => "cityHash64(seq)",
+        "leases" => "cityHash64(name)",
+        "erasures" => "cityHash64(erasure_id)",
+        "schema_migrations" => "cityHash64(version)",
+        _ => return None,
+    })
+}
+
+/// One `CREATE TABLE IF NOT EXISTS {db}.NAME (…) ENGINE = Engine(args) …` made into
+/// the two a cluster needs: `NAME_local` on every node (`ReplicatedEngine`, its
+/// ZooKeeper path by the node's `{shard}` macro and its `{replica}`), and `NAME` as a
+/// `Distributed` table over them, both `ON CLUSTER`.
+fn clustered(db: &str, cluster: &str, statement: &str) -> Vec<String> {
+    let prefix = format!("CREATE TABLE IF NOT EXISTS {db}.");
+    let Some(rest) = statement.strip_prefix(&prefix) else {
+        panic!(
+            "the schema's statements are CREATE TABLEs; teach `clustered` this one: {statement}"
+        );
+    };
+    let (Some(name_end), Some(engine_at)) = (rest.find(' '), rest.find(") ENGINE = ")) else {
+        panic!("a CREATE TABLE of the schema has no ENGINE: {statement}");
+    };
+    let name = &rest[..name_end];
+    let columns = &rest[name_end..engine_at + 1];
+    let engine = &rest[engine_at + ") ENGINE = ".len()..];
+    let (Some(args_at), Some(args_end)) = (engine.find('('), engine.find(')')) else {
+        panic!("an engine of the schema has no arguments: {statement}");
+    };
+    let args = &engine[args_at + 1..args_end];
+    let path = format!("'/clickhouse/tables/{{shard}}/{db}/{name}', '{{replica}}'");
+    let args = if args.is_empty() {
+        path
+    } else {
+        format!("{path}, {args}")
+    };
+    let key = shard_key(name).unwrap_or_else(|| panic!("table {name} has no shard key"));
+    let local = local_table(name);
+    vec![
+        format!(
+            "CREATE TABLE IF NOT EXISTS {db}.{local} ON CLUSTER {cluster}{columns} ENGINE = Replicated{}({args}){}",
+            &engine[..args_at],
+            &engine[args_end + 1..]
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {db}.{name} ON CLUSTER {cluster} AS {db}.{local} \
+             ENGINE = Distributed({cluster}, {db}, {local}, {key})"
+        ),
+    ]
+}
+
+/// The system tables an erasure waits on (`system.mutations`, `system.parts`) as seen
+/// across the cluster: `cluster_mutations` and `cluster_parts`, read from each shard's
+/// replica that answers reads.
+fn cluster_system(db: &str, cluster: &str) -> Vec<String> {
+    ["mutations", "parts"]
+        .iter()
+        .map(|t| {
+            format!(
+                "CREATE TABLE IF NOT EXISTS {db}.cluster_{t} ON CLUSTER {cluster} AS system.{t} \
+                 ENGINE = Distributed({cluster}, system, {t})"
+            )
+        })
+        .collect()
+}
+
 /// Every statement of every migration after `from`, in order (what `migrate` runs;
 /// also what the chdb check runs on a current engine).
 pub(crate) fn statements_after(db: &str, dialect: Dialect, from: u32) -> Vec<(u32, String)> {
@@ -324,13 +409,36 @@ pub(crate) fn statements_after(db: &str, dialect: Dialect, from: u32) -> Vec<(u3
 }
 
 /// Creates the database and brings its schema to `current_version`. Statements are
-/// idempotent (`IF NOT EXISTS`), so two replicas migrating at once both succeed.
+/// idempotent (`IF NOT EXISTS`), so two replicas migrating at once both succeed. On a
+/// cluster every statement runs `ON CLUSTER` (`clustered`), which waits for every node:
+/// creating or migrating needs them all up; opening a store already current does not.
 pub(crate) fn migrate(conn: &Connection, db: &str) -> Result<u32, StoreError> {
-    conn.execute_on_server(format!("CREATE DATABASE IF NOT EXISTS {db}"))?;
-    conn.execute(format!(
-        "CREATE TABLE IF NOT EXISTS {db}.schema_migrations (version UInt32, applied_ns UInt64)
-         ENGINE = ReplacingMergeTree() ORDER BY version"
-    ))?;
+    let cluster = conn.cluster.clone();
+    let run = |statement: String| -> Result<(), StoreError> {
+        match &cluster {
+            None => conn.execute(statement),
+            Some(cluster) => clustered(db, cluster, &statement)
+                .into_iter()
+                .try_for_each(|s| conn.execute_on_server(s)),
+        }
+    };
+    if !schema_table_exists(conn, db)? {
+        match &cluster {
+            None => conn.execute_on_server(format!("CREATE DATABASE IF NOT EXISTS {db}"))?,
+            Some(cluster) => conn.execute_on_server(format!(
+                "CREATE DATABASE IF NOT EXISTS {db} ON CLUSTER {cluster}"
+            ))?,
+        }
+        run(format!(
+            "CREATE TABLE IF NOT EXISTS {db}.schema_migrations (version UInt32, applied_ns UInt64\n) \
+             ENGINE = ReplacingMergeTree() ORDER BY version"
+        ))?;
+        if let Some(cluster) = &cluster {
+            for statement in cluster_system(db, cluster) {
+                conn.execute_on_server(statement)?;
+            }
+        }
+    }
     let applied: u32 = {
         let client = conn.client.clone();
         let sql = format!("SELECT toUInt32(max(version)) FROM {db}.schema_migrations");
@@ -352,12 +460,22 @@ pub(crate) fn migrate(conn: &Connection, db: &str) -> Result<u32, StoreError> {
             }
             done = version;
         }
-        conn.execute(statement)?;
+        run(statement)?;
     }
     if done > applied {
         record(conn, db, done)?;
     }
     Ok(done)
+}
+
+/// Whether `db.schema_migrations` exists on the server Threadline talks to.
+fn schema_table_exists(conn: &Connection, db: &str) -> Result<bool, StoreError> {
+    let client = conn.server.clone();
+    let sql = format!(
+        "SELECT count() FROM system.tables WHERE database = '{db}' AND name = 'schema_migrations'"
+    );
+    let n: u64 = conn.run(async move { client.query(&sql).fetch_one::<u64>().await })?;
+    Ok(n > 0)
 }
 
 fn record(conn: &Connection, db: &str, version: u32) -> Result<(), StoreError> {
@@ -372,6 +490,65 @@ fn record(conn: &Connection, db: &str, version: u32) -> Result<(), StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn on_a_cluster_every_table_is_replicated_on_each_node_behind_a_distributed_one() {
+        let version = ServerVersion {
+            major: 18,
+            minor: 16,
+        };
+        for (_, statement) in statements_after("db", Dialect::of(version), 0) {
+            let [local, distributed] = &clustered("db", "c", &statement)[..] else {
+                panic!("two statements for {statement}");
+            };
+            let name = statement["CREATE TABLE IF NOT EXISTS db.".len()..]
+                .split(' ')
+                .next()
+                .unwrap();
+            assert!(
+                local.starts_with(&format!(
+                    "CREATE TABLE IF NOT EXISTS db.{name}_local ON CLUSTER c ("
+                )),
+                "{local}"
+            );
+            assert!(
+                local.contains(&format!(
+                    "ENGINE = Replicated{}('/clickhouse/tables/{{shard}}/db/{name}', '{{replica}}'",
+                    statement
+                        .split(") ENGINE = ")
+                        .nth(1)
+                        .unwrap()
+                        .split('(')
+                        .next()
+                        .unwrap()
+                )),
+                "{local}"
+            );
+            // Everything after the engine (partitions, order, settings) is kept.
+            assert!(local.ends_with(
+                statement
+                    .split(") ENGINE = ")
+                    .nth(1)
+                    .unwrap()
+                    .split_once(')')
+                    .unwrap()
+                    .1
+            ));
+            assert!(distributed.starts_with(&format!(
+                "CREATE TABLE IF NOT EXISTS db.{name} ON CLUSTER c AS db.{name}_local ENGINE = Distributed(c, db, {name}_local, "
+            )), "{distributed}");
+        }
+        let plain = clustered(
+            "db",
+            "c",
+            "CREATE TABLE IF NOT EXISTS db.leases (\n  name String\n) ENGINE = MergeTree()\nORDER BY name",
+        );
+        assert_eq!(
+            plain[0],
+            "CREATE TABLE IF NOT EXISTS db.leases_local ON CLUSTER c (\n  name String\n) ENGINE = \
+             ReplicatedMergeTree('/clickhouse/tables/{shard}/db/leases', '{replica}')\nORDER BY name"
+        );
+    }
 
     #[test]
     fn old_servers_get_no_codecs_or_skip_indexes_current_ones_do() {
