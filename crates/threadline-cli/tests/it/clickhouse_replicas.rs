@@ -132,7 +132,8 @@ fn two_replicas_answer_alike_and_detection_moves_when_the_active_one_dies() {
     assert_eq!(after[0]["status"], "resolved");
 }
 
-fn trace_of(id: u64) -> [u8; 16] {
+/// The trace id `latency_step_minute` gives request `id`.
+pub(crate) fn trace_of(id: u64) -> [u8; 16] {
     let mut trace_id = [7u8; 16];
     trace_id[..8].copy_from_slice(&id.to_be_bytes());
     trace_id

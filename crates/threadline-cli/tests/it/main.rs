@@ -5,6 +5,7 @@
 mod big_trace;
 mod browser;
 mod cli;
+mod clickhouse_cluster;
 mod clickhouse_replicas;
 mod clickhouse_spool;
 mod conformance;

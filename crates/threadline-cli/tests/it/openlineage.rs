@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::harness::*;
 
-fn events_in(dir: &Path) -> Vec<(String, Value)> {
+pub(crate) fn events_in(dir: &Path) -> Vec<(String, Value)> {
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .unwrap_or_else(|e| panic!("corpus dir {}: {e}", dir.display()))
         .map(|e| e.unwrap().path())

@@ -17,6 +17,22 @@ fn clickhouse_script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/clickhouse")
 }
 
+fn run_script(dir: &tempfile::TempDir, what: &str, name: Option<&str>) -> String {
+    let out = Command::new("bash")
+        .arg(clickhouse_script())
+        .arg(what)
+        .arg(dir.path())
+        .args(name)
+        .output()
+        .expect("run scripts/clickhouse");
+    assert!(
+        out.status.success(),
+        "scripts/clickhouse {what} {name:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
 impl ScratchClickHouse {
     pub(crate) fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
@@ -25,18 +41,7 @@ impl ScratchClickHouse {
     }
 
     fn run(dir: &tempfile::TempDir, what: &str) -> String {
-        let out = Command::new("bash")
-            .arg(clickhouse_script())
-            .arg(what)
-            .arg(dir.path())
-            .output()
-            .expect("run scripts/clickhouse");
-        assert!(
-            out.status.success(),
-            "scripts/clickhouse {what}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        run_script(dir, what, None)
     }
 
     /// The store URL of `database` on this server.
@@ -79,6 +84,56 @@ impl ScratchClickHouse {
 }
 
 impl Drop for ScratchClickHouse {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(clickhouse_script())
+            .arg("stop")
+            .arg(self.dir.path())
+            .output();
+    }
+}
+
+/// ClickHouse servers of this test's own with ZooKeeper (`scripts/clickhouse`): the
+/// nodes of its clusters (`threadline_two_shards`: ch1, ch2; `threadline_two_replicas`:
+/// ch3, ch4) that the test starts. All stopped on drop.
+pub(crate) struct ScratchCluster {
+    dir: tempfile::TempDir,
+}
+
+impl ScratchCluster {
+    pub(crate) fn start(nodes: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        run_script(&dir, "start", Some("zk"));
+        for node in nodes {
+            run_script(&dir, "start", Some(node));
+        }
+        Self { dir }
+    }
+
+    /// `http://127.0.0.1:PORT` of a node.
+    pub(crate) fn url(&self, node: &str) -> String {
+        run_script(&self.dir, "url", Some(node))
+    }
+
+    /// The store URL of `database` through `node`.
+    pub(crate) fn store(&self, node: &str, database: &str) -> String {
+        format!(
+            "clickhouse://{}/{database}",
+            self.url(node).trim_start_matches("http://")
+        )
+    }
+
+    pub(crate) fn stop(&self, node: &str) {
+        run_script(&self.dir, "stop", Some(node));
+    }
+
+    /// Starts a stopped node again, on its ports and data.
+    pub(crate) fn restart(&self, node: &str) {
+        run_script(&self.dir, "start", Some(node));
+    }
+}
+
+impl Drop for ScratchCluster {
     fn drop(&mut self) {
         let _ = Command::new("bash")
             .arg(clickhouse_script())

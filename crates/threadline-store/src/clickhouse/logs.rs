@@ -17,9 +17,27 @@ pub(crate) fn logs_of(
     trace_id: TraceId,
     span_id: Option<SpanId>,
 ) -> Result<Vec<LogRecord>, StoreError> {
+    Ok(logs_of_traces(conn, tenant, &[trace_id], span_id)?
+        .remove(&trace_id)
+        .unwrap_or_default())
+}
+
+/// The log records of several traces in one query (at most a few thousand ids), by
+/// trace, each in time order; of one span of each only, with `span_id`.
+pub(crate) fn logs_of_traces(
+    conn: &Connection,
+    tenant: &TenantId,
+    trace_ids: &[TraceId],
+    span_id: Option<SpanId>,
+) -> Result<foldhash::HashMap<TraceId, Vec<LogRecord>>, StoreError> {
+    let mut out: foldhash::HashMap<TraceId, Vec<LogRecord>> = Default::default();
+    if trace_ids.is_empty() {
+        return Ok(out);
+    }
+    let list: Vec<String> = trace_ids.iter().map(|id| trace_sql(*id)).collect();
     let mut sql = format!(
-        "SELECT {LOG_COLUMNS} FROM logs WHERE tenant = ? AND has_trace = 1 AND trace_id = {}",
-        trace_sql(trace_id)
+        "SELECT {LOG_COLUMNS} FROM logs WHERE tenant = ? AND has_trace = 1 AND trace_id IN ({})",
+        list.join(",")
     );
     if let Some(s) = span_id {
         sql.push_str(&format!(
@@ -27,12 +45,18 @@ pub(crate) fn logs_of(
             hex::encode(s.0)
         ));
     }
-    sql.push_str(" ORDER BY time_ns, seq, version DESC LIMIT 1 BY time_ns, seq");
+    sql.push_str(
+        " ORDER BY trace_id, time_ns, seq, version DESC LIMIT 1 BY trace_id, time_ns, seq",
+    );
     let rows: Vec<LogRow> = conn.fetch_all(conn.client.query(&sql).bind(tenant.as_str()))?;
     let mut origins = Origins::default();
-    rows.into_iter()
-        .map(|r| r.into_record(&mut origins))
-        .collect()
+    for row in rows {
+        let trace_id = TraceId(row.trace_id);
+        out.entry(trace_id)
+            .or_default()
+            .push(row.into_record(&mut origins)?);
+    }
+    Ok(out)
 }
 
 pub(crate) fn search(

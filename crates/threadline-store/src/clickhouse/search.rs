@@ -348,27 +348,36 @@ fn page_of(
         (b.start_time_unix_nano, b.trace_id.0).cmp(&(a.start_time_unix_nano, a.trace_id.0))
     });
     let mut found = Vec::new();
-    for summary in summaries {
+    // Free text is checked on batches of the traces next in line, the first as many as
+    // the page needs, then twice as many each time (few queries when the screen passes
+    // traces the check turns down).
+    let mut batch = limit + 1;
+    for (i, summary) in summaries.iter().enumerate() {
         if found.len() > limit {
             break;
         }
         if !texts.is_empty() {
-            let holds = match checked.get(&summary.trace_id) {
-                Some(&holds) => holds,
-                None => {
-                    let holds = texts_hold(conn, tenant, summary.trace_id, texts, (from, to))?;
-                    checked.insert(summary.trace_id, holds);
-                    holds
-                }
-            };
-            if !holds {
+            if !checked.contains_key(&summary.trace_id) {
+                let next: Vec<TraceId> = summaries[i..]
+                    .iter()
+                    .map(|s| s.trace_id)
+                    .filter(|id| !checked.contains_key(id))
+                    .take(batch)
+                    .collect();
+                checked.extend(texts_hold(conn, tenant, &next, texts, (from, to))?);
+                batch = (batch * 2).min(TEXT_BATCH_MAX);
+            }
+            if checked.get(&summary.trace_id) != Some(&true) {
                 continue;
             }
         }
-        found.push(summary);
+        found.push(summary.clone());
     }
     Ok(found)
 }
+
+/// Traces whose free text one query checks at most.
+const TEXT_BATCH_MAX: usize = 1_024;
 
 #[derive(clickhouse::Row, serde::Deserialize)]
 struct Matched {
@@ -427,36 +436,55 @@ fn heads_of(
     Ok(out)
 }
 
-/// Whether every free-text filter holds on the trace: on a span's name and texts (the
-/// anchor's on a span starting in `range`), or on one of its log records.
+/// Whether every free-text filter holds on each trace: on a span's name and texts (the
+/// anchor's on a span starting in `range`), or on one of its log records. Two queries
+/// for all of them: their spans, then the logs of those the spans did not settle.
 fn texts_hold(
     conn: &Connection,
     tenant: &TenantId,
-    trace_id: TraceId,
+    trace_ids: &[TraceId],
     texts: &[(bool, &TextQuery)],
     (from, to): (u64, u64),
-) -> Result<bool, StoreError> {
-    let spans = crate::clickhouse::traces::get_trace(conn, tenant, trace_id)?;
-    let mut logs: Option<Vec<threadline_model::LogRecord>> = None;
-    for (anchor, text) in texts {
-        let in_range = |t: u64| !*anchor || (from..=to).contains(&t);
-        if spans
-            .iter()
-            .any(|s| in_range(s.start_time_unix_nano) && text.matches(&s.name, &s.detail))
-        {
-            continue;
-        }
-        if logs.is_none() {
-            logs = Some(crate::clickhouse::logs::logs_of(
-                conn, tenant, trace_id, None,
-            )?);
-        }
-        let held = logs.iter().flatten().any(|l| {
-            in_range(l.time_unix_nano) && text.matches_texts(|f| l.detail.for_each_text(f))
-        });
-        if !held {
-            return Ok(false);
-        }
-    }
-    Ok(true)
+) -> Result<Vec<(TraceId, bool)>, StoreError> {
+    let mut spans = crate::clickhouse::traces::get_traces(conn, tenant, trace_ids)?;
+    let in_range = |anchor: bool, t: u64| !anchor || (from..=to).contains(&t);
+    // For each trace, the filters its spans leave unmatched.
+    let unmatched: Vec<(TraceId, Vec<usize>)> = trace_ids
+        .iter()
+        .map(|id| {
+            let spans = spans.remove(id).unwrap_or_default();
+            let left = texts
+                .iter()
+                .enumerate()
+                .filter(|(_, (anchor, text))| {
+                    !spans.iter().any(|s| {
+                        in_range(*anchor, s.start_time_unix_nano)
+                            && text.matches(&s.name, &s.detail)
+                    })
+                })
+                .map(|(i, _)| i)
+                .collect();
+            (*id, left)
+        })
+        .collect();
+    let need_logs: Vec<TraceId> = unmatched
+        .iter()
+        .filter(|(_, left)| !left.is_empty())
+        .map(|(id, _)| *id)
+        .collect();
+    let mut logs = crate::clickhouse::logs::logs_of_traces(conn, tenant, &need_logs, None)?;
+    Ok(unmatched
+        .into_iter()
+        .map(|(id, left)| {
+            let logs = logs.remove(&id).unwrap_or_default();
+            let holds = left.iter().all(|&i| {
+                let (anchor, text) = texts[i];
+                logs.iter().any(|l| {
+                    in_range(anchor, l.time_unix_nano)
+                        && text.matches_texts(|f| l.detail.for_each_text(f))
+                })
+            });
+            (id, holds)
+        })
+        .collect())
 }

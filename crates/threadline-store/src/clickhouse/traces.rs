@@ -16,19 +16,40 @@ pub(crate) fn get_trace(
     tenant: &TenantId,
     trace_id: TraceId,
 ) -> Result<Vec<SpanRecord>, StoreError> {
+    Ok(get_traces(conn, tenant, &[trace_id])?
+        .remove(&trace_id)
+        .unwrap_or_default())
+}
+
+/// The spans of several traces in one query (at most a few thousand ids), by trace,
+/// each in start order.
+pub(crate) fn get_traces(
+    conn: &Connection,
+    tenant: &TenantId,
+    trace_ids: &[TraceId],
+) -> Result<foldhash::HashMap<TraceId, Vec<SpanRecord>>, StoreError> {
+    let mut out: foldhash::HashMap<TraceId, Vec<SpanRecord>> = Default::default();
+    if trace_ids.is_empty() {
+        return Ok(out);
+    }
+    let list: Vec<String> = trace_ids.iter().map(|id| trace_sql(*id)).collect();
     let query = conn
         .client
         .query(&format!(
-            "SELECT ?fields FROM spans WHERE tenant = ? AND trace_id = {}
-             ORDER BY start_ns, span_id, version DESC LIMIT 1 BY span_id",
-            trace_sql(trace_id)
+            "SELECT ?fields FROM spans WHERE tenant = ? AND trace_id IN ({})
+             ORDER BY trace_id, start_ns, span_id, version DESC LIMIT 1 BY trace_id, span_id",
+            list.join(",")
         ))
         .bind(tenant.as_str());
     let rows: Vec<SpanRow> = conn.fetch_all(query)?;
     let mut origins = Origins::default();
-    rows.into_iter()
-        .map(|r| r.into_record(&mut origins))
-        .collect()
+    for row in rows {
+        let trace_id = TraceId(row.trace_id);
+        out.entry(trace_id)
+            .or_default()
+            .push(row.into_record(&mut origins)?);
+    }
+    Ok(out)
 }
 
 pub(crate) fn skeleton(
