@@ -58,6 +58,10 @@ pub(crate) struct LoadgenArgs {
     /// repeated ids would only measure how fast duplicates are ignored.
     #[arg(long, default_value_t = 7)]
     seed: u64,
+    /// Spans without prompt, response and retrieval-query text (the GenAI message
+    /// attributes left out): sizes what most spans cost.
+    #[arg(long)]
+    no_text: bool,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -96,7 +100,12 @@ pub(crate) async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
         .pool_max_idle_per_host(args.concurrency)
         .build()
         .context("cannot build HTTP client")?;
-    let corpus = Arc::new(TextCorpus::new(args.seed));
+    let corpus = TextCorpus::new(args.seed);
+    let corpus = Arc::new(if args.no_text {
+        corpus.without_text()
+    } else {
+        corpus
+    });
     let tally = Arc::new(Tally::default());
     let stop = Arc::new(AtomicBool::new(false));
     let duration = Duration::from_secs_f64(seconds);

@@ -173,7 +173,16 @@ pub(super) struct TextCorpus {
     /// `gen_ai.input.messages` / `gen_ai.output.messages` JSON, built once.
     input_messages: Vec<String>,
     output_messages: Vec<String>,
+    /// Whether spans carry the prompt, response and retrieval query texts at all.
+    with_text: bool,
 }
+
+/// The attributes that carry prompt and response text (left out by `--no-text`).
+const TEXT_ATTRIBUTES: [&str; 3] = [
+    "gen_ai.input.messages",
+    "gen_ai.output.messages",
+    "gen_ai.retrieval.query.text",
+];
 
 const WORDS: &[&str] = &[
     "the",
@@ -289,6 +298,12 @@ const WORDS: &[&str] = &[
 ];
 
 impl TextCorpus {
+    /// Spans without prompt and response text: what most spans of a platform are.
+    pub(super) fn without_text(mut self) -> Self {
+        self.with_text = false;
+        self
+    }
+
     pub(super) fn new(seed: u64) -> Self {
         let mut rng = SmallRng::seed_from_u64(seed);
         let mut text = |min: usize, max: usize| -> String {
@@ -327,6 +342,7 @@ impl TextCorpus {
             prompts,
             input_messages,
             output_messages,
+            with_text: true,
         }
     }
 }
@@ -574,6 +590,12 @@ pub(super) fn build_request(
             ],
             false,
         ));
+    }
+    if !corpus.with_text {
+        for span in by_service.iter_mut().flatten() {
+            span.attributes
+                .retain(|a| !TEXT_ATTRIBUTES.contains(&a.key.as_str()));
+        }
     }
     let services = [
         ("gateway", vec![]),

@@ -307,30 +307,6 @@ impl Connection {
         self.run(async move { client.query(&sql).execute().await })
     }
 
-    /// Deletes the rows of `table` that `predicate` selects (a mutation; on a cluster,
-    /// of the Replicated table on every node). A node that does not answer in time
-    /// applies it when it returns; the caller hears `Unavailable` and may repeat it.
-    pub(crate) fn delete_where(&self, table: &str, predicate: &str) -> Result<(), StoreError> {
-        let Some(cluster) = &self.cluster else {
-            return self.execute(format!("ALTER TABLE {table} DELETE WHERE {predicate}"));
-        };
-        let local = crate::clickhouse::schema::local_table(table);
-        self.execute(format!(
-            "ALTER TABLE {local} ON CLUSTER {cluster} DELETE WHERE {predicate}"
-        ))
-        .map_err(|e| {
-            if e.to_string().contains("distributed_ddl_task_timeout") {
-                StoreError::unavailable(format!(
-                    "a node of cluster {cluster} did not confirm a deletion in time (it applies \
-                     it when it returns): repeat the request to confirm"
-                ))
-                .with_source(e)
-            } else {
-                e
-            }
-        })
-    }
-
     /// Runs a statement on the server with no database chosen.
     pub(crate) fn execute_on_server(&self, sql: String) -> Result<(), StoreError> {
         let server = self.server.clone();

@@ -19,6 +19,7 @@ use threadline_model::{SpanOrigin, TenantId};
 use crate::clickhouse::client::Connection;
 use crate::clickhouse::graph::Graph;
 use crate::clickhouse::rows::{CellRow, IncidentRow};
+use crate::clickhouse::schema;
 use crate::clickhouse::sql::{string as sql_string, trace_sql};
 use crate::clickhouse::{next_stamp, writer, ClickHouseStore};
 use crate::erasure::{json_form, redact_json_body, CopiesErased, ERASED};
@@ -351,7 +352,8 @@ fn incidents(conn: &Connection, tenant: &TenantId, subject: &str) -> Result<u64,
     let client = conn.client.clone();
     conn.wait(async move { writer::insert(&client, "incidents", &rows).await })?;
     for chunk in ids.chunks(500) {
-        conn.delete_where(
+        schema::delete_where(
+            conn,
             "incidents",
             &format!(
                 "tenant = {t} AND version < {version} AND cityHash64(id) IN ({})",
@@ -373,7 +375,8 @@ fn delete_in(
     keys: &[String],
 ) -> Result<(), StoreError> {
     for chunk in keys.chunks(1000) {
-        conn.delete_where(
+        schema::delete_where(
+            conn,
             table,
             &format!("tenant = {tenant} AND {key} IN ({})", chunk.join(", ")),
         )?;

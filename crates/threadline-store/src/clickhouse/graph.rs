@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use threadline_model::{EdgeEnd, EdgeKind, GraphUpdate, TenantId};
 
 use crate::clickhouse::client::Connection;
-use crate::clickhouse::{next_stamp, sql};
+use crate::clickhouse::{next_stamp, schema, sql};
 use crate::sqlite::SqliteStore;
 use crate::{Applied, StoreBackend, StoreError, WriteAck};
 
@@ -436,8 +436,11 @@ impl Graph {
         }
         for chunk in rows.chunks(1000) {
             let seqs: Vec<String> = chunk.iter().map(|r| r.seq.to_string()).collect();
-            self.conn
-                .delete_where("graph_events", &format!("seq IN ({})", seqs.join(",")))?;
+            schema::delete_where(
+                &self.conn,
+                "graph_events",
+                &format!("seq IN ({})", seqs.join(",")),
+            )?;
         }
         let client = self.conn.client.clone();
         self.conn.wait(async move {

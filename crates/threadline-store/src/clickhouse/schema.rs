@@ -315,6 +315,34 @@ pub(crate) fn local_table(table: &str) -> String {
     format!("{table}_local")
 }
 
+/// Deletes the rows of `table` that `predicate` selects (a mutation; on a cluster,
+/// of the Replicated table on every node). A node that does not answer in time
+/// applies it when it returns; the caller hears `Unavailable` and may repeat it.
+pub(crate) fn delete_where(
+    conn: &Connection,
+    table: &str,
+    predicate: &str,
+) -> Result<(), StoreError> {
+    let Some(cluster) = &conn.cluster else {
+        return conn.execute(format!("ALTER TABLE {table} DELETE WHERE {predicate}"));
+    };
+    let local = local_table(table);
+    conn.execute(format!(
+        "ALTER TABLE {local} ON CLUSTER {cluster} DELETE WHERE {predicate}"
+    ))
+    .map_err(|e| {
+        if e.to_string().contains("distributed_ddl_task_timeout") {
+            StoreError::unavailable(format!(
+                "a node of cluster {cluster} did not confirm a deletion in time (it applies \
+                 it when it returns): repeat the request to confirm"
+            ))
+            .with_source(e)
+        } else {
+            e
+        }
+    })
+}
+
 /// How each table's rows spread over shards. Spans, their search rows and logs go by
 /// trace, so a trace lives on one shard and a subquery by trace id runs shard by shard
 /// (`distributed_product_mode = 'local'`); logs without a trace spread by their
