@@ -158,6 +158,15 @@ queries = {
     "q=retrieval support (names)": "q=retrieval%20support&limit=20",
     "q= words no span has": "q=zebra%20crossing&limit=20",
 }
+# The search a dashboard repeats: the last hour, two column filters; p99 of 20.
+hour_ago = newest_start // 10**9 - 3600
+path = f"/api/v1/traces?service=inference&model={urllib.parse.quote(model)}&from={hour_ago}&limit=20"
+times = sorted(get(path)[0] for _ in range(20))
+print(
+    f"search {'last hour, service + model':26s} p50 {statistics.median(times):8.1f} ms  "
+    f"max {times[-1]:8.1f} ms  (20 runs: the p95)",
+    flush=True,
+)
 for name, query in queries.items():
     path = "/api/v1/traces?" + query
     first, body = get(path)

@@ -17,7 +17,7 @@ use threadline_analysis::{
 };
 use threadline_diagnosis::{diagnose, IncidentWatcher, RcaTarget};
 use threadline_model::{LlmView, SpanDetail, SpanId, SpanKind, SpanRecord, TenantId, TraceId};
-use threadline_store::{EmbeddedConfig, Store};
+use threadline_store::Store;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -204,8 +204,7 @@ pub(crate) fn request(rng: &mut StdRng, n: u64, hour_ns: i64, minute: usize) -> 
     }
 }
 
-pub(crate) fn rca(data_dir: &Path, size: RcaBenchSize) -> anyhow::Result<Value> {
-    let store = Store::open_embedded(data_dir, EmbeddedConfig::default())?;
+pub(crate) fn rca(store: Store, data_dir: &Path, size: RcaBenchSize) -> anyhow::Result<Value> {
     let tenant = TenantId::default_tenant();
     let now_minute = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -275,14 +274,18 @@ pub(crate) fn rca(data_dir: &Path, size: RcaBenchSize) -> anyhow::Result<Value> 
     }
     let top = top.map(|c| c.candidate);
     times.sort_by(f64::total_cmp);
-    let bytes =
-        std::fs::metadata(data_dir.join(threadline_store::DB_FILE_NAME)).map_or(0, |m| m.len());
+    // The embedded store's file (ClickHouse's size is the server's to report).
+    let database_mb = store.as_sqlite().map(|_| {
+        std::fs::metadata(data_dir.join(threadline_store::DB_FILE_NAME)).map_or(0, |m| m.len())
+            as f64
+            / 1e6
+    });
     Ok(json!({
         "spans": n,
         "window_minutes": 60,
         "load_seconds": load_seconds,
         "load_spans_per_s": n as f64 / load_seconds,
-        "database_mb": bytes as f64 / 1e6,
+        "database_mb": database_mb,
         "incident_detection_ms": detect_ms,
         "incidents": incidents.len(),
         "incident_on_chat": chat.map(|i| json!({"id": i.id, "metric": i.metric, "onset_minute_of_hour": i.onset_minute - hour_ns / 60_000_000_000})),

@@ -113,6 +113,11 @@ enum BenchWhat {
         /// Where to build the store [default: a temporary directory, removed after].
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// Build it in ClickHouse instead (`clickhouse://HOST:PORT/DATABASE`; user and
+        /// password from THREADLINE_CLICKHOUSE_USER / _PASSWORD); the data dir then
+        /// holds the local copy of the lineage graph.
+        #[arg(long, value_name = "URL")]
+        store: Option<String>,
     },
     /// OpenLineage RunEvents as the loadgen sends them, parsed, projected and applied
     /// in process through the store's write path (no HTTP): the server's CPU per
@@ -158,6 +163,11 @@ enum BenchWhat {
         /// Where to build the store [default: a temporary directory, removed after].
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// Build it in ClickHouse instead (`clickhouse://HOST:PORT/DATABASE`; user and
+        /// password from THREADLINE_CLICKHOUSE_USER / _PASSWORD); the data dir then
+        /// holds the local copy of the lineage graph.
+        #[arg(long, value_name = "URL")]
+        store: Option<String>,
     },
     /// Huge traces in the UI, in headless Chromium: skeleton API time, navigation to
     /// the first screen of the waterfall, a click to a span's detail, a folded group
@@ -368,10 +378,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             edges,
             samples,
             data_dir,
+            store,
         }) => {
             let (_temp, dir) = bench_data_dir(data_dir)?;
             let report = bench_lineage::lineage(
-                &dir,
+                bench_store(store.as_deref(), &dir)?,
                 bench_lineage::LineageBenchSize {
                     nodes,
                     edges,
@@ -428,10 +439,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             spans,
             samples,
             data_dir,
+            store,
         }) => {
             let (_temp, dir) = bench_data_dir(data_dir)?;
-            let report =
-                bench_detector::rca(&dir, bench_detector::RcaBenchSize { spans, samples })?;
+            let report = bench_detector::rca(
+                bench_store(store.as_deref(), &dir)?,
+                &dir,
+                bench_detector::RcaBenchSize { spans, samples },
+            )?;
             crate::out::outln!("{}", serde_json::to_string_pretty(&report)?);
             Ok(())
         }
@@ -540,6 +555,29 @@ async fn search(args: SearchArgs) -> anyhow::Result<()> {
 
 /// Where a benchmark keeps its store: `data_dir` when given, else a temporary
 /// directory that lives as long as the returned guard.
+/// The store a benchmark builds: embedded under `dir`, or the ClickHouse database `url`
+/// names (with `dir` as its local directory).
+fn bench_store(
+    url: Option<&str>,
+    dir: &std::path::Path,
+) -> anyhow::Result<threadline_store::Store> {
+    let Some(url) = url else {
+        return Ok(threadline_store::Store::open_embedded(
+            dir,
+            threadline_store::EmbeddedConfig::default(),
+        )?);
+    };
+    let mut config = threadline_store::ClickHouseConfig::from_url(url)?;
+    config.user = std::env::var("THREADLINE_CLICKHOUSE_USER").ok();
+    config.password = std::env::var("THREADLINE_CLICKHOUSE_PASSWORD").ok();
+    let store = threadline_store::ClickHouseStore::open(
+        &config,
+        threadline_store::ClickHouseOptions::default(),
+        dir,
+    )?;
+    Ok(threadline_store::Store::new(store))
+}
+
 fn bench_data_dir(
     data_dir: Option<PathBuf>,
 ) -> anyhow::Result<(Option<tempfile::TempDir>, PathBuf)> {
