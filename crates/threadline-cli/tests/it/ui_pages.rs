@@ -116,17 +116,21 @@ pub(crate) async fn every_section_from_the_navigation(b: &Browser, base: &str) {
     b.wait_for("a.node-link").await;
     b.click(".kind-tabs a[data-kind='adapter']").await;
     b.wait_path("/lineage?kind=adapter").await;
-    b.wait_for_text("table.grid tbody", "fin-lora@7").await;
+    // The last kind's rows stay on screen until the adapters arrive.
+    b.wait_for_text("table.grid[data-kind='adapter'] tbody", "fin-lora@7")
+        .await;
     assert!(
         !b.text("table.grid tbody").await.contains("dataset"),
         "only adapters"
     );
     b.click(".kind-tabs a[data-kind='route']").await;
     b.wait_path("/lineage?kind=route").await;
-    b.wait_for(".badge-incident").await;
+    b.wait_for("table.grid[data-kind='route'] .badge-incident")
+        .await;
     b.click(".kind-tabs a[data-kind='dataset_version']").await;
     b.wait_path("/lineage?kind=dataset_version").await;
-    b.wait_for(".badge-drift").await;
+    b.wait_for("table.grid[data-kind='dataset_version'] .badge-drift")
+        .await;
     b.screenshot("lineage-browser").await;
     b.client
         .find(Locator::Css("#node-q"))

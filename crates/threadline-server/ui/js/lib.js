@@ -62,15 +62,17 @@ function waitForKey() {
 }
 
 /** Loads `path` (re-run when it changes); { data, error, loading }. */
+// `path` in the state is the request `data` answers: while a new one loads, the last
+// answer stays on screen, and `state.path !== path` says it is stale.
 export function useApi(path) {
-  const [state, setState] = useState({ data: null, error: null, loading: true });
+  const [state, setState] = useState({ data: null, error: null, loading: true, path: null });
   useEffect(() => {
-    if (!path) { setState({ data: null, error: null, loading: false }); return; }
+    if (!path) { setState({ data: null, error: null, loading: false, path }); return; }
     let live = true;
-    setState((s) => ({ data: s.data, error: null, loading: true }));
+    setState((s) => ({ data: s.data, error: null, loading: true, path: s.path }));
     api(path).then(
-      (data) => live && setState({ data, error: null, loading: false }),
-      (error) => live && setState({ data: null, error, loading: false }),
+      (data) => live && setState({ data, error: null, loading: false, path }),
+      (error) => live && setState({ data: null, error, loading: false, path }),
     );
     return () => { live = false; };
   }, [path]);

@@ -24,7 +24,9 @@ export function LineageBrowserPage() {
   const kind = p.get('kind') || '';
   const text = p.get('q') || '';
   const [q, setQ] = useState(text);
-  const list = useApi(`/api/v1/nodes${qs({ kind, q: text, limit: 200 })}`);
+  const path = `/api/v1/nodes${qs({ kind, q: text, limit: 200 })}`;
+  const list = useApi(path);
+  const stale = list.path !== path;
   const go = (k, t) => navigate(`/lineage${qs({ kind: k, q: t })}`);
   const counts = list.data ? list.data.counts : {};
   const nodes = list.data ? list.data.nodes : [];
@@ -45,7 +47,8 @@ export function LineageBrowserPage() {
     <${ErrorBox} error=${list.error} />
     ${list.loading && !list.data ? html`<${Loading} what="nodes" />` : null}
     ${list.data ? html`
-      <div class="table-wrap"><table class="grid" aria-label="Lineage nodes, most recently seen first">
+      <div class="table-wrap"><table class="grid" aria-label="Lineage nodes, most recently seen first"
+        aria-busy=${stale ? 'true' : 'false'} data-kind=${stale ? null : kind || 'all'}>
         <thead><tr><th>Kind</th><th>Name</th><th>Flags</th><th>First seen</th><th>Last seen</th><th></th></tr></thead>
         <tbody>${nodes.map((n) => html`<tr>
           <td><span class="kind-dot" style=${`background:${kindColor(n.kind)}`}></span> ${n.kind}</td>
