@@ -83,13 +83,18 @@ impl ScratchClickHouse {
     }
 }
 
+/// Stops every server under `dir` (on drop: failures are not reported).
+fn stop_all(dir: &tempfile::TempDir) {
+    let _ = Command::new("bash")
+        .arg(clickhouse_script())
+        .arg("stop")
+        .arg(dir.path())
+        .output();
+}
+
 impl Drop for ScratchClickHouse {
     fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(clickhouse_script())
-            .arg("stop")
-            .arg(self.dir.path())
-            .output();
+        stop_all(&self.dir);
     }
 }
 
@@ -135,11 +140,7 @@ impl ScratchCluster {
 
 impl Drop for ScratchCluster {
     fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(clickhouse_script())
-            .arg("stop")
-            .arg(self.dir.path())
-            .output();
+        stop_all(&self.dir);
     }
 }
 

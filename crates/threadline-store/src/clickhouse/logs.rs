@@ -6,7 +6,7 @@
 use threadline_model::{LogRecord, SpanId, TenantId, TraceId};
 
 use crate::clickhouse::client::Connection;
-use crate::clickhouse::rows::{LogRow, Origins, LOG_COLUMNS};
+use crate::clickhouse::rows::{by_trace, LogRow, Origins, LOG_COLUMNS};
 use crate::clickhouse::sql::{bind_all, trace_sql};
 use crate::sqlite::text_index::TextQuery;
 use crate::{LogCursor, LogPage, LogQuery, StoreError, StoredLog};
@@ -30,9 +30,8 @@ pub(crate) fn logs_of_traces(
     trace_ids: &[TraceId],
     span_id: Option<SpanId>,
 ) -> Result<foldhash::HashMap<TraceId, Vec<LogRecord>>, StoreError> {
-    let mut out: foldhash::HashMap<TraceId, Vec<LogRecord>> = Default::default();
     if trace_ids.is_empty() {
-        return Ok(out);
+        return Ok(Default::default());
     }
     let list: Vec<String> = trace_ids.iter().map(|id| trace_sql(*id)).collect();
     let mut sql = format!(
@@ -49,14 +48,7 @@ pub(crate) fn logs_of_traces(
         " ORDER BY trace_id, time_ns, seq, version DESC LIMIT 1 BY trace_id, time_ns, seq",
     );
     let rows: Vec<LogRow> = conn.fetch_all(conn.client.query(&sql).bind(tenant.as_str()))?;
-    let mut origins = Origins::default();
-    for row in rows {
-        let trace_id = TraceId(row.trace_id);
-        out.entry(trace_id)
-            .or_default()
-            .push(row.into_record(&mut origins)?);
-    }
-    Ok(out)
+    by_trace(rows, |r| r.trace_id, LogRow::into_record)
 }
 
 pub(crate) fn search(

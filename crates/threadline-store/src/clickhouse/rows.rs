@@ -123,6 +123,24 @@ pub(crate) fn encode_span(span: &SpanRecord) -> Result<(Vec<u8>, Vec<u8>), Store
     Ok((detail, origin))
 }
 
+/// Rows of several traces decoded (`record`, origins shared) and grouped by trace, in
+/// the order read.
+pub(crate) fn by_trace<R, T>(
+    rows: Vec<R>,
+    trace_of: impl Fn(&R) -> [u8; 16],
+    record: impl Fn(R, &mut Origins) -> Result<T, StoreError>,
+) -> Result<foldhash::HashMap<threadline_model::TraceId, Vec<T>>, StoreError> {
+    let mut out: foldhash::HashMap<threadline_model::TraceId, Vec<T>> = Default::default();
+    let mut origins = Origins::default();
+    for row in rows {
+        let trace_id = threadline_model::TraceId(trace_of(&row));
+        out.entry(trace_id)
+            .or_default()
+            .push(record(row, &mut origins)?);
+    }
+    Ok(out)
+}
+
 /// Origins decoded once per distinct encoding within one read.
 #[derive(Default)]
 pub(crate) struct Origins(foldhash::HashMap<Vec<u8>, Arc<SpanOrigin>>);

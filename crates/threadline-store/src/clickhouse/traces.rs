@@ -5,7 +5,7 @@
 use threadline_model::{SpanId, SpanKind, SpanRecord, TenantId, TraceId};
 
 use crate::clickhouse::client::Connection;
-use crate::clickhouse::rows::{HeadRow, Origins, SpanRow, HEAD_COLUMNS};
+use crate::clickhouse::rows::{by_trace, HeadRow, Origins, SpanRow, HEAD_COLUMNS};
 use crate::clickhouse::sql::{bind_all, equals, span_sql, trace_sql};
 use crate::{
     ExemplarQuery, OpenSpans, RequestsServed, ServiceSummary, SkeletonSpan, SpanReader, StoreError,
@@ -28,9 +28,8 @@ pub(crate) fn get_traces(
     tenant: &TenantId,
     trace_ids: &[TraceId],
 ) -> Result<foldhash::HashMap<TraceId, Vec<SpanRecord>>, StoreError> {
-    let mut out: foldhash::HashMap<TraceId, Vec<SpanRecord>> = Default::default();
     if trace_ids.is_empty() {
-        return Ok(out);
+        return Ok(Default::default());
     }
     let list: Vec<String> = trace_ids.iter().map(|id| trace_sql(*id)).collect();
     let query = conn
@@ -42,14 +41,7 @@ pub(crate) fn get_traces(
         ))
         .bind(tenant.as_str());
     let rows: Vec<SpanRow> = conn.fetch_all(query)?;
-    let mut origins = Origins::default();
-    for row in rows {
-        let trace_id = TraceId(row.trace_id);
-        out.entry(trace_id)
-            .or_default()
-            .push(row.into_record(&mut origins)?);
-    }
-    Ok(out)
+    by_trace(rows, |r| r.trace_id, SpanRow::into_record)
 }
 
 pub(crate) fn skeleton(
