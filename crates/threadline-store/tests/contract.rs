@@ -249,6 +249,74 @@ fn a_written_trace_reads_back_whole() {
 }
 
 #[test]
+fn search_finds_traces_from_seconds_ago_to_days_ago_and_ahead_of_the_clock() {
+    each_backend(|store| {
+        let acme = tenant("acme");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        let s = 1_000_000_000;
+        // A clock an hour ahead, a second ago, a quarter of an hour ago, two days ago.
+        let starts = [
+            now + 3_600 * s,
+            now - s,
+            now - 900 * s,
+            now - 2 * 86_400 * s,
+        ];
+        for (i, start_ns) in starts.iter().enumerate() {
+            let req = Request {
+                start_ns: *start_ns,
+                ..request(i as u8 + 1, "u-1")
+            };
+            write(store, &acme, &req.spans());
+        }
+        let newest_first = |q: &TraceQuery| -> Vec<u8> {
+            let page = store.search(&acme, q).unwrap();
+            page.traces.iter().map(|t| t.trace_id.0[0]).collect()
+        };
+        assert_eq!(newest_first(&all_traces()), vec![1, 2, 3, 4]);
+        let service = TraceQuery {
+            service: Some("vllm".into()),
+            ..all_traces()
+        };
+        assert_eq!(newest_first(&service), vec![1, 2, 3, 4]);
+        // Page by page, one trace a page.
+        let mut q = TraceQuery {
+            limit: 1,
+            ..service
+        };
+        let mut seen = Vec::new();
+        loop {
+            let page = store.search(&acme, &q).unwrap();
+            seen.extend(page.traces.iter().map(|t| t.trace_id.0[0]));
+            match page.next_cursor {
+                Some(c) => q.cursor = Some(c),
+                None => break,
+            }
+        }
+        assert_eq!(seen, vec![1, 2, 3, 4]);
+        // A range ending in the past, and one ending ahead of now.
+        let past = TraceQuery {
+            start_to_unix_nano: Some(now - 600 * s),
+            ..all_traces()
+        };
+        assert_eq!(newest_first(&past), vec![3, 4]);
+        let recent = TraceQuery {
+            start_from_unix_nano: Some(now - 60 * s),
+            start_to_unix_nano: Some(now + 7_200 * s),
+            ..all_traces()
+        };
+        assert_eq!(newest_first(&recent), vec![1, 2]);
+        let text = TraceQuery {
+            text: Some("password".into()),
+            ..all_traces()
+        };
+        assert_eq!(newest_first(&text), vec![1, 2, 3, 4]);
+    });
+}
+
+#[test]
 fn search_filters_and_pages_newest_first() {
     each_backend(|store| {
         let acme = tenant("acme");

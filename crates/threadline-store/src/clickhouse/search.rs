@@ -4,8 +4,8 @@
 //! start is in the range; newest trace start first, ties by trace id descending.
 //!
 //! How: the anchor's matching spans are read newest first (`ORDER BY start_ns DESC
-//! LIMIT k`, in the narrowest window back from `to` that holds k of them: 1 h, 6 h, 1 d,
-//! 7 d, 30 d, all). A trace starts no later than any of its spans, so every trace that
+//! LIMIT k`, in the narrowest window back from `to` — or from now, if `to` is later —
+//! that holds k of them: 10 s, 1 min, 10 min, 1 h, 6 h, 1 d, 7 d, 30 d, all). A trace starts no later than any of its spans, so every trace that
 //! starts after the k-th anchor span read has its anchor spans among the k: those
 //! traces are complete candidates. Their starts come from all their spans (`spans`, by
 //! key), the other filters are checked on their spans (each a query over the candidate
@@ -161,9 +161,14 @@ fn predicates(tenant: &TenantId, q: &TraceQuery) -> Vec<Predicate> {
 /// window start in it too, so a subquery on `spans` reads only the window's partitions.
 const WINDOW: &str = "{WINDOW}";
 
-/// How far back from `to` the anchor spans are read at first, then wider (the last:
-/// everything): the primary key (tenant, start_ns) skips what is older.
-const WINDOWS_NS: [u64; 6] = [
+/// How far back from `to` (or now, when `to` is later) the anchor spans are read at
+/// first, then wider (the last: everything): the primary key (tenant, start_ns) skips
+/// what is older. Small first: a busy platform writes millions of spans an hour, and
+/// 18.16 sorts every row a window holds to find its newest.
+const WINDOWS_NS: [u64; 9] = [
+    10_000_000_000,
+    60_000_000_000,
+    600_000_000_000,
     3_600_000_000_000,
     6 * 3_600_000_000_000,
     24 * 3_600_000_000_000,
@@ -224,17 +229,32 @@ pub(crate) fn run(
     };
     let mut wanted = first.max((limit + 1) * 4);
     let mut window = 0;
+    // Windows end at `to` but are measured back from now when `to` is later (or not
+    // given): spans stamped in the future still fall in every window.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(u64::MAX, |d| d.as_nanos() as u64);
+    let edge = to.min(now);
     // Free-text verdicts of traces checked in an earlier attempt.
     let mut checked: foldhash::HashMap<TraceId, bool> = Default::default();
     loop {
         // The newest `wanted` anchor spans in the range: in the narrowest window that
         // holds as many, or in the whole range.
-        let w_from = from.max(to.saturating_sub(WINDOWS_NS[window]));
+        let w_from = from.max(edge.saturating_sub(WINDOWS_NS[window]));
         let anchors = anchor_spans(conn, tenant, &anchor, (w_from, to), wanted)?;
         let complete = anchors.len() < wanted;
         if complete && w_from > from {
-            window += 1;
-            continue;
+            // Wider only as far as the newest older span (if there is one): a window
+            // holding nothing more would be read again in full.
+            if let Some(older) = newest_start_before(conn, tenant, from, w_from)? {
+                window += 1;
+                while window + 1 < WINDOWS_NS.len()
+                    && edge.saturating_sub(WINDOWS_NS[window]) > older
+                {
+                    window += 1;
+                }
+                continue;
+            }
         }
         // Every trace starting after the oldest anchor read has its anchor spans
         // (which start no earlier than it does) among them: those traces are known
@@ -259,6 +279,29 @@ pub(crate) fn run(
         }
         wanted *= 4;
     }
+}
+
+/// The start of the newest span of the tenant in `from..w_from` (any span: the key
+/// column alone is read), if there is one.
+fn newest_start_before(
+    conn: &Connection,
+    tenant: &TenantId,
+    from: u64,
+    w_from: u64,
+) -> Result<Option<u64>, StoreError> {
+    #[derive(clickhouse::Row, serde::Deserialize)]
+    struct Newest {
+        n: u64,
+        newest: u64,
+    }
+    let sql = format!(
+        "SELECT count() AS n, max(start_ns) AS newest FROM span_search
+         WHERE tenant = ? AND start_ns >= {f} AND start_ns < {w}",
+        f = ns(from),
+        w = ns(w_from),
+    );
+    let rows: Vec<Newest> = conn.fetch_all(conn.client.query(&sql).bind(tenant.as_str()))?;
+    Ok(rows.first().filter(|r| r.n > 0).map(|r| r.newest))
 }
 
 /// The anchor spans in `w_from..=to`, newest first, at most `wanted`.
