@@ -223,12 +223,20 @@ impl Graph {
         Ok(())
     }
 
+    /// The entries after `seq`: their stamps first (the key column alone), then the
+    /// bodies of those there are. A granule of the log holds thousands of entries, and
+    /// reading its bodies to find none newer cost 190 ms a graph read with 3 M edges
+    /// logged.
     fn events_after(&self, seq: u64) -> Result<Vec<EventRow>, StoreError> {
         let query = self.conn.client.query(&format!(
-            "SELECT seq, toString(tenant), body FROM graph_events WHERE seq > {seq}
-             ORDER BY seq LIMIT 1 BY seq"
+            "SELECT DISTINCT seq FROM graph_events WHERE seq > {seq}"
         ));
-        self.conn.fetch_all(query)
+        let mut stamps: Vec<u64> = self.conn.fetch_all(query)?;
+        if stamps.is_empty() {
+            return Ok(Vec::new());
+        }
+        stamps.sort_unstable();
+        self.events_at(&stamps)
     }
 
     /// The stamps of the entries in `after..=through`.

@@ -234,7 +234,7 @@ pub(crate) fn run(
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(u64::MAX, |d| d.as_nanos() as u64);
-    let edge = to.min(now);
+    let mut edge = to.min(now);
     // Free-text verdicts of traces checked in an earlier attempt.
     let mut checked: foldhash::HashMap<TraceId, bool> = Default::default();
     loop {
@@ -244,15 +244,13 @@ pub(crate) fn run(
         let anchors = anchor_spans(conn, tenant, &anchor, (w_from, to), wanted)?;
         let complete = anchors.len() < wanted;
         if complete && w_from > from {
-            // Wider only as far as the newest older span (if there is one): a window
-            // holding nothing more would be read again in full.
+            // Wider, and measured back from the newest older span (if there is
+            // one): a store not written to for a while is read from its newest
+            // spans, not from everything since, and a window holding nothing more
+            // is not read again in full.
             if let Some(older) = newest_start_before(conn, tenant, from, w_from)? {
-                window += 1;
-                while window + 1 < WINDOWS_NS.len()
-                    && edge.saturating_sub(WINDOWS_NS[window]) > older
-                {
-                    window += 1;
-                }
+                window = (window + 1).min(WINDOWS_NS.len() - 1);
+                edge = older.saturating_add(1);
                 continue;
             }
         }
