@@ -102,6 +102,27 @@ pub struct TracePage {
     pub next_cursor: Option<TraceCursor>,
 }
 
+impl TracePage {
+    /// A page of `limit` from traces found newest first, one more than `limit` saying
+    /// there is a next page (its cursor: the last trace kept).
+    pub(crate) fn of_found(mut found: Vec<TraceSummary>, limit: usize) -> Self {
+        let has_more = found.len() > limit;
+        found.truncate(limit);
+        let next_cursor = if has_more {
+            found.last().map(|t| TraceCursor {
+                start_unix_nano: t.start_time_unix_nano,
+                trace_id: t.trace_id,
+            })
+        } else {
+            None
+        };
+        Self {
+            traces: found,
+            next_cursor,
+        }
+    }
+}
+
 impl TraceSummary {
     /// The summary of a trace from its spans' skeletons (any order): root, start,
     /// duration, models and token usage (agent spans that repeat their LLM calls'

@@ -19,7 +19,7 @@ use threadline_model::{TenantId, TraceId};
 use crate::clickhouse::client::Connection;
 use crate::clickhouse::rows::{HeadRow, HEAD_COLUMNS};
 use crate::clickhouse::sql::{bind_all, equals, ns, trace_sql};
-use crate::search::{NameMatch, TraceCursor, TracePage, TraceQuery, TraceSummary};
+use crate::search::{NameMatch, TracePage, TraceQuery, TraceSummary};
 use crate::sqlite::text_index::TextQuery;
 use crate::{SkeletonSpan, StoreError};
 
@@ -273,7 +273,7 @@ pub(crate) fn run(
             &mut checked,
         )?;
         if found.len() > limit || complete {
-            return Ok(page(found, limit));
+            return Ok(TracePage::of_found(found, limit));
         }
         wanted *= 4;
     }
@@ -434,25 +434,6 @@ const TEXT_BATCH_MAX: usize = 1_024;
 #[derive(clickhouse::Row, serde::Deserialize)]
 struct Matched {
     trace_id: [u8; 16],
-}
-
-/// A page of `limit` from traces found newest first (one more than `limit` says there
-/// is a next page).
-fn page(mut found: Vec<TraceSummary>, limit: usize) -> TracePage {
-    let has_more = found.len() > limit;
-    found.truncate(limit);
-    let next_cursor = if has_more {
-        found.last().map(|t| TraceCursor {
-            start_unix_nano: t.start_time_unix_nano,
-            trace_id: t.trace_id,
-        })
-    } else {
-        None
-    };
-    TracePage {
-        traces: found,
-        next_cursor,
-    }
 }
 
 #[derive(clickhouse::Row, serde::Deserialize)]

@@ -34,7 +34,7 @@ use crate::sqlite::trace_index::RunFilters;
 use crate::sqlite::trace_lookup::{self, RowRange};
 use crate::sqlite::{sqlite_err, StoreError};
 
-pub(crate) use crate::search::{NameMatch, TraceCursor, TracePage, TraceQuery, TraceSummary};
+pub(crate) use crate::search::{NameMatch, TracePage, TraceQuery, TraceSummary};
 
 mod filters;
 mod matcher;
@@ -466,20 +466,7 @@ pub(crate) fn search(
             ready.push(Found(summary));
         }
     }
-    let has_more = emitted.len() > limit;
-    emitted.truncate(limit);
-    let next_cursor = if has_more {
-        emitted.last().map(|t| TraceCursor {
-            start_unix_nano: t.start_time_unix_nano,
-            trace_id: t.trace_id,
-        })
-    } else {
-        None
-    };
-    Ok(TracePage {
-        traces: emitted,
-        next_cursor,
-    })
+    Ok(TracePage::of_found(emitted, limit))
 }
 
 fn summarize(
