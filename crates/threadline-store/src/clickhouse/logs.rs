@@ -35,7 +35,7 @@ pub(crate) fn logs_of_traces(
     }
     let list: Vec<String> = trace_ids.iter().map(|id| trace_sql(*id)).collect();
     let mut sql = format!(
-        "SELECT {LOG_COLUMNS} FROM logs WHERE tenant = ? AND has_trace = 1 AND trace_id IN ({})",
+        "SELECT {LOG_COLUMNS} FROM logs PREWHERE trace_id IN ({}) WHERE tenant = ? AND has_trace = 1",
         list.join(",")
     );
     if let Some(s) = span_id {

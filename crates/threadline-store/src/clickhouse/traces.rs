@@ -32,10 +32,13 @@ pub(crate) fn get_traces(
         return Ok(Default::default());
     }
     let list: Vec<String> = trace_ids.iter().map(|id| trace_sql(*id)).collect();
+    // By key, and the ids as PREWHERE: of the granules the key selects (one per id and
+    // part), only those holding an id are read past `trace_id` (at 10 M spans, 256
+    // traces' heads 286 → 33 ms on 18.16).
     let query = conn
         .client
         .query(&format!(
-            "SELECT ?fields FROM spans WHERE tenant = ? AND trace_id IN ({})
+            "SELECT ?fields FROM spans PREWHERE trace_id IN ({}) WHERE tenant = ?
              ORDER BY trace_id, start_ns, span_id, version DESC LIMIT 1 BY trace_id, span_id",
             list.join(",")
         ))
@@ -52,7 +55,7 @@ pub(crate) fn skeleton(
     let query = conn
         .client
         .query(&format!(
-            "SELECT {HEAD_COLUMNS} FROM spans WHERE tenant = ? AND trace_id = {}
+            "SELECT {HEAD_COLUMNS} FROM spans PREWHERE trace_id = {} WHERE tenant = ?
              ORDER BY start_ns, span_id, version DESC LIMIT 1 BY span_id",
             trace_sql(trace_id)
         ))
@@ -100,7 +103,7 @@ impl OpenSpans for ClickHouseSpans {
             .conn
             .client
             .query(&format!(
-                "SELECT ?fields FROM spans WHERE tenant = ? AND trace_id = {} AND span_id IN ({})
+                "SELECT ?fields FROM spans PREWHERE trace_id = {} AND span_id IN ({}) WHERE tenant = ?
                  ORDER BY span_id, version DESC LIMIT 1 BY span_id",
                 trace_sql(self.trace_id),
                 list.join(",")
@@ -150,7 +153,7 @@ pub(crate) fn get_span(
     let query = conn
         .client
         .query(&format!(
-            "SELECT ?fields FROM spans WHERE tenant = ? AND trace_id = {} AND span_id = {}
+            "SELECT ?fields FROM spans PREWHERE trace_id = {} AND span_id = {} WHERE tenant = ?
              ORDER BY version DESC LIMIT 1",
             trace_sql(trace_id),
             span_sql(span_id)
