@@ -5,7 +5,7 @@
 //!
 //! How: the anchor's matching spans are read newest first (`ORDER BY start_ns DESC
 //! LIMIT k`, in the narrowest window back from `to` — or from now, if `to` is later —
-//! that holds k of them: 10 s, 1 min, 10 min, 1 h, 6 h, 1 d, 7 d, 30 d, all). A trace starts no later than any of its spans, so every trace that
+//! that holds k of them: 1 s, 10 s, 1 min, 10 min, 1 h, 6 h, 1 d, 7 d, 30 d, all). A trace starts no later than any of its spans, so every trace that
 //! starts after the k-th anchor span read has its anchor spans among the k: those
 //! traces are complete candidates. Their starts come from all their spans (`spans`, by
 //! key), the other filters are checked on their spans (each a query over the candidate
@@ -165,7 +165,8 @@ const WINDOW: &str = "{WINDOW}";
 /// first, then wider (the last: everything): the primary key (tenant, start_ns) skips
 /// what is older. Small first: a busy platform writes millions of spans an hour, and
 /// 18.16 sorts every row a window holds to find its newest.
-const WINDOWS_NS: [u64; 9] = [
+const WINDOWS_NS: [u64; 10] = [
+    1_000_000_000,
     10_000_000_000,
     60_000_000_000,
     600_000_000_000,
@@ -235,6 +236,7 @@ pub(crate) fn run(
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(u64::MAX, |d| d.as_nanos() as u64);
     let mut edge = to.min(now);
+    let mut reanchored = false;
     // Free-text verdicts of traces checked in an earlier attempt.
     let mut checked: foldhash::HashMap<TraceId, bool> = Default::default();
     loop {
@@ -249,7 +251,14 @@ pub(crate) fn run(
             // spans, not from everything since, and a window holding nothing more
             // is not read again in full.
             if let Some(older) = newest_start_before(conn, tenant, from, w_from)? {
-                window = (window + 1).min(WINDOWS_NS.len() - 1);
+                // The first time, a window that held no anchor is tried again, as
+                // narrow, at the newest span (the store paused, or lags the clock):
+                // else its first read after a pause would be a window wider than the
+                // anchors need (1.3 M spans in a minute at 10 M).
+                if reanchored || !anchors.is_empty() {
+                    window = (window + 1).min(WINDOWS_NS.len() - 1);
+                }
+                reanchored = true;
                 edge = older.saturating_add(1);
                 continue;
             }
