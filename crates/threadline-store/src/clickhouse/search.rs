@@ -450,15 +450,14 @@ fn starts_sql(starts: impl Iterator<Item = u64>) -> String {
     let mut all: Vec<u64> = starts.collect();
     all.sort_unstable();
     all.dedup();
-    match (all.first(), all.last()) {
-        (Some(lo), Some(hi)) if all.len() > STARTS_PER_QUERY => {
-            format!("start_ns BETWEEN {} AND {}", ns(*lo), ns(*hi))
-        }
-        (Some(_), Some(_)) => format!(
-            "start_ns IN ({})",
-            all.iter().map(|s| ns(*s)).collect::<Vec<_>>().join(",")
-        ),
-        _ => "0".to_owned(),
+    let (Some(lo), Some(hi)) = (all.first(), all.last()) else {
+        return "0".to_owned();
+    };
+    if all.len() > STARTS_PER_QUERY {
+        format!("start_ns BETWEEN {} AND {}", ns(*lo), ns(*hi))
+    } else {
+        let list: Vec<String> = all.iter().map(|s| ns(*s)).collect();
+        format!("start_ns IN ({})", list.join(","))
     }
 }
 
@@ -554,4 +553,23 @@ fn texts_hold(
             (id, holds)
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn span_starts_are_an_exact_set_then_a_range_beyond_the_cap() {
+        assert_eq!(
+            starts_sql([30, 10, 30, 20].into_iter()),
+            "start_ns IN (10,20,30)"
+        );
+        let many = (0..=STARTS_PER_QUERY as u64).map(|i| 5 + i * 2);
+        assert_eq!(
+            starts_sql(many),
+            format!("start_ns BETWEEN 5 AND {}", 5 + STARTS_PER_QUERY as u64 * 2)
+        );
+        assert_eq!(starts_sql(std::iter::empty()), "0");
+    }
 }
