@@ -346,6 +346,16 @@ pub(crate) fn search_table(page: &Value) -> String {
         );
     }
     let _ = writeln!(out, "{} trace(s)", traces.len());
+    if page
+        .get("searched_from_unix_nano")
+        .is_some_and(Value::is_string)
+    {
+        let _ = writeln!(
+            out,
+            "searched traces started since {} (the first page's time budget); older ones:",
+            time(page, "searched_from_unix_nano")
+        );
+    }
     if let Some(c) = page.get("next_cursor").and_then(Value::as_str) {
         let _ = writeln!(out, "more: --cursor {c}");
     }

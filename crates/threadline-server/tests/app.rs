@@ -450,3 +450,74 @@ fn a_busy_store_is_429_with_retry_after_on_every_write() {
         }
     }
 }
+
+/// A first page out of ClickHouse's time budget says from when it searched, and its
+/// cursor finds the older traces; Jaeger's API, which has no next page, reads them all.
+#[test]
+fn a_first_page_out_of_time_says_from_when_and_jaeger_reads_everything() {
+    let local = tempfile::tempdir().unwrap();
+    let mut config = ClickHouseConfig::for_tests("tl_app_budget");
+    config.first_page_budget = Some(std::time::Duration::ZERO);
+    let store = Store::new(
+        ClickHouseStore::open(&config, ClickHouseOptions::default(), local.path()).unwrap(),
+    );
+    let runtime = runtime();
+    let state = {
+        let _entered = runtime.enter();
+        AppState::new(&ServerConfig::default(), store.clone()).unwrap()
+    };
+    let router = app(state);
+    // A server without keys is the default tenant's.
+    let acme = TenantId::default_tenant();
+    let old = TraceId([0x0d; 16]);
+    let mut spans = request_spans(old, "gateway");
+    for span in &mut spans {
+        span.start_time_unix_nano -= 3 * 86_400_000_000_000;
+        span.end_time_unix_nano -= 3 * 86_400_000_000_000;
+    }
+    store.write_blocking(&acme, &spans).unwrap();
+    store
+        .write_blocking(&acme, &request_spans(TRACE, "gateway"))
+        .unwrap();
+
+    let first = get(&router, "/api/v1/traces?service=gateway", None);
+    assert_eq!(first.status, StatusCode::OK, "{}", first.body);
+    let ids = |page: &Value| -> Vec<String> {
+        page["traces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["trace_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let from: u64 = first.body["searched_from_unix_nano"]
+        .as_str()
+        .expect("a cut first page says from when it searched")
+        .parse()
+        .unwrap();
+    assert!(from > spans[0].start_time_unix_nano);
+    // Its cursor goes on, page after page, to the oldest trace.
+    let mut seen = ids(&first.body);
+    let mut page = first.body;
+    while let Some(cursor) = page["next_cursor"].as_str() {
+        let next = get(
+            &router,
+            &format!("/api/v1/traces?service=gateway&cursor={cursor}"),
+            None,
+        );
+        assert_eq!(next.status, StatusCode::OK, "{}", next.body);
+        assert!(next.body["searched_from_unix_nano"].is_null());
+        seen.extend(ids(&next.body));
+        page = next.body;
+    }
+    assert_eq!(seen, ["5a".repeat(16), "0d".repeat(16)]);
+
+    let jaeger = get(&router, "/jaeger/api/traces?service=gateway", None);
+    let found: Vec<&str> = jaeger.body["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["traceID"].as_str().unwrap())
+        .collect();
+    assert_eq!(found.len(), 2, "{}", jaeger.body);
+}

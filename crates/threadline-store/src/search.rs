@@ -33,6 +33,11 @@ pub struct TraceQuery {
     pub names: NameMatch,
     pub limit: usize,
     pub cursor: Option<TraceCursor>,
+    /// Read every window even past the store's first-page time budget (a caller that
+    /// cannot page, as Jaeger's API). Otherwise a store that scans (ClickHouse without
+    /// skip indexes) may answer a first page with the traces that started in the span
+    /// it searched in time (`TracePage::searched_from_unix_nano`).
+    pub exhaustive: bool,
 }
 
 impl TraceQuery {
@@ -96,10 +101,14 @@ pub struct ModelUsage {
     pub output_tokens: i64,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct TracePage {
     pub traces: Vec<TraceSummary>,
     pub next_cursor: Option<TraceCursor>,
+    /// Set when the page is a first page cut short by the store's time budget: it holds
+    /// every matching trace that started at or after this time (fewer than the limit),
+    /// none older were searched yet, and `next_cursor` goes on with them.
+    pub searched_from_unix_nano: Option<u64>,
 }
 
 impl TracePage {
@@ -119,6 +128,29 @@ impl TracePage {
         Self {
             traces: found,
             next_cursor,
+            searched_from_unix_nano: None,
+        }
+    }
+
+    /// A first page cut short: `found` holds every matching trace that started at or
+    /// after `searched_from` (newest first); older ones are the next page's. More than
+    /// `limit` of them make an ordinary full page.
+    pub(crate) fn searched_from(
+        found: Vec<TraceSummary>,
+        limit: usize,
+        searched_from: u64,
+    ) -> Self {
+        if found.len() > limit {
+            return Self::of_found(found, limit);
+        }
+        Self {
+            traces: found,
+            // Every trace that started before it (the cursor's id is the least).
+            next_cursor: Some(TraceCursor {
+                start_unix_nano: searched_from,
+                trace_id: TraceId([0; 16]),
+            }),
+            searched_from_unix_nano: Some(searched_from),
         }
     }
 }

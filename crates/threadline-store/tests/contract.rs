@@ -409,6 +409,125 @@ fn search_filters_and_pages_newest_first() {
     });
 }
 
+/// A first page that runs out of the store's time budget (ClickHouse's
+/// `first_page_budget`; the embedded store is never out of time) holds every matching
+/// trace that started since the point it reached and says so; the pages after it go on
+/// from there, and all pages together are the exhaustive answer, in order, each trace
+/// once — a trace whose model call came long after its root among them.
+#[test]
+fn a_first_page_out_of_time_says_how_far_it_searched_and_the_next_pages_go_on() {
+    let mut config = ClickHouseConfig::for_tests("tl_contract_budget");
+    config.first_page_budget = Some(std::time::Duration::ZERO);
+    let mut all = backends();
+    all.push(clickhouse(
+        "clickhouse without time for a first page",
+        config,
+    ));
+    for backend in all {
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            first_pages_out_of_time(&backend.store, backend.name.contains("without time"))
+        }));
+        if let Err(panic) = outcome {
+            eprintln!("store contract broken by the {} backend", backend.name);
+            std::panic::resume_unwind(panic);
+        }
+    }
+}
+
+fn first_pages_out_of_time(store: &Store, out_of_time: bool) {
+    let acme = tenant("acme");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let s = 1_000_000_000;
+    let starts = [
+        now + 600 * s,
+        now - 2 * s,
+        now - 90 * s,
+        now - 7_200 * s,
+        now - 3 * 86_400 * s,
+    ];
+    for (i, start_ns) in starts.iter().enumerate() {
+        let mut spans = Request {
+            start_ns: *start_ns,
+            ..request(i as u8 + 1, "u-1")
+        }
+        .spans();
+        if i == 3 {
+            // Its model call two hours after its root, on a clock ahead: found in the
+            // first, newest window, long after the trace's start.
+            spans[1].start_time_unix_nano = now + 300 * s;
+            spans[1].end_time_unix_nano = now + 301 * s;
+        }
+        write(store, &acme, &spans);
+    }
+    let exhaustive = TraceQuery {
+        service: Some("vllm".into()),
+        limit: 100,
+        exhaustive: true,
+        ..Default::default()
+    };
+    let expected: Vec<TraceId> = store
+        .search(&acme, &exhaustive)
+        .unwrap()
+        .traces
+        .iter()
+        .map(|t| t.trace_id)
+        .collect();
+    assert_eq!(
+        expected,
+        (1..=5).map(|t| TraceId([t; 16])).collect::<Vec<_>>()
+    );
+    for (query, wanted) in [
+        (
+            TraceQuery {
+                limit: 2,
+                exhaustive: false,
+                ..exhaustive.clone()
+            },
+            expected.clone(),
+        ),
+        (
+            TraceQuery {
+                limit: 2,
+                exhaustive: false,
+                attributes: vec![("user.id".into(), "u-404".into())],
+                ..exhaustive.clone()
+            },
+            Vec::new(),
+        ),
+    ] {
+        let mut q = query;
+        let mut seen = Vec::new();
+        let mut first = true;
+        loop {
+            let page = store.search(&acme, &q).unwrap();
+            assert!(page.traces.len() <= q.limit);
+            if let Some(from) = page.searched_from_unix_nano {
+                assert!(first, "only a first page is cut short");
+                assert!(page.next_cursor.is_some(), "a cut page goes on");
+                assert!(
+                    page.traces.iter().all(|t| t.start_time_unix_nano >= from),
+                    "a cut page holds traces since the point it reached"
+                );
+            } else if first {
+                assert!(
+                    !out_of_time,
+                    "a store out of time says so on its first page"
+                );
+            }
+            seen.extend(page.traces.iter().map(|t| t.trace_id));
+            first = false;
+            match page.next_cursor {
+                Some(c) => q.cursor = Some(c),
+                None => break,
+            }
+        }
+        assert_eq!(seen, wanted);
+    }
+}
+
 /// A trace starts at its earliest span, wherever the search's range and the store's own
 /// read windows cut it: a long agent trace whose last span is hours after its root is
 /// found at its root's time, and not at all by a range that starts after its root.

@@ -35,6 +35,8 @@ pub(super) struct FileClickHouse {
     password: Option<String>,
     cluster: Option<String>,
     spool_max_bytes: Option<u64>,
+    /// Milliseconds a search's first page may take (0: no bound).
+    first_page_budget_ms: Option<u64>,
 }
 
 impl std::fmt::Debug for FileClickHouse {
@@ -44,6 +46,7 @@ impl std::fmt::Debug for FileClickHouse {
             .field("password", &self.password.as_ref().map(|_| "<set>"))
             .field("cluster", &self.cluster)
             .field("spool_max_bytes", &self.spool_max_bytes)
+            .field("first_page_budget_ms", &self.first_page_budget_ms)
             .finish()
     }
 }
@@ -62,6 +65,7 @@ pub(super) fn resolve(
                 || file.password.is_some()
                 || file.cluster.is_some()
                 || file.spool_max_bytes.is_some()
+                || file.first_page_budget_ms.is_some()
             {
                 problems.push(
                     "[clickhouse] is set but the store is the embedded one: set [server] store \
@@ -80,6 +84,9 @@ pub(super) fn resolve(
             // Through a cluster of the server's remote_servers (the store checks the
             // name when it opens).
             config.cluster = file.cluster;
+            if let Some(ms) = file.first_page_budget_ms {
+                config.first_page_budget = (ms > 0).then(|| std::time::Duration::from_millis(ms));
+            }
             let spool_max_bytes = file.spool_max_bytes.unwrap_or(DEFAULT_SPOOL_MAX_BYTES);
             if spool_max_bytes < 1 << 20 {
                 problems.push(format!(
@@ -108,6 +115,7 @@ mod tests {
             password: password.map(str::to_owned),
             cluster: None,
             spool_max_bytes: None,
+            first_page_budget_ms: None,
         }
     }
 

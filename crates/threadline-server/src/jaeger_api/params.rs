@@ -134,6 +134,8 @@ pub(crate) fn parse_v1_search(params: &[(String, String)]) -> Result<TraceQuery,
         limit: DEFAULT_LIMIT,
         // Jaeger's clients send a service picked from the services list.
         names: NameMatch::Exact,
+        // Jaeger's API has no next page: its one page reads as far as it must.
+        exhaustive: true,
         ..Default::default()
     };
     let mut lookback = None;
@@ -175,6 +177,8 @@ pub(crate) fn parse_v3_search(params: &[(String, String)]) -> Result<TraceQuery,
         limit: DEFAULT_LIMIT,
         // Jaeger's clients send a service picked from the services list.
         names: NameMatch::Exact,
+        // Jaeger's API has no next page: its one page reads as far as it must.
+        exhaustive: true,
         ..Default::default()
     };
     let rfc3339 = |k: &str, v: &str| -> Result<u64, ApiError> {

@@ -9,6 +9,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 
 use serde_json::{json, Value};
+use threadline_model::TraceId;
 use threadline_store::{TraceCursor, TraceQuery};
 
 use crate::auth::Caller;
@@ -115,6 +116,7 @@ async fn search_traces(
     Ok(Json(json!({
         "traces": page.traces.iter().map(|t| dto::trace_summary(t, &state.prices)).collect::<Vec<_>>(),
         "next_cursor": page.next_cursor.map(encode_cursor),
+        "searched_from_unix_nano": page.searched_from_unix_nano.map(|t| t.to_string()),
     })))
 }
 
@@ -255,7 +257,12 @@ fn decode_cursor(value: &str) -> Result<TraceCursor, ApiError> {
     let field = |i: usize| fields.get(i).ok_or_else(|| invalid_cursor(value));
     Ok(TraceCursor {
         start_unix_nano: field(0)?.parse().map_err(|_| invalid_cursor(value))?,
-        trace_id: field(1)?.parse().map_err(|_| invalid_cursor(value))?,
+        trace_id: match field(1)? {
+            // The cursor of a first page cut short by the store's time budget: every
+            // trace that started before its time (no trace has this id).
+            id if id.len() == 32 && id.bytes().all(|b| b == b'0') => TraceId([0; 16]),
+            id => id.parse().map_err(|_| invalid_cursor(value))?,
+        },
     })
 }
 

@@ -24,6 +24,11 @@ pub struct ClickHouseConfig {
     /// a Replicated table on each node behind a `Distributed` one (`schema`). `None`:
     /// the one server is the store.
     pub cluster: Option<String>,
+    /// Wall time a search's first page may take before it answers with the traces of
+    /// the span searched so far (`TracePage::searched_from_unix_nano`): servers without
+    /// skip indexes scan every window a search that matches little reads. `None`: a
+    /// first page reads as far as it must.
+    pub first_page_budget: Option<std::time::Duration>,
 }
 
 impl std::fmt::Debug for ClickHouseConfig {
@@ -35,11 +40,16 @@ impl std::fmt::Debug for ClickHouseConfig {
             .field("password", &self.password.as_ref().map(|_| "<set>"))
             .field("settings", &self.settings)
             .field("cluster", &self.cluster)
+            .field("first_page_budget", &self.first_page_budget)
             .finish()
     }
 }
 
 impl ClickHouseConfig {
+    /// `first_page_budget` unless the configuration says otherwise.
+    pub const DEFAULT_FIRST_PAGE_BUDGET: std::time::Duration =
+        std::time::Duration::from_millis(800);
+
     /// Parses `clickhouse://HOST:PORT/DATABASE` (the HTTP port). A user or password in
     /// the URL is refused: it would show in process lists and shell history.
     pub fn from_url(url: &str) -> Result<Self, StoreError> {
@@ -83,6 +93,7 @@ impl ClickHouseConfig {
             password: None,
             settings: Vec::new(),
             cluster: None,
+            first_page_budget: Some(Self::DEFAULT_FIRST_PAGE_BUDGET),
         })
     }
 }
@@ -138,6 +149,7 @@ impl ClickHouseConfig {
             password: None,
             settings: Vec::new(),
             cluster: cluster.map(str::to_owned),
+            first_page_budget: Some(Self::DEFAULT_FIRST_PAGE_BUDGET),
         }
     }
 
@@ -200,6 +212,8 @@ pub(crate) struct Connection {
     /// The cluster the tables are spread over (`ClickHouseConfig::cluster`).
     pub(crate) cluster: Option<String>,
     pub(crate) database: String,
+    /// `ClickHouseConfig::first_page_budget`.
+    pub(crate) first_page_budget: Option<std::time::Duration>,
 }
 
 impl Connection {
@@ -249,6 +263,7 @@ impl Connection {
             version: ServerVersion { major: 0, minor: 0 },
             cluster: config.cluster.clone(),
             database: config.database.clone(),
+            first_page_budget: config.first_page_budget,
         };
         let version: String = conn.run({
             let client = conn.client.clone();

@@ -200,12 +200,8 @@ pub(crate) fn run(
     let limit = q.limit.clamp(1, 1000);
     let from = q.start_from_unix_nano.unwrap_or(0);
     let to = q.start_to_unix_nano.unwrap_or(u64::MAX);
-    let empty = || TracePage {
-        traces: Vec::new(),
-        next_cursor: None,
-    };
     if from > to {
-        return Ok(empty());
+        return Ok(TracePage::default());
     }
     let mut predicates = predicates(tenant, q);
     let anchor = if predicates.is_empty() {
@@ -239,7 +235,9 @@ pub(crate) fn run(
     let mut reanchored = false;
     // Free-text verdicts of traces checked in an earlier attempt.
     let mut checked: foldhash::HashMap<TraceId, bool> = Default::default();
+    let budget = Budget::of(conn, q);
     loop {
+        let attempt = std::time::Instant::now();
         // The newest `wanted` anchor spans in the range: in the narrowest window that
         // holds as many, or in the whole range.
         let w_from = from.max(edge.saturating_sub(WINDOWS_NS[window]));
@@ -251,6 +249,21 @@ pub(crate) fn run(
             // spans, not from everything since, and a window holding nothing more
             // is not read again in full.
             if let Some(older) = newest_start_before(conn, tenant, from, w_from)? {
+                if budget.spent(attempt) {
+                    // Every trace that started in the window has all its anchor
+                    // spans among those read: those are known whole.
+                    let known = page_of(
+                        conn,
+                        tenant,
+                        q,
+                        (&predicates, &texts),
+                        &anchors,
+                        Some(w_from - 1),
+                        limit,
+                        &mut checked,
+                    )?;
+                    return Ok(TracePage::searched_from(known, limit, w_from));
+                }
                 // The first time, a window that held no anchor is tried again, as
                 // narrow, at the newest span (the store paused, or lags the clock):
                 // else its first read after a pause would be a window wider than the
@@ -284,7 +297,35 @@ pub(crate) fn run(
         if found.len() > limit || complete {
             return Ok(TracePage::of_found(found, limit));
         }
+        if let Some(horizon) = horizon.filter(|_| budget.spent(attempt)) {
+            return Ok(TracePage::searched_from(found, limit, horizon + 1));
+        }
         wanted *= 4;
+    }
+}
+
+/// The wall time a first page may take (`ClickHouseConfig::first_page_budget`):
+/// pages after the first, and exhaustive searches, read as far as they must.
+struct Budget {
+    started: std::time::Instant,
+    limit: Option<std::time::Duration>,
+}
+
+impl Budget {
+    fn of(conn: &Connection, q: &TraceQuery) -> Self {
+        let first_page = q.cursor.is_none() && !q.exhaustive;
+        Self {
+            started: std::time::Instant::now(),
+            limit: conn.first_page_budget.filter(|_| first_page),
+        }
+    }
+
+    /// Whether another attempt would likely overrun the budget: the next reads a
+    /// wider window (or four times the anchors), so it is counted as four of the
+    /// attempt that began at `attempt`.
+    fn spent(&self, attempt: std::time::Instant) -> bool {
+        self.limit
+            .is_some_and(|limit| self.started.elapsed() + attempt.elapsed() * 4 > limit)
     }
 }
 

@@ -133,6 +133,11 @@ export function SearchPage() {
     <${ErrorBox} error=${result.error} />
     ${result.loading && !result.data ? html`<${Loading} what="traces" />` : null}
     ${emptyStore ? html`<${GetStarted} />` : null}
+    ${result.data && result.data.searched_from_unix_nano ? html`
+      <p class="notice partial-search" role="status">Searched traces that started since
+        <span class="mono">${fmtTime(result.data.searched_from_unix_nano)}</span>: this store answers a
+        first page within its time budget, and older traces take longer to search.
+        ${result.data.next_cursor ? html`<a class="search-older" href=${pageUrl(fromUrl, result.data.next_cursor)}>Search older traces →</a>` : null}</p>` : null}
     ${result.data && !emptyStore ? html`
       <div class="table-wrap"><table class="grid" aria-label="Traces, newest first">
         <thead><tr><th>Trace</th><th>Started</th><th>Root</th><th class="num">Duration</th>
@@ -152,7 +157,7 @@ export function SearchPage() {
             <td>${t.error ? html`<span class="pill err">error</span>` : html`<span class="pill ok">ok</span>`}</td>
           </tr>`)}
         </tbody></table></div>
-      ${traces.length === 0 ? html`<p class="empty">No trace matches these filters.</p>` : null}
+      ${traces.length === 0 ? html`<p class="empty">No trace ${result.data.searched_from_unix_nano ? 'started since then ' : ''}matches these filters.</p>` : null}
       <div class="pager">
         ${fromUrl.cursor ? html`<a href=${pageUrl(fromUrl)}>First page</a>` : null}
         ${result.data.next_cursor ? html`<a class="next-page" href=${pageUrl(fromUrl, result.data.next_cursor)}>Next page →</a>` : null}

@@ -316,10 +316,7 @@ pub(crate) fn search(
 ) -> Result<TracePage, StoreError> {
     let limit = q.limit.clamp(1, 1000);
     let Some(tenant_id) = tenant_key(conn, tenant)? else {
-        return Ok(TracePage {
-            traces: Vec::new(),
-            next_cursor: None,
-        });
+        return Ok(TracePage::default());
     };
     let mut predicates = predicates(q);
     let unfiltered = predicates.is_empty();
