@@ -172,6 +172,10 @@ for name, query in queries.items():
     first, body = get(path)
     times = [first] + ([get(path)[0] for _ in range(4)] if first < 2000 else [])
     line = f"search {name:26s} {statistics.median(times):8.1f} ms  {len(body['traces'])} traces"
+    if body.get("searched_from_unix_nano"):
+        # A first page cut short by the store's time budget: how far back it searched.
+        back = (newest_start - int(body["searched_from_unix_nano"])) / 1e9
+        line += f" (cut short: traces of the newest {back:.0f} s)"
     if body.get("next_cursor"):
         cursor = urllib.parse.quote(body["next_cursor"])
         after = [get(path + "&cursor=" + cursor)[0] for _ in range(3 if first < 2000 else 1)]

@@ -197,3 +197,45 @@ fn an_empty_store_shows_where_to_send_data_and_waits_for_the_first_span() {
         b.close().await;
     });
 }
+
+/// On ClickHouse, a first page out of its time budget says from when it searched and
+/// links to the older traces, which the next page shows.
+#[test]
+fn a_first_page_out_of_time_says_so_and_links_to_older_traces() {
+    if !on_clickhouse() {
+        return; // the embedded store is never out of time
+    }
+    let Some(driver) = chromedriver("the first-page budget UI test") else {
+        return;
+    };
+    let server = TestServer::start_with_config(Some("[clickhouse]\nfirst_page_budget_ms = 1\n"));
+    let three_days = 3 * 86_400_000_000_000;
+    for (id, start) in [(7u8, now_nanos() - three_days), (8, now_nanos())] {
+        let sent = server.post_traces(
+            "application/x-protobuf",
+            proto(&llm_trace([id; 16], "budget-app", "gpt-4o-mini", start)),
+            &[],
+        );
+        assert_eq!(sent.status(), 200);
+    }
+    runtime().block_on(async {
+        let b = Browser::start(&driver, 1280, 900).await;
+        b.open(
+            &format!("{}/traces?service=budget-app", server.api),
+            ".partial-search",
+        )
+        .await;
+        assert!(
+            b.text(".partial-search")
+                .await
+                .contains("Searched traces that started since"),
+            "{}",
+            b.text(".partial-search").await
+        );
+        b.click("a.search-older").await;
+        b.wait_for_text("table.grid tbody", &"07".repeat(8)).await;
+        b.screenshot("search-cut-short").await;
+        b.assert_no_console_errors("a cut first page").await;
+        b.close().await;
+    });
+}

@@ -249,7 +249,14 @@ pub(crate) fn run(
             // spans, not from everything since, and a window holding nothing more
             // is not read again in full.
             if let Some(older) = newest_start_before(conn, tenant, from, w_from)? {
-                if budget.spent(attempt) {
+                let next = if reanchored || !anchors.is_empty() {
+                    (window + 1).min(WINDOWS_NS.len() - 1)
+                } else {
+                    window
+                };
+                // A window n times as wide reads about n times the spans.
+                let growth = (WINDOWS_NS[next] / WINDOWS_NS[window]).clamp(4, 10) as u32;
+                if budget.spent(attempt, growth) {
                     // Every trace that started in the window has all its anchor
                     // spans among those read: those are known whole.
                     let known = page_of(
@@ -268,9 +275,7 @@ pub(crate) fn run(
                 // narrow, at the newest span (the store paused, or lags the clock):
                 // else its first read after a pause would be a window wider than the
                 // anchors need (1.3 M spans in a minute at 10 M).
-                if reanchored || !anchors.is_empty() {
-                    window = (window + 1).min(WINDOWS_NS.len() - 1);
-                }
+                window = next;
                 reanchored = true;
                 edge = older.saturating_add(1);
                 continue;
@@ -297,7 +302,7 @@ pub(crate) fn run(
         if found.len() > limit || complete {
             return Ok(TracePage::of_found(found, limit));
         }
-        if let Some(horizon) = horizon.filter(|_| budget.spent(attempt)) {
+        if let Some(horizon) = horizon.filter(|_| budget.spent(attempt, 4)) {
             return Ok(TracePage::searched_from(found, limit, horizon + 1));
         }
         wanted *= 4;
@@ -320,12 +325,16 @@ impl Budget {
         }
     }
 
-    /// Whether another attempt would likely overrun the budget: the next reads a
-    /// wider window (or four times the anchors), so it is counted as four of the
-    /// attempt that began at `attempt`.
-    fn spent(&self, attempt: std::time::Instant) -> bool {
-        self.limit
-            .is_some_and(|limit| self.started.elapsed() + attempt.elapsed() * 4 > limit)
+    /// Whether another attempt would likely overrun the budget: the next reads
+    /// `growth` times as much (a wider window, or four times the anchors) as the
+    /// attempt that began at `attempt`, and is counted as that many of it. Not before
+    /// half the budget is spent: small reads cost their round trips, not their rows
+    /// (a small store on a slow cluster is not cut short).
+    fn spent(&self, attempt: std::time::Instant, growth: u32) -> bool {
+        self.limit.is_some_and(|limit| {
+            let elapsed = self.started.elapsed();
+            elapsed >= limit / 2 && elapsed + attempt.elapsed() * growth > limit
+        })
     }
 }
 
