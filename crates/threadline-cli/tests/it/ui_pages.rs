@@ -232,9 +232,10 @@ fn a_first_page_out_of_time_says_so_and_links_to_older_traces() {
             "{}",
             b.text(".partial-search").await
         );
+        b.screenshot("search-cut-first-page").await;
         b.click("a.search-older").await;
         b.wait_for_text("table.grid tbody", &"07".repeat(8)).await;
-        b.screenshot("search-cut-short").await;
+        b.screenshot("search-older").await;
         b.assert_no_console_errors("a cut first page").await;
         b.close().await;
     });

@@ -134,8 +134,7 @@ export function SearchPage() {
     ${result.loading && !result.data ? html`<${Loading} what="traces" />` : null}
     ${emptyStore ? html`<${GetStarted} />` : null}
     ${result.data && result.data.searched_from_unix_nano ? html`
-      <p class="notice partial-search" role="status">Searched traces that started since
-        <span class="mono">${fmtTime(result.data.searched_from_unix_nano)}</span>: this store answers a
+      <p class="notice partial-search" role="status">Searched traces that started since${' '}<span class="mono">${fmtTime(result.data.searched_from_unix_nano)}</span>: this store answers a
         first page within its time budget, and older traces take longer to search.
         ${result.data.next_cursor ? html`<a class="search-older" href=${pageUrl(fromUrl, result.data.next_cursor)}>Search older traces →</a>` : null}</p>` : null}
     ${result.data && !emptyStore ? html`
