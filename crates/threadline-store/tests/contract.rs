@@ -63,14 +63,25 @@ fn clickhouse(name: &'static str, config: ClickHouseConfig) -> Backend {
 
 /// Runs `check` against each backend, naming the backend when it fails.
 fn each_backend(check: impl Fn(&Store)) {
-    for backend in backends() {
-        let outcome =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&backend.store)));
+    each_of(backends(), |backend| check(&backend.store));
+}
+
+/// Runs `check` against each of `backends`, naming the backend when it fails.
+fn each_of(backends: Vec<Backend>, check: impl Fn(&Backend)) {
+    for backend in backends {
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&backend)));
         if let Err(panic) = outcome {
             eprintln!("store contract broken by the {} backend", backend.name);
             std::panic::resume_unwind(panic);
         }
     }
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
 }
 
 fn tenant(name: &str) -> TenantId {
@@ -252,10 +263,7 @@ fn a_written_trace_reads_back_whole() {
 fn search_finds_traces_from_seconds_ago_to_days_ago_and_ahead_of_the_clock() {
     each_backend(|store| {
         let acme = tenant("acme");
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64;
+        let now = now_ns();
         let s = 1_000_000_000;
         // A clock an hour ahead, a second ago, a quarter of an hour ago, two days ago.
         let starts = [
@@ -423,23 +431,14 @@ fn a_first_page_out_of_time_says_how_far_it_searched_and_the_next_pages_go_on() 
         "clickhouse without time for a first page",
         config,
     ));
-    for backend in all {
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            first_pages_out_of_time(&backend.store, backend.name.contains("without time"))
-        }));
-        if let Err(panic) = outcome {
-            eprintln!("store contract broken by the {} backend", backend.name);
-            std::panic::resume_unwind(panic);
-        }
-    }
+    each_of(all, |backend| {
+        first_pages_out_of_time(&backend.store, backend.name.contains("without time"))
+    });
 }
 
 fn first_pages_out_of_time(store: &Store, out_of_time: bool) {
     let acme = tenant("acme");
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
+    let now = now_ns();
     let s = 1_000_000_000;
     let starts = [
         now + 600 * s,
