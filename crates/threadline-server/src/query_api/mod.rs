@@ -257,12 +257,13 @@ fn decode_cursor(value: &str) -> Result<TraceCursor, ApiError> {
     let field = |i: usize| fields.get(i).ok_or_else(|| invalid_cursor(value));
     Ok(TraceCursor {
         start_unix_nano: field(0)?.parse().map_err(|_| invalid_cursor(value))?,
-        trace_id: match field(1)? {
-            // The cursor of a first page cut short by the store's time budget: every
-            // trace that started before its time (no trace has this id).
-            id if id.len() == 32 && id.bytes().all(|b| b == b'0') => TraceId([0; 16]),
-            id => id.parse().map_err(|_| invalid_cursor(value))?,
-        },
+        // Any 16 bytes: a position in the order, not a stored trace's id (a first page
+        // cut short by the store's time budget goes on from the least, all zeros).
+        trace_id: hex::decode(field(1)?)
+            .ok()
+            .and_then(|bytes| <[u8; 16]>::try_from(bytes).ok())
+            .map(TraceId)
+            .ok_or_else(|| invalid_cursor(value))?,
     })
 }
 
@@ -320,5 +321,13 @@ mod tests {
             trace_id: TraceId([7; 16]),
         };
         assert_eq!(decode_cursor(&encode_cursor(c)).unwrap(), c);
+        // A cut first page's cursor: the least id.
+        let least = TraceCursor {
+            trace_id: TraceId([0; 16]),
+            ..c
+        };
+        assert_eq!(decode_cursor(&encode_cursor(least)).unwrap(), least);
+        let short = encode_page_cursor("v1", &[&42, &"0707"]);
+        assert!(decode_cursor(&short).is_err());
     }
 }
