@@ -136,12 +136,27 @@ fn text_attributes<'a>(attributes: &'a [Attribute], all: bool, f: &mut impl FnMu
 impl SpanDetail {
     /// Calls `f` with each searchable text of the span besides its name.
     pub fn for_each_text<'a>(&'a self, mut f: impl FnMut(&'a str)) {
+        self.status_text(&mut f);
+        text_attributes(&self.attributes, false, &mut f);
+        self.event_texts(&mut f);
+    }
+
+    /// The texts `for_each_text` gives that are not the span's own attributes: its
+    /// status message and its events' texts.
+    pub fn for_each_text_beside_attributes<'a>(&'a self, mut f: impl FnMut(&'a str)) {
+        self.status_text(&mut f);
+        self.event_texts(&mut f);
+    }
+
+    fn status_text<'a>(&'a self, f: &mut impl FnMut(&'a str)) {
         if !self.status.message.is_empty() {
             f(&self.status.message);
         }
-        text_attributes(&self.attributes, false, &mut f);
+    }
+
+    fn event_texts<'a>(&'a self, f: &mut impl FnMut(&'a str)) {
         for event in &self.events {
-            text_attributes(&event.attributes, is_text_event(&event.name), &mut f);
+            text_attributes(&event.attributes, is_text_event(&event.name), f);
         }
     }
 }

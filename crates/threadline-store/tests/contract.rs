@@ -13,8 +13,8 @@ use std::sync::Arc;
 use threadline_analysis::{observe, Dimension, Incident, IncidentId, Level, Metric};
 use threadline_model::{
     AttrValue, Attribute, Direction, EdgeEnd, EdgeKind, EdgeUpsert, GraphUpdate, LineageEventKey,
-    LlmView, LogDetail, LogRecord, NodeId, NodeKind, NodeUpsert, SpanDetail, SpanId, SpanKind,
-    SpanOrigin, SpanRecord, SpanStatus, StatusCode, TenantId, TraceId,
+    LlmView, LogDetail, LogRecord, NodeId, NodeKind, NodeUpsert, SpanDetail, SpanEvent, SpanId,
+    SpanKind, SpanOrigin, SpanRecord, SpanStatus, StatusCode, TenantId, TraceId,
 };
 use threadline_store::{
     ClickHouseConfig, ClickHouseOptions, ClickHouseStore, EmbeddedConfig, ErasureSubject,
@@ -800,6 +800,95 @@ fn log(trace: u8, second: u64, body: &str, severity: i32) -> LogRecord {
         },
         origin: origin("gateway"),
     }
+}
+
+#[test]
+fn free_text_is_found_wherever_a_span_or_its_logs_say_it_and_only_there() {
+    each_backend(|store| {
+        let acme = tenant("acme");
+        let mut spans = Vec::new();
+        for trace in 1..=6 {
+            spans.extend(request(trace, "u-1").spans());
+        }
+        let model_call = |spans: &[SpanRecord], trace: u8| -> usize {
+            spans
+                .iter()
+                .position(|s| {
+                    s.trace_id == TraceId([trace; 16])
+                        && s.llm.as_ref().is_some_and(|l| l.request_model.is_some())
+                })
+                .unwrap()
+        };
+        // Trace 1: in the status message; 2: in an exception event; 3: in a GenAI
+        // message event (every string of it); 4: in a log record of the trace, stamped
+        // a little before the trace began (a sender's clock behind); 5: the words on
+        // two different spans; 6: a word only in an attribute's key and a
+        // non-text attribute's value.
+        let i = model_call(&spans, 1);
+        spans[i].detail.status.message = "quota exhausted for tenant".into();
+        let i = model_call(&spans, 2);
+        spans[i].detail.events.push(SpanEvent {
+            time_unix_nano: T0,
+            name: "exception".into(),
+            attributes: vec![Attribute::new(
+                "exception.message",
+                AttrValue::String("Gateway Quota exhausted upstream".into()),
+            )],
+            dropped_attributes_count: 0,
+        });
+        let i = model_call(&spans, 3);
+        spans[i].detail.events.push(SpanEvent {
+            time_unix_nano: T0,
+            name: "gen_ai.choice".into(),
+            attributes: vec![Attribute::new(
+                "message",
+                AttrValue::Array(vec![AttrValue::String("your quota is exhausted".into())]),
+            )],
+            dropped_attributes_count: 0,
+        });
+        let i = model_call(&spans, 5);
+        spans[i].detail.status.message = "quota".into();
+        let root5 = spans
+            .iter()
+            .position(|s| s.trace_id == TraceId([5; 16]) && s.parent_span_id.is_none())
+            .unwrap();
+        spans[root5].detail.status.message = "exhausted".into();
+        let i = model_call(&spans, 6);
+        spans[i].detail.attributes.extend([
+            Attribute::new("quota.exhausted", AttrValue::Bool(true)),
+            Attribute::new("limit.kind", AttrValue::String("quota exhausted".into())),
+        ]);
+        write(store, &acme, &spans);
+        let mut early = log(4, 4, "request rejected: Quota Exhausted", 17);
+        early.time_unix_nano -= 2_000_000_000;
+        store
+            .write_logs(&acme, &[early])
+            .unwrap()
+            .wait_blocking()
+            .unwrap();
+        let found = |text: &str| {
+            trace_ids(
+                store,
+                &acme,
+                &TraceQuery {
+                    text: Some(text.into()),
+                    ..all_traces()
+                },
+            )
+        };
+        let ids = |t: &[u8]| t.iter().map(|&t| TraceId([t; 16])).collect::<Vec<_>>();
+        assert_eq!(found("quota exhausted"), ids(&[1, 2, 3, 4]));
+        assert_eq!(
+            found("exhaus"),
+            ids(&[1, 2, 3, 4, 5]),
+            "the last word a prefix"
+        );
+        assert_eq!(found("QUOTA"), ids(&[1, 2, 3, 4, 5]), "any case");
+        assert_eq!(found("upstream gateway"), ids(&[2]));
+        // Every word on one span or one log record: the log of trace 4 has no prompt.
+        assert_eq!(found("quota password exhausted"), ids(&[1, 2, 3]));
+        assert!(found("exhausted unheard").is_empty());
+    });
 }
 
 #[test]

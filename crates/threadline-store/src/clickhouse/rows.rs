@@ -82,6 +82,10 @@ pub(crate) struct SearchRow {
     pub(crate) session_id: String,
     pub(crate) user_id: String,
     pub(crate) attributes: Vec<String>,
+    /// The span's searchable text beside its attributes (status message, event texts;
+    /// `SpanDetail::for_each_text_beside_attributes`), a line each: with the name and
+    /// the attributes, what a free-text search screens the span on.
+    pub(crate) extra_text: String,
     pub(crate) version: u64,
 }
 
@@ -111,6 +115,18 @@ pub(crate) fn attribute_pairs(span: &SpanRecord) -> Vec<String> {
             push(&a.key, &a.value);
         }
     }
+    out
+}
+
+/// `SearchRow::extra_text` of a span.
+fn extra_text(detail: &threadline_model::SpanDetail) -> String {
+    let mut out = String::new();
+    detail.for_each_text_beside_attributes(|t| {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(t);
+    });
     out
 }
 
@@ -297,6 +313,7 @@ impl SearchRow {
             session_id: text(|l| l.session_id.as_ref()),
             user_id: text(|l| l.user_id.as_ref()),
             attributes: attribute_pairs(span),
+            extra_text: extra_text(&span.detail),
             version,
         }
     }

@@ -168,6 +168,7 @@ ORDER BY (tenant, trace_id, span_id)
   session_id String,
   user_id String,
   attributes Array(String),
+  extra_text String{bulky},
   version UInt64{session_index}{user_index}{attr_index}{trace_index}
 ) ENGINE = ReplacingMergeTree(version)
 PARTITION BY toDate(toDateTime(intDiv(start_ns, 1000000000)))

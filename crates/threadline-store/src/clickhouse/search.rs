@@ -10,9 +10,10 @@
 //! traces are complete candidates. Their starts come from all their spans (`spans`, by
 //! key), the other filters are checked on their spans (each a query over the candidate
 //! ids), and the page is theirs; when it is short, k grows fourfold. Filters are SQL on
-//! `span_search`, exact but for free text, which SQL screens (every word in the span's
-//! name or raw detail, any case) and Rust then checks in full with the embedded
-//! store's word matcher, span by span.
+//! `span_search`, exact but for free text, which SQL screens (every word, any case, in
+//! the span's name, its `key=value` attributes or its other texts — a superset of its
+//! searchable text, read in the window's rows alone — or in a log record of its trace)
+//! and Rust then checks in full with the embedded store's word matcher, span by span.
 
 use threadline_model::{TenantId, TraceId};
 
@@ -31,17 +32,21 @@ struct Predicate {
     text: Option<TextQuery>,
 }
 
-/// Words as `position` conditions on a column (ASCII words byte-wise, any case; others
-/// through the UTF-8 variant).
+/// The `position` function that finds a word in any case: byte-wise for ASCII words,
+/// else through the UTF-8 variant.
+fn position_of(word: &str) -> &'static str {
+    if word.is_ascii() {
+        "positionCaseInsensitive"
+    } else {
+        "positionCaseInsensitiveUTF8"
+    }
+}
+
+/// Words as `position` conditions on a column.
 fn word_screen(column: &str, text: &TextQuery, args: &mut Vec<String>) -> String {
     let mut all = Vec::new();
     for word in text.words() {
-        let f = if word.is_ascii() {
-            "positionCaseInsensitive"
-        } else {
-            "positionCaseInsensitiveUTF8"
-        };
-        all.push(format!("{f}({column}, ?) > 0"));
+        all.push(format!("{}({column}, ?) > 0", position_of(word)));
         args.push(word.clone());
     }
     all.join(" AND ")
@@ -62,39 +67,32 @@ fn name_matches(column: &str, how: NameMatch, wanted: &str, args: &mut Vec<Strin
 fn predicates(tenant: &TenantId, q: &TraceQuery) -> Vec<Predicate> {
     let mut out = Vec::new();
     if let Some(text) = q.text.as_deref().and_then(TextQuery::parse) {
-        // Spans whose name or raw detail holds every word, or whose trace has a log
-        // record that does; checked in full afterwards.
+        // Spans whose name, attributes or other texts hold every word, or of a trace
+        // with a log record that does; checked in full afterwards.
         let mut args = Vec::new();
-        let spans = format!(
-            "trace_id IN (SELECT trace_id FROM spans WHERE tenant = ? AND start_ns >= {WINDOW} AND ({}))",
-            text.words()
-                .iter()
-                .map(|w| {
-                    let f = if w.is_ascii() {
-                        "positionCaseInsensitive"
-                    } else {
-                        "positionCaseInsensitiveUTF8"
-                    };
-                    format!("({f}(name, ?) > 0 OR {f}(detail, ?) > 0)")
-                })
-                .collect::<Vec<_>>()
-                .join(" AND ")
-        );
-        args.push(tenant.as_str().to_owned());
-        for w in text.words() {
-            args.push(w.clone());
-            args.push(w.clone());
-        }
+        let spans = text
+            .words()
+            .iter()
+            .map(|w| {
+                let f = position_of(w);
+                args.extend([w.clone(), w.clone(), w.clone()]);
+                format!(
+                    "({f}(name, ?) > 0 OR arrayExists(a -> {f}(a, ?) > 0, attributes) \
+                     OR {f}(extra_text, ?) > 0)"
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" AND ");
         let logs_screen = {
-            let mut log_args = vec![tenant.as_str().to_owned()];
-            let screen = word_screen("detail", &text, &mut log_args);
-            args.extend(log_args);
+            args.push(tenant.as_str().to_owned());
+            let screen = word_screen("detail", &text, &mut args);
             format!(
-                "trace_id IN (SELECT trace_id FROM logs WHERE tenant = ? AND has_trace = 1 AND {screen})"
+                "trace_id IN (SELECT trace_id FROM logs WHERE tenant = ? AND has_trace = 1 \
+                 AND time_ns >= {LOG_WINDOW} AND {screen})"
             )
         };
         out.push(Predicate {
-            sql: format!("({spans} OR {logs_screen})"),
+            sql: format!("(({spans}) OR {logs_screen})"),
             args,
             text: Some(text),
         });
@@ -157,9 +155,21 @@ fn predicates(tenant: &TenantId, q: &TraceQuery) -> Vec<Predicate> {
     out
 }
 
-/// Where a predicate's SQL takes the window's start: spans of a trace that starts in the
-/// window start in it too, so a subquery on `spans` reads only the window's partitions.
-const WINDOW: &str = "{WINDOW}";
+/// Where a predicate's SQL takes the start of the window its log records are looked
+/// for in: a trace's records come after its start, but a sender's clock may run behind
+/// (`LOG_CLOCK_SLACK_NS`).
+const LOG_WINDOW: &str = "{LOG_WINDOW}";
+
+/// How far before a window's start its traces' log records are looked for.
+const LOG_CLOCK_SLACK_NS: u64 = 60_000_000_000;
+
+/// A predicate's SQL for traces that start at `window_start` or later.
+fn in_window(sql: &str, window_start: u64) -> String {
+    sql.replace(
+        LOG_WINDOW,
+        &ns(window_start.saturating_sub(LOG_CLOCK_SLACK_NS)),
+    )
+}
 
 /// How far back from `to` (or now, when `to` is later) the anchor spans are read at
 /// first, then wider (the last: everything): the primary key (tenant, start_ns) skips
@@ -386,7 +396,7 @@ fn anchor_spans(
          ORDER BY start_ns DESC, trace_id DESC LIMIT {wanted}",
         w = ns(w_from),
         to = ns(to),
-        anchor = anchor.sql.replace(WINDOW, &ns(w_from)),
+        anchor = in_window(&anchor.sql, w_from),
     );
     let mut args = vec![tenant.as_str().to_owned()];
     args.extend(anchor.args.iter().cloned());
@@ -449,7 +459,7 @@ fn page_of(
                  PREWHERE trace_id IN ({list}) WHERE tenant = ? AND {starts} AND {cond}",
                 starts = starts_sql(chunk.iter().flat_map(|(_, s)| s.iter().copied())),
                 list = list.join(","),
-                cond = p.sql.replace(WINDOW, &ns(from)),
+                cond = in_window(&p.sql, from),
             );
             let mut args = vec![tenant.as_str().to_owned()];
             args.extend(p.args.iter().cloned());
