@@ -193,8 +193,6 @@ const IDS_PER_QUERY: usize = 2_000;
 
 /// Anchor spans read at first; four times as many at each further attempt.
 const FIRST_ANCHORS: usize = 256;
-/// The same for a free-text anchor, whose every attempt scans the window's details.
-const FIRST_TEXT_ANCHORS: usize = 8_192;
 
 #[derive(clickhouse::Row, serde::Deserialize)]
 struct Anchor {
@@ -228,13 +226,7 @@ pub(crate) fn run(
         .enumerate()
         .filter_map(|(i, p)| p.text.as_ref().map(|t| (i == 0, t)))
         .collect();
-    // A free-text anchor rescans the raw details at every attempt: read many at once.
-    let first = if anchor.text.is_some() {
-        FIRST_TEXT_ANCHORS
-    } else {
-        FIRST_ANCHORS
-    };
-    let mut wanted = first.max((limit + 1) * 4);
+    let mut wanted = FIRST_ANCHORS.max((limit + 1) * 4);
     let mut window = 0;
     // Windows end at `to` but are measured back from now when `to` is later (or not
     // given): spans stamped in the future still fall in every window.
