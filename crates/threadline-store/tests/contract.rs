@@ -807,7 +807,7 @@ fn free_text_is_found_wherever_a_span_or_its_logs_say_it_and_only_there() {
     each_backend(|store| {
         let acme = tenant("acme");
         let mut spans = Vec::new();
-        for trace in 1..=6 {
+        for trace in 1..=7 {
             spans.extend(request(trace, "u-1").spans());
         }
         let model_call = |spans: &[SpanRecord], trace: u8| -> usize {
@@ -823,7 +823,7 @@ fn free_text_is_found_wherever_a_span_or_its_logs_say_it_and_only_there() {
         // message event (every string of it); 4: in a log record of the trace, stamped
         // a little before the trace began (a sender's clock behind); 5: the words on
         // two different spans; 6: a word only in an attribute's key and a
-        // non-text attribute's value.
+        // non-text attribute's value; 7: in a prompt attribute repeated (its second).
         let i = model_call(&spans, 1);
         spans[i].detail.status.message = "quota exhausted for tenant".into();
         let i = model_call(&spans, 2);
@@ -858,6 +858,11 @@ fn free_text_is_found_wherever_a_span_or_its_logs_say_it_and_only_there() {
             Attribute::new("quota.exhausted", AttrValue::Bool(true)),
             Attribute::new("limit.kind", AttrValue::String("quota exhausted".into())),
         ]);
+        let i = model_call(&spans, 7);
+        spans[i].detail.attributes.push(Attribute::new(
+            "gen_ai.prompt",
+            AttrValue::String("quota exhausted".into()),
+        ));
         write(store, &acme, &spans);
         let mut early = log(4, 4, "request rejected: Quota Exhausted", 17);
         early.time_unix_nano -= 2_000_000_000;
@@ -877,16 +882,34 @@ fn free_text_is_found_wherever_a_span_or_its_logs_say_it_and_only_there() {
             )
         };
         let ids = |t: &[u8]| t.iter().map(|&t| TraceId([t; 16])).collect::<Vec<_>>();
-        assert_eq!(found("quota exhausted"), ids(&[1, 2, 3, 4]));
+        assert_eq!(found("quota exhausted"), ids(&[1, 2, 3, 4, 7]));
         assert_eq!(
             found("exhaus"),
-            ids(&[1, 2, 3, 4, 5]),
+            ids(&[1, 2, 3, 4, 5, 7]),
             "the last word a prefix"
         );
-        assert_eq!(found("QUOTA"), ids(&[1, 2, 3, 4, 5]), "any case");
+        assert_eq!(found("QUOTA"), ids(&[1, 2, 3, 4, 5, 7]), "any case");
         assert_eq!(found("upstream gateway"), ids(&[2]));
         // Every word on one span or one log record: the log of trace 4 has no prompt.
-        assert_eq!(found("quota password exhausted"), ids(&[1, 2, 3]));
+        assert_eq!(found("quota password exhausted"), ids(&[1, 2, 3, 7]));
+        // Attribute filters on text keys and others; a repeated key is its first.
+        let attr = |key: &str, value: &str| {
+            trace_ids(
+                store,
+                &acme,
+                &TraceQuery {
+                    attributes: vec![(key.into(), value.into())],
+                    ..all_traces()
+                },
+            )
+        };
+        assert_eq!(
+            attr("gen_ai.prompt", "how do I reset my password"),
+            ids(&[1, 2, 3, 4, 5, 6, 7])
+        );
+        assert!(attr("gen_ai.prompt", "quota exhausted").is_empty());
+        assert_eq!(attr("limit.kind", "quota exhausted"), ids(&[6]));
+        assert_eq!(attr("quota.exhausted", "true"), ids(&[6]));
         assert!(found("exhausted unheard").is_empty());
     });
 }

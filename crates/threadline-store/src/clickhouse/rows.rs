@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use threadline_model::{
-    LlmView, LogDetail, LogRecord, SpanDetail, SpanId, SpanKind, SpanOrigin, SpanRecord,
-    StatusCode, TraceId,
+    for_each_string, is_text_key, AttrValue, LlmView, LogDetail, LogRecord, SpanDetail, SpanId,
+    SpanKind, SpanOrigin, SpanRecord, StatusCode, TraceId,
 };
 
 use crate::{SkeletonSpan, SpanLocation, StoreError};
@@ -81,53 +81,74 @@ pub(crate) struct SearchRow {
     pub(crate) prompt_version: String,
     pub(crate) session_id: String,
     pub(crate) user_id: String,
+    /// `SearchAttributes`: with the name, the text attributes and the extra text are
+    /// what a free-text search screens a span on.
     pub(crate) attributes: Vec<String>,
-    /// The span's searchable text beside its attributes (status message, event texts;
-    /// `SpanDetail::for_each_text_beside_attributes`), a line each: with the name and
-    /// the attributes, what a free-text search screens the span on.
+    pub(crate) text_attributes: Vec<String>,
     pub(crate) extra_text: String,
     pub(crate) version: u64,
 }
 
-/// The `key=value` strings a span's `attr.` filters match: its own attributes, then
-/// the resource's it does not shadow (as the embedded store's matcher looks them up).
-pub(crate) fn attribute_pairs(span: &SpanRecord) -> Vec<String> {
-    let own = &span.detail.attributes;
-    let mut out = Vec::with_capacity(own.len() + span.origin.resource_attributes.len());
-    let mut push = |key: &str, value: &threadline_model::AttrValue| {
-        let mut pair = String::with_capacity(key.len() + 16);
-        pair.push_str(key);
-        pair.push('=');
-        value.write_display(&mut pair);
-        out.push(pair);
-    };
-    // The first of a repeated key is the one `SpanDetail::attr` finds.
-    let mut seen: Vec<&str> = Vec::with_capacity(own.len());
-    for a in own {
-        if !seen.contains(&a.key.as_str()) {
-            seen.push(&a.key);
-            push(&a.key, &a.value);
-        }
-    }
-    for a in &span.origin.resource_attributes {
-        if !seen.contains(&a.key.as_str()) {
-            seen.push(&a.key);
-            push(&a.key, &a.value);
-        }
-    }
-    out
+/// What `span_search` holds of a span's attributes and texts.
+pub(crate) struct SearchAttributes {
+    /// The `key=value` strings a span's `attr.` filters match, but for text keys: its
+    /// own attributes, then the resource's it does not shadow (as the embedded store's
+    /// matcher looks them up).
+    pub(crate) attributes: Vec<String>,
+    /// The same for keys that hold text (`is_text_key`: prompts, replies, messages):
+    /// apart, so that a filter on other keys does not read them.
+    pub(crate) text_attributes: Vec<String>,
+    /// The rest of the span's searchable text, a line each: status message, event
+    /// texts, and the texts of a repeated key after its first.
+    pub(crate) extra_text: String,
 }
 
-/// `SearchRow::extra_text` of a span.
-fn extra_text(detail: &threadline_model::SpanDetail) -> String {
-    let mut out = String::new();
-    detail.for_each_text_beside_attributes(|t| {
-        if !out.is_empty() {
-            out.push('\n');
+impl SearchAttributes {
+    pub(crate) fn of(span: &SpanRecord) -> Self {
+        let own = &span.detail.attributes;
+        let mut extra_text = String::new();
+        let mut extra = |text: &str| {
+            if !extra_text.is_empty() {
+                extra_text.push('\n');
+            }
+            extra_text.push_str(text);
+        };
+        // The first of a repeated key is the one `SpanDetail::attr` finds.
+        let mut seen: Vec<&str> = Vec::with_capacity(own.len());
+        let mut pairs: Vec<(&str, &AttrValue)> = Vec::with_capacity(own.len());
+        for a in own {
+            if !seen.contains(&a.key.as_str()) {
+                seen.push(&a.key);
+                pairs.push((&a.key, &a.value));
+            } else if is_text_key(&a.key) {
+                for_each_string(&a.value, &mut extra);
+            }
         }
-        out.push_str(t);
-    });
-    out
+        span.detail.for_each_text_beside_attributes(&mut extra);
+        for a in &span.origin.resource_attributes {
+            if !seen.contains(&a.key.as_str()) {
+                seen.push(&a.key);
+                pairs.push((&a.key, &a.value));
+            }
+        }
+        let mut out = Self {
+            attributes: Vec::with_capacity(pairs.len()),
+            text_attributes: Vec::new(),
+            extra_text,
+        };
+        for (key, value) in pairs {
+            let mut pair = String::with_capacity(key.len() + 16);
+            pair.push_str(key);
+            pair.push('=');
+            value.write_display(&mut pair);
+            if is_text_key(key) {
+                out.text_attributes.push(pair);
+            } else {
+                out.attributes.push(pair);
+            }
+        }
+        out
+    }
 }
 
 /// The encoded detail (detail and LLM view) and origin of a span.
@@ -284,6 +305,7 @@ impl SearchRow {
         let text =
             |f: fn(&LlmView) -> Option<&String>| llm.and_then(f).cloned().unwrap_or_default();
         let model = llm.and_then(|l| l.model()).unwrap_or_default().to_owned();
+        let searched = SearchAttributes::of(span);
         let response_model = llm
             .and_then(|l| l.response_model.as_ref())
             .filter(|r| **r != model)
@@ -312,8 +334,9 @@ impl SearchRow {
             prompt_version: text(|l| l.prompt_template_version.as_ref()),
             session_id: text(|l| l.session_id.as_ref()),
             user_id: text(|l| l.user_id.as_ref()),
-            attributes: attribute_pairs(span),
-            extra_text: extra_text(&span.detail),
+            attributes: searched.attributes,
+            text_attributes: searched.text_attributes,
+            extra_text: searched.extra_text,
             version,
         }
     }

@@ -12,8 +12,10 @@
 //!   column's codec.
 //! - `span_search`: the narrow columns searches filter on, `ORDER BY (tenant, start_ns,
 //!   trace_id, span_id)` — a time window is one range; attributes as `key=value`
-//!   strings in one array (the span's own first, then resource attributes it does
-//!   not shadow), so `has()` is an exact filter.
+//!   strings (the span's own first, then resource attributes it does not shadow), so
+//!   `has()` is an exact filter: those of text keys (prompts, replies) in an array of
+//!   their own that only free text and filters on such keys read, the rest of the
+//!   span's searchable text (status message, event texts) beside them.
 //! - `logs`, `rollup_cells`, `hop_cells`, `incidents`, `detector_marks`, `operations`,
 //!   `tenants`, `graph_events`, `leases`, `erasures`.
 //!
@@ -168,6 +170,7 @@ ORDER BY (tenant, trace_id, span_id)
   session_id String,
   user_id String,
   attributes Array(String),
+  text_attributes Array(String),
   extra_text String{bulky},
   version UInt64{session_index}{user_index}{attr_index}{trace_index}
 ) ENGINE = ReplacingMergeTree(version)

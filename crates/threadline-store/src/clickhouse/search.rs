@@ -11,7 +11,7 @@
 //! key), the other filters are checked on their spans (each a query over the candidate
 //! ids), and the page is theirs; when it is short, k grows fourfold. Filters are SQL on
 //! `span_search`, exact but for free text, which SQL screens (every word, any case, in
-//! the span's name, its `key=value` attributes or its other texts — a superset of its
+//! the span's name, its text attributes or its other texts — a superset of its
 //! searchable text, read in the window's rows alone — or in a log record of its trace)
 //! and Rust then checks in full with the embedded store's word matcher, span by span.
 
@@ -77,7 +77,7 @@ fn predicates(tenant: &TenantId, q: &TraceQuery) -> Vec<Predicate> {
                 let f = position_of(w);
                 args.extend([w.clone(), w.clone(), w.clone()]);
                 format!(
-                    "({f}(name, ?) > 0 OR arrayExists(a -> {f}(a, ?) > 0, attributes) \
+                    "({f}(name, ?) > 0 OR arrayExists(a -> {f}(a, ?) > 0, text_attributes) \
                      OR {f}(extra_text, ?) > 0)"
                 )
             })
@@ -109,7 +109,11 @@ fn predicates(tenant: &TenantId, q: &TraceQuery) -> Vec<Predicate> {
     for (key, value) in &q.attributes {
         push(&mut |args| {
             args.push(format!("{key}={value}"));
-            "has(attributes, ?)".to_owned()
+            if threadline_model::is_text_key(key) {
+                "has(text_attributes, ?)".to_owned()
+            } else {
+                "has(attributes, ?)".to_owned()
+            }
         });
     }
     if let Some(v) = &q.session_id {
