@@ -241,7 +241,7 @@ pub(crate) fn run(
     let mut reanchored = false;
     // Free-text verdicts of traces checked in an earlier attempt.
     let mut checked: foldhash::HashMap<TraceId, bool> = Default::default();
-    let budget = Budget::of(conn, q);
+    let mut budget = Budget::of(conn, q);
     loop {
         let attempt = std::time::Instant::now();
         // The newest `wanted` anchor spans in the range: in the narrowest window that
@@ -320,6 +320,9 @@ pub(crate) fn run(
 struct Budget {
     started: std::time::Instant,
     limit: Option<std::time::Duration>,
+    /// The quickest attempt so far: what an attempt costs whatever it reads (round
+    /// trips), not multiplied when the next is predicted.
+    floor: Option<std::time::Duration>,
 }
 
 impl Budget {
@@ -328,20 +331,33 @@ impl Budget {
         Self {
             started: std::time::Instant::now(),
             limit: conn.first_page_budget.filter(|_| first_page),
+            floor: None,
         }
     }
 
     /// Whether another attempt would likely overrun the budget: the next reads
     /// `growth` times as much (a wider window, or four times the anchors) as the
-    /// attempt that began at `attempt`, and is counted as that many of it. Not before
-    /// half the budget is spent: small reads cost their round trips, not their rows
-    /// (a small store on a slow cluster is not cut short).
-    fn spent(&self, attempt: std::time::Instant, growth: u32) -> bool {
-        self.limit.is_some_and(|limit| {
-            let elapsed = self.started.elapsed();
-            elapsed >= limit / 2 && elapsed + attempt.elapsed() * growth > limit
-        })
+    /// attempt that began at `attempt`, whose time beyond the quickest attempt's is
+    /// counted `growth` times (a small store on a slow cluster, whose every attempt
+    /// costs its round trips, is not cut short).
+    fn spent(&mut self, attempt: std::time::Instant, growth: u32) -> bool {
+        let took = attempt.elapsed();
+        let floor = *self.floor.insert(self.floor.map_or(took, |f| f.min(took)));
+        self.limit
+            .is_some_and(|limit| overruns(limit, self.started.elapsed(), floor, took, growth))
     }
+}
+
+/// Whether `elapsed` and an attempt after one that took `took` — its time beyond
+/// `floor` times `growth` — pass `limit`.
+fn overruns(
+    limit: std::time::Duration,
+    elapsed: std::time::Duration,
+    floor: std::time::Duration,
+    took: std::time::Duration,
+    growth: u32,
+) -> bool {
+    elapsed + floor + took.saturating_sub(floor) * growth > limit
 }
 
 /// The start of the newest span of the tenant in `from..w_from` (any span: the key
@@ -614,6 +630,20 @@ fn texts_hold(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_next_attempt_is_predicted_from_what_the_last_read_beyond_round_trips() {
+        let ms = std::time::Duration::from_millis;
+        let budget = ms(800);
+        // 10 M spans: a minute's window read in 222 ms after a 28 ms one; the whole
+        // store (ten times the rows) would take 2 s.
+        assert!(overruns(budget, ms(260), ms(28), ms(222), 10));
+        // A small store on a slow cluster: every attempt is its round trips.
+        assert!(!overruns(budget, ms(300), ms(100), ms(110), 10));
+        // The first attempt is its own floor: only its time again is counted.
+        assert!(!overruns(budget, ms(350), ms(300), ms(300), 10));
+        assert!(overruns(budget, ms(500), ms(310), ms(310), 10));
+    }
 
     #[test]
     fn span_starts_are_an_exact_set_then_a_range_beyond_the_cap() {
