@@ -81,11 +81,10 @@ pub(crate) struct SearchRow {
     pub(crate) prompt_version: String,
     pub(crate) session_id: String,
     pub(crate) user_id: String,
-    /// `SearchAttributes`: with the name, the text attributes and the extra text are
-    /// what a free-text search screens a span on.
+    /// `SearchAttributes`: with the name, the texts are what a free-text search
+    /// screens a span on.
     pub(crate) attributes: Vec<String>,
-    pub(crate) text_attributes: Vec<String>,
-    pub(crate) extra_text: String,
+    pub(crate) texts: Vec<String>,
     pub(crate) version: u64,
 }
 
@@ -95,24 +94,18 @@ pub(crate) struct SearchAttributes {
     /// own attributes, then the resource's it does not shadow (as the embedded store's
     /// matcher looks them up).
     pub(crate) attributes: Vec<String>,
-    /// The same for keys that hold text (`is_text_key`: prompts, replies, messages):
-    /// apart, so that a filter on other keys does not read them.
-    pub(crate) text_attributes: Vec<String>,
-    /// The rest of the span's searchable text, a line each: status message, event
-    /// texts, and the texts of a repeated key after its first.
-    pub(crate) extra_text: String,
+    /// The same for keys that hold text (`is_text_key`: prompts, replies, messages),
+    /// apart so that a filter on other keys does not read them; then, as `=text` (no
+    /// key, so no filter matches them), the rest of the span's searchable text: status
+    /// message, event texts, the texts of a repeated key after its first.
+    pub(crate) texts: Vec<String>,
 }
 
 impl SearchAttributes {
     pub(crate) fn of(span: &SpanRecord) -> Self {
         let own = &span.detail.attributes;
-        let mut extra_text = String::new();
-        let mut extra = |text: &str| {
-            if !extra_text.is_empty() {
-                extra_text.push('\n');
-            }
-            extra_text.push_str(text);
-        };
+        let mut keyless = Vec::new();
+        let mut extra = |text: &str| keyless.push(format!("={text}"));
         // The first of a repeated key is the one `SpanDetail::attr` finds.
         let mut seen: Vec<&str> = Vec::with_capacity(own.len());
         let mut pairs: Vec<(&str, &AttrValue)> = Vec::with_capacity(own.len());
@@ -133,8 +126,7 @@ impl SearchAttributes {
         }
         let mut out = Self {
             attributes: Vec::with_capacity(pairs.len()),
-            text_attributes: Vec::new(),
-            extra_text,
+            texts: Vec::new(),
         };
         for (key, value) in pairs {
             let mut pair = String::with_capacity(key.len() + 16);
@@ -142,11 +134,12 @@ impl SearchAttributes {
             pair.push('=');
             value.write_display(&mut pair);
             if is_text_key(key) {
-                out.text_attributes.push(pair);
+                out.texts.push(pair);
             } else {
                 out.attributes.push(pair);
             }
         }
+        out.texts.extend(keyless);
         out
     }
 }
@@ -335,8 +328,7 @@ impl SearchRow {
             session_id: text(|l| l.session_id.as_ref()),
             user_id: text(|l| l.user_id.as_ref()),
             attributes: searched.attributes,
-            text_attributes: searched.text_attributes,
-            extra_text: searched.extra_text,
+            texts: searched.texts,
             version,
         }
     }

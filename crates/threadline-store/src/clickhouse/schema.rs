@@ -14,8 +14,8 @@
 //!   trace_id, span_id)` — a time window is one range; attributes as `key=value`
 //!   strings (the span's own first, then resource attributes it does not shadow), so
 //!   `has()` is an exact filter: those of text keys (prompts, replies) in an array of
-//!   their own that only free text and filters on such keys read, the rest of the
-//!   span's searchable text (status message, event texts) beside them.
+//!   their own (`texts`) that only free text and filters on such keys read, with the
+//!   rest of the span's searchable text (status message, event texts) as `=text`.
 //! - `logs`, `rollup_cells`, `hop_cells`, `incidents`, `detector_marks`, `operations`,
 //!   `tenants`, `graph_events`, `leases`, `erasures`.
 //!
@@ -170,8 +170,7 @@ ORDER BY (tenant, trace_id, span_id)
   session_id String,
   user_id String,
   attributes Array(String),
-  text_attributes Array(String),
-  extra_text String{bulky},
+  texts Array(String),
   version UInt64{session_index}{user_index}{attr_index}{trace_index}
 ) ENGINE = ReplacingMergeTree(version)
 PARTITION BY toDate(toDateTime(intDiv(start_ns, 1000000000)))

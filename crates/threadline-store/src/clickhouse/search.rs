@@ -11,9 +11,9 @@
 //! key), the other filters are checked on their spans (each a query over the candidate
 //! ids), and the page is theirs; when it is short, k grows fourfold. Filters are SQL on
 //! `span_search`, exact but for free text, which SQL screens (every word, any case, in
-//! the span's name, its text attributes or its other texts — a superset of its
-//! searchable text, read in the window's rows alone — or in a log record of its trace)
-//! and Rust then checks in full with the embedded store's word matcher, span by span.
+//! the span's name or `texts` — a superset of its searchable text, read in the
+//! window's rows alone — or in a log record of its trace) and Rust then checks in full
+//! with the embedded store's word matcher, span by span.
 
 use threadline_model::{TenantId, TraceId};
 
@@ -67,7 +67,7 @@ fn name_matches(column: &str, how: NameMatch, wanted: &str, args: &mut Vec<Strin
 fn predicates(tenant: &TenantId, q: &TraceQuery) -> Vec<Predicate> {
     let mut out = Vec::new();
     if let Some(text) = q.text.as_deref().and_then(TextQuery::parse) {
-        // Spans whose name, attributes or other texts hold every word, or of a trace
+        // Spans whose name or texts hold every word, or of a trace
         // with a log record that does; checked in full afterwards.
         let mut args = Vec::new();
         let spans = text
@@ -75,11 +75,8 @@ fn predicates(tenant: &TenantId, q: &TraceQuery) -> Vec<Predicate> {
             .iter()
             .map(|w| {
                 let f = position_of(w);
-                args.extend([w.clone(), w.clone(), w.clone()]);
-                format!(
-                    "({f}(name, ?) > 0 OR arrayExists(a -> {f}(a, ?) > 0, text_attributes) \
-                     OR {f}(extra_text, ?) > 0)"
-                )
+                args.extend([w.clone(), w.clone()]);
+                format!("({f}(name, ?) > 0 OR arrayExists(a -> {f}(a, ?) > 0, texts))")
             })
             .collect::<Vec<_>>()
             .join(" AND ");
@@ -110,7 +107,7 @@ fn predicates(tenant: &TenantId, q: &TraceQuery) -> Vec<Predicate> {
         push(&mut |args| {
             args.push(format!("{key}={value}"));
             if threadline_model::is_text_key(key) {
-                "has(text_attributes, ?)".to_owned()
+                "has(texts, ?)".to_owned()
             } else {
                 "has(attributes, ?)".to_owned()
             }
