@@ -16,15 +16,20 @@ use crate::harness::*;
 use crate::openlineage::events_in;
 use crate::scratch::*;
 
+/// Servers compared answer for answer read whole pages (`first_page_budget_ms = 0`):
+/// a first page cut by its time budget depends on how fast each read was, not on the
+/// data (the budget has tests of its own).
+pub(crate) const WHOLE_PAGES: &str = "[clickhouse]\nfirst_page_budget_ms = 0\n";
+
 fn config(cluster: &str) -> String {
-    format!("[clickhouse]\ncluster = \"{cluster}\"\n")
+    format!("{WHOLE_PAGES}cluster = \"{cluster}\"\n")
 }
 
 /// The single-server store the clusters are compared with (the suite's test server).
 fn reference() -> TestServer {
     TestServer::start_on_store(
         &threadline_store::ClickHouseConfig::test_store_url("tl_reference"),
-        None,
+        Some(WHOLE_PAGES),
     )
 }
 

@@ -67,9 +67,12 @@ fn incidents_when(server: &TestServer, want: impl Fn(&[Value]) -> bool) -> Vec<V
 fn two_replicas_answer_alike_and_detection_moves_when_the_active_one_dies() {
     let ch = ScratchClickHouse::start();
     let store = ch.store("tl_replicas");
+    // Whole pages: a first page cut by its time budget depends on each read's speed
+    // (`clickhouse_cluster::WHOLE_PAGES`).
+    let whole_pages = Some(crate::clickhouse_cluster::WHOLE_PAGES);
     let mut servers = [
-        TestServer::start_on_store(&store, None),
-        TestServer::start_on_store(&store, None),
+        TestServer::start_on_store(&store, whole_pages),
+        TestServer::start_on_store(&store, whole_pages),
     ];
     let active = the_active_one(&[&servers[0], &servers[1]]);
 

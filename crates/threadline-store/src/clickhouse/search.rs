@@ -335,8 +335,7 @@ impl Budget {
     /// Whether another attempt would likely overrun the budget: the next reads
     /// `growth` times as much (a wider window, or four times the anchors) as the
     /// attempt that began at `attempt`, whose time beyond the quickest attempt's is
-    /// counted `growth` times (a small store on a slow cluster, whose every attempt
-    /// costs its round trips, is not cut short).
+    /// counted `growth` times (`overruns`).
     fn spent(&mut self, attempt: std::time::Instant, growth: u32) -> bool {
         let took = attempt.elapsed();
         let floor = *self.floor.insert(self.floor.map_or(took, |f| f.min(took)));
@@ -346,7 +345,10 @@ impl Budget {
 }
 
 /// Whether `elapsed` and an attempt after one that took `took` — its time beyond
-/// `floor` times `growth` — pass `limit`.
+/// `floor` times `growth` — pass `limit`. Not before half the limit is spent unless
+/// that attempt alone took a quarter of it: on a small store every attempt costs its
+/// round trips, whose jitter is no sign of a bigger read to come (a cluster with a
+/// replica away answers some in tens of ms, some in hundreds).
 fn overruns(
     limit: std::time::Duration,
     elapsed: std::time::Duration,
@@ -354,7 +356,8 @@ fn overruns(
     took: std::time::Duration,
     growth: u32,
 ) -> bool {
-    elapsed + floor + took.saturating_sub(floor) * growth > limit
+    (elapsed >= limit / 2 || took >= limit / 4)
+        && elapsed + floor + took.saturating_sub(floor) * growth > limit
 }
 
 /// The start of the newest span of the tenant in `from..w_from` (any span: the key
@@ -637,9 +640,14 @@ mod tests {
         assert!(overruns(budget, ms(260), ms(28), ms(222), 10));
         // A small store on a slow cluster: every attempt is its round trips.
         assert!(!overruns(budget, ms(300), ms(100), ms(110), 10));
+        // Jitter early on is not a bigger read to come; late, the budget is spent.
+        assert!(!overruns(budget, ms(300), ms(20), ms(150), 10));
+        assert!(overruns(budget, ms(420), ms(20), ms(150), 10));
         // The first attempt is its own floor: only its time again is counted.
         assert!(!overruns(budget, ms(350), ms(300), ms(300), 10));
         assert!(overruns(budget, ms(500), ms(310), ms(310), 10));
+        // No budget left at all: cut at once.
+        assert!(overruns(ms(0), ms(1), ms(1), ms(1), 4));
     }
 
     #[test]
