@@ -826,26 +826,24 @@ fn free_text_is_found_wherever_a_span_or_its_logs_say_it_and_only_there() {
         // non-text attribute's value; 7: in a prompt attribute repeated (its second).
         let i = model_call(&spans, 1);
         spans[i].detail.status.message = "quota exhausted for tenant".into();
+        let event = |name: &str, key: &str, value: AttrValue| SpanEvent {
+            time_unix_nano: T0,
+            name: name.into(),
+            attributes: vec![Attribute::new(key, value)],
+            dropped_attributes_count: 0,
+        };
         let i = model_call(&spans, 2);
-        spans[i].detail.events.push(SpanEvent {
-            time_unix_nano: T0,
-            name: "exception".into(),
-            attributes: vec![Attribute::new(
-                "exception.message",
-                AttrValue::String("Gateway Quota exhausted upstream".into()),
-            )],
-            dropped_attributes_count: 0,
-        });
+        spans[i].detail.events.push(event(
+            "exception",
+            "exception.message",
+            AttrValue::String("Gateway Quota exhausted upstream".into()),
+        ));
         let i = model_call(&spans, 3);
-        spans[i].detail.events.push(SpanEvent {
-            time_unix_nano: T0,
-            name: "gen_ai.choice".into(),
-            attributes: vec![Attribute::new(
-                "message",
-                AttrValue::Array(vec![AttrValue::String("your quota is exhausted".into())]),
-            )],
-            dropped_attributes_count: 0,
-        });
+        spans[i].detail.events.push(event(
+            "gen_ai.choice",
+            "message",
+            AttrValue::Array(vec![AttrValue::String("your quota is exhausted".into())]),
+        ));
         let i = model_call(&spans, 5);
         spans[i].detail.status.message = "quota".into();
         let root5 = spans
