@@ -104,15 +104,18 @@ pub(crate) struct SearchAttributes {
 impl SearchAttributes {
     pub(crate) fn of(span: &SpanRecord) -> Self {
         let own = &span.detail.attributes;
+        let mut out = Self {
+            attributes: Vec::with_capacity(own.len() + span.origin.resource_attributes.len()),
+            texts: Vec::new(),
+        };
         let mut keyless = Vec::new();
         let mut extra = |text: &str| keyless.push(format!("={text}"));
         // The first of a repeated key is the one `SpanDetail::attr` finds.
         let mut seen: Vec<&str> = Vec::with_capacity(own.len());
-        let mut pairs: Vec<(&str, &AttrValue)> = Vec::with_capacity(own.len());
         for a in own {
             if !seen.contains(&a.key.as_str()) {
                 seen.push(&a.key);
-                pairs.push((&a.key, &a.value));
+                out.push(&a.key, &a.value);
             } else if is_text_key(&a.key) {
                 for_each_string(&a.value, &mut extra);
             }
@@ -121,26 +124,24 @@ impl SearchAttributes {
         for a in &span.origin.resource_attributes {
             if !seen.contains(&a.key.as_str()) {
                 seen.push(&a.key);
-                pairs.push((&a.key, &a.value));
-            }
-        }
-        let mut out = Self {
-            attributes: Vec::with_capacity(pairs.len()),
-            texts: Vec::new(),
-        };
-        for (key, value) in pairs {
-            let mut pair = String::with_capacity(key.len() + 16);
-            pair.push_str(key);
-            pair.push('=');
-            value.write_display(&mut pair);
-            if is_text_key(key) {
-                out.texts.push(pair);
-            } else {
-                out.attributes.push(pair);
+                out.push(&a.key, &a.value);
             }
         }
         out.texts.extend(keyless);
         out
+    }
+
+    /// `key=value` into `texts` for a text key, else into `attributes`.
+    fn push(&mut self, key: &str, value: &AttrValue) {
+        let mut pair = String::with_capacity(key.len() + 16);
+        pair.push_str(key);
+        pair.push('=');
+        value.write_display(&mut pair);
+        if is_text_key(key) {
+            self.texts.push(pair);
+        } else {
+            self.attributes.push(pair);
+        }
     }
 }
 
