@@ -205,6 +205,14 @@ pub(crate) fn next_stamp() -> u64 {
     }
 }
 
+/// The version of rows whose first copy wins (spans, search rows, log records): the
+/// highest for the earliest write. Coarse — copies written within `2^27` ns (≈ 134 ms,
+/// one export and its immediate retry) tie, ClickHouse then keeps either — so that
+/// the rows of a granule share a few versions: ≈ 0.3 rather than 2–3 bytes a span.
+fn first_copy_version() -> u64 {
+    u64::MAX - (next_stamp() >> 27)
+}
+
 impl StoreBackend for ClickHouseStore {
     fn write_spans(
         &self,
@@ -226,8 +234,7 @@ impl StoreBackend for ClickHouseStore {
             .hops(tenant, spans, &repeated, now_ns() as i64);
         let prepared = (|| {
             let mut rows = writer::Rows::default();
-            // The first copy of a span wins: its version is the highest.
-            let version = u64::MAX - next_stamp();
+            let version = first_copy_version();
             let name = tenant.as_str();
             let mut bytes = 0;
             for span in spans {
@@ -270,7 +277,7 @@ impl StoreBackend for ClickHouseStore {
 
     fn write_logs(&self, tenant: &TenantId, records: &[LogRecord]) -> Result<WriteAck, StoreError> {
         let mut rows = writer::Rows::default();
-        let version = u64::MAX - next_stamp();
+        let version = first_copy_version();
         let mut bytes = 0;
         for record in records {
             let row = rows::LogRow::of(tenant.as_str(), record, next_stamp() as i64, version)?;

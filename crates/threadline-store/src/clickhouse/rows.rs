@@ -27,6 +27,13 @@ fn stored_text(s: String) -> Option<String> {
     (!s.is_empty()).then_some(s)
 }
 
+/// A span's end as the nanoseconds after its start that `spans` stores, wrapping: an
+/// end before its start (a skewed clock) comes back as it was sent
+/// (`start.wrapping_add`).
+fn end_after(start_ns: u64, end_ns: u64) -> u64 {
+    end_ns.wrapping_sub(start_ns)
+}
+
 /// An OTLP span kind as one byte.
 fn kind_byte(kind: SpanKind) -> u8 {
     kind.to_otlp().clamp(0, 255) as u8
@@ -41,7 +48,9 @@ pub(crate) struct SpanRow {
     pub(crate) parent_span_id: [u8; 8],
     pub(crate) has_parent: u8,
     pub(crate) start_ns: u64,
-    pub(crate) end_ns: u64,
+    /// The end as nanoseconds after the start (`end_after`): a duration takes half
+    /// the bytes of a second time.
+    pub(crate) duration_ns: u64,
     pub(crate) service: String,
     pub(crate) name: String,
     pub(crate) kind: u8,
@@ -65,7 +74,9 @@ pub(crate) struct SearchRow {
     pub(crate) tenant: String,
     pub(crate) start_ns: u64,
     pub(crate) trace_id: [u8; 16],
-    pub(crate) span_id: [u8; 8],
+    /// `span_key`: what tells a trace's spans that start at the same nanosecond
+    /// apart, in half the bytes of the span id (nothing reads the id from here).
+    pub(crate) span_key: u32,
     pub(crate) entry: u8,
     pub(crate) service: String,
     pub(crate) name: String,
@@ -81,6 +92,9 @@ pub(crate) struct SearchRow {
     pub(crate) prompt_version: String,
     pub(crate) session_id: String,
     pub(crate) user_id: String,
+    /// Bit `i` set: the pair of `FOLDS[i]` is left out of `attributes`, its column
+    /// holding the same value.
+    pub(crate) folded: u16,
     /// `SearchAttributes`: with the name, the texts are what a free-text search
     /// screens a span on.
     pub(crate) attributes: Vec<String>,
@@ -200,7 +214,7 @@ impl SpanRow {
             parent_span_id: span.parent_span_id.map_or([0; 8], |p| p.0),
             has_parent: u8::from(span.parent_span_id.is_some()),
             start_ns: span.start_time_unix_nano,
-            end_ns: span.end_time_unix_nano,
+            duration_ns: end_after(span.start_time_unix_nano, span.end_time_unix_nano),
             service: span.service.clone(),
             name: span.name.clone(),
             kind: kind_byte(span.kind),
@@ -238,7 +252,7 @@ impl SpanRow {
             service: self.service,
             kind: SpanKind::from_otlp(i32::from(self.kind)),
             start_time_unix_nano: self.start_ns,
-            end_time_unix_nano: self.end_ns,
+            end_time_unix_nano: self.start_ns.wrapping_add(self.duration_ns),
             detail,
             origin: origins.get(&self.origin)?,
             llm,
@@ -253,7 +267,7 @@ pub(crate) struct HeadRow {
     pub(crate) parent_span_id: [u8; 8],
     pub(crate) has_parent: u8,
     pub(crate) start_ns: u64,
-    pub(crate) end_ns: u64,
+    pub(crate) duration_ns: u64,
     pub(crate) service: String,
     pub(crate) name: String,
     pub(crate) kind: u8,
@@ -267,7 +281,7 @@ pub(crate) struct HeadRow {
 }
 
 /// The columns of `HeadRow`, in order.
-pub(crate) const HEAD_COLUMNS: &str = "span_id, parent_span_id, has_parent, start_ns, end_ns, \
+pub(crate) const HEAD_COLUMNS: &str = "span_id, parent_span_id, has_parent, start_ns, duration_ns, \
     service, name, kind, error, model, session_id, user_id, total_tokens, input_tokens, \
     output_tokens";
 
@@ -280,7 +294,7 @@ impl HeadRow {
             service: self.service,
             kind: SpanKind::from_otlp(i32::from(self.kind)),
             start_time_unix_nano: self.start_ns,
-            end_time_unix_nano: self.end_ns,
+            end_time_unix_nano: self.start_ns.wrapping_add(self.duration_ns),
             error: self.error != 0,
             model: stored_text(self.model),
             total_tokens: stored_count(self.total_tokens),
@@ -305,11 +319,11 @@ impl SearchRow {
             .filter(|r| **r != model)
             .cloned()
             .unwrap_or_default();
-        Self {
+        let mut row = Self {
             tenant: tenant.to_owned(),
             start_ns: span.start_time_unix_nano,
             trace_id: span.trace_id.0,
-            span_id: span.span_id.0,
+            span_key: span_key(span.span_id),
             entry: u8::from(
                 span.parent_span_id.is_none()
                     || matches!(span.kind, SpanKind::Server | SpanKind::Consumer),
@@ -328,12 +342,65 @@ impl SearchRow {
             prompt_version: text(|l| l.prompt_template_version.as_ref()),
             session_id: text(|l| l.session_id.as_ref()),
             user_id: text(|l| l.user_id.as_ref()),
-            attributes: searched.attributes,
+            folded: 0,
+            attributes: Vec::new(),
             texts: searched.texts,
             version,
-        }
+        };
+        row.fold(searched.attributes);
+        row
+    }
+
+    /// Keeps the pairs of `attributes` that no column repeats.
+    fn fold(&mut self, mut attributes: Vec<String>) {
+        attributes.retain(|pair| {
+            let Some((key, value)) = pair.split_once('=') else {
+                return true;
+            };
+            for (bit, fold) in FOLDS.iter().enumerate() {
+                if fold.key == key && (fold.value)(self) == value && self.folded & (1 << bit) == 0 {
+                    self.folded |= 1 << bit;
+                    return false;
+                }
+            }
+            true
+        });
+        self.attributes = attributes;
     }
 }
+
+/// The first four bytes of a span id's mix: a key that tells a trace's spans apart when
+/// they start at the same nanosecond (two ids colliding there as well: one in 2³²),
+/// sequential ids (1, 2, 3 …) included.
+fn span_key(id: SpanId) -> u32 {
+    (u64::from_be_bytes(id.0).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as u32
+}
+
+/// An attribute whose `key=value` pair a `span_search` row leaves out when `column`
+/// holds the same value (`SearchRow::folded`): ids and names a span's columns already
+/// hold take a quarter of the attribute array's bytes. An `attr.` filter on `key`
+/// reads the column where the bit is set.
+pub(crate) struct Fold {
+    pub(crate) key: &'static str,
+    pub(crate) column: &'static str,
+    value: fn(&SearchRow) -> &str,
+}
+
+/// At most 16 (`SearchRow::folded`).
+pub(crate) const FOLDS: [Fold; 12] = [
+    Fold { key: "service.name", column: "service", value: |r| &r.service },
+    Fold { key: "session.id", column: "session_id", value: |r| &r.session_id },
+    Fold { key: "user.id", column: "user_id", value: |r| &r.user_id },
+    Fold { key: "http.route", column: "route", value: |r| &r.route },
+    Fold { key: "api.route", column: "route", value: |r| &r.route },
+    Fold { key: "gen_ai.request.model", column: "model", value: |r| &r.model },
+    Fold { key: "gen_ai.response.model", column: "model", value: |r| &r.model },
+    Fold { key: "llm.lora.adapter_id", column: "adapter", value: |r| &r.adapter },
+    Fold { key: "model.instance.id", column: "instance", value: |r| &r.instance },
+    Fold { key: "llm.prompt.version", column: "prompt_version", value: |r| &r.prompt_version },
+    Fold { key: "ab.group", column: "ab_group", value: |r| &r.ab_group },
+    Fold { key: "container.image", column: "image", value: |r| &r.image },
+];
 
 /// A row of `logs`.
 #[derive(clickhouse::Row, Serialize, Deserialize, Clone)]

@@ -126,7 +126,7 @@ fn v1(db: &str, d: Dialect) -> Vec<String> {
   parent_span_id FixedString(8),
   has_parent UInt8,
   start_ns UInt64{times},
-  end_ns UInt64{times},
+  duration_ns UInt64,
   service {lc},
   name {lc},
   kind UInt8,
@@ -142,7 +142,7 @@ fn v1(db: &str, d: Dialect) -> Vec<String> {
   version UInt64
 ) ENGINE = ReplacingMergeTree(version)
 PARTITION BY toDate(toDateTime(intDiv(start_ns, 1000000000)))
-ORDER BY (tenant, trace_id, span_id)
+ORDER BY (tenant, trace_id, start_ns, span_id)
 {spans_settings}",
             // A trace by id reads one mark of whole spans per day: 1,024 spans of
             // detail (≈ 0.7 MB) rather than 8,192.
@@ -153,7 +153,7 @@ ORDER BY (tenant, trace_id, span_id)
   tenant {lc},
   start_ns UInt64{times},
   trace_id FixedString(16),
-  span_id FixedString(8),
+  span_key UInt32,
   entry UInt8,
   service {lc},
   name {lc},
@@ -169,12 +169,13 @@ ORDER BY (tenant, trace_id, span_id)
   prompt_version {lc},
   session_id String,
   user_id String,
+  folded UInt16,
   attributes Array(String),
   texts Array(String),
   version UInt64{session_index}{user_index}{attr_index}{trace_index}
 ) ENGINE = ReplacingMergeTree(version)
 PARTITION BY toDate(toDateTime(intDiv(start_ns, 1000000000)))
-ORDER BY (tenant, start_ns, trace_id, span_id)
+ORDER BY (tenant, start_ns, trace_id, span_key)
 {settings}",
             session_index = d.index("session_bf session_id TYPE bloom_filter(0.01) GRANULARITY 4"),
             user_index = d.index("user_bf user_id TYPE bloom_filter(0.01) GRANULARITY 4"),

@@ -18,7 +18,7 @@
 use threadline_model::{TenantId, TraceId};
 
 use crate::clickhouse::client::Connection;
-use crate::clickhouse::rows::{HeadRow, HEAD_COLUMNS};
+use crate::clickhouse::rows::{HeadRow, FOLDS, HEAD_COLUMNS};
 use crate::clickhouse::sql::{bind_all, equals, ns, trace_sql};
 use crate::search::{NameMatch, TracePage, TraceQuery, TraceSummary};
 use crate::sqlite::text_index::TextQuery;
@@ -104,14 +104,7 @@ fn predicates(tenant: &TenantId, q: &TraceQuery) -> Vec<Predicate> {
         });
     };
     for (key, value) in &q.attributes {
-        push(&mut |args| {
-            args.push(format!("{key}={value}"));
-            if threadline_model::is_text_key(key) {
-                "has(texts, ?)".to_owned()
-            } else {
-                "has(attributes, ?)".to_owned()
-            }
-        });
+        push(&mut |args| attribute_equals(key, value, args));
     }
     if let Some(v) = &q.session_id {
         push(&mut |args| equals("session_id", v, args));
@@ -154,6 +147,26 @@ fn predicates(tenant: &TenantId, q: &TraceQuery) -> Vec<Predicate> {
         });
     }
     out
+}
+
+/// A span's (or its resource's) attribute `key` is `value`: its pair in `texts` or
+/// `attributes`, or the column a fold left it to (`FOLDS`).
+fn attribute_equals(key: &str, value: &str, args: &mut Vec<String>) -> String {
+    args.push(format!("{key}={value}"));
+    if threadline_model::is_text_key(key) {
+        return "has(texts, ?)".to_owned();
+    }
+    let mut sql = "(has(attributes, ?)".to_owned();
+    for (bit, fold) in FOLDS.iter().enumerate().filter(|(_, f)| f.key == key) {
+        args.push(value.to_owned());
+        sql.push_str(&format!(
+            " OR (bitAnd(folded, {}) != 0 AND {} = ?)",
+            1u32 << bit,
+            fold.column
+        ));
+    }
+    sql.push(')');
+    sql
 }
 
 /// Where a predicate's SQL takes the start of the window its log records are looked
@@ -560,7 +573,7 @@ fn heads_of(
             .client
             .query(&format!(
                 "SELECT trace_id, {HEAD_COLUMNS} FROM spans PREWHERE trace_id IN ({}) WHERE tenant = ?
-                 ORDER BY trace_id, start_ns, span_id, version DESC LIMIT 1 BY trace_id, span_id",
+                 ORDER BY trace_id, span_id, version DESC LIMIT 1 BY trace_id, span_id",
                 list.join(",")
             ))
             .bind(tenant.as_str());
@@ -571,6 +584,8 @@ fn heads_of(
                 .push(row.head.into_skeleton());
         }
     }
+    out.values_mut()
+        .for_each(|heads| crate::clickhouse::traces::in_start_order(heads));
     Ok(out)
 }
 

@@ -39,12 +39,16 @@ pub(crate) fn get_traces(
         .client
         .query(&format!(
             "SELECT ?fields FROM spans PREWHERE trace_id IN ({}) WHERE tenant = ?
-             ORDER BY trace_id, start_ns, span_id, version DESC LIMIT 1 BY trace_id, span_id",
+             ORDER BY trace_id, span_id, version DESC LIMIT 1 BY trace_id, span_id",
             list.join(",")
         ))
         .bind(tenant.as_str());
     let rows: Vec<SpanRow> = conn.fetch_all(query)?;
-    by_trace(rows, |r| r.trace_id, SpanRow::into_record)
+    let mut traces = by_trace(rows, |r| r.trace_id, SpanRow::into_record)?;
+    for spans in traces.values_mut() {
+        spans.sort_unstable_by_key(|s| (s.start_time_unix_nano, s.span_id));
+    }
+    Ok(traces)
 }
 
 pub(crate) fn skeleton(
@@ -56,12 +60,21 @@ pub(crate) fn skeleton(
         .client
         .query(&format!(
             "SELECT {HEAD_COLUMNS} FROM spans PREWHERE trace_id = {} WHERE tenant = ?
-             ORDER BY start_ns, span_id, version DESC LIMIT 1 BY span_id",
+             ORDER BY span_id, version DESC LIMIT 1 BY span_id",
             trace_sql(trace_id)
         ))
         .bind(tenant.as_str());
     let rows: Vec<HeadRow> = conn.fetch_all(query)?;
-    Ok(rows.into_iter().map(HeadRow::into_skeleton).collect())
+    let mut heads: Vec<SkeletonSpan> = rows.into_iter().map(HeadRow::into_skeleton).collect();
+    in_start_order(&mut heads);
+    Ok(heads)
+}
+
+/// A trace's skeleton in start order. Reads keep the first copy of a span id (the
+/// highest version) before they order: a copy sent again with another start is a row
+/// of its own under the key (trace, start, span).
+pub(crate) fn in_start_order(heads: &mut [SkeletonSpan]) {
+    heads.sort_unstable_by_key(|h| (h.start_time_unix_nano, h.span_id));
 }
 
 /// Spans a reader fetches per request once a walk asks for one it has not read.
