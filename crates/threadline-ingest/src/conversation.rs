@@ -18,7 +18,7 @@ use serde::Serialize;
 use serde_json::Value as Json;
 use threadline_model::{AttrValue, Attribute, LogRecord, SpanDetail, SpanEvent};
 
-use crate::normalize::{json_text, to_json};
+use threadline_model::conventions::{json_text, to_json};
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct ToolCall {

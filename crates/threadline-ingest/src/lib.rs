@@ -9,8 +9,9 @@ mod export;
 #[cfg(test)]
 mod fuzz_tests;
 mod lenient;
+#[cfg(test)]
+mod llm_view_tests;
 mod logs;
-mod normalize;
 mod otlp_json;
 mod time_bounds;
 mod traces_wire;
@@ -25,8 +26,8 @@ pub use convert::{convert_request, ConvertedBatch};
 pub use export::{any_value, key_values, to_resource_spans};
 pub use lenient::{RecordWise, Undecodable};
 pub use logs::{convert_logs_request, ConvertedLogs};
-pub use normalize::llm_view;
 pub use otlp_json::parse_otlp_json;
+pub use threadline_model::llm_view;
 pub use time_bounds::TimeBounds;
 
 /// Re-exported so callers name the exact OTLP message types this crate decodes.

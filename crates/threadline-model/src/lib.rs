@@ -5,6 +5,7 @@
 //! Types that are persisted by the embedded store derive `serde` (the store encodes
 //! them with postcard); API shapes are written as DTOs in the server crate.
 
+pub mod conventions;
 mod ids;
 mod lineage;
 mod llm;
@@ -13,6 +14,7 @@ mod span;
 mod text;
 pub mod trace_tree;
 
+pub use conventions::llm_view;
 pub use ids::{IdError, SpanId, TenantId, TraceId};
 pub use lineage::{
     AssetOutcome, AssetRegistration, DeclaredEdge, DeclaredValidity, Direction, EdgeEnd, EdgeKind,

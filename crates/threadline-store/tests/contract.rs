@@ -912,6 +912,92 @@ fn free_text_is_found_wherever_a_span_or_its_logs_say_it_and_only_there() {
     });
 }
 
+/// The ClickHouse backend leaves out of its search rows the pairs a column holds the
+/// same value of (`FOLDS`): a filter on such a key still matches what was sent, and
+/// only that, also when the column holds another key's value (conventions' precedence).
+#[test]
+fn attribute_filters_match_as_sent_where_a_column_repeats_the_value() {
+    each_backend(|store| {
+        let acme = tenant("acme");
+        let span = |trace: u8, attributes: &[(&str, &str)]| {
+            let mut span = request(trace, "u-1").spans().remove(0);
+            span.detail.attributes = attributes
+                .iter()
+                .map(|(k, v)| Attribute::new(*k, AttrValue::String((*v).into())))
+                .collect();
+            // As every span that comes in over OTLP: the view its attributes give.
+            span.llm = threadline_model::llm_view(&span.name, &span.detail, &span.origin);
+            span
+        };
+        let spans = vec![
+            span(
+                1,
+                &[
+                    ("session.id", "s-1"),
+                    ("user.id", "u-1"),
+                    ("http.route", "/chat"),
+                    ("gen_ai.request.model", "m-1"),
+                    ("gen_ai.response.model", "m-1"),
+                    ("ab.group", "B"),
+                ],
+            ),
+            // The session column holds the conversation id, the route column the
+            // platform's route.
+            span(
+                2,
+                &[
+                    ("gen_ai.conversation.id", "conv-2"),
+                    ("session.id", "s-2"),
+                    ("http.route", "/a"),
+                    ("api.route", "/b"),
+                ],
+            ),
+            // A repeated key is its first.
+            span(3, &[("session.id", "s-1"), ("session.id", "s-9")]),
+        ];
+        write(store, &acme, &spans);
+        for s in &spans {
+            assert_eq!(
+                store.get_trace(&acme, s.trace_id).unwrap(),
+                vec![s.clone()],
+                "a span with the view its attributes give reads back as written"
+            );
+        }
+        let attr = |key: &str, value: &str| {
+            trace_ids(
+                store,
+                &acme,
+                &TraceQuery {
+                    attributes: vec![(key.into(), value.into())],
+                    ..all_traces()
+                },
+            )
+        };
+        let ids = |t: &[u8]| t.iter().map(|&t| TraceId([t; 16])).collect::<Vec<_>>();
+        assert_eq!(attr("session.id", "s-1"), ids(&[1, 3]));
+        assert_eq!(attr("session.id", "s-2"), ids(&[2]));
+        assert_eq!(attr("session.id", "conv-2"), ids(&[]));
+        assert_eq!(attr("gen_ai.conversation.id", "conv-2"), ids(&[2]));
+        assert_eq!(attr("session.id", "s-9"), ids(&[]));
+        assert_eq!(attr("user.id", "u-1"), ids(&[1]));
+        assert_eq!(attr("http.route", "/chat"), ids(&[1]));
+        assert_eq!(attr("http.route", "/a"), ids(&[2]));
+        assert_eq!(attr("api.route", "/b"), ids(&[2]));
+        assert_eq!(attr("api.route", "/a"), ids(&[]));
+        assert_eq!(attr("http.route", "/b"), ids(&[]));
+        assert_eq!(attr("gen_ai.request.model", "m-1"), ids(&[1]));
+        assert_eq!(attr("gen_ai.response.model", "m-1"), ids(&[1]));
+        assert_eq!(attr("ab.group", "B"), ids(&[1]));
+        assert_eq!(attr("ab.group", "A"), ids(&[]));
+        assert_eq!(
+            attr("service.name", "gateway"),
+            ids(&[1, 2, 3]),
+            "a resource's"
+        );
+        assert_eq!(attr("service.name", "inference"), ids(&[]));
+    });
+}
+
 #[test]
 fn logs_read_by_trace_and_by_search() {
     each_backend(|store| {

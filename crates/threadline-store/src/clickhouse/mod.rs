@@ -18,6 +18,7 @@ mod logs;
 mod rows;
 mod schema;
 mod search;
+mod search_rows;
 mod spool;
 mod sql;
 mod traces;
@@ -241,7 +242,8 @@ impl StoreBackend for ClickHouseStore {
                 let row = rows::SpanRow::of(name, span, version)?;
                 bytes += row.detail.len() + row.origin.len() + 256;
                 rows.spans.push(row);
-                rows.search.push(rows::SearchRow::of(name, span, version));
+                rows.search
+                    .push(search_rows::SearchRow::of(name, span, version));
             }
             rows.operations = rows::OperationRow::of_spans(name, spans);
             rows.tenants = self.tenant_row(tenant);

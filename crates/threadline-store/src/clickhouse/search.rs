@@ -18,7 +18,8 @@
 use threadline_model::{TenantId, TraceId};
 
 use crate::clickhouse::client::Connection;
-use crate::clickhouse::rows::{HeadRow, FOLDS, HEAD_COLUMNS};
+use crate::clickhouse::rows::{HeadRow, HEAD_COLUMNS};
+use crate::clickhouse::search_rows::FOLDS;
 use crate::clickhouse::sql::{bind_all, equals, ns, trace_sql};
 use crate::search::{NameMatch, TracePage, TraceQuery, TraceSummary};
 use crate::sqlite::text_index::TextQuery;

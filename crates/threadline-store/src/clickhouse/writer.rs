@@ -27,6 +27,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::ack::JobOutcome;
 use crate::clickhouse::rows::*;
+use crate::clickhouse::search_rows::SearchRow;
 use crate::clickhouse::spool::Spool;
 use crate::{Applied, StoreError, WriteAck, WriterStats};
 

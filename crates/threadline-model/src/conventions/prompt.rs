@@ -6,10 +6,10 @@
 
 use std::borrow::Cow;
 
+use crate::AttrValue;
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value as Json;
 use sha2::{Digest, Sha256};
-use threadline_model::AttrValue;
 
 use super::keys::k;
 use super::{json_text, to_json, Sources};

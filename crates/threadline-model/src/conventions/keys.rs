@@ -5,7 +5,7 @@
 
 use std::sync::LazyLock;
 
-use threadline_model::{AttrValue, Attribute};
+use crate::{AttrValue, Attribute};
 
 /// Every attribute name a lookup of `Sources` may ask for.
 pub(super) const KEYS: &[&str] = &[
@@ -118,7 +118,7 @@ const fn const_eq(a: &[u8], b: &[u8]) -> bool {
 /// `Key::named` at compile time.
 macro_rules! k {
     ($name:literal) => {
-        const { $crate::normalize::keys::Key::named($name) }
+        const { $crate::conventions::keys::Key::named($name) }
     };
 }
 pub(super) use k;

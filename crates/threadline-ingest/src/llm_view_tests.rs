@@ -17,9 +17,7 @@ fn view_of(fixture: &str) -> LlmView {
 
 #[test]
 fn otel_genai_current_names() {
-    let v = view_of(include_str!(
-        "../../fixtures/conventions/genai-current.json"
-    ));
+    let v = view_of(include_str!("../fixtures/conventions/genai-current.json"));
     assert_eq!(v.operation.as_deref(), Some("chat"));
     assert_eq!(v.provider.as_deref(), Some("openai"));
     assert_eq!(v.request_model.as_deref(), Some("gpt-4o"));
@@ -48,7 +46,7 @@ fn otel_genai_current_names() {
 #[test]
 fn otel_genai_deprecated_names_and_events() {
     let v = view_of(include_str!(
-        "../../fixtures/conventions/genai-deprecated.json"
+        "../fixtures/conventions/genai-deprecated.json"
     ));
     assert_eq!(
         v.provider.as_deref(),
@@ -77,9 +75,7 @@ fn otel_genai_deprecated_names_and_events() {
 
 #[test]
 fn openinference_names_and_flattened_messages() {
-    let v = view_of(include_str!(
-        "../../fixtures/conventions/openinference.json"
-    ));
+    let v = view_of(include_str!("../fixtures/conventions/openinference.json"));
     assert_eq!(v.operation.as_deref(), Some("chat"));
     assert_eq!(v.provider.as_deref(), Some("mistral_ai"));
     assert_eq!(v.request_model.as_deref(), Some("mistral-large"));
@@ -100,7 +96,7 @@ fn openinference_names_and_flattened_messages() {
 
 #[test]
 fn vllm_span_attributes() {
-    let v = view_of(include_str!("../../fixtures/conventions/vllm.json"));
+    let v = view_of(include_str!("../fixtures/conventions/vllm.json"));
     assert_eq!(v.provider.as_deref(), Some("vllm"));
     assert_eq!(
         v.response_model.as_deref(),
@@ -126,7 +122,7 @@ fn vllm_span_attributes() {
 
 #[test]
 fn platform_attributes_resource_and_baggage() {
-    let v = view_of(include_str!("../../fixtures/conventions/platform.json"));
+    let v = view_of(include_str!("../fixtures/conventions/platform.json"));
     assert_eq!(v.adapter_id.as_deref(), Some("fin-lora@7"));
     assert_eq!(v.base_model.as_deref(), Some("meta-llama/Meta-Llama-3-8B"));
     assert_eq!(
@@ -158,7 +154,7 @@ fn platform_attributes_resource_and_baggage() {
 
 #[test]
 fn spans_without_llm_signal_have_no_view() {
-    let doc = include_str!("../../fixtures/conventions/vllm.json")
+    let doc = include_str!("../fixtures/conventions/vllm.json")
         .replace("llm_request", "GET /health")
         .replace("gen_ai.", "x.");
     let batch = convert_request(
@@ -197,7 +193,7 @@ fn a_repeated_attribute_key_reads_as_its_last_value() {
         ],
         ..Default::default()
     };
-    let view = super::llm_view("chat", &detail, &SpanOrigin::default()).unwrap();
+    let view = threadline_model::llm_view("chat", &detail, &SpanOrigin::default()).unwrap();
     assert_eq!(view.request_model.as_deref(), Some("last"));
     assert_eq!(view.route.as_deref(), Some("/v1/chat"));
 }

@@ -8,8 +8,8 @@
 // be flooded with colliding keys.
 use foldhash::HashMap;
 
+use crate::{AttrValue, LlmView, RejectionReason, SpanDetail, SpanOrigin};
 use serde_json::Value as Json;
-use threadline_model::{AttrValue, LlmView, RejectionReason, SpanDetail, SpanOrigin};
 
 use keys::{k, Key, Slots};
 
@@ -458,7 +458,7 @@ fn rejection_reason(src: &Sources<'_>, finish_reasons: &[String]) -> Option<Reje
 
 /// An attribute as JSON; strings holding JSON (senders that cannot set structured
 /// attributes) are parsed.
-pub(crate) fn to_json(value: &AttrValue) -> Json {
+pub fn to_json(value: &AttrValue) -> Json {
     match value {
         AttrValue::String(s) => {
             let t = s.trim_start();
@@ -483,7 +483,7 @@ pub(crate) fn to_json(value: &AttrValue) -> Json {
 }
 
 /// The text content of a message part list, a string, or an object with `content`.
-pub(crate) fn json_text(value: &Json) -> String {
+pub fn json_text(value: &Json) -> String {
     match value {
         Json::String(s) => s.clone(),
         Json::Array(parts) => parts
@@ -502,5 +502,3 @@ pub(crate) fn json_text(value: &Json) -> String {
 
 mod keys;
 mod prompt;
-#[cfg(test)]
-mod tests;
