@@ -415,3 +415,31 @@ pub(crate) mod bytes {
         d.deserialize_byte_buf(Visitor)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_span_row_gives_back_the_span_its_end_before_its_start_too() {
+        let span = |start: u64, end: u64| SpanRecord {
+            trace_id: TraceId([1; 16]),
+            span_id: SpanId([2; 8]),
+            parent_span_id: None,
+            name: "chat m".into(),
+            service: "gateway".into(),
+            kind: SpanKind::Client,
+            start_time_unix_nano: start,
+            end_time_unix_nano: end,
+            detail: SpanDetail::default(),
+            origin: Arc::new(SpanOrigin::default()),
+            llm: None,
+        };
+        for (start, end) in [(10, 25), (25, 10), (0, u64::MAX), (u64::MAX, 0)] {
+            let written = span(start, end);
+            let row = SpanRow::of("acme", &written, 1).unwrap();
+            let read = row.into_record(&mut Origins::default()).unwrap();
+            assert_eq!(read, written);
+        }
+    }
+}

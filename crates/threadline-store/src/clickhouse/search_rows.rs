@@ -240,3 +240,20 @@ pub(crate) const FOLDS: [Fold; 12] = [
         value: |r| &r.image,
     },
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ids a sender counts up (in either half) — the spans of one trace that may share
+    /// a start — get keys of their own; random ids collide as any 32 bits do.
+    #[test]
+    fn span_keys_tell_counted_ids_apart() {
+        for shift in [0, 32] {
+            let keys: std::collections::HashSet<u32> = (1..=100_000u64)
+                .map(|n| span_key(SpanId((n << shift).to_be_bytes())))
+                .collect();
+            assert_eq!(keys.len(), 100_000, "ids counted at bit {shift}");
+        }
+    }
+}
