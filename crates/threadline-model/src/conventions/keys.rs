@@ -93,7 +93,7 @@ impl Key {
             }
             i += 1;
         }
-        panic!("an attribute name missing from normalize::keys::KEYS")
+        panic!("an attribute name missing from conventions::keys::KEYS")
     }
 
     pub(super) fn name(self) -> &'static str {
