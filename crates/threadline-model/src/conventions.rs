@@ -190,6 +190,33 @@ fn parse_baggage_header(header: &str) -> Vec<(String, String)> {
 
 /// Builds the LLM view of a span, or `None` for a span that carries no LLM signal.
 pub fn llm_view(span_name: &str, detail: &SpanDetail, origin: &SpanOrigin) -> Option<LlmView> {
+    view_of(span_name, detail, origin, PromptHash::Computed)
+}
+
+/// `llm_view` but for `prompt_hash`, left `None`: what a store that keeps the hash
+/// derives again on read — hashing the prompt reads its messages (JSON) and is most
+/// of the view's cost on a span with text.
+pub fn llm_view_but_prompt_hash(
+    span_name: &str,
+    detail: &SpanDetail,
+    origin: &SpanOrigin,
+) -> Option<LlmView> {
+    view_of(span_name, detail, origin, PromptHash::Left)
+}
+
+/// Whether a view's prompt hash is computed.
+#[derive(Clone, Copy, PartialEq)]
+enum PromptHash {
+    Computed,
+    Left,
+}
+
+fn view_of(
+    span_name: &str,
+    detail: &SpanDetail,
+    origin: &SpanOrigin,
+    hash: PromptHash,
+) -> Option<LlmView> {
     let src = Sources::new(detail, origin);
     let context = Context::of(&src);
     if !src.has_llm_signal(span_name) && context.is_empty() {
@@ -270,7 +297,9 @@ pub fn llm_view(span_name: &str, detail: &SpanDetail, origin: &SpanOrigin) -> Op
     view.prompt_cache_hit_ratio =
         prompt_cache_hit_ratio(&src, view.operation.as_deref(), view.input_tokens);
     view.rejection_reason = rejection_reason(&src, &view.finish_reasons);
-    view.prompt_hash = prompt::prompt_hash(&src, view.prompt_template_version.as_deref());
+    if hash == PromptHash::Computed {
+        view.prompt_hash = prompt::prompt_hash(&src, view.prompt_template_version.as_deref());
+    }
     Some(view)
 }
 

@@ -14,7 +14,7 @@ mod span;
 mod text;
 pub mod trace_tree;
 
-pub use conventions::llm_view;
+pub use conventions::{llm_view, llm_view_but_prompt_hash};
 pub use ids::{IdError, SpanId, TenantId, TraceId};
 pub use lineage::{
     AssetOutcome, AssetRegistration, DeclaredEdge, DeclaredValidity, Direction, EdgeEnd, EdgeKind,

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use threadline_model::{
-    llm_view, LlmView, LogDetail, LogRecord, SpanDetail, SpanId, SpanKind, SpanOrigin, SpanRecord,
-    TraceId,
+    llm_view_but_prompt_hash, LlmView, LogDetail, LogRecord, SpanDetail, SpanId, SpanKind,
+    SpanOrigin, SpanRecord, TraceId,
 };
 
 use crate::{SkeletonSpan, SpanLocation, StoreError};
@@ -68,19 +68,33 @@ pub(crate) struct SpanRow {
     pub(crate) version: u64,
 }
 
-/// A span's LLM view as `spans.detail` holds it: nothing when it is the one its name,
-/// detail and origin give (`llm_view`, as every span that came in over OTLP) — the
-/// view repeats the attributes' ids and timings, a tenth of the bytes of a span.
+/// A span's LLM view as `spans.detail` holds it: only its prompt hash when it is the
+/// one its name, detail and origin give (`llm_view`, as for every span that came in
+/// over OTLP) — the view repeats the attributes' ids and timings, a tenth of the bytes
+/// of a span. The hash is kept: computing it again reads the prompt's messages.
 #[derive(Serialize, Deserialize)]
-enum StoredView<V> {
-    Derived,
+enum StoredView<V, H> {
+    /// The view `llm_view_but_prompt_hash` gives, with this prompt hash.
+    Derived {
+        prompt_hash: H,
+    },
     Given(V),
 }
 
 /// The encoded detail (detail and LLM view) and origin of a span.
 pub(crate) fn encode_span(span: &SpanRecord) -> Result<(Vec<u8>, Vec<u8>), StoreError> {
-    let view = if llm_view(&span.name, &span.detail, &span.origin) == span.llm {
-        StoredView::Derived
+    let prompt_hash = span.llm.as_ref().and_then(|l| l.prompt_hash.as_ref());
+    let derived = llm_view_but_prompt_hash(&span.name, &span.detail, &span.origin);
+    let same = match (derived, &span.llm) {
+        (None, None) => true,
+        (Some(mut derived), Some(given)) => {
+            derived.prompt_hash.clone_from(&given.prompt_hash);
+            derived == *given
+        }
+        _ => false,
+    };
+    let view = if same {
+        StoredView::Derived { prompt_hash }
     } else {
         StoredView::Given(&span.llm)
     };
@@ -165,12 +179,17 @@ impl SpanRow {
     /// The span as it was written.
     pub(crate) fn into_record(self, origins: &mut Origins) -> Result<SpanRecord, StoreError> {
         let (trace_id, span_id, parent_span_id) = self.ids();
-        let (detail, view): (SpanDetail, StoredView<Option<LlmView>>) =
+        let (detail, view): (SpanDetail, StoredView<Option<LlmView>, Option<String>>) =
             postcard::from_bytes(&self.detail)
                 .map_err(|e| StoreError::corrupt(format!("a stored span does not decode: {e}")))?;
         let origin = origins.get(&self.origin)?;
         let llm = match view {
-            StoredView::Derived => llm_view(&self.name, &detail, &origin),
+            StoredView::Derived { prompt_hash } => {
+                llm_view_but_prompt_hash(&self.name, &detail, &origin).map(|view| LlmView {
+                    prompt_hash,
+                    ..view
+                })
+            }
             StoredView::Given(llm) => llm,
         };
         Ok(SpanRecord {
@@ -441,5 +460,54 @@ mod tests {
             let read = row.into_record(&mut Origins::default()).unwrap();
             assert_eq!(read, written);
         }
+    }
+
+    /// A view its span gives is stored as its prompt hash alone and reads back whole;
+    /// one it does not give (a writer's own) is stored and reads back as written.
+    #[test]
+    fn an_llm_view_is_stored_only_where_the_span_does_not_give_it() {
+        use threadline_model::{llm_view, AttrValue, Attribute};
+        let mut span = SpanRecord {
+            trace_id: TraceId([1; 16]),
+            span_id: SpanId([2; 8]),
+            parent_span_id: None,
+            name: "chat m".into(),
+            service: "inference".into(),
+            kind: SpanKind::Client,
+            start_time_unix_nano: 10,
+            end_time_unix_nano: 20,
+            detail: SpanDetail::default(),
+            origin: Arc::new(SpanOrigin::default()),
+            llm: None,
+        };
+        let text = |s: &str| AttrValue::String(s.into());
+        span.detail.attributes = vec![
+            Attribute::new("gen_ai.request.model", text("m-1")),
+            Attribute::new("gen_ai.prompt", text("how do I reset my password")),
+            Attribute::new(
+                "gen_ai.response.time_to_first_chunk",
+                AttrValue::Double(0.123),
+            ),
+            Attribute::new("session.id", text("s-1")),
+        ];
+        span.llm = llm_view(&span.name, &span.detail, &span.origin);
+        assert!(span.llm.as_ref().unwrap().prompt_hash.is_some());
+        let round_trip = |span: &SpanRecord| {
+            let row = SpanRow::of("acme", span, 1).unwrap();
+            let stored = row.detail.len();
+            (row.into_record(&mut Origins::default()).unwrap(), stored)
+        };
+        let (read, derived_bytes) = round_trip(&span);
+        assert_eq!(read, span);
+        let mut own = span.clone();
+        own.llm.as_mut().unwrap().route = Some("/set-by-the-writer".into());
+        let (read, given_bytes) = round_trip(&own);
+        assert_eq!(read, own);
+        assert!(
+            given_bytes > derived_bytes + 20,
+            "{given_bytes} bytes with the view, {derived_bytes} without"
+        );
+        own.llm = None;
+        assert_eq!(round_trip(&own).0, own, "no view where the span gives one");
     }
 }

@@ -271,9 +271,12 @@ pub(crate) fn run(
                 } else {
                     window
                 };
-                // A window n times as wide reads about n times the spans.
-                let growth = (WINDOWS_NS[next] / WINDOWS_NS[window]).clamp(4, 10) as u32;
-                if budget.spent(attempt, growth) {
+                // The next window reads its spans as this one read its own: how many
+                // more there are is counted on the key (a store's rate varies).
+                let next_from = from.max(older.saturating_add(1).saturating_sub(WINDOWS_NS[next]));
+                let (these, then) = spans_in(conn, tenant, (w_from, next_from), to)?;
+                let growth = then as f64 / these.max(1) as f64;
+                if budget.spent(attempt, growth, then < SMALL_READ_SPANS) {
                     // Every trace that started in the window has all its anchor
                     // spans among those read: those are known whole.
                     let known = page_of(
@@ -319,7 +322,19 @@ pub(crate) fn run(
         if found.len() > limit || complete {
             return Ok(TracePage::of_found(found, limit));
         }
-        if let Some(horizon) = horizon.filter(|_| budget.spent(attempt, 4)) {
+        // Four times the anchors, of rows the window holds: a small read unless this
+        // one was slow or the budget is half spent (round-trip jitter is no sign of a
+        // bigger read to come: a cluster with a replica away answers some in tens of
+        // ms, some in hundreds).
+        let small = |b: &Budget| {
+            b.limit.is_some_and(|limit| {
+                b.started.elapsed() < limit / 2 && attempt.elapsed() < limit / 4
+            })
+        };
+        if let Some(horizon) = horizon.filter(|_| {
+            let small = small(&budget);
+            budget.spent(attempt, 4.0, small)
+        }) {
             return Ok(TracePage::searched_from(found, limit, horizon + 1));
         }
         wanted *= 4;
@@ -349,29 +364,67 @@ impl Budget {
     /// Whether another attempt would likely overrun the budget: the next reads
     /// `growth` times as much (a wider window, or four times the anchors) as the
     /// attempt that began at `attempt`, whose time beyond the quickest attempt's is
-    /// counted `growth` times (`overruns`).
-    fn spent(&mut self, attempt: std::time::Instant, growth: u32) -> bool {
+    /// counted `growth` times (`overruns`) — unless it is a `small` read, never cut.
+    fn spent(&mut self, attempt: std::time::Instant, growth: f64, small: bool) -> bool {
         let took = attempt.elapsed();
         let floor = *self.floor.insert(self.floor.map_or(took, |f| f.min(took)));
-        self.limit
-            .is_some_and(|limit| overruns(limit, self.started.elapsed(), floor, took, growth))
+        let elapsed = self.started.elapsed();
+        let cut = !small
+            && self
+                .limit
+                .is_some_and(|limit| overruns(limit, elapsed, floor, took, growth));
+        tracing::debug!(
+            ?took,
+            ?floor,
+            ?elapsed,
+            growth,
+            small,
+            cut,
+            "search attempt"
+        );
+        cut
     }
 }
 
 /// Whether `elapsed` and an attempt after one that took `took` — its time beyond
-/// `floor` times `growth` — pass `limit`. Not before half the limit is spent unless
-/// that attempt alone took a quarter of it: on a small store every attempt costs its
-/// round trips, whose jitter is no sign of a bigger read to come (a cluster with a
-/// replica away answers some in tens of ms, some in hundreds).
+/// `floor` (round trips) times `growth` — pass `limit`.
 fn overruns(
     limit: std::time::Duration,
     elapsed: std::time::Duration,
     floor: std::time::Duration,
     took: std::time::Duration,
-    growth: u32,
+    growth: f64,
 ) -> bool {
-    (elapsed >= limit / 2 || took >= limit / 4)
-        && elapsed + floor + took.saturating_sub(floor) * growth > limit
+    elapsed + floor + took.saturating_sub(floor).mul_f64(growth.clamp(1.0, 100.0)) > limit
+}
+
+/// A window of fewer spans than this is read whatever the budget: any filter reads it
+/// in well under a tenth of a second, and on a small store an attempt's time is its
+/// round trips, whose jitter would predict a read that is not coming.
+const SMALL_READ_SPANS: u64 = 200_000;
+
+/// The spans of the tenant in `from.0..=to` and in `from.1..=to` (`from.1 <=
+/// from.0`): the key columns alone are read.
+fn spans_in(
+    conn: &Connection,
+    tenant: &TenantId,
+    (these_from, then_from): (u64, u64),
+    to: u64,
+) -> Result<(u64, u64), StoreError> {
+    #[derive(clickhouse::Row, serde::Deserialize)]
+    struct Counts {
+        these: u64,
+        wider: u64,
+    }
+    let sql = format!(
+        "SELECT countIf(start_ns >= {these}) AS these, count() AS wider FROM span_search
+         WHERE tenant = ? AND start_ns BETWEEN {then} AND {to}",
+        these = ns(these_from),
+        then = ns(then_from.min(these_from)),
+        to = ns(to),
+    );
+    let rows: Vec<Counts> = conn.fetch_all(conn.client.query(&sql).bind(tenant.as_str()))?;
+    Ok(rows.first().map_or((0, 0), |c| (c.these, c.wider)))
 }
 
 /// The start of the newest span of the tenant in `from..w_from` (any span: the key
@@ -653,17 +706,18 @@ mod tests {
         let budget = ms(800);
         // 10 M spans: a minute's window read in 222 ms after a 28 ms one; the whole
         // store (ten times the rows) would take 2 s.
-        assert!(overruns(budget, ms(260), ms(28), ms(222), 10));
+        assert!(overruns(budget, ms(260), ms(28), ms(222), 10.0));
+        // Free text at 10 M: ten seconds' spans screened in 77 ms, the minute before
+        // holds twenty times as many (the store's rate varies): 1.5 s to come.
+        assert!(overruns(budget, ms(147), ms(11), ms(77), 20.0));
+        assert!(!overruns(budget, ms(147), ms(11), ms(77), 6.0));
         // A small store on a slow cluster: every attempt is its round trips.
-        assert!(!overruns(budget, ms(300), ms(100), ms(110), 10));
-        // Jitter early on is not a bigger read to come; late, the budget is spent.
-        assert!(!overruns(budget, ms(300), ms(20), ms(150), 10));
-        assert!(overruns(budget, ms(420), ms(20), ms(150), 10));
+        assert!(!overruns(budget, ms(300), ms(100), ms(110), 10.0));
         // The first attempt is its own floor: only its time again is counted.
-        assert!(!overruns(budget, ms(350), ms(300), ms(300), 10));
-        assert!(overruns(budget, ms(500), ms(310), ms(310), 10));
+        assert!(!overruns(budget, ms(350), ms(300), ms(300), 10.0));
+        assert!(overruns(budget, ms(500), ms(310), ms(310), 10.0));
         // No budget left at all: cut at once.
-        assert!(overruns(ms(0), ms(1), ms(1), ms(1), 4));
+        assert!(overruns(ms(0), ms(1), ms(1), ms(1), 4.0));
     }
 
     #[test]
