@@ -364,15 +364,15 @@ impl Budget {
     /// Whether another attempt would likely overrun the budget: the next reads
     /// `growth` times as much (a wider window, or four times the anchors) as the
     /// attempt that began at `attempt`, whose time beyond the quickest attempt's is
-    /// counted `growth` times (`overruns`) — unless it is a `small` read, never cut.
+    /// counted `growth` times (`overruns`) — a `small` read only once the budget is
+    /// spent.
     fn spent(&mut self, attempt: std::time::Instant, growth: f64, small: bool) -> bool {
         let took = attempt.elapsed();
         let floor = *self.floor.insert(self.floor.map_or(took, |f| f.min(took)));
         let elapsed = self.started.elapsed();
-        let cut = !small
-            && self
-                .limit
-                .is_some_and(|limit| overruns(limit, elapsed, floor, took, growth));
+        let cut = self.limit.is_some_and(|limit| {
+            overruns(limit, elapsed, floor, took, growth) && (!small || elapsed >= limit)
+        });
         tracing::debug!(
             ?took,
             ?floor,
