@@ -273,10 +273,15 @@ pub(crate) fn run(
                 };
                 // The next window reads its spans as this one read its own: how many
                 // more there are is counted on the key (a store's rate varies).
+                // (Counted only when the next could overrun at four times its width's
+                // ratio: most searches never ask.)
                 let next_from = from.max(older.saturating_add(1).saturating_sub(WINDOWS_NS[next]));
-                let (these, then) = spans_in(conn, tenant, (w_from, next_from), to)?;
-                let growth = then as f64 / these.max(1) as f64;
-                if budget.spent(attempt, growth, then < SMALL_READ_SPANS) {
+                let ratio = (WINDOWS_NS[next] / WINDOWS_NS[window]).max(1) as f64;
+                let cut = budget.spent(attempt, ratio * 4.0, || {
+                    let (these, wider) = spans_in(conn, tenant, (w_from, next_from), to)?;
+                    Ok((wider as f64 / these.max(1) as f64, wider < SMALL_READ_SPANS))
+                })?;
+                if cut {
                     // Every trace that started in the window has all its anchor
                     // spans among those read: those are known whole.
                     let known = page_of(
@@ -331,10 +336,11 @@ pub(crate) fn run(
                 b.started.elapsed() < limit / 2 && attempt.elapsed() < limit / 4
             })
         };
-        if let Some(horizon) = horizon.filter(|_| {
+        let cut = horizon.is_some() && {
             let small = small(&budget);
-            budget.spent(attempt, 4.0, small)
-        }) {
+            budget.spent(attempt, 4.0, || Ok((4.0, small)))?
+        };
+        if let Some(horizon) = horizon.filter(|_| cut) {
             return Ok(TracePage::searched_from(found, limit, horizon + 1));
         }
         wanted *= 4;
@@ -366,13 +372,25 @@ impl Budget {
     /// attempt that began at `attempt`, whose time beyond the quickest attempt's is
     /// counted `growth` times (`overruns`) — a `small` read only once the budget is
     /// spent.
-    fn spent(&mut self, attempt: std::time::Instant, growth: f64, small: bool) -> bool {
+    /// `growth` (the next read's growth, and whether it is small) is asked only when
+    /// growing by `at_most` would overrun.
+    fn spent(
+        &mut self,
+        attempt: std::time::Instant,
+        at_most: f64,
+        growth: impl FnOnce() -> Result<(f64, bool), StoreError>,
+    ) -> Result<bool, StoreError> {
         let took = attempt.elapsed();
         let floor = *self.floor.insert(self.floor.map_or(took, |f| f.min(took)));
         let elapsed = self.started.elapsed();
-        let cut = self.limit.is_some_and(|limit| {
-            overruns(limit, elapsed, floor, took, growth) && (!small || elapsed >= limit)
-        });
+        let Some(limit) = self.limit else {
+            return Ok(false);
+        };
+        if !overruns(limit, elapsed, floor, took, at_most) {
+            return Ok(false);
+        }
+        let (growth, small) = growth()?;
+        let cut = overruns(limit, elapsed, floor, took, growth) && (!small || elapsed >= limit);
         tracing::debug!(
             ?took,
             ?floor,
@@ -382,7 +400,7 @@ impl Budget {
             cut,
             "search attempt"
         );
-        cut
+        Ok(cut)
     }
 }
 
