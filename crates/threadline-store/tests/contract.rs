@@ -220,6 +220,18 @@ fn trace_ids(store: &Store, tenant: &TenantId, query: &TraceQuery) -> Vec<TraceI
     traces
 }
 
+/// The traces with a span whose attribute `key` is `value`, by id.
+fn with_attribute(store: &Store, tenant: &TenantId, key: &str, value: &str) -> Vec<TraceId> {
+    trace_ids(
+        store,
+        tenant,
+        &TraceQuery {
+            attributes: vec![(key.into(), value.into())],
+            ..all_traces()
+        },
+    )
+}
+
 fn all_traces() -> TraceQuery {
     TraceQuery {
         limit: 100,
@@ -891,16 +903,7 @@ fn free_text_is_found_wherever_a_span_or_its_logs_say_it_and_only_there() {
         // Every word on one span or one log record: the log of trace 4 has no prompt.
         assert_eq!(found("quota password exhausted"), ids(&[1, 2, 3, 7]));
         // Attribute filters on text keys and others; a repeated key is its first.
-        let attr = |key: &str, value: &str| {
-            trace_ids(
-                store,
-                &acme,
-                &TraceQuery {
-                    attributes: vec![(key.into(), value.into())],
-                    ..all_traces()
-                },
-            )
-        };
+        let attr = |key: &str, value: &str| with_attribute(store, &acme, key, value);
         assert_eq!(
             attr("gen_ai.prompt", "how do I reset my password"),
             ids(&[1, 2, 3, 4, 5, 6, 7])
@@ -963,16 +966,7 @@ fn attribute_filters_match_as_sent_where_a_column_repeats_the_value() {
                 "a span with the view its attributes give reads back as written"
             );
         }
-        let attr = |key: &str, value: &str| {
-            trace_ids(
-                store,
-                &acme,
-                &TraceQuery {
-                    attributes: vec![(key.into(), value.into())],
-                    ..all_traces()
-                },
-            )
-        };
+        let attr = |key: &str, value: &str| with_attribute(store, &acme, key, value);
         let ids = |t: &[u8]| t.iter().map(|&t| TraceId([t; 16])).collect::<Vec<_>>();
         assert_eq!(attr("session.id", "s-1"), ids(&[1, 3]));
         assert_eq!(attr("session.id", "s-2"), ids(&[2]));
