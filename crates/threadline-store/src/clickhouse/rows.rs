@@ -28,10 +28,14 @@ fn stored_text(s: String) -> Option<String> {
 }
 
 /// A span's end as the nanoseconds after its start that `spans` stores, wrapping: an
-/// end before its start (a skewed clock) comes back as it was sent
-/// (`start.wrapping_add`).
+/// end before its start (a skewed clock) comes back as it was sent (`end_of`).
 fn end_after(start_ns: u64, end_ns: u64) -> u64 {
     end_ns.wrapping_sub(start_ns)
+}
+
+/// The end `end_after` stored.
+fn end_of(start_ns: u64, duration_ns: u64) -> u64 {
+    start_ns.wrapping_add(duration_ns)
 }
 
 /// An OTLP span kind as one byte.
@@ -200,7 +204,7 @@ impl SpanRow {
             service: self.service,
             kind: SpanKind::from_otlp(i32::from(self.kind)),
             start_time_unix_nano: self.start_ns,
-            end_time_unix_nano: self.start_ns.wrapping_add(self.duration_ns),
+            end_time_unix_nano: end_of(self.start_ns, self.duration_ns),
             detail,
             origin,
             llm,
@@ -243,7 +247,7 @@ impl HeadRow {
             service: self.service,
             kind: SpanKind::from_otlp(i32::from(self.kind)),
             start_time_unix_nano: self.start_ns,
-            end_time_unix_nano: self.start_ns.wrapping_add(self.duration_ns),
+            end_time_unix_nano: end_of(self.start_ns, self.duration_ns),
             error: self.error != 0,
             model: stored_text(self.model),
             total_tokens: stored_count(self.total_tokens),

@@ -327,21 +327,17 @@ pub(crate) fn run(
         if found.len() > limit || complete {
             return Ok(TracePage::of_found(found, limit));
         }
-        // Four times the anchors, of rows the window holds: a small read unless this
-        // one was slow or the budget is half spent (round-trip jitter is no sign of a
-        // bigger read to come: a cluster with a replica away answers some in tens of
-        // ms, some in hundreds).
-        let small = |b: &Budget| {
-            b.limit.is_some_and(|limit| {
-                b.started.elapsed() < limit / 2 && attempt.elapsed() < limit / 4
-            })
-        };
-        let cut = horizon.is_some() && {
-            let small = small(&budget);
-            budget.spent(attempt, 4.0, || Ok((4.0, small)))?
-        };
-        if let Some(horizon) = horizon.filter(|_| cut) {
-            return Ok(TracePage::searched_from(found, limit, horizon + 1));
+        if let Some(horizon) = horizon {
+            // Four times the anchors, of rows the window holds: a small read unless
+            // this one was slow or the budget is half spent (round-trip jitter is no
+            // sign of a bigger read to come: a cluster with a replica away answers
+            // some in tens of ms, some in hundreds).
+            let small = budget.limit.is_some_and(|limit| {
+                budget.started.elapsed() < limit / 2 && attempt.elapsed() < limit / 4
+            });
+            if budget.spent(attempt, 4.0, || Ok((4.0, small)))? {
+                return Ok(TracePage::searched_from(found, limit, horizon + 1));
+            }
         }
         wanted *= 4;
     }
@@ -370,10 +366,9 @@ impl Budget {
     /// Whether another attempt would likely overrun the budget: the next reads
     /// `growth` times as much (a wider window, or four times the anchors) as the
     /// attempt that began at `attempt`, whose time beyond the quickest attempt's is
-    /// counted `growth` times (`overruns`) — a `small` read only once the budget is
-    /// spent.
-    /// `growth` (the next read's growth, and whether it is small) is asked only when
-    /// growing by `at_most` would overrun.
+    /// counted `growth` times (`overruns`); a `small` read is cut only once the budget
+    /// is spent. `growth` (the next read's growth, and whether it is small) is asked
+    /// only when growing by `at_most` would overrun.
     fn spent(
         &mut self,
         attempt: std::time::Instant,
@@ -421,12 +416,12 @@ fn overruns(
 /// round trips, whose jitter would predict a read that is not coming.
 const SMALL_READ_SPANS: u64 = 200_000;
 
-/// The spans of the tenant in `from.0..=to` and in `from.1..=to` (`from.1 <=
-/// from.0`): the key columns alone are read.
+/// The spans of the tenant in `these_from..=to` and in the wider `wider_from..=to`:
+/// the key columns alone are read.
 fn spans_in(
     conn: &Connection,
     tenant: &TenantId,
-    (these_from, then_from): (u64, u64),
+    (these_from, wider_from): (u64, u64),
     to: u64,
 ) -> Result<(u64, u64), StoreError> {
     #[derive(clickhouse::Row, serde::Deserialize)]
@@ -436,9 +431,9 @@ fn spans_in(
     }
     let sql = format!(
         "SELECT countIf(start_ns >= {these}) AS these, count() AS wider FROM span_search
-         WHERE tenant = ? AND start_ns BETWEEN {then} AND {to}",
+         WHERE tenant = ? AND start_ns BETWEEN {wider} AND {to}",
         these = ns(these_from),
-        then = ns(then_from.min(these_from)),
+        wider = ns(wider_from.min(these_from)),
         to = ns(to),
     );
     let rows: Vec<Counts> = conn.fetch_all(conn.client.query(&sql).bind(tenant.as_str()))?;

@@ -55,7 +55,8 @@ pub(crate) struct SearchAttributes {
 }
 
 impl SearchAttributes {
-    pub(crate) fn of(span: &SpanRecord) -> Self {
+    /// `folds(key, value)` says whether a non-text pair is left out (a column holds it).
+    pub(crate) fn of(span: &SpanRecord, folds: &mut dyn FnMut(&str, &str) -> bool) -> Self {
         let own = &span.detail.attributes;
         let mut out = Self {
             attributes: Vec::with_capacity(own.len() + span.origin.resource_attributes.len()),
@@ -68,7 +69,7 @@ impl SearchAttributes {
         for a in own {
             if !seen.contains(&a.key.as_str()) {
                 seen.push(&a.key);
-                out.push(&a.key, &a.value);
+                out.push(&a.key, &a.value, folds);
             } else if is_text_key(&a.key) {
                 for_each_string(&a.value, &mut extra);
             }
@@ -77,22 +78,22 @@ impl SearchAttributes {
         for a in &span.origin.resource_attributes {
             if !seen.contains(&a.key.as_str()) {
                 seen.push(&a.key);
-                out.push(&a.key, &a.value);
+                out.push(&a.key, &a.value, folds);
             }
         }
         out.texts.extend(keyless);
         out
     }
 
-    /// `key=value` into `texts` for a text key, else into `attributes`.
-    fn push(&mut self, key: &str, value: &AttrValue) {
+    /// `key=value` into `texts` for a text key, else into `attributes` unless `folds`.
+    fn push(&mut self, key: &str, value: &AttrValue, folds: &mut dyn FnMut(&str, &str) -> bool) {
         let mut pair = String::with_capacity(key.len() + 16);
         pair.push_str(key);
         pair.push('=');
         value.write_display(&mut pair);
         if is_text_key(key) {
             self.texts.push(pair);
-        } else {
+        } else if !folds(key, &pair[key.len() + 1..]) {
             self.attributes.push(pair);
         }
     }
@@ -104,7 +105,6 @@ impl SearchRow {
         let text =
             |f: fn(&LlmView) -> Option<&String>| llm.and_then(f).cloned().unwrap_or_default();
         let model = llm.and_then(|l| l.model()).unwrap_or_default().to_owned();
-        let searched = SearchAttributes::of(span);
         let response_model = llm
             .and_then(|l| l.response_model.as_ref())
             .filter(|r| **r != model)
@@ -135,28 +135,27 @@ impl SearchRow {
             user_id: text(|l| l.user_id.as_ref()),
             folded: 0,
             attributes: Vec::new(),
-            texts: searched.texts,
+            texts: Vec::new(),
             version,
         };
-        row.fold(searched.attributes);
+        let searched = SearchAttributes::of(span, &mut |key, value| row.fold(key, value));
+        row.attributes = searched.attributes;
+        row.texts = searched.texts;
         row
     }
 
-    /// Keeps the pairs of `attributes` that no column repeats.
-    fn fold(&mut self, mut attributes: Vec<String>) {
-        attributes.retain(|pair| {
-            let Some((key, value)) = pair.split_once('=') else {
-                return true;
-            };
-            for (bit, fold) in FOLDS.iter().enumerate() {
-                if fold.key == key && (fold.value)(self) == value && self.folded & (1 << bit) == 0 {
-                    self.folded |= 1 << bit;
-                    return false;
-                }
-            }
-            true
-        });
-        self.attributes = attributes;
+    /// Whether a column holds the attribute `key`'s `value` (`FOLDS`): its bit is then
+    /// set and the pair left out. (A span's keys are distinct here: the first of a
+    /// repeated key is its pair.)
+    fn fold(&mut self, key: &str, value: &str) -> bool {
+        let Some(bit) = FOLDS
+            .iter()
+            .position(|f| f.key == key && (f.value)(self) == value)
+        else {
+            return false;
+        };
+        self.folded |= 1 << bit;
+        true
     }
 }
 
