@@ -33,8 +33,9 @@ fn uniform(rng: &mut StdRng, lo: f64, hi: f64) -> f64 {
     lo + (hi - lo) * rng.random::<f64>()
 }
 
-/// Draws a platform, its noise, a fault of `kind`, decoys and harmless changes.
-pub(crate) fn generate(rng: &mut StdRng, kind: FaultKind) -> Scenario {
+/// Draws a platform, its noise, a fault of `kind` in `variant`, decoys and harmless
+/// changes.
+pub(crate) fn generate(rng: &mut StdRng, kind: FaultKind, variant: Variant) -> Scenario {
     let mut paths = ROUTE_PATHS.to_vec();
     paths.shuffle(rng);
     let n_routes = rng.random_range(3..=4);
@@ -96,14 +97,16 @@ pub(crate) fn generate(rng: &mut StdRng, kind: FaultKind) -> Scenario {
         })
         .collect();
     let faulty = rng.random_range(0..routes.len());
-    prepare(&mut routes[faulty], kind, rng, &mut next_instance);
+    prepare(&mut routes[faulty], kind, variant, rng, &mut next_instance);
     let onset = rng.random_range(ONSET);
     let mut scenario = Scenario {
         runs: Vec::new(),
         extra_models: Vec::new(),
         changes: Vec::new(),
+        canary_instance: None,
         fault: Fault {
             kind,
+            variant,
             route: faulty,
             onset,
             cause: String::new(),
@@ -150,8 +153,56 @@ pub(crate) fn generate(rng: &mut StdRng, kind: FaultKind) -> Scenario {
         }
     }
     inject(&mut scenario, &mut versions, rng);
+    if variant == Variant::Skewed {
+        skew(&mut scenario, rng);
+    }
     scenario.changes.sort_by_key(|c| c.at);
     scenario
+}
+
+/// A value of the faulty route worse from the first minute on and all along — an
+/// instance that serves the long prompts (slower, a few more errors), a provider that
+/// errs a little more — chosen apart from what the fault hits: the bad requests were
+/// concentrated on it before the onset as after.
+fn skew(scenario: &mut Scenario, rng: &mut StdRng) {
+    let r = scenario.fault.route;
+    let hit = scenario
+        .changes
+        .iter()
+        .find(|c| c.route == r && c.at == scenario.fault.onset && c.effect != Effect::NONE)
+        .map(|c| c.scope.clone());
+    let scope = match &scenario.routes[r].backend {
+        Backend::Fleet(f) => {
+            let spared: Vec<usize> = (0..f.instances.len())
+                .filter(|i| !matches!(&hit, Some(Scope::Instances(set)) if set.contains(i)))
+                .filter(|i| scenario.canary_instance != Some(*i))
+                .collect();
+            match spared.choose(rng) {
+                Some(i) => Scope::Instances(vec![*i]),
+                None => return,
+            }
+        }
+        Backend::Providers(p) => {
+            let spared: Vec<usize> = (0..p.len())
+                .filter(|i| hit != Some(Scope::Provider(*i)))
+                .collect();
+            match spared.choose(rng) {
+                Some(i) => Scope::Provider(*i),
+                None => return,
+            }
+        }
+    };
+    scenario.changes.push(Change {
+        at: 0,
+        route: r,
+        scope,
+        set: None,
+        effect: Effect {
+            latency: uniform(rng, 1.4, 1.9),
+            errors: uniform(rng, 0.01, 0.03),
+            ..Effect::NONE
+        },
+    });
 }
 
 fn providers(rng: &mut StdRng) -> Backend {
@@ -172,19 +223,31 @@ fn providers(rng: &mut StdRng) -> Backend {
     ])
 }
 
-/// Makes the faulty route one the fault can happen on.
-fn prepare(route: &mut Route, kind: FaultKind, rng: &mut StdRng, next_instance: &mut usize) {
+/// Makes the faulty route one the fault can happen on, at the variant's traffic.
+fn prepare(
+    route: &mut Route,
+    kind: FaultKind,
+    variant: Variant,
+    rng: &mut StdRng,
+    next_instance: &mut usize,
+) {
     use FaultKind::*;
+    match variant {
+        Variant::Quiet => route.rate = uniform(rng, 5.0, 20.0),
+        Variant::Busy => route.rate = uniform(rng, 150.0, 500.0),
+        _ => {}
+    }
     if kind == ProviderRateLimit {
         if !matches!(route.backend, Backend::Providers(_)) {
             route.backend = providers(rng);
         }
         return;
     }
+    // A canary pinned to one instance needs a fleet.
     let needs_fleet = !matches!(
         kind,
         RetrieverSlow | ToolSlow | UpstreamSlow | AbArm | GrayTag
-    );
+    ) || (kind == GrayTag && variant == Variant::Appearing);
     if needs_fleet && route.fleet().is_none() {
         let n = rng.random_range(2..=4);
         route.backend = Backend::Fleet(Fleet {
@@ -214,7 +277,7 @@ fn prepare(route: &mut Route, kind: FaultKind, rng: &mut StdRng, next_instance: 
         let partial = matches!(
             kind,
             AdapterHotSwap | KvCollapse | ImagePartial | InstanceErrors
-        );
+        ) || matches!(variant, Variant::Skewed | Variant::Appearing);
         if partial && fleet.instances.len() < 2 {
             fleet.instances.push(format!("i-{}", *next_instance));
             *next_instance += 1;
@@ -352,6 +415,7 @@ fn inject(scenario: &mut Scenario, versions: &mut Versions, rng: &mut StdRng) {
         scenario.fault.onset,
         scenario.fault.kind,
     );
+    let appearing = scenario.fault.variant == Variant::Appearing;
     let n = scenario.routes[r].instance_count();
     let slower = |rng: &mut StdRng, lo: f64, hi: f64| Effect {
         latency: uniform(rng, lo, hi),
@@ -423,7 +487,11 @@ fn inject(scenario: &mut Scenario, versions: &mut Versions, rng: &mut StdRng) {
             scenario.extra_models.push(model.clone());
             let cause = format!("model:{model}");
             (
-                Scope::All,
+                if appearing {
+                    Scope::Instances(some_instances(rng, n))
+                } else {
+                    Scope::All
+                },
                 Some(Setting::Model(model)),
                 slower_or_failing(rng),
                 cause,
@@ -436,7 +504,12 @@ fn inject(scenario: &mut Scenario, versions: &mut Versions, rng: &mut StdRng) {
                 ..Effect::NONE
             };
             let cause = format!("prompt:{}@v{v}", route.prompt_template);
-            (Scope::All, Some(Setting::Prompt(v)), effect, cause)
+            let scope = if appearing {
+                Scope::Share(uniform(rng, 0.2, 0.5))
+            } else {
+                Scope::All
+            };
+            (scope, Some(Setting::Prompt(v)), effect, cause)
         }
         KvCollapse | InstanceErrors => {
             let i = rng.random_range(0..n);
@@ -485,6 +558,12 @@ fn inject(scenario: &mut Scenario, versions: &mut Versions, rng: &mut StdRng) {
             let cause = format!("provider={}", providers[p].name);
             (Scope::Provider(p), None, effect, cause)
         }
+        AbArm if appearing => (
+            Scope::NewArm("C", uniform(rng, 0.2, 0.5)),
+            None,
+            slower(rng, 1.6, 2.5),
+            "ab_group=C".to_owned(),
+        ),
         AbArm => (
             Scope::AbGroup("B"),
             None,
@@ -492,7 +571,12 @@ fn inject(scenario: &mut Scenario, versions: &mut Versions, rng: &mut StdRng) {
             "ab_group=B".to_owned(),
         ),
         GrayTag => (
-            Scope::Canary(uniform(rng, 0.1, 0.3)),
+            {
+                if appearing && n > 0 {
+                    scenario.canary_instance = Some(rng.random_range(0..n));
+                }
+                Scope::Canary(uniform(rng, 0.1, 0.3))
+            },
             None,
             if rng.random_bool(0.5) {
                 slower(rng, 2.0, 3.0)
@@ -521,9 +605,12 @@ mod tests {
     #[test]
     fn every_kind_makes_a_fault_with_a_cause_on_a_route_that_can_have_it() {
         for seed in 0..40 {
-            for kind in FaultKind::ALL {
+            for (kind, variant) in FaultKind::ALL
+                .into_iter()
+                .flat_map(|k| Variant::of_kind(k).iter().map(move |v| (k, *v)))
+            {
                 let mut rng = StdRng::seed_from_u64(seed);
-                let s = generate(&mut rng, kind);
+                let s = generate(&mut rng, kind, variant);
                 let f = &s.fault;
                 assert!(!f.cause.is_empty(), "{kind:?}");
                 assert!(ONSET.contains(&f.onset));
@@ -565,7 +652,7 @@ mod tests {
     #[test]
     fn a_request_sees_the_changes_that_apply_to_it() {
         let mut rng = StdRng::seed_from_u64(3);
-        let s = generate(&mut rng, FaultKind::InstanceErrors);
+        let s = generate(&mut rng, FaultKind::InstanceErrors, Variant::Plain);
         let f = &s.fault;
         let Some(Change {
             scope: Scope::Instances(set),
@@ -580,8 +667,9 @@ mod tests {
         let hit = Who {
             instance: set[0],
             provider: 0,
-            ab_b: false,
+            arm: "A",
             canary: false,
+            u: 0.5,
         };
         let spared = Who {
             instance: (0..s.routes[f.route].instance_count())

@@ -28,7 +28,7 @@ use rand::SeedableRng;
 use serde_json::{json, Value};
 
 use crate::client::ApiClient;
-use platform::FaultKind;
+use platform::{FaultKind, Variant};
 use score::Outcome;
 use threadline_analysis::DetectorConfig;
 
@@ -62,11 +62,12 @@ async fn run_one(
     seed: u64,
     k: usize,
     kind: FaultKind,
+    variant: Variant,
     detail: bool,
     detector: &DetectorConfig,
 ) -> anyhow::Result<(Outcome, usize, Option<Value>)> {
     let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(1_000_003).wrapping_add(k as u64));
-    let scenario = faults::generate(&mut rng, kind);
+    let scenario = faults::generate(&mut rng, kind, variant);
     let temp = tempfile::tempdir().context("cannot create a temporary directory")?;
     let any_port = Some("127.0.0.1:0".to_owned());
     let overrides = threadline_server::ConfigOverrides {
@@ -207,6 +208,9 @@ fn markdown(report: &Value) -> String {
     for (kind, t) in report["by_kind"].as_object().into_iter().flatten() {
         out.push_str(&row(kind, t));
     }
+    for (variant, t) in report["by_variant"].as_object().into_iter().flatten() {
+        out.push_str(&row(&format!("*{variant}*"), t));
+    }
     out.push_str(&row("**all**", &report["totals"]));
     out
 }
@@ -226,8 +230,9 @@ pub(crate) async fn run(args: DiagnosisBenchArgs) -> anyhow::Result<String> {
     let alpha = detector.alpha();
     if let Some(k) = args.only {
         let kind = kinds[k % kinds.len()];
+        let variant = Variant::of_scenario(kind, k, kinds.len());
         let seed = args.seed.first().copied().unwrap_or(1);
-        let (outcome, _, details) = run_one(seed, k, kind, true, &detector).await?;
+        let (outcome, _, details) = run_one(seed, k, kind, variant, true, &detector).await?;
         let mut out = details.unwrap_or_default();
         out["outcome"] = serde_json::to_value(&outcome)?;
         return Ok(serde_json::to_string_pretty(&out)?);
@@ -243,10 +248,21 @@ pub(crate) async fn run(args: DiagnosisBenchArgs) -> anyhow::Result<String> {
     for &seed in &args.seed {
         for k in 0..args.scenarios {
             let kind = kinds[k % kinds.len()];
-            bar.set_message(format!("seed {seed}: {}", kind.as_str()));
-            let (mut outcome, n, _) = run_one(seed, k, kind, false, &detector)
+            let variant = Variant::of_scenario(kind, k, kinds.len());
+            bar.set_message(format!(
+                "seed {seed}: {} {}",
+                kind.as_str(),
+                variant.as_str()
+            ));
+            let (mut outcome, n, _) = run_one(seed, k, kind, variant, false, &detector)
                 .await
-                .with_context(|| format!("seed {seed}, scenario {k} ({})", kind.as_str()))?;
+                .with_context(|| {
+                    format!(
+                        "seed {seed}, scenario {k} ({} {})",
+                        kind.as_str(),
+                        variant.as_str()
+                    )
+                })?;
             outcome.seed = seed;
             spans += n;
             outcomes.push(outcome);
@@ -262,6 +278,22 @@ pub(crate) async fn run(args: DiagnosisBenchArgs) -> anyhow::Result<String> {
             .collect();
         if !of.is_empty() {
             by_kind.insert(kind.as_str().to_owned(), totals(&of, alpha));
+        }
+    }
+    let mut by_variant = serde_json::Map::new();
+    for variant in [
+        Variant::Plain,
+        Variant::Skewed,
+        Variant::Appearing,
+        Variant::Quiet,
+        Variant::Busy,
+    ] {
+        let of: Vec<&Outcome> = outcomes
+            .iter()
+            .filter(|o| o.variant == variant.as_str())
+            .collect();
+        if !of.is_empty() {
+            by_variant.insert(variant.as_str().to_owned(), totals(&of, alpha));
         }
     }
     let misses: Vec<&Outcome> = outcomes
@@ -281,6 +313,7 @@ pub(crate) async fn run(args: DiagnosisBenchArgs) -> anyhow::Result<String> {
         "seconds": (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
         "totals": totals(&outcomes.iter().collect::<Vec<_>>(), alpha),
         "by_kind": by_kind,
+        "by_variant": by_variant,
         "misses": misses,
     });
     Ok(if args.markdown {
@@ -299,6 +332,7 @@ mod tests {
             seed: 1,
             scenario: 0,
             kind,
+            variant: "plain",
             route: "/v1/chat".into(),
             cause: "adapter:a@2".into(),
             found: delay.is_some(),

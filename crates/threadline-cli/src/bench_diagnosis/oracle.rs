@@ -83,7 +83,7 @@ mod tests {
 
     use super::*;
     use crate::bench_diagnosis::faults::generate;
-    use crate::bench_diagnosis::platform::{FaultKind, Scope, Who};
+    use crate::bench_diagnosis::platform::{FaultKind, Scope, Variant, Who};
 
     /// `n` requests of route `r` at `minute` by `who`, the first `bad` of them bad.
     fn served(r: usize, minute: i64, who: Who, bad: usize, n: usize) -> Vec<Served> {
@@ -103,7 +103,11 @@ mod tests {
     /// and the faulty route's are not.
     #[test]
     fn prompt_chances_count_the_requests_the_fault_hit() {
-        let scenario = generate(&mut StdRng::seed_from_u64(3), FaultKind::InstanceErrors);
+        let scenario = generate(
+            &mut StdRng::seed_from_u64(3),
+            FaultKind::InstanceErrors,
+            Variant::Plain,
+        );
         let f = &scenario.fault;
         let hit = scenario
             .changes
@@ -116,8 +120,9 @@ mod tests {
         let who = |instance| Who {
             instance,
             provider: 0,
-            ab_b: false,
+            arm: "A",
             canary: false,
+            u: 0.5,
         };
         let spared = (0..4).find(|i| *i != hit).unwrap();
         let mut all = Vec::new();

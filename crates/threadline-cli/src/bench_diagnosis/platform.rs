@@ -90,6 +90,58 @@ impl FaultKind {
     }
 }
 
+/// The shape a fault of a kind takes in a scenario: the kinds take turns over the
+/// scenarios, and each kind's variants over its turns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Variant {
+    /// The fault alone among harmless changes.
+    Plain,
+    /// A value of the faulty route was worse all along — an instance that always
+    /// serves the long prompts, a provider that always errs a little — and stays so:
+    /// a concentration of bad requests that did not change at the onset.
+    Skewed,
+    /// The faulty value appears only with the fault on part of the traffic: a new A/B
+    /// arm, a canary pinned to one instance, a prompt version or model tried on some
+    /// of the requests.
+    Appearing,
+    /// The faulty route serves 5–20 requests a minute.
+    Quiet,
+    /// The faulty route serves 150–500 requests a minute.
+    Busy,
+}
+
+impl Variant {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Variant::Plain => "plain",
+            Variant::Skewed => "skewed",
+            Variant::Appearing => "appearing",
+            Variant::Quiet => "quiet",
+            Variant::Busy => "busy",
+        }
+    }
+
+    /// The variants a fault of `kind` comes in.
+    pub(crate) fn of_kind(kind: FaultKind) -> &'static [Variant] {
+        use Variant::*;
+        match kind {
+            FaultKind::AbArm
+            | FaultKind::GrayTag
+            | FaultKind::PromptOverflow
+            | FaultKind::ModelSwap => &[Plain, Appearing, Skewed, Quiet, Busy],
+            _ => &[Plain, Skewed, Quiet, Busy],
+        }
+    }
+
+    /// The variant of scenario `k`, whose kind is `kind`: the kinds take turns (16 to
+    /// a round), each kind's variants over its rounds.
+    pub(crate) fn of_scenario(kind: FaultKind, k: usize, kinds: usize) -> Variant {
+        let all = Variant::of_kind(kind);
+        all[(k / kinds.max(1)) % all.len()]
+    }
+}
+
 /// A step of a request besides the model call: a plain span of its own service.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -214,6 +266,11 @@ pub(crate) enum Scope {
     /// Requests served by these instances (indexes into the fleet).
     Instances(Vec<usize>),
     AbGroup(&'static str),
+    /// From the change on, this share of the requests is in a new A/B arm.
+    NewArm(&'static str, f64),
+    /// This share of the requests, drawn per request (a prompt version or model tried
+    /// on part of the traffic).
+    Share(f64),
     /// From the change on, this share of the requests is tagged `canary`.
     Canary(f64),
     /// Calls to this provider (index into the route's providers).
@@ -226,7 +283,8 @@ impl Scope {
         match self {
             Scope::All => true,
             Scope::Instances(set) => set.contains(&who.instance),
-            Scope::AbGroup(_) => who.ab_b,
+            Scope::AbGroup(arm) | Scope::NewArm(arm, _) => who.arm == *arm,
+            Scope::Share(share) => who.u < *share,
             Scope::Canary(_) => who.canary,
             Scope::Provider(p) => *p == who.provider,
         }
@@ -308,6 +366,7 @@ pub(crate) struct Fault {
     pub(crate) kind: FaultKind,
     pub(crate) route: usize,
     pub(crate) onset: i64,
+    pub(crate) variant: Variant,
     /// The RCA subject of the true cause.
     pub(crate) cause: String,
 }
@@ -320,6 +379,9 @@ pub(crate) struct Scenario {
     pub(crate) runs: Vec<TrainingRun>,
     /// Models that appear only through a change (a model swap's new model).
     pub(crate) extra_models: Vec<String>,
+    /// The instance every canary request of the faulty route goes to, if the canary
+    /// is pinned to one.
+    pub(crate) canary_instance: Option<usize>,
     pub(crate) fault: Fault,
 }
 
@@ -340,13 +402,14 @@ pub(crate) struct RequestState {
 }
 
 /// Who a request is: which instance or provider serves it, its A/B arm, whether it is
-/// in the canary.
+/// in the canary, and a uniform draw of its own for changes on a share of requests.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Who {
     pub(crate) instance: usize,
     pub(crate) provider: usize,
-    pub(crate) ab_b: bool,
+    pub(crate) arm: &'static str,
     pub(crate) canary: bool,
+    pub(crate) u: f64,
 }
 
 impl Scenario {
@@ -361,6 +424,17 @@ impl Scenario {
             })
             .next_back()
             .unwrap_or(0.0)
+    }
+
+    /// A new A/B arm of route `r` at minute `t` and its share, if one has begun.
+    pub(crate) fn new_arm(&self, r: usize, t: i64) -> Option<(&'static str, f64)> {
+        self.changes
+            .iter()
+            .filter(|c| c.route == r && c.at <= t)
+            .find_map(|c| match c.scope {
+                Scope::NewArm(arm, share) => Some((arm, share)),
+                _ => None,
+            })
     }
 
     pub(crate) fn state(&self, r: usize, t: i64, who: Who) -> RequestState {

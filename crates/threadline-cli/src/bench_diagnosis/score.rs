@@ -18,6 +18,7 @@ pub(crate) struct Outcome {
     pub(crate) seed: u64,
     pub(crate) scenario: usize,
     pub(crate) kind: &'static str,
+    pub(crate) variant: &'static str,
     pub(crate) route: String,
     pub(crate) cause: String,
     /// An incident on the faulty route with its onset near the injected one.
@@ -69,6 +70,7 @@ pub(crate) async fn score(
         seed: 0,
         scenario: id,
         kind: fault.kind.as_str(),
+        variant: fault.variant.as_str(),
         route: route.clone(),
         cause: fault.cause.clone(),
         found: false,

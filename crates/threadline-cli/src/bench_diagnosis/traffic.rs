@@ -79,7 +79,7 @@ fn request(
 ) -> Served {
     let route = &scenario.routes[r];
     let canary_share = scenario.canary_share(r, t);
-    let who = Who {
+    let mut who = Who {
         instance: match &route.backend {
             Backend::Fleet(f) => rng.random_range(0..f.instances.len()),
             Backend::Providers(_) => 0,
@@ -88,9 +88,22 @@ fn request(
             Backend::Providers(p) if rng.random::<f64>() >= p[0].share => 1,
             _ => 0,
         },
-        ab_b: rng.random_bool(0.5),
+        arm: if rng.random_bool(0.5) { "B" } else { "A" },
         canary: canary_share > 0.0 && rng.random::<f64>() < canary_share,
+        u: rng.random(),
     };
+    if let Some((arm, share)) = scenario.new_arm(r, t) {
+        if who.u < share {
+            who.arm = arm;
+        }
+    }
+    if let (true, true, Some(i)) = (
+        who.canary,
+        r == scenario.fault.route,
+        scenario.canary_instance,
+    ) {
+        who.instance = i;
+    }
     let state = scenario.state(r, t, who);
     let trace_id = nonzero_id::<16>(rng).to_vec();
     let gateway_id = nonzero_id::<8>(rng).to_vec();
@@ -230,7 +243,7 @@ fn request(
             s(route.route_key, route.path.clone()),
             s("http.request.method", "POST"),
             i("http.response.status_code", http_status),
-            s("ab.group", if who.ab_b { "B" } else { "A" }),
+            s("ab.group", who.arm),
             s("gray.tag", if who.canary { "canary" } else { "stable" }),
             s("enduser.id", format!("user-{user}")),
             s("session.id", format!("sess-{user}-{}", t / 30)),
