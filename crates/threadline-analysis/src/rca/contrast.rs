@@ -1,9 +1,19 @@
-//! Contrast: which attribute values the window's bad requests are attributable to,
-//! within the window and against the baseline before it (the `C` and `B` terms).
+//! Contrast: which attribute values explain the window's bad requests, within the
+//! window and against the baseline before it (the `C` and `B` terms).
+//!
+//! Two judgements of a request are made (`Judge`). Against the **scope's** baseline
+//! (slower than the route's P99 before, failed, refused …) the bad mass adds up to the
+//! route's change, which each value's **explanatory power** is a share of. Against the
+//! value's **own** baseline (slower than its own P99 before), a value that always
+//! served the slow requests — an instance with the long prompts — is bad only where it
+//! got worse than it was: the bad requests concentrated on it before the onset as
+//! after, so it explains nothing of what changed. The contrast `C` is taken on this
+//! own judgement.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::co_moving::CO_MOVING;
+use super::judge::{Judge, OWN_BASELINE_REQUESTS};
 use super::{proximity, RcaInput, CALL_DIMENSIONS};
 use crate::metric::Metric;
 use crate::rollup::{Dimension, RollupCell, SeriesKey};
@@ -12,13 +22,29 @@ use crate::time_went::TimeWent;
 /// Contrast of one attribute value.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Contrast {
+    /// Within the window (`C`): the share of its dimension's excess bad mass the
+    /// value holds, each value judged against its own baseline, times `1 − 1/RR`.
     pub(super) score: f64,
-    /// Before/after: how much the value's arrival (its share grown since the
-    /// baseline) carries the bad requests.
+    /// Before/after (`B`): how much the value's arrival (its share grown since the
+    /// baseline) carries the route's change.
     pub(super) before_after: f64,
+    /// Its share of its dimension's excess bad mass, each value against its own
+    /// baseline.
     pub(super) recall: f64,
     /// Its excess bad rate against that of the requests without it.
     pub(super) relative_risk: f64,
+    /// The part of the route's change (bad mass beyond the baseline rate) its
+    /// requests account for: their own change plus the traffic it gained or lost at
+    /// its old rate against the route's (Adtributor's explanatory power, with a
+    /// forecast per request).
+    pub(super) explanatory_power: f64,
+    /// Its share of its dimension's bad mass expected from the baseline (its requests
+    /// at their own rate before; 0 for a value that did not exist), and the share it
+    /// holds.
+    pub(super) expected_share: f64,
+    pub(super) actual_share: f64,
+    /// Its term of the Jensen–Shannon divergence between expected and actual shares.
+    pub(super) surprise: f64,
     pub(super) share_window: f64,
     pub(super) share_baseline: f64,
     pub(super) metric_baseline: Option<f64>,
@@ -28,51 +54,11 @@ pub(super) struct Contrast {
     pub(super) healthy_before: f64,
 }
 
-/// (bad mass, total mass) of a cell for `metric`, against the baseline.
-fn bad_mass(metric: Metric, cell: &RollupCell, base: &RollupCell) -> (f64, f64) {
-    let n = cell.requests as f64;
-    match metric {
-        Metric::P50Latency | Metric::P95Latency | Metric::P99Latency => {
-            let q = metric.latency_quantile().unwrap_or(0.99);
-            match base.latency_ms.quantile(q).ok().flatten() {
-                Some(t) => (RollupCell::count_above(&cell.latency_ms, t), n),
-                None => (0.0, n),
-            }
-        }
-        Metric::TtftP99 => match base.ttft_ms.quantile(0.99).ok().flatten() {
-            Some(t) => (
-                RollupCell::count_above(&cell.ttft_ms, t),
-                cell.ttft_ms.count() as f64,
-            ),
-            None => (0.0, n),
-        },
-        Metric::ErrorRate => (cell.errors as f64, n),
-        Metric::RejectionRate => (cell.rejected() as f64, n),
-        Metric::KvCacheHitRatio => {
-            let base_ratio = Metric::KvCacheHitRatio.value(base, 60.0).unwrap_or(1.0);
-            let expected = base_ratio * cell.kv_hit_count as f64;
-            (
-                (expected - cell.kv_hit_sum).max(0.0),
-                cell.kv_hit_count as f64,
-            )
-        }
-        Metric::TokensPerS => match Metric::TokensPerS.value(base, 60.0) {
-            Some(tps) if tps > 0.0 => {
-                let expected = cell.gen_tokens as f64 / tps;
-                ((cell.gen_seconds - expected).max(0.0), cell.gen_seconds)
-            }
-            _ => (0.0, cell.gen_seconds),
-        },
-        // Cost and the prompt cache are not watched: no request of a cell is "bad" for them.
-        Metric::RequestRate | Metric::Cost | Metric::PromptCacheHitRatio => (0.0, n),
-    }
-}
-
-/// What the whole scope looked like, computed once per ranking: the merged baseline,
-/// the window's bad mass and total, and how often a request was bad before (the rate
-/// a value's requests are held to).
+/// What the whole scope looked like, computed once per ranking: the judgement of its
+/// baseline, the window's bad mass and total, and how often a request was bad
+/// before (the rate a value's requests are held to).
 pub(super) struct Scope {
-    base_all: RollupCell,
+    pub(super) judge: Judge,
     /// The window's and the baseline's bad and total mass.
     all: Masses,
     rate_before: f64,
@@ -85,21 +71,16 @@ impl Scope {
             .iter()
             .map(|(_, c)| c)
             .collect::<RollupCell>();
-        let mass = |cells: &[(SeriesKey, RollupCell)]| {
-            cells
-                .iter()
-                .map(|(_, c)| bad_mass(input.metric, c, &base_all))
-                .fold((0.0, 0.0), |(b, t), (x, y)| (b + x, t + y))
-        };
-        let (bad_all, total_all) = mass(input.window);
-        let (bad_before, total_before) = mass(input.baseline);
+        let judge = Judge::against(input.metric, &base_all);
+        let (bad_all, total_all) = judge.masses(input.window.iter().map(|(_, c)| c));
+        let (bad_before, total_before) = judge.masses(input.baseline.iter().map(|(_, c)| c));
         let rate_before = if total_before > 0.0 {
             bad_before / total_before
         } else {
             0.0
         };
         Self {
-            base_all,
+            judge,
             all: Masses {
                 bad: bad_all,
                 total: total_all,
@@ -109,6 +90,88 @@ impl Scope {
             rate_before,
         }
     }
+
+    /// The route's change: its window's bad mass beyond the baseline rate.
+    fn change(&self) -> f64 {
+        (self.all.bad - self.all.total * self.rate_before).max(0.0)
+    }
+}
+
+/// The window's requests judged each against its own reference: the baseline of the
+/// requests that agree with it on every dimension whose value was already serving
+/// (values new since, or brought by a change near the onset, left out — their
+/// requests before the onset are no baseline of theirs). An instance that always
+/// served the long prompts is judged against its own slower tail, a new adapter's
+/// requests on it against that instance's. A reference with fewer than
+/// `OWN_BASELINE_REQUESTS` is replaced by the scope's baseline.
+struct OwnJudgement {
+    /// Per window cell: its bad mass against its reference, its total, and the bad
+    /// mass its reference's own rate expects of it.
+    cells: Vec<(f64, f64, f64)>,
+}
+
+impl OwnJudgement {
+    fn of(input: &RcaInput<'_>, scope: &Scope, brought: &HashSet<(Dimension, &str)>) -> Self {
+        let dims: Vec<Dimension> = Dimension::ALL
+            .into_iter()
+            .filter(|d| *d != Dimension::Service)
+            .collect();
+        let existing: HashSet<(Dimension, &str)> = input
+            .baseline
+            .iter()
+            .flat_map(|(k, _)| dims.iter().map(move |d| (*d, k.get(*d))))
+            .filter(|a| !brought.contains(a))
+            .collect();
+        // The reference's judgement and its rate, per set of values it agrees on.
+        let mut references: HashMap<Vec<(Dimension, &str)>, (Judge, f64)> = HashMap::new();
+        let scope_reference = (scope.judge, scope.rate_before);
+        let cells = input
+            .window
+            .iter()
+            .map(|(key, cell)| {
+                let agree: Vec<(Dimension, &str)> = dims
+                    .iter()
+                    .map(|d| (*d, key.get(*d)))
+                    .filter(|a| existing.contains(a))
+                    .collect();
+                let (judge, rate) = *references.entry(agree).or_insert_with_key(|agree| {
+                    let base: RollupCell = input
+                        .baseline
+                        .iter()
+                        .filter(|(k, _)| agree.iter().all(|(d, v)| k.get(*d) == *v))
+                        .map(|(_, c)| c)
+                        .collect();
+                    if base.requests < OWN_BASELINE_REQUESTS {
+                        return scope_reference;
+                    }
+                    let judge = Judge::against(input.metric, &base);
+                    let (bad, total) = judge.mass(&base);
+                    (judge, if total > 0.0 { bad / total } else { 0.0 })
+                });
+                let (bad, total) = judge.mass(cell);
+                (bad, total, total * rate)
+            })
+            .collect();
+        Self { cells }
+    }
+}
+
+/// One value's requests of a dimension, judged both ways.
+#[derive(Default)]
+struct Slice<'a> {
+    window: Vec<&'a RollupCell>,
+    baseline: Vec<&'a RollupCell>,
+    /// Against each request's own reference: bad mass, total, expected bad mass.
+    own: (f64, f64, f64),
+    /// Against the scope's baseline.
+    scoped: Masses,
+}
+
+impl Slice<'_> {
+    /// Its bad mass beyond what its references expect.
+    fn own_excess(&self) -> f64 {
+        (self.own.0 - self.own.2).max(0.0)
+    }
 }
 
 /// Contrast of every attribute value present in the window.
@@ -116,94 +179,138 @@ pub(super) fn contrasts(
     input: &RcaInput<'_>,
     scope: &Scope,
 ) -> BTreeMap<(Dimension, String), Contrast> {
-    let Scope {
-        base_all,
-        all,
-        rate_before,
-    } = scope;
-    let (all, rate_before) = (*all, *rate_before);
+    let (all, rate_before) = (scope.all, scope.rate_before);
     let base_requests: f64 = input.baseline.iter().map(|(_, c)| c.requests as f64).sum();
     let window_requests: f64 = input.window.iter().map(|(_, c)| c.requests as f64).sum();
+    let route_change = scope.change();
     // Values a change near the onset brought: their requests before the onset are the
     // change's doing, not a background of theirs (an onset found minutes late finds
-    // them bad already); whether they were healthy is `healthy_before`'s to judge.
+    // them bad already), nor a baseline to judge them by; whether they were healthy
+    // is `healthy_before`'s to judge.
     let brought: HashSet<(Dimension, &str)> = input
         .changes
         .iter()
         .filter(|c| proximity(c, input.onset_minute) > 0.0)
         .filter_map(|c| c.attribute.as_ref().map(|(d, v)| (*d, v.as_str())))
         .collect();
+    let own = OwnJudgement::of(input, scope, &brought);
     let mut out = BTreeMap::new();
     // Every dimension but the service: it is the scope, not a cause.
     for dim in Dimension::ALL
         .into_iter()
         .filter(|d| *d != Dimension::Service)
     {
-        let mut window: HashMap<&str, Vec<&RollupCell>> = HashMap::new();
-        for (k, c) in input.window {
-            if !k.get(dim).is_empty() {
-                window.entry(k.get(dim)).or_default().push(c);
-            }
-        }
-        let mut baseline: HashMap<&str, Vec<&RollupCell>> = HashMap::new();
-        for (k, c) in input.baseline {
-            baseline.entry(k.get(dim)).or_default().push(c);
-        }
-        for (value, cells) in window {
-            let (bad, total) = cells
-                .iter()
-                .map(|c| bad_mass(input.metric, c, base_all))
-                .fold((0.0, 0.0), |(b, t), (x, y)| (b + x, t + y));
-            let rate = if total > 0.0 { bad / total } else { 0.0 };
-            let in_window = cells.iter().copied().collect::<RollupCell>();
-            let base_cells = baseline.get(value);
-            let (bad_base, total_base) = base_cells
-                .into_iter()
-                .flatten()
-                .map(|c| bad_mass(input.metric, c, base_all))
-                .fold((0.0, 0.0), |(b, t), (x, y)| (b + x, t + y));
-            let in_base = base_cells.map(|c| c.iter().copied().collect::<RollupCell>());
-            let (bad_before, total_before) = if brought.contains(&(dim, value)) {
-                (0.0, 0.0)
-            } else {
-                (bad_base, total_base)
-            };
-            let (recall, relative_risk, score) = attributable(
-                Masses {
-                    bad,
-                    total,
-                    bad_before,
-                    total_before,
-                },
-                all,
-                rate_before,
+        // Requests without the dimension are a slice of their own ("") that is no
+        // candidate but part of everyone's rest.
+        let mut slices: HashMap<&str, Slice<'_>> = HashMap::new();
+        for ((k, c), judged) in input.window.iter().zip(&own.cells) {
+            let slice = slices.entry(k.get(dim)).or_default();
+            slice.window.push(c);
+            slice.own = (
+                slice.own.0 + judged.0,
+                slice.own.1 + judged.1,
+                slice.own.2 + judged.2,
             );
+        }
+        for (k, c) in input.baseline {
+            slices.entry(k.get(dim)).or_default().baseline.push(c);
+        }
+        for (value, slice) in slices.iter_mut() {
+            let before: &[&RollupCell] = if brought.contains(&(dim, *value)) {
+                &[]
+            } else {
+                &slice.baseline
+            };
+            let (bad, total) = scope.judge.masses(slice.window.iter().copied());
+            let (bad_before, total_before) = scope.judge.masses(before.iter().copied());
+            slice.scoped = Masses {
+                bad,
+                total,
+                bad_before,
+                total_before,
+            };
+        }
+        let own_excess: f64 = slices.values().map(Slice::own_excess).sum();
+        let own_total: f64 = slices.values().map(|s| s.own.1).sum();
+        let own_bad: f64 = slices.values().map(|s| s.own.0).sum();
+        let own_expected: f64 = slices.values().map(|s| s.own.2).sum();
+        // Bad mass each value would hold had nothing changed: its share of the
+        // traffic before, at the rate its references expect (0 for a value that did
+        // not exist).
+        let expected_of = |s: &Slice<'_>| {
+            let before: f64 = s.baseline.iter().map(|c| c.requests as f64).sum();
+            before / base_requests.max(1.0) * own_expected
+        };
+        for (value, slice) in &slices {
+            if value.is_empty() || slice.window.is_empty() {
+                continue;
+            }
+            let (recall, relative_risk, score) = attributable(
+                (slice.own_excess(), slice.own.1),
+                (own_excess - slice.own_excess(), own_total - slice.own.1),
+            );
+            let in_window = slice.window.iter().copied().collect::<RollupCell>();
+            let in_base = (!slice.baseline.is_empty())
+                .then(|| slice.baseline.iter().copied().collect::<RollupCell>());
             let share_window = in_window.requests as f64 / window_requests.max(1.0);
             let share_baseline =
                 in_base.as_ref().map_or(0.0, |b| b.requests as f64) / base_requests.max(1.0);
+            // What its requests changed, at their own rate before (the route's for a
+            // value that did not exist), plus the traffic it gained or lost at that
+            // rate against the route's.
+            let scoped = slice.scoped;
+            let own_rate = scoped.rate_before(rate_before);
+            let forecast_requests = share_baseline * all.total;
+            let change = scoped.bad - scoped.total * own_rate
+                + (scoped.total - forecast_requests) * (own_rate - rate_before);
+            let explanatory_power = if route_change > 0.0 {
+                (change / route_change).clamp(0.0, 1.0)
+            } else {
+                0.0
+            };
+            let expected_share = if own_expected > 0.0 {
+                expected_of(slice) / own_expected
+            } else {
+                0.0
+            };
+            let actual_share = if own_bad > 0.0 {
+                slice.own.0 / own_bad
+            } else {
+                0.0
+            };
             // A value that took over traffic since the baseline (all of it, for a
             // change on every instance) and whose requests are worse than requests
             // were before: within the window it has nothing to be contrasted with.
             let gained = (share_window - share_baseline).max(0.0);
+            let rate = if scoped.total > 0.0 {
+                scoped.bad / scoped.total
+            } else {
+                0.0
+            };
             let excess = if rate > rate_before && rate > 0.0 {
                 1.0 - rate_before / rate
             } else {
                 0.0
             };
+            let (bad_base, total_base) = scope.judge.masses(slice.baseline.iter().copied());
             out.insert(
-                (dim, value.to_owned()),
+                (dim, (*value).to_owned()),
                 Contrast {
                     score,
-                    before_after: (gained * recall * excess).clamp(0.0, 1.0),
+                    before_after: (gained * explanatory_power * excess).clamp(0.0, 1.0),
                     recall,
                     relative_risk,
+                    explanatory_power,
+                    expected_share,
+                    actual_share,
+                    surprise: js_term(expected_share, actual_share),
                     share_window,
                     share_baseline,
                     metric_baseline: in_base.and_then(|b| input.metric.value(&b, 60.0)),
                     metric_window: input.metric.value(&in_window, 60.0),
                     healthy_before: healthy_before(
                         (bad_base, total_base),
-                        (bad, total),
+                        (scoped.bad, scoped.total),
                         rate_before,
                     ),
                 },
@@ -211,6 +318,18 @@ pub(super) fn contrasts(
         }
     }
     out
+}
+
+/// One value's term of the Jensen–Shannon divergence between the expected shares `p`
+/// and the actual ones `q` (bits; the terms of a dimension add up to at most 1).
+fn js_term(p: f64, q: f64) -> f64 {
+    let m = (p + q) / 2.0;
+    let part = |x: f64| if x > 0.0 { x * (x / m).log2() } else { 0.0 };
+    if m <= 0.0 {
+        0.0
+    } else {
+        ((part(p) + part(q)) / 2.0).max(0.0)
+    }
 }
 
 /// Bad and total mass of some requests in the window and before it.
@@ -223,21 +342,10 @@ struct Masses {
 }
 
 impl Masses {
-    fn minus(self, other: Masses) -> Masses {
-        Masses {
-            bad: (self.bad - other.bad).max(0.0),
-            total: (self.total - other.total).max(0.0),
-            bad_before: (self.bad_before - other.bad_before).max(0.0),
-            total_before: (self.total_before - other.total_before).max(0.0),
-        }
-    }
-
-    /// The window's bad mass in excess of what these requests showed before: their
-    /// own rate before, drawn towards the scope's `rate_before` while they were few.
-    fn excess(&self, rate_before: f64) -> f64 {
-        let own = (self.bad_before + rate_before * BACKGROUND_PRIOR)
-            / (self.total_before + BACKGROUND_PRIOR);
-        (self.bad - own * self.total).max(0.0)
+    /// Their bad rate before: their own, drawn towards `prior` (the scope's) while
+    /// they were few.
+    fn rate_before(&self, prior: f64) -> f64 {
+        (self.bad_before + prior * BACKGROUND_PRIOR) / (self.total_before + BACKGROUND_PRIOR)
     }
 }
 
@@ -249,30 +357,30 @@ const PSEUDO_BAD: f64 = 4.0;
 const BACKGROUND_PRIOR: f64 = 20.0;
 
 /// How much of the window's excess bad mass a value accounts for, as its population
-/// attributable fraction: `(recall, relative risk, recall × (1 − 1/relative risk))`.
+/// attributable fraction, from the (excess, total) of its requests and of the rest:
+/// `(recall, relative risk, recall × (1 − 1/relative risk))`.
 ///
-/// Bad mass is taken in excess of the background the requests showed before (half of
-/// them are above a baseline median, 1% above its P99; a slow model is always above
-/// the median), so that a slower A/B arm is contrasted on the requests it slowed. The
-/// value's excess rate is held against that of the requests without it — not of all
-/// requests, itself included, which capped an arm on half the traffic at 0.5 however
-/// completely it held the bad requests. Both rates are smoothed by `PSEUDO_BAD` bad
-/// requests' worth at the window's rate: 8 bad requests that all fell on one arm of
-/// two (one time in 250 by chance, and there are many values) are weaker evidence
-/// than 35, and a value on nearly all of the traffic does not win on a few clean
-/// requests left over.
-fn attributable(value: Masses, all: Masses, rate_before: f64) -> (f64, f64, f64) {
-    let rest = all.minus(value);
-    let (value_x, rest_x) = (value.excess(rate_before), rest.excess(rate_before));
+/// The excess is the bad mass beyond the background the requests showed before (half
+/// of them are above a baseline median, 1% above its P99; a slow model is always
+/// above the median), so that a slower A/B arm is contrasted on the requests it
+/// slowed. The value's excess rate is held against that of the requests without it
+/// — not of all requests, itself included, which capped an arm on half the traffic at
+/// 0.5 however completely it held the bad requests. Both rates are smoothed by
+/// `PSEUDO_BAD` bad requests' worth at the window's rate: 8 bad requests that all fell
+/// on one arm of two (one time in 250 by chance, and there are many values) are
+/// weaker evidence than 35, and a value on nearly all of the traffic does not win on
+/// a few clean requests left over.
+fn attributable((value_x, value_n): (f64, f64), (rest_x, rest_n): (f64, f64)) -> (f64, f64, f64) {
     let all_x = value_x + rest_x;
-    if all_x <= 0.0 || value.total <= 0.0 {
+    let all_n = value_n + rest_n;
+    if all_x <= 0.0 || value_n <= 0.0 {
         return (0.0, 0.0, 0.0);
     }
     let recall = value_x / all_x;
-    let rate_all = all_x / all.total.max(1e-9);
-    let smoothing = (PSEUDO_BAD / rate_all).min(all.total);
+    let rate_all = all_x / all_n.max(1e-9);
+    let smoothing = (PSEUDO_BAD / rate_all).min(all_n);
     let smoothed = |bad: f64, total: f64| (bad + rate_all * smoothing) / (total + smoothing);
-    let risk = smoothed(value_x, value.total) / smoothed(rest_x, rest.total);
+    let risk = smoothed(value_x, value_n) / smoothed(rest_x, rest_n.max(0.0));
     let score = if risk > 1.0 {
         recall * (1.0 - 1.0 / risk)
     } else {
@@ -307,19 +415,15 @@ pub(super) fn judge_against_leader(
         .max_by(|a, b| a.1.score.total_cmp(&b.1.score))
         .filter(|(_, c)| c.score > LEADS)
         .map(|(k, _)| k.clone());
-    let Scope {
-        base_all,
-        all,
-        rate_before,
-    } = scope;
-    let (bad_all, rate_before) = (all.bad, *rate_before);
+    let rate_before = scope.rate_before;
+    let route_change = scope.change();
     // (bad, total) mass of the window's requests that pass `keep`.
     let mass = |keep: &dyn Fn(&SeriesKey) -> bool| {
         input
             .window
             .iter()
             .filter(|(k, _)| keep(k))
-            .map(|(_, cell)| bad_mass(input.metric, cell, base_all))
+            .map(|(_, cell)| scope.judge.mass(cell))
             .fold((0.0, 0.0), |(b, t), (x, y)| (b + x, t + y))
     };
     let rate = |(bad, total): (f64, f64)| if total > 0.0 { bad / total } else { 0.0 };
@@ -350,8 +454,8 @@ pub(super) fn judge_against_leader(
                 if c.before_after > 0.0 {
                     // What the value explains beyond the leader.
                     let rate = rate(outside);
-                    let recall = if bad_all > 0.0 {
-                        outside.0 / bad_all
+                    let recall = if route_change > 0.0 {
+                        ((outside.0 - outside.1 * rate_before) / route_change).clamp(0.0, 1.0)
                     } else {
                         0.0
                     };
@@ -417,6 +521,10 @@ pub(super) fn contrast_json(c: &Contrast) -> serde_json::Value {
         "contrast": c.score,
         "before_after": c.before_after,
         "share_of_bad": c.recall,
+        "explanatory_power": c.explanatory_power,
+        "expected_share_of_bad": c.expected_share,
+        "actual_share_of_bad": c.actual_share,
+        "surprise": c.surprise,
         "relative_risk": c.relative_risk,
         "share_of_requests": c.share_window,
         "share_of_requests_before": c.share_baseline,
@@ -438,10 +546,12 @@ fn show(metric: Metric, v: Option<f64>) -> String {
 
 pub(super) fn contrast_line(metric: Metric, subject: &str, c: &Contrast) -> String {
     format!(
-        "{subject}: {:.0}% of the bad requests on {:.0}% of the traffic (before {:.0}%); {} {} → {}",
-        c.recall * 100.0,
+        "{subject}: {:.0}% of the bad requests (expected {:.0}%) on {:.0}% of the traffic (before {:.0}%), explains {:.0}% of the change; {} {} → {}",
+        c.actual_share * 100.0,
+        c.expected_share * 100.0,
         c.share_window * 100.0,
         c.share_baseline * 100.0,
+        c.explanatory_power * 100.0,
         metric.as_str(),
         show(metric, c.metric_baseline),
         show(metric, c.metric_window),

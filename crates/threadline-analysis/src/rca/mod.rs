@@ -54,6 +54,7 @@
 
 mod co_moving;
 mod contrast;
+mod judge;
 mod rules;
 #[cfg(test)]
 mod tests;
