@@ -255,13 +255,16 @@ pub(super) fn contrasts(
             let share_window = in_window.requests as f64 / window_requests.max(1.0);
             let share_baseline =
                 in_base.as_ref().map_or(0.0, |b| b.requests as f64) / base_requests.max(1.0);
-            // What its requests changed, at their own rate before (the route's for a
-            // value that did not exist), plus the traffic it gained or lost at that
-            // rate against the route's.
+            // What its requests changed against their own references (a new value's
+            // against the values it arrived with: a harmless adapter on every request
+            // of a prompt version that always refused a third explains none of the
+            // refusals), plus the traffic it gained or lost at its rate before against
+            // the route's (that prompt version taking over from 15% of the traffic
+            // explains them all).
             let scoped = slice.scoped;
             let own_rate = scoped.rate_before(rate_before);
             let forecast_requests = share_baseline * all.total;
-            let change = scoped.bad - scoped.total * own_rate
+            let change = (slice.own.0 - slice.own.2)
                 + (scoped.total - forecast_requests) * (own_rate - rate_before);
             let explanatory_power = if route_change > 0.0 {
                 (change / route_change).clamp(0.0, 1.0)

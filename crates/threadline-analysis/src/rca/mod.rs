@@ -57,6 +57,8 @@ mod contrast;
 mod judge;
 mod rules;
 #[cfg(test)]
+mod shapes_tests;
+#[cfg(test)]
 mod tests;
 
 use serde::{Deserialize, Serialize};

@@ -4,7 +4,7 @@
 use super::*;
 use crate::cell::SpanSlot;
 
-fn key(instance: &str, adapter: &str, prompt: &str, image: &str) -> SeriesKey {
+pub(super) fn key(instance: &str, adapter: &str, prompt: &str, image: &str) -> SeriesKey {
     SeriesKey::default()
         .with(Dimension::Service, "gw")
         .with(Dimension::Route, "/v1/chat")
@@ -14,7 +14,7 @@ fn key(instance: &str, adapter: &str, prompt: &str, image: &str) -> SeriesKey {
         .with(Dimension::Image, image)
 }
 
-fn cell(ms: f64, n: u64, kv: f64) -> RollupCell {
+pub(super) fn cell(ms: f64, n: u64, kv: f64) -> RollupCell {
     let mut c = RollupCell::default();
     for i in 0..n {
         c.requests += 1;
@@ -26,7 +26,7 @@ fn cell(ms: f64, n: u64, kv: f64) -> RollupCell {
 }
 
 /// Ranks with the shipped rules for an incident of `metric` at minute 100.
-fn rank_at_onset(
+pub(super) fn rank_at_onset(
     metric: Metric,
     co_anomalies: Vec<Metric>,
     baseline: &[(SeriesKey, RollupCell)],
@@ -45,7 +45,7 @@ fn rank_at_onset(
 }
 
 /// `rank_at_onset` for a P99 incident with no other anomaly.
-fn rank_p99(
+pub(super) fn rank_p99(
     baseline: &[(SeriesKey, RollupCell)],
     window: &[(SeriesKey, RollupCell)],
     changes: Vec<Change>,
@@ -54,7 +54,7 @@ fn rank_p99(
 }
 
 /// Adapter `fin@7` rolled out at minute `at`.
-fn fin_lora_7_at(at: i64) -> Change {
+pub(super) fn fin_lora_7_at(at: i64) -> Change {
     change(
         "adapter_rollout",
         "adapter:fin@7",
@@ -63,7 +63,7 @@ fn fin_lora_7_at(at: i64) -> Change {
     )
 }
 
-fn change(kind: &str, subject: &str, at: i64, attr: (Dimension, &str)) -> Change {
+pub(super) fn change(kind: &str, subject: &str, at: i64, attr: (Dimension, &str)) -> Change {
     Change {
         kind: serde_json::from_value(serde_json::json!(kind)).unwrap(),
         subject: subject.into(),
