@@ -188,14 +188,7 @@ async fn wait_mark(browser: &Chromium, name: &str, since: f64) -> anyhow::Result
 
 pub(crate) async fn run(args: UiBenchArgs) -> anyhow::Result<Value> {
     let temp = tempfile::tempdir()?;
-    let overrides = threadline_server::ConfigOverrides {
-        otlp_http: Some("127.0.0.1:0".into()),
-        otlp_grpc: Some("127.0.0.1:0".into()),
-        http: Some("127.0.0.1:0".into()),
-        data_dir: Some(temp.path().join("data")),
-        store: None,
-        allow_unauthenticated: false,
-    };
+    let overrides = crate::local_server::LocalServer::loopback(temp.path().join("data"));
     let config = threadline_server::ServerConfig::load(None, &overrides)?;
     let server = crate::local_server::LocalServer::start(config).await?;
     let addrs = server.addrs;

@@ -11,6 +11,20 @@ pub(crate) struct LocalServer {
 }
 
 impl LocalServer {
+    /// Settings for a server of a command's own: every listener on a free loopback
+    /// port, its store in `data_dir`.
+    pub(crate) fn loopback(data_dir: std::path::PathBuf) -> threadline_server::ConfigOverrides {
+        let any_port = Some("127.0.0.1:0".to_owned());
+        threadline_server::ConfigOverrides {
+            otlp_http: any_port.clone(),
+            otlp_grpc: any_port.clone(),
+            http: any_port,
+            data_dir: Some(data_dir),
+            store: None,
+            allow_unauthenticated: false,
+        }
+    }
+
     /// Starts serving `config`; returns once every listener is bound.
     pub(crate) async fn start(config: ServerConfig) -> anyhow::Result<Self> {
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();

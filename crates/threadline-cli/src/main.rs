@@ -5,6 +5,7 @@
 mod bench_detector;
 mod bench_diagnosis;
 mod bench_lineage;
+mod bench_public;
 mod bench_ui;
 mod client;
 mod demo;
@@ -151,6 +152,9 @@ enum BenchWhat {
     /// in turn), decoys and healthy routes, sent to a server of their own; scores the
     /// incidents found and the rank of the true cause.
     Diagnosis(bench_diagnosis::DiagnosisBenchArgs),
+    /// Public labelled incidents (RobustSpot's RS), replayed through a server of their
+    /// own as OTLP; scores the cause the RCA ranks first against the label.
+    RcaPublic(bench_public::PublicBenchArgs),
     /// One hour of request spans with a latency incident through the real write path,
     /// then the time to detect it and to rank its causes.
     Rca {
@@ -432,6 +436,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Bench(BenchWhat::Diagnosis(args)) => {
             let report = runtime.block_on(bench_diagnosis::run(args))?;
+            crate::out::outln!("{report}");
+            Ok(())
+        }
+        Command::Bench(BenchWhat::RcaPublic(args)) => {
+            let report = runtime.block_on(bench_public::run(args))?;
             crate::out::outln!("{report}");
             Ok(())
         }

@@ -24,6 +24,8 @@ const EXEMPLAR_CANDIDATES: usize = 5;
 const EXEMPLARS: usize = 5;
 const UPSTREAM_DEPTH: usize = 8;
 const UPSTREAM_NODES: usize = 20_000;
+/// Minutes after a series' data begins in which a value first seen was already there.
+const SETTLING_MINUTES: i64 = 3;
 
 /// The metric of the incident's anomaly furthest off its baseline (in its own robust
 /// standard deviations): what the incident's bad requests are. The first anomaly is
@@ -265,9 +267,20 @@ pub fn diagnose(
             edge_kinds: Vec::new(),
         },
     )?;
-    let changes = upstream
+    let mut changes = upstream
         .map(|g| changes_upstream(&g, &affected, target.onset_minute))
         .unwrap_or_default();
+    // Values the series served from its first minutes on were there when its data
+    // began: first seen then is no rollout (every value of a series sent since ten
+    // minutes before the onset would otherwise be "new" near it).
+    let first_minute = cells
+        .iter()
+        .filter(|(_, key, _)| matches_at(key, target.level, &target.filter))
+        .map(|(minute, _, _)| *minute)
+        .min();
+    if let Some(first) = first_minute.filter(|m| *m > from) {
+        changes.retain(|c| c.attribute.is_none() || c.at_minute > first + SETTLING_MINUTES);
+    }
     let ranked = rank(&RcaInput {
         metric: target.metric,
         co_anomalies: target.co_anomalies.clone(),

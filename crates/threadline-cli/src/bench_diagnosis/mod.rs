@@ -69,15 +69,7 @@ async fn run_one(
     let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(1_000_003).wrapping_add(k as u64));
     let scenario = faults::generate(&mut rng, kind, variant);
     let temp = tempfile::tempdir().context("cannot create a temporary directory")?;
-    let any_port = Some("127.0.0.1:0".to_owned());
-    let overrides = threadline_server::ConfigOverrides {
-        otlp_http: any_port.clone(),
-        otlp_grpc: any_port.clone(),
-        http: any_port,
-        data_dir: Some(temp.path().join("data")),
-        store: None,
-        allow_unauthenticated: false,
-    };
+    let overrides = crate::local_server::LocalServer::loopback(temp.path().join("data"));
     let mut config = threadline_server::ServerConfig::load(None, &overrides)?;
     config.detector = detector.clone();
     let server = crate::local_server::LocalServer::start(config).await?;
