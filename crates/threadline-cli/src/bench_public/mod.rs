@@ -260,7 +260,7 @@ mod tests {
         let cdn7 = element(&[("cdn", "7")]);
         let pair = element(&[("bitrate", "2000"), ("p2p", "1")]);
         assert_eq!(
-            score(&[cdn7.clone()], &[Some(cdn7.clone())]),
+            score(std::slice::from_ref(&cdn7), &[Some(cdn7.clone())]),
             (true, true, 1.0)
         );
         // Right element of a two-element label: no exact set, F1 2/3.
@@ -268,7 +268,7 @@ mod tests {
         assert!(!exact && within && (f1 - 2.0 / 3.0).abs() < 1e-9);
         // Second place: within three, not first.
         assert_eq!(
-            score(&[pair.clone()], &[None, Some(pair.clone())]),
+            score(std::slice::from_ref(&pair), &[None, Some(pair.clone())]),
             (false, true, 0.0)
         );
         assert_eq!(score(&[pair], &[Some(cdn7)]), (false, false, 0.0));
