@@ -97,6 +97,19 @@ impl Scope {
     }
 }
 
+/// Values a change near the onset brought: their requests before the onset are the
+/// change's doing, not a background of theirs (an onset found minutes late finds them
+/// bad already), nor a baseline to judge them by; whether they were healthy is
+/// `healthy_before`'s to judge.
+fn brought<'a>(input: &'a RcaInput<'_>) -> HashSet<(Dimension, &'a str)> {
+    input
+        .changes
+        .iter()
+        .filter(|c| proximity(c, input.onset_minute) > 0.0)
+        .filter_map(|c| c.attribute.as_ref().map(|(d, v)| (*d, v.as_str())))
+        .collect()
+}
+
 /// The window's requests judged each against its own reference: the baseline of the
 /// requests that agree with it on every dimension whose value was already serving
 /// (values new since, or brought by a change near the onset, left out — their
@@ -104,14 +117,15 @@ impl Scope {
 /// served the long prompts is judged against its own slower tail, a new adapter's
 /// requests on it against that instance's. A reference with fewer than
 /// `OWN_BASELINE_REQUESTS` is replaced by the scope's baseline.
-struct OwnJudgement {
+pub(super) struct OwnJudgement {
     /// Per window cell: its bad mass against its reference, its total, and the bad
     /// mass its reference's own rate expects of it.
-    cells: Vec<(f64, f64, f64)>,
+    pub(super) cells: Vec<(f64, f64, f64)>,
 }
 
 impl OwnJudgement {
-    fn of(input: &RcaInput<'_>, scope: &Scope, brought: &HashSet<(Dimension, &str)>) -> Self {
+    pub(super) fn of(input: &RcaInput<'_>, scope: &Scope) -> Self {
+        let brought = brought(input);
         let dims: Vec<Dimension> = Dimension::ALL
             .into_iter()
             .filter(|d| *d != Dimension::Service)
@@ -178,22 +192,13 @@ impl Slice<'_> {
 pub(super) fn contrasts(
     input: &RcaInput<'_>,
     scope: &Scope,
+    own: &OwnJudgement,
 ) -> BTreeMap<(Dimension, String), Contrast> {
     let (all, rate_before) = (scope.all, scope.rate_before);
     let base_requests: f64 = input.baseline.iter().map(|(_, c)| c.requests as f64).sum();
     let window_requests: f64 = input.window.iter().map(|(_, c)| c.requests as f64).sum();
     let route_change = scope.change();
-    // Values a change near the onset brought: their requests before the onset are the
-    // change's doing, not a background of theirs (an onset found minutes late finds
-    // them bad already), nor a baseline to judge them by; whether they were healthy
-    // is `healthy_before`'s to judge.
-    let brought: HashSet<(Dimension, &str)> = input
-        .changes
-        .iter()
-        .filter(|c| proximity(c, input.onset_minute) > 0.0)
-        .filter_map(|c| c.attribute.as_ref().map(|(d, v)| (*d, v.as_str())))
-        .collect();
-    let own = OwnJudgement::of(input, scope, &brought);
+    let brought = brought(input);
     let mut out = BTreeMap::new();
     // Every dimension but the service: it is the scope, not a cause.
     for dim in Dimension::ALL
@@ -373,7 +378,10 @@ const BACKGROUND_PRIOR: f64 = 20.0;
 /// on one arm of two (one time in 250 by chance, and there are many values) are
 /// weaker evidence than 35, and a value on nearly all of the traffic does not win on
 /// a few clean requests left over.
-fn attributable((value_x, value_n): (f64, f64), (rest_x, rest_n): (f64, f64)) -> (f64, f64, f64) {
+pub(super) fn attributable(
+    (value_x, value_n): (f64, f64),
+    (rest_x, rest_n): (f64, f64),
+) -> (f64, f64, f64) {
     let all_x = value_x + rest_x;
     let all_n = value_n + rest_n;
     if all_x <= 0.0 || value_n <= 0.0 {
@@ -476,7 +484,10 @@ pub(super) fn judge_against_leader(
             continue;
         }
         c.before_after *= c.healthy_before;
-        if CALL_DIMENSIONS.contains(dim) {
+        // Of a request's end-to-end latency, a model call's attributes explain the
+        // calls' part; time to first token, cache hits and generation speed are the
+        // call's own.
+        if CALL_DIMENSIONS.contains(dim) && input.metric.latency_quantile().is_some() {
             c.before_after *= call_share.unwrap_or(1.0);
         }
     }

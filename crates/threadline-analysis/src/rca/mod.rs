@@ -53,6 +53,7 @@
 //! near the onset scores above that, as does a part that took most of the added time.
 
 mod co_moving;
+mod combinations;
 mod contrast;
 mod judge;
 mod rules;
@@ -67,8 +68,10 @@ use crate::metric::Metric;
 use crate::rollup::{Dimension, RollupCell, SeriesKey};
 use crate::time_went::TimeWent;
 use co_moving::fold_co_moving;
+use combinations::narrow;
 use contrast::{
-    contrast_json, contrast_line, contrasts, judge_against_leader, Contrast, Scope, NOTICEABLE,
+    contrast_json, contrast_line, contrasts, judge_against_leader, Contrast, OwnJudgement, Scope,
+    NOTICEABLE,
 };
 use rules::{dominant_rejection, rule_boost};
 pub use rules::{FaultRule, FaultRules};
@@ -178,6 +181,17 @@ pub struct Candidate {
     pub attribute: Option<(Dimension, String)>,
 }
 
+/// A candidate's confidence from what its value explains — its contrast within the
+/// window `c` and before/after `b`: `A = 1 − (1 − c)(1 − b)` — and what links it to a
+/// cause, `link` (a change near the onset, a fault rule): `1 − (1 − A)(1 − A·link)`.
+/// The link raises a value in proportion to what it explains: a change or a rule
+/// with nothing behind it is no cause (a harmless rollout near the onset scores 0),
+/// and one behind a value that explains the change makes it surer.
+fn confidence(c: f64, b: f64, link: f64) -> f64 {
+    let explains = 1.0 - (1.0 - c) * (1.0 - b);
+    1.0 - (1.0 - explains) * (1.0 - explains * link.clamp(0.0, 1.0))
+}
+
 fn proximity(change: &Change, onset: i64) -> f64 {
     let earliest = if change.kind == CandidateKind::DatasetDrift {
         24 * 60
@@ -200,7 +214,8 @@ fn proximity(change: &Change, onset: i64) -> f64 {
 pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
     let time_went = TimeWent::of(input);
     let scope = Scope::of(input);
-    let mut contrasts = contrasts(input, &scope);
+    let own = OwnJudgement::of(input, &scope);
+    let mut contrasts = contrasts(input, &scope, &own);
     judge_against_leader(input, &scope, &time_went, &mut contrasts);
     let dominant = dominant_rejection(input.window);
     let mut out: Vec<Candidate> = Vec::new();
@@ -236,7 +251,7 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
         }
         let dim = via.as_ref().map(|(d, _)| *d);
         let (r, rules) = rule_boost(input, dominant.as_deref(), dim, Some(change.kind));
-        let confidence = 1.0 - (1.0 - c) * (1.0 - b) * (1.0 - p / 2.0) * (1.0 - r);
+        let confidence = confidence(c, b, 1.0 - (1.0 - p / 2.0) * (1.0 - r));
         let minutes = input.onset_minute - change.at_minute;
         let when = match minutes {
             0 => "at the onset".to_owned(),
@@ -277,6 +292,7 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
             attribute: via,
         });
     }
+    let combinations = narrow(input, &own, &contrasts, |a| !explained.contains(a));
     for ((dim, value), c) in &contrasts {
         // A value with next to no evidence is no candidate, whatever rule its kind
         // matches ("instance=i-6: 0% of the bad requests", boosted as an instance).
@@ -285,16 +301,41 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
             continue;
         }
         let (r, rules) = rule_boost(input, dominant.as_deref(), Some(*dim), None);
-        let confidence = 1.0 - (1.0 - c.score) * (1.0 - c.before_after) * (1.0 - r);
         let mut evidence = contrast_json(c);
         evidence["rules"] = serde_json::json!(rules);
-        let subject = format!("{}={value}", dim.as_str());
+        let mut subject = format!("{}={value}", dim.as_str());
+        let mut explanation = contrast_line(input.metric, &subject, c);
+        let mut score = c.score;
+        // Narrowed to a combination of values: the combination is the candidate, its
+        // seed's own evidence beside it.
+        if let Some(combination) = combinations
+            .iter()
+            .find(|x| x.values[0] == (*dim, value.clone()))
+        {
+            let narrowed = combination.subject();
+            explanation = format!(
+                "{narrowed}: {:.0}% of the excess bad requests; their excess rate {:.1}% against {:.1}% on the rest of {subject}",
+                combination.recall * 100.0,
+                combination.rate_in * 100.0,
+                combination.rate_out * 100.0,
+            );
+            evidence["narrowed_from"] = serde_json::json!({
+                "subject": subject,
+                "explanation": contrast_line(input.metric, &subject, c),
+            });
+            evidence["contrast"] = serde_json::json!(combination.score);
+            evidence["share_of_bad"] = serde_json::json!(combination.recall);
+            evidence["relative_risk"] = serde_json::json!(combination.relative_risk);
+            score = combination.score;
+            subject = narrowed;
+        }
+        let confidence = confidence(score, c.before_after, r);
         out.push(Candidate {
             kind: CandidateKind::Attribute,
-            explanation: contrast_line(input.metric, &subject, c),
+            explanation,
             subject,
             confidence,
-            contrast: c.score,
+            contrast: score,
             before_after: c.before_after,
             proximity: 0.0,
             rule: r,

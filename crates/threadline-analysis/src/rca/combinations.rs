@@ -1,0 +1,168 @@
+//! Causes that are a combination of values — an adapter that fails only on one image,
+//! a bitrate that stalls only over peer-to-peer: a leading value is narrowed by one
+//! value of another dimension at a time while the narrower slice holds nearly all of
+//! its excess bad mass and the rest of it is close to healthy (HotSpot's and
+//! Squeeze's attribute combinations, with a parsimony test against picking a finer
+//! slice than the fault's: a value whose requests went bad alike with or without
+//! the second value stays whole).
+
+use std::collections::BTreeSet;
+
+use super::contrast::{attributable, Contrast, OwnJudgement};
+use super::RcaInput;
+use crate::rollup::{Dimension, SeriesKey};
+
+/// Values narrowed, at most (the seed and two more).
+const MAX_VALUES: usize = 3;
+/// Leading values tried as seeds.
+const SEEDS: usize = 5;
+/// The within-window contrast a seed needs.
+const SEED_SCORE: f64 = 0.1;
+/// Share of the wider slice's excess bad mass the narrower one must hold.
+const HOLDS: f64 = 0.85;
+/// The most the rest of the wider slice may be affected, relative to the narrower
+/// one (excess bad rate).
+const PARSIMONY: f64 = 0.25;
+
+/// A combination of values, and how much of the window's excess it accounts for.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Combination {
+    /// The values, the seed first.
+    pub(super) values: Vec<(Dimension, String)>,
+    pub(super) recall: f64,
+    pub(super) relative_risk: f64,
+    pub(super) score: f64,
+    /// Excess bad rate of the narrowed slice and of the rest of its seed.
+    pub(super) rate_in: f64,
+    pub(super) rate_out: f64,
+}
+
+impl Combination {
+    /// `adapter=2000 & gray_tag=1`, in dimension order.
+    pub(super) fn subject(&self) -> String {
+        let mut values = self.values.clone();
+        values.sort();
+        values
+            .iter()
+            .map(|(d, v)| format!("{}={v}", d.as_str()))
+            .collect::<Vec<_>>()
+            .join(" & ")
+    }
+}
+
+/// The window's cells with their own judgement, for sums over slices.
+struct Cells<'a> {
+    keys: Vec<&'a SeriesKey>,
+    judged: &'a [(f64, f64, f64)],
+}
+
+impl Cells<'_> {
+    /// (excess bad mass, total) of the cells `keep` passes.
+    fn mass(&self, keep: impl Fn(&SeriesKey) -> bool) -> (f64, f64) {
+        let (mut bad, mut total, mut expected) = (0.0, 0.0, 0.0);
+        for (k, (b, t, e)) in self.keys.iter().zip(self.judged) {
+            if keep(k) {
+                bad += b;
+                total += t;
+                expected += e;
+            }
+        }
+        ((bad - expected).max(0.0), total)
+    }
+}
+
+fn holds(values: &[(Dimension, String)], k: &SeriesKey) -> bool {
+    values.iter().all(|(d, v)| k.get(*d) == v)
+}
+
+/// Narrows the leading values (by within-window contrast, those in `seeds_from`)
+/// into combinations where the evidence asks for one.
+pub(super) fn narrow(
+    input: &RcaInput<'_>,
+    own: &OwnJudgement,
+    contrasts: &std::collections::BTreeMap<(Dimension, String), Contrast>,
+    seeds_from: impl Fn(&(Dimension, String)) -> bool,
+) -> Vec<Combination> {
+    let cells = Cells {
+        keys: input.window.iter().map(|(k, _)| k).collect(),
+        judged: &own.cells,
+    };
+    let (all_x, all_n) = cells.mass(|_| true);
+    let mut seeds: Vec<(&(Dimension, String), &Contrast)> = contrasts
+        .iter()
+        .filter(|(k, c)| c.score >= SEED_SCORE && seeds_from(k))
+        .collect();
+    seeds.sort_by(|a, b| b.1.score.total_cmp(&a.1.score));
+    let mut out = Vec::new();
+    for (seed, _) in seeds.into_iter().take(SEEDS) {
+        let mut values = vec![seed.clone()];
+        let mut last = None;
+        while values.len() < MAX_VALUES {
+            let (wide_x, wide_n) = cells.mass(|k| holds(&values, k));
+            let (_, _, wide_score) =
+                attributable((wide_x, wide_n), (all_x - wide_x, all_n - wide_n));
+            let used: BTreeSet<Dimension> = values.iter().map(|(d, _)| *d).collect();
+            let mut best: Option<Combination> = None;
+            for dim in Dimension::ALL
+                .into_iter()
+                .filter(|d| *d != Dimension::Service && !used.contains(d))
+            {
+                let seen: BTreeSet<&str> = cells
+                    .keys
+                    .iter()
+                    .filter(|k| holds(&values, k))
+                    .map(|k| k.get(dim))
+                    .filter(|v| !v.is_empty())
+                    .collect();
+                if seen.len() < 2 {
+                    // Every request of the slice has it: nothing to narrow by.
+                    continue;
+                }
+                for value in seen {
+                    let inside = |k: &SeriesKey| holds(&values, k) && k.get(dim) == value;
+                    let (x, n) = cells.mass(inside);
+                    let (x_out, n_out) = cells.mass(|k| holds(&values, k) && k.get(dim) != value);
+                    if n <= 0.0 || x < HOLDS * wide_x {
+                        continue;
+                    }
+                    let rate_in = x / n;
+                    let rate_out = if n_out > 0.0 { x_out / n_out } else { 0.0 };
+                    if rate_out > PARSIMONY * rate_in {
+                        continue;
+                    }
+                    let (recall, relative_risk, score) =
+                        attributable((x, n), (all_x - x, all_n - n));
+                    if score <= wide_score || best.as_ref().is_some_and(|b| b.score >= score) {
+                        continue;
+                    }
+                    let mut narrower = values.clone();
+                    narrower.push((dim, value.to_owned()));
+                    best = Some(Combination {
+                        values: narrower,
+                        recall,
+                        relative_risk,
+                        score,
+                        rate_in,
+                        rate_out,
+                    });
+                }
+            }
+            match best {
+                Some(b) => {
+                    values = b.values.clone();
+                    last = Some(b);
+                }
+                None => break,
+            }
+        }
+        if let Some(found) = last {
+            if !out
+                .iter()
+                .any(|c: &Combination| c.subject() == found.subject())
+            {
+                out.push(found);
+            }
+        }
+    }
+    out
+}
