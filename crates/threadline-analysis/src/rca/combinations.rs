@@ -1,10 +1,11 @@
 //! Causes that are a combination of values — an adapter that fails only on one image,
 //! a bitrate that stalls only over peer-to-peer: a leading value is narrowed by one
-//! value of another dimension at a time while the narrower slice holds nearly all of
-//! its excess bad mass and the rest of it is close to healthy (HotSpot's and
-//! Squeeze's attribute combinations, with a parsimony test against picking a finer
-//! slice than the fault's: a value whose requests went bad alike with or without
-//! the second value stays whole).
+//! value of another dimension at a time while the narrower slice is the likelier
+//! cluster of the excess bad requests (HotSpot's and Squeeze's attribute
+//! combinations, chosen by the expectation-based Poisson scan statistic: a value
+//! whose requests went bad alike with or without the second value stays whole, as
+//! narrowing it would leave bad requests unexplained; one whose bad requests all sit
+//! on the second value is narrowed, as the whole value dilutes them).
 
 use std::collections::BTreeSet;
 
@@ -18,11 +19,20 @@ const MAX_VALUES: usize = 3;
 const SEEDS: usize = 5;
 /// The within-window contrast a seed needs.
 const SEED_SCORE: f64 = 0.1;
-/// Share of the wider slice's excess bad mass the narrower one must hold.
-const HOLDS: f64 = 0.85;
-/// The most the rest of the wider slice may be affected, relative to the narrower
-/// one (excess bad rate).
-const PARSIMONY: f64 = 0.25;
+/// Log-likelihood a narrower slice must gain over the wider to be taken: the scan
+/// tries many values, and a finer slice fits noise a little better by chance.
+const NARROWING_GAIN: f64 = 3.0;
+
+/// The expectation-based Poisson scan statistic of a slice with `bad` bad requests
+/// where its references expected `expected`: the log-likelihood ratio of its rate
+/// raised against as expected (0 where it is not raised).
+fn scan_llr(bad: f64, expected: f64) -> f64 {
+    if bad <= expected || bad <= 0.0 {
+        return 0.0;
+    }
+    let expected = expected.max(1e-9);
+    bad * (bad / expected).ln() - (bad - expected)
+}
 
 /// A combination of values, and how much of the window's excess it accounts for.
 #[derive(Clone, Debug, PartialEq)]
@@ -57,8 +67,8 @@ struct Cells<'a> {
 }
 
 impl Cells<'_> {
-    /// (excess bad mass, total) of the cells `keep` passes.
-    fn mass(&self, keep: impl Fn(&SeriesKey) -> bool) -> (f64, f64) {
+    /// (bad mass, expected bad mass, total) of the cells `keep` passes.
+    fn sums(&self, keep: impl Fn(&SeriesKey) -> bool) -> (f64, f64, f64) {
         let (mut bad, mut total, mut expected) = (0.0, 0.0, 0.0);
         for (k, (b, t, e)) in self.keys.iter().zip(self.judged) {
             if keep(k) {
@@ -67,6 +77,12 @@ impl Cells<'_> {
                 expected += e;
             }
         }
+        (bad, expected, total)
+    }
+
+    /// (excess bad mass, total) of the cells `keep` passes.
+    fn mass(&self, keep: impl Fn(&SeriesKey) -> bool) -> (f64, f64) {
+        let (bad, expected, total) = self.sums(keep);
         ((bad - expected).max(0.0), total)
     }
 }
@@ -98,11 +114,10 @@ pub(super) fn narrow(
         let mut values = vec![seed.clone()];
         let mut last = None;
         while values.len() < MAX_VALUES {
-            let (wide_x, wide_n) = cells.mass(|k| holds(&values, k));
-            let (_, _, wide_score) =
-                attributable((wide_x, wide_n), (all_x - wide_x, all_n - wide_n));
+            let (wide_bad, wide_expected, _) = cells.sums(|k| holds(&values, k));
+            let wide_llr = scan_llr(wide_bad, wide_expected);
             let used: BTreeSet<Dimension> = values.iter().map(|(d, _)| *d).collect();
-            let mut best: Option<Combination> = None;
+            let mut best: Option<(f64, Combination)> = None;
             for dim in Dimension::ALL
                 .into_iter()
                 .filter(|d| *d != Dimension::Service && !used.contains(d))
@@ -120,33 +135,34 @@ pub(super) fn narrow(
                 }
                 for value in seen {
                     let inside = |k: &SeriesKey| holds(&values, k) && k.get(dim) == value;
-                    let (x, n) = cells.mass(inside);
+                    let (bad, expected, n) = cells.sums(inside);
+                    let llr = scan_llr(bad, expected);
+                    if n <= 0.0
+                        || llr < wide_llr + NARROWING_GAIN
+                        || best.as_ref().is_some_and(|(b, _)| *b >= llr)
+                    {
+                        continue;
+                    }
+                    let x = (bad - expected).max(0.0);
                     let (x_out, n_out) = cells.mass(|k| holds(&values, k) && k.get(dim) != value);
-                    if n <= 0.0 || x < HOLDS * wide_x {
-                        continue;
-                    }
-                    let rate_in = x / n;
-                    let rate_out = if n_out > 0.0 { x_out / n_out } else { 0.0 };
-                    if rate_out > PARSIMONY * rate_in {
-                        continue;
-                    }
                     let (recall, relative_risk, score) =
                         attributable((x, n), (all_x - x, all_n - n));
-                    if score <= wide_score || best.as_ref().is_some_and(|b| b.score >= score) {
-                        continue;
-                    }
                     let mut narrower = values.clone();
                     narrower.push((dim, value.to_owned()));
-                    best = Some(Combination {
-                        values: narrower,
-                        recall,
-                        relative_risk,
-                        score,
-                        rate_in,
-                        rate_out,
-                    });
+                    best = Some((
+                        llr,
+                        Combination {
+                            values: narrower,
+                            recall,
+                            relative_risk,
+                            score,
+                            rate_in: x / n,
+                            rate_out: if n_out > 0.0 { x_out / n_out } else { 0.0 },
+                        },
+                    ));
                 }
             }
+            let best = best.map(|(_, b)| b);
             match best {
                 Some(b) => {
                     values = b.values.clone();

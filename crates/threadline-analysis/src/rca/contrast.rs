@@ -58,6 +58,7 @@ pub(super) struct Contrast {
 /// baseline, the window's bad mass and total, and how often a request was bad
 /// before (the rate a value's requests are held to).
 pub(super) struct Scope {
+    base_all: RollupCell,
     pub(super) judge: Judge,
     /// The window's and the baseline's bad and total mass.
     all: Masses,
@@ -80,6 +81,7 @@ impl Scope {
             0.0
         };
         Self {
+            base_all,
             judge,
             all: Masses {
                 bad: bad_all,
@@ -138,7 +140,10 @@ impl OwnJudgement {
             .collect();
         // The reference's judgement and its rate, per set of values it agrees on.
         let mut references: HashMap<Vec<(Dimension, &str)>, (Judge, f64)> = HashMap::new();
-        let scope_reference = (scope.judge, scope.rate_before);
+        let scope_reference = (
+            scope.judge,
+            (scope.all.bad_before + 0.5) / (scope.all.total_before + 1.0),
+        );
         let cells = input
             .window
             .iter()
@@ -160,7 +165,14 @@ impl OwnJudgement {
                     }
                     let judge = Judge::against(input.metric, &base);
                     let (bad, total) = judge.mass(&base);
-                    (judge, if total > 0.0 { bad / total } else { 0.0 })
+                    // Drawn towards how often the whole baseline was bad by the same
+                    // judgement: a reference with no bad request in 300 does not
+                    // expect none ever (a single one would then be infinitely
+                    // surprising).
+                    let (prior_bad, prior_total) = judge.mass(&scope.base_all);
+                    let prior = (prior_bad + 0.5) / (prior_total + 1.0);
+                    let rate = (bad + prior * BACKGROUND_PRIOR) / (total + BACKGROUND_PRIOR);
+                    (judge, rate)
                 });
                 let (bad, total) = judge.mass(cell);
                 (bad, total, total * rate)
