@@ -411,3 +411,26 @@ fn trace_folds_like_siblings_and_prints_a_spans_conversation() {
         "{span}"
     );
 }
+
+/// `bench rca-public --format rs` replays RobustSpot's real incidents (ten of the
+/// development half, committed with their license) through servers of their own and
+/// scores the first-ranked cause against each label: on data nobody here made, the
+/// labelled slice — one value or a combination — comes first in most cases.
+#[test]
+fn bench_rca_public_scores_robustspot_incidents_end_to_end() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/robustspot");
+    let report = cli_json(&["bench", "rca-public", "--format", "rs", "--path", dir]);
+    let totals = &report["totals"];
+    assert_eq!(totals["cases"], 10, "{report}");
+    let exact = totals["top1_exact"].as_u64().unwrap();
+    assert!(exact >= 5, "{totals}");
+    // A combination of two values is found as one cause where its label says so.
+    let pair = report["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["case"] == "case27_1116_1691592144")
+        .unwrap();
+    assert_eq!(pair["exact"], true, "{pair}");
+    assert_eq!(pair["top"][0].as_array().unwrap().len(), 2, "{pair}");
+}
