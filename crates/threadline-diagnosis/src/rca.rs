@@ -200,8 +200,7 @@ impl RcaReport {
 }
 
 /// How the candidates' confidence is combined from their scores.
-pub const CONFIDENCE_FORMULA: &str =
-    "1 - (1 - contrast) * (1 - before_after) * (1 - time_share) * (1 - proximity / 2) * (1 - rule)";
+pub const CONFIDENCE_FORMULA: &str = "explains = 1 - (1 - contrast) * (1 - before_after); link = 1 - (1 - proximity / 2) * (1 - rule); confidence = 1 - (1 - explains) * (1 - explains * link); a part of the request: time_share";
 
 /// Cells of the target merged per series over a minute range.
 fn per_series(
