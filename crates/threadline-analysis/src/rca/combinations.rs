@@ -9,6 +9,7 @@
 
 use std::collections::BTreeSet;
 
+use super::co_moving::CO_MOVING;
 use super::contrast::{attributable, Contrast, OwnJudgement};
 use super::RcaInput;
 use crate::rollup::{Dimension, SeriesKey};
@@ -19,6 +20,10 @@ const MAX_VALUES: usize = 3;
 const SEEDS: usize = 5;
 /// The within-window contrast a seed needs.
 const SEED_SCORE: f64 = 0.1;
+/// The most the rest of the wider slice may be affected, against the narrower
+/// slice's excess bad rate.
+const RATE_OUT_AT_MOST: f64 = 0.5;
+
 /// Log-likelihood a narrower slice must gain over the wider to be taken: the scan
 /// tries many values, and a finer slice fits noise a little better by chance.
 const NARROWING_GAIN: f64 = 3.0;
@@ -114,7 +119,7 @@ pub(super) fn narrow(
         let mut values = vec![seed.clone()];
         let mut last = None;
         while values.len() < MAX_VALUES {
-            let (wide_bad, wide_expected, _) = cells.sums(|k| holds(&values, k));
+            let (wide_bad, wide_expected, wide_n) = cells.sums(|k| holds(&values, k));
             let wide_llr = scan_llr(wide_bad, wide_expected);
             let used: BTreeSet<Dimension> = values.iter().map(|(d, _)| *d).collect();
             let mut best: Option<(f64, Combination)> = None;
@@ -137,7 +142,10 @@ pub(super) fn narrow(
                     let inside = |k: &SeriesKey| holds(&values, k) && k.get(dim) == value;
                     let (bad, expected, n) = cells.sums(inside);
                     let llr = scan_llr(bad, expected);
+                    // A value on (nearly) all of the slice's requests moves with it:
+                    // no narrower slice (`co_moving` makes them one cause).
                     if n <= 0.0
+                        || n >= CO_MOVING * wide_n
                         || llr < wide_llr + NARROWING_GAIN
                         || best.as_ref().is_some_and(|(b, _)| *b >= llr)
                     {
@@ -145,6 +153,12 @@ pub(super) fn narrow(
                     }
                     let x = (bad - expected).max(0.0);
                     let (x_out, n_out) = cells.mass(|k| holds(&values, k) && k.get(dim) != value);
+                    let rate_out = if n_out > 0.0 { x_out / n_out } else { 0.0 };
+                    // The rest of the wider slice affected nearly as much: no
+                    // narrower cause, whatever the likelihoods of a few requests say.
+                    if rate_out > RATE_OUT_AT_MOST * x / n {
+                        continue;
+                    }
                     let (recall, relative_risk, score) =
                         attributable((x, n), (all_x - x, all_n - n));
                     let mut narrower = values.clone();
@@ -157,7 +171,7 @@ pub(super) fn narrow(
                             relative_risk,
                             score,
                             rate_in: x / n,
-                            rate_out: if n_out > 0.0 { x_out / n_out } else { 0.0 },
+                            rate_out,
                         },
                     ));
                 }
@@ -172,9 +186,17 @@ pub(super) fn narrow(
             }
         }
         if let Some(found) = last {
-            if !out
-                .iter()
-                .any(|c: &Combination| c.subject() == found.subject())
+            // One of its values alone on (nearly) the same requests (a new image on
+            // the one instance narrowed by it): that value is the cause, whole.
+            let (_, _, n) = cells.sums(|k| holds(&found.values, k));
+            let alone = found.values.iter().any(|(d, v)| {
+                let (_, _, with) = cells.sums(|k| k.get(*d) == v);
+                n >= CO_MOVING * with
+            });
+            if !alone
+                && !out
+                    .iter()
+                    .any(|c: &Combination| c.subject() == found.subject())
             {
                 out.push(found);
             }

@@ -28,6 +28,8 @@ pub(super) struct Contrast {
     /// Before/after (`B`): how much the value's arrival (its share grown since the
     /// baseline) carries the route's change.
     pub(super) before_after: f64,
+    /// `before_after` before its requests before the onset judged it (`healthy_before`).
+    pub(super) before_after_whole: f64,
     /// Its share of its dimension's excess bad mass, each value against its own
     /// baseline.
     pub(super) recall: f64,
@@ -318,6 +320,7 @@ pub(super) fn contrasts(
                 Contrast {
                     score,
                     before_after: (gained * explanatory_power * excess).clamp(0.0, 1.0),
+                    before_after_whole: 0.0,
                     recall,
                     relative_risk,
                     explanatory_power,
@@ -495,13 +498,14 @@ pub(super) fn judge_against_leader(
         if c.before_after <= 0.0 {
             continue;
         }
-        c.before_after *= c.healthy_before;
         // Of a request's end-to-end latency, a model call's attributes explain the
         // calls' part; time to first token, cache hits and generation speed are the
         // call's own.
         if CALL_DIMENSIONS.contains(dim) && input.metric.latency_quantile().is_some() {
             c.before_after *= call_share.unwrap_or(1.0);
         }
+        c.before_after_whole = c.before_after;
+        c.before_after *= c.healthy_before;
     }
 }
 

@@ -92,6 +92,10 @@ const CALL_DIMENSIONS: [Dimension; 6] = [
 /// cause than the model calls' time.
 const VARIANT_DIMENSIONS: [Dimension; 2] = [Dimension::AbGroup, Dimension::GrayTag];
 
+/// Minutes before the onset in which a change's requests are no evidence of its
+/// health.
+const ONSET_UNCERTAINTY_MINUTES: i64 = 1;
+
 /// What a candidate cause is: a value of an attribute, a span on the critical path,
 /// or a kind of change seen in the lineage graph. Serialized (API, fault rules) in
 /// snake case: `attribute`, `span`, `adapter_rollout` …
@@ -244,8 +248,18 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
         // A change whose value then served healthy requests until the onset did not
         // bring the bad ones with it (a new image on an instance minutes before that
         // instance's KV cache collapsed): its contrast is kept as far as those
-        // requests leave it (`healthy_before`, as for before/after).
-        let (c, b) = backed.map_or((0.0, 0.0), |x| (x.score * x.healthy_before, x.before_after));
+        // requests leave it (`healthy_before`, as for before/after). Not so for a change
+        // in the minute before the onset or after: an onset is known to a minute, and
+        // a fault's first requests a minute early may be clean by chance (17 of a new
+        // model's at a 17% error rate, one time in twenty).
+        let near = input.onset_minute - change.at_minute <= ONSET_UNCERTAINTY_MINUTES;
+        let (c, b) = backed.map_or((0.0, 0.0), |x| {
+            if near {
+                (x.score, x.before_after_whole)
+            } else {
+                (x.score * x.healthy_before, x.before_after)
+            }
+        });
         if let Some(a) = &change.attribute {
             explained.insert(a.clone());
         }

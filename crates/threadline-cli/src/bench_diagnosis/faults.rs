@@ -109,7 +109,9 @@ pub(crate) fn generate(rng: &mut StdRng, kind: FaultKind, variant: Variant) -> S
             variant,
             route: faulty,
             onset,
+            first_onset: onset,
             cause: String::new(),
+            cause_value: None,
         },
         routes,
     };
@@ -277,7 +279,10 @@ fn prepare(
         let partial = matches!(
             kind,
             AdapterHotSwap | KvCollapse | ImagePartial | InstanceErrors
-        ) || matches!(variant, Variant::Skewed | Variant::Appearing);
+        ) || matches!(
+            variant,
+            Variant::Skewed | Variant::Appearing | Variant::TakingOver
+        );
         if partial && fleet.instances.len() < 2 {
             fleet.instances.push(format!("i-{}", *next_instance));
             *next_instance += 1;
@@ -587,6 +592,33 @@ fn inject(scenario: &mut Scenario, versions: &mut Versions, rng: &mut StdRng) {
         ),
     };
     scenario.fault.cause = cause;
+    scenario.fault.cause_value = match &set {
+        Some(Setting::Adapter(v)) => route
+            .fleet()
+            .and_then(|f| f.adapter.as_ref())
+            .map(|a| format!("adapter={}", a.id(*v))),
+        Some(Setting::Image(image)) => Some(format!("image={image}")),
+        Some(Setting::Prompt(v)) => Some(format!("prompt_version=v{v}")),
+        Some(Setting::Model(_)) | None => None,
+    };
+    // Taking over: the same change tried first on part of the traffic.
+    if scenario.fault.variant == Variant::TakingOver && scope == Scope::All {
+        let tried = match kind {
+            AdapterSwap | ImageSwap | ModelSwap if n > 1 => {
+                Scope::Instances(vec![rng.random_range(0..n)])
+            }
+            _ => Scope::Share(uniform(rng, 0.05, 0.15)),
+        };
+        let tried_at = at - rng.random_range(20..=40);
+        scenario.fault.first_onset = tried_at;
+        scenario.changes.push(Change {
+            at: tried_at,
+            route: r,
+            scope: tried,
+            set: set.clone(),
+            effect,
+        });
+    }
     scenario.changes.push(Change {
         at,
         route: r,

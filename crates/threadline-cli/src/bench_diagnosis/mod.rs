@@ -277,6 +277,7 @@ pub(crate) async fn run(args: DiagnosisBenchArgs) -> anyhow::Result<String> {
         Variant::Plain,
         Variant::Skewed,
         Variant::Appearing,
+        Variant::TakingOver,
         Variant::Quiet,
         Variant::Busy,
     ] {

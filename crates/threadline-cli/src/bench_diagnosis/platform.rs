@@ -105,6 +105,10 @@ pub(crate) enum Variant {
     /// arm, a canary pinned to one instance, a prompt version or model tried on some
     /// of the requests.
     Appearing,
+    /// The faulty value was tried on part of the traffic (one instance, 5–15% of the
+    /// requests) for 20–40 minutes, as bad there as it will be, then takes over all
+    /// of it at the onset.
+    TakingOver,
     /// The faulty route serves 5–20 requests a minute.
     Quiet,
     /// The faulty route serves 150–500 requests a minute.
@@ -117,6 +121,7 @@ impl Variant {
             Variant::Plain => "plain",
             Variant::Skewed => "skewed",
             Variant::Appearing => "appearing",
+            Variant::TakingOver => "taking_over",
             Variant::Quiet => "quiet",
             Variant::Busy => "busy",
         }
@@ -126,10 +131,13 @@ impl Variant {
     pub(crate) fn of_kind(kind: FaultKind) -> &'static [Variant] {
         use Variant::*;
         match kind {
-            FaultKind::AbArm
-            | FaultKind::GrayTag
-            | FaultKind::PromptOverflow
-            | FaultKind::ModelSwap => &[Plain, Appearing, Skewed, Quiet, Busy],
+            FaultKind::PromptOverflow | FaultKind::ModelSwap => {
+                &[Plain, Appearing, TakingOver, Skewed, Quiet, Busy]
+            }
+            FaultKind::AdapterSwap | FaultKind::ImageSwap => {
+                &[Plain, TakingOver, Skewed, Quiet, Busy]
+            }
+            FaultKind::AbArm | FaultKind::GrayTag => &[Plain, Appearing, Skewed, Quiet, Busy],
             _ => &[Plain, Skewed, Quiet, Busy],
         }
     }
@@ -367,8 +375,15 @@ pub(crate) struct Fault {
     pub(crate) route: usize,
     pub(crate) onset: i64,
     pub(crate) variant: Variant,
+    /// The minute the faulty change first served requests: the onset, or when it was
+    /// tried on part of the traffic before taking over (an incident from then on is
+    /// the fault's).
+    pub(crate) first_onset: i64,
     /// The RCA subject of the true cause.
     pub(crate) cause: String,
+    /// The same cause named as the attribute value it set (`prompt_version=v7`), when
+    /// it is one: a change tried long before the onset is no change near it.
+    pub(crate) cause_value: Option<String>,
 }
 
 #[derive(Clone, Debug)]

@@ -91,7 +91,7 @@ pub(crate) async fn score(
         match incident["route"].as_str().filter(|r| !r.is_empty()) {
             None => outcome.other_incidents += 1,
             Some(r) if r != route => outcome.false_incidents += 1,
-            Some(_) if on < onset - ONSET_SLACK => outcome.early_incidents += 1,
+            Some(_) if on < s0 + fault.first_onset - ONSET_SLACK => outcome.early_incidents += 1,
             Some(_) if on <= onset + ONSET_SLACK => {
                 let detected = minute_of_rfc3339(&incident["detected_at"]).unwrap_or(i64::MAX);
                 if first.is_none_or(|(d, _)| detected < d) {
@@ -105,7 +105,14 @@ pub(crate) async fn score(
     if let Some((detected, incident)) = first {
         outcome.found = true;
         outcome.metric = incident["metric"].as_str().map(str::to_owned);
-        outcome.detection_delay_minutes = Some(detected - onset);
+        // From the change the incident is about: the take-over, or its trial before.
+        let on = incident["onset_unix"].as_i64().unwrap_or(0) / 60;
+        let began = if on < onset - ONSET_SLACK {
+            s0 + fault.first_onset
+        } else {
+            onset
+        };
+        outcome.detection_delay_minutes = Some(detected - began);
         let id = incident["id"].as_str().unwrap_or_default().to_owned();
         let started = Instant::now();
         let rca = api.get("/api/v1/rca", &[("incident".into(), id)]).await?;
@@ -118,7 +125,7 @@ pub(crate) async fn score(
             .collect();
         outcome.rank = subjects
             .iter()
-            .position(|s| *s == fault.cause)
+            .position(|s| *s == fault.cause || fault.cause_value.as_ref() == Some(s))
             .map(|p| p + 1);
         outcome.top = subjects.into_iter().take(3).collect();
     }
@@ -147,7 +154,15 @@ pub(crate) async fn details(
             .into_iter()
             .flatten()
             .take(5)
-            .map(|c| serde_json::json!([c["subject"], c["confidence"], c["explanation"]]))
+            .map(|c| {
+                let moving: Vec<&Value> = c["evidence"]["co_moving"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|m| &m["subject"])
+                    .collect();
+                serde_json::json!([c["subject"], c["confidence"], c["explanation"], moving])
+            })
             .collect();
         // An incident on a healthy route: its minutes, by its first candidate's
         // dimension, to see what opened it.

@@ -310,6 +310,8 @@ pub(crate) fn manifest(scenario: &Scenario) -> Value {
                 versions.push(v);
             }
         }
+        versions.sort_unstable();
+        versions.dedup();
         for v in versions {
             prompts.push(json!({"id": route.prompt_template, "version": format!("v{v}")}));
         }
