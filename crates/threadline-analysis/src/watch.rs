@@ -40,7 +40,24 @@ pub struct Watch {
     /// Incidents still open or ended recently enough to take a new anomaly.
     recent: Vec<(SeriesKey, Incident)>,
     slices: Slices,
+    /// Per quiet scope: its last minutes with too few requests to judge alone
+    /// (`min_count`), pooled from the first of them until they are enough.
+    pooled: HashMap<SeriesKey, (i64, RollupCell)>,
 }
+
+/// How a scope's minute is judged.
+enum Judged {
+    /// On its own requests.
+    Alone,
+    /// With the minutes before it, from the first (minute) on.
+    Pooled(i64, RollupCell),
+    /// Not yet: too few requests so far.
+    NotYet,
+}
+
+/// Minutes a quiet scope's requests are pooled over at most before they are judged:
+/// a route at 5 requests a minute is judged every four minutes, one at 1 not at all.
+const POOL_MINUTES: i64 = 5;
 
 impl Watch {
     pub fn new(cfg: DetectorConfig) -> Self {
@@ -49,6 +66,7 @@ impl Watch {
             detectors: HashMap::new(),
             recent: Vec::new(),
             slices: Slices::default(),
+            pooled: HashMap::new(),
         }
     }
 
@@ -79,20 +97,32 @@ impl Watch {
         self.lend_share_priors();
         let mut changed: Vec<usize> = Vec::new();
         for (scope, this) in &scopes {
-            for metric in Metric::WATCHED {
-                let Some(value) = metric.value(&this.merged, 60.0) else {
+            // A minute with too few requests is pooled with the scope's next ones
+            // until they are enough, and judged as one point dated by its first.
+            let pooled;
+            let (at, cell) = match self.pool(scope, minute, &this.merged) {
+                Judged::Alone => (minute, &this.merged),
+                Judged::Pooled(first, cell) => {
+                    pooled = cell;
+                    (first, &pooled)
+                }
+                Judged::NotYet => (minute, &this.merged),
+            };
+            let judge = cell.requests >= self.cfg.min_count;
+            for metric in Metric::WATCHED.into_iter().filter(|_| judge) {
+                let Some(value) = metric.value(cell, 60.0) else {
                     continue;
                 };
                 let point = MinuteValue {
-                    minute,
+                    minute: at,
                     value,
-                    count: metric.support(&this.merged),
+                    count: metric.support(cell),
                 };
                 let event = self
                     .detectors
                     .entry((scope.clone(), metric))
                     .or_insert_with(|| SeriesDetector::new(metric))
-                    .push_requests(&self.cfg, point, metric.requests_sketch(&this.merged));
+                    .push_requests(&self.cfg, point, metric.requests_sketch(cell));
                 changed.extend(self.apply(scope, metric, event, &this.models));
             }
             // A slice of the scope's requests failing, or slow, far more than the rest:
@@ -158,6 +188,32 @@ impl Watch {
         self.recent
             .retain(|(_, i)| i.end_minute.is_none_or(|end| minute - end <= keep));
         out
+    }
+
+    /// Whether a minute of `scope` is judged alone, or pooled with the scope's minutes
+    /// before it that had too few requests to judge (`min_count`) — judged once the
+    /// pool holds enough, within `POOL_MINUTES` of its first minute.
+    fn pool(&mut self, scope: &SeriesKey, minute: i64, cell: &RollupCell) -> Judged {
+        if cell.requests >= self.cfg.min_count {
+            // Its pool's minutes stay unjudged, as they were.
+            self.pooled.remove(scope);
+            return Judged::Alone;
+        }
+        let entry = self
+            .pooled
+            .entry(scope.clone())
+            .or_insert_with(|| (minute, RollupCell::default()));
+        if minute - entry.0 >= POOL_MINUTES {
+            *entry = (minute, RollupCell::default());
+        }
+        entry.1.merge(cell);
+        if entry.1.requests < self.cfg.min_count {
+            return Judged::NotYet;
+        }
+        match self.pooled.remove(scope) {
+            Some((first, pooled)) => Judged::Pooled(first, pooled),
+            None => Judged::NotYet,
+        }
     }
 
     /// Gives each share detector (error, rejection rate) the prior its tenant's scopes
@@ -424,5 +480,39 @@ mod tests {
             ("/v1/chat", Metric::P99Latency, 60, 61),
             "{opened:?}"
         );
+    }
+
+    /// A route at 7 requests a minute: no minute of it has the 20 requests a minute
+    /// needs to be judged, so its minutes are pooled by three. Two hours of ordinary
+    /// traffic open nothing; its latency tripling from minute 150 opens a P50 or P99
+    /// incident with its onset within the pool the step began in.
+    #[test]
+    fn a_quiet_route_is_judged_on_its_minutes_pooled() {
+        let mut watch = Watch::new(DetectorConfig::default());
+        let quiet = SeriesKey::at(Level::Request)
+            .with(Dimension::Service, "gw")
+            .with(Dimension::Route, "/v1/quiet");
+        let mut opened = Vec::new();
+        let mut noise = 0.37f64;
+        for minute in 0..170 {
+            // Ordinary minutes wander ±10% (a fixed pseudo-random walk).
+            noise = (noise * 997.0 + 0.13).fract();
+            let ms = if minute >= 150 { 1500.0 } else { 500.0 } * (0.9 + 0.2 * noise);
+            let mine = cell(ms, 7, 0.8);
+            let found = watch.push_minute(minute, [(&quiet, &mine)]);
+            if minute < 150 {
+                assert!(found.is_empty(), "minute {minute}: {found:?}");
+            }
+            opened.extend(found);
+        }
+        let incident = opened
+            .iter()
+            .find(|i| i.route == "/v1/quiet")
+            .unwrap_or_else(|| panic!("no incident: {opened:?}"));
+        assert!(
+            matches!(incident.metric, Metric::P50Latency | Metric::P99Latency),
+            "{incident:?}"
+        );
+        assert!((148..=150).contains(&incident.onset_minute), "{incident:?}");
     }
 }
