@@ -50,7 +50,7 @@ enum Judged {
     /// On its own requests.
     Alone,
     /// With the minutes before it, from the first (minute) on.
-    Pooled(i64, RollupCell),
+    Pooled(i64, Box<RollupCell>),
     /// Not yet: too few requests so far.
     NotYet,
 }
@@ -104,7 +104,7 @@ impl Watch {
                 Judged::Alone => (minute, &this.merged),
                 Judged::Pooled(first, cell) => {
                     pooled = cell;
-                    (first, &pooled)
+                    (first, &*pooled)
                 }
                 Judged::NotYet => (minute, &this.merged),
             };
@@ -211,7 +211,7 @@ impl Watch {
             return Judged::NotYet;
         }
         match self.pooled.remove(scope) {
-            Some((first, pooled)) => Judged::Pooled(first, pooled),
+            Some((first, pooled)) => Judged::Pooled(first, Box::new(pooled)),
             None => Judged::NotYet,
         }
     }
