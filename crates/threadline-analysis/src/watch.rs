@@ -126,13 +126,16 @@ impl Watch {
                 changed.extend(self.apply(scope, metric, event, &this.models));
             }
             // A slice of the scope's requests failing, or slow, far more than the rest:
-            // against the scope's error share before the slice's earliest onset (its
-            // third minute back), and one in ten slower than its baseline requests'
-            // 90th percentile.
+            // against the scope's error share before the earliest minute a slice's
+            // window can begin (the longest window, `SCAN_MINUTES` back: the scope's
+            // minutes since stayed inside its noise and joined its baseline, the
+            // failing slice's bad requests with them), and one in ten slower than its
+            // baseline requests' 90th percentile.
+            let earliest = minute - (slices::SCAN_MINUTES as i64 - 1);
             let share = self
                 .detectors
                 .get(&(scope.clone(), Metric::ErrorRate))
-                .and_then(|d| d.baseline_share_before(&self.cfg, minute - 2));
+                .and_then(|d| d.baseline_share_before(&self.cfg, earliest));
             let slow = self
                 .detectors
                 .get(&(scope.clone(), Metric::P50Latency))
