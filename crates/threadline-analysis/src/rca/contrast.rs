@@ -578,7 +578,8 @@ pub(super) fn contrast_line(metric: Metric, subject: &str, c: &Contrast) -> Stri
     format!(
         "{subject}: {:.0}% of the bad requests (expected {:.0}%) on {:.0}% of the traffic (before {:.0}%), explains {:.0}% of the change; {} {} → {}",
         c.actual_share * 100.0,
-        c.expected_share * 100.0,
+        // Never "-0%".
+        (c.expected_share * 100.0).abs(),
         c.share_window * 100.0,
         c.share_baseline * 100.0,
         c.explanatory_power * 100.0,

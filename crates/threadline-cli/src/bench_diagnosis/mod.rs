@@ -262,33 +262,20 @@ pub(crate) async fn run(args: DiagnosisBenchArgs) -> anyhow::Result<String> {
         }
     }
     bar.finish_and_clear();
-    let mut by_kind = serde_json::Map::new();
-    for kind in &kinds {
-        let of: Vec<&Outcome> = outcomes
-            .iter()
-            .filter(|o| o.kind == kind.as_str())
-            .collect();
-        if !of.is_empty() {
-            by_kind.insert(kind.as_str().to_owned(), totals(&of, alpha));
+    // Totals per name a group of outcomes has, in the names' order.
+    let grouped = |names: &mut dyn Iterator<Item = &'static str>,
+                   name_of: fn(&Outcome) -> &'static str| {
+        let mut out = serde_json::Map::new();
+        for name in names {
+            let of: Vec<&Outcome> = outcomes.iter().filter(|o| name_of(o) == name).collect();
+            if !of.is_empty() {
+                out.insert(name.to_owned(), totals(&of, alpha));
+            }
         }
-    }
-    let mut by_variant = serde_json::Map::new();
-    for variant in [
-        Variant::Plain,
-        Variant::Skewed,
-        Variant::Appearing,
-        Variant::TakingOver,
-        Variant::Quiet,
-        Variant::Busy,
-    ] {
-        let of: Vec<&Outcome> = outcomes
-            .iter()
-            .filter(|o| o.variant == variant.as_str())
-            .collect();
-        if !of.is_empty() {
-            by_variant.insert(variant.as_str().to_owned(), totals(&of, alpha));
-        }
-    }
+        out
+    };
+    let by_kind = grouped(&mut kinds.iter().map(|k| k.as_str()), |o| o.kind);
+    let by_variant = grouped(&mut Variant::ALL.iter().map(|v| v.as_str()), |o| o.variant);
     let misses: Vec<&Outcome> = outcomes
         .iter()
         .filter(|o| {

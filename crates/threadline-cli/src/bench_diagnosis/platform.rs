@@ -116,6 +116,15 @@ pub(crate) enum Variant {
 }
 
 impl Variant {
+    pub(crate) const ALL: [Variant; 6] = [
+        Variant::Plain,
+        Variant::Skewed,
+        Variant::Appearing,
+        Variant::TakingOver,
+        Variant::Quiet,
+        Variant::Busy,
+    ];
+
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Variant::Plain => "plain",

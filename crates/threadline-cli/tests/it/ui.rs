@@ -188,7 +188,7 @@ fn every_page_renders_from_its_url_and_clicks_lead_where_they_say() {
         assert!(first.contains("adapter:fin-lora@7"), "{first}");
         // Each cause says in a line what its evidence is.
         assert!(
-            first.contains("of the bad requests on"),
+            first.contains("of the bad requests (expected 0%) on") && first.contains("explains"),
             "the explanation is shown: {first}"
         );
         // The instances only the adapter runs on are the same cause, shown with it.
