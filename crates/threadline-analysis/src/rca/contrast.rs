@@ -191,8 +191,12 @@ struct Slice<'a> {
     baseline: Vec<&'a RollupCell>,
     /// Against each request's own reference: bad mass, total, expected bad mass.
     own: (f64, f64, f64),
-    /// Against the scope's baseline.
+    /// Against the scope's baseline; before the onset none for a value a change near
+    /// it brought.
     scoped: Masses,
+    /// (bad, total) mass of its baseline requests against the scope's baseline,
+    /// brought or not.
+    base: (f64, f64),
 }
 
 impl Slice<'_> {
@@ -235,13 +239,13 @@ pub(super) fn contrasts(
             slices.entry(k.get(dim)).or_default().baseline.push(c);
         }
         for (value, slice) in slices.iter_mut() {
-            let before: &[&RollupCell] = if brought.contains(&(dim, *value)) {
-                &[]
-            } else {
-                &slice.baseline
-            };
             let (bad, total) = scope.judge.masses(slice.window.iter().copied());
-            let (bad_before, total_before) = scope.judge.masses(before.iter().copied());
+            slice.base = scope.judge.masses(slice.baseline.iter().copied());
+            let (bad_before, total_before) = if brought.contains(&(dim, *value)) {
+                (0.0, 0.0)
+            } else {
+                slice.base
+            };
             slice.scoped = Masses {
                 bad,
                 total,
@@ -314,7 +318,6 @@ pub(super) fn contrasts(
             } else {
                 0.0
             };
-            let (bad_base, total_base) = scope.judge.masses(slice.baseline.iter().copied());
             out.insert(
                 (dim, (*value).to_owned()),
                 Contrast {
@@ -332,7 +335,7 @@ pub(super) fn contrasts(
                     metric_baseline: in_base.and_then(|b| input.metric.value(&b, 60.0)),
                     metric_window: input.metric.value(&in_window, 60.0),
                     healthy_before: healthy_before(
-                        (bad_base, total_base),
+                        slice.base,
                         (scoped.bad, scoped.total),
                         rate_before,
                     ),

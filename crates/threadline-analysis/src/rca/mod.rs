@@ -1,56 +1,41 @@
-//! Root-cause ranking. Candidates come from three sources and are scored in [0, 1]:
+//! Root-cause ranking: does a value **explain** the change of the incident's metric, and
+//! did it **change**? Scores in [0, 1]:
 //!
-//! - **Contrast `C`** (per attribute value — adapter, instance, image, prompt version,
-//!   A/B group, gray tag, provider, model, route): the share of the metric's *excess
-//!   bad mass* in the anomaly window that is attributable to the value (population
-//!   attributable fraction): `C = recall × (1 − 1/RR)` for `RR > 1`, else 0, where
-//!   `recall = x(v) / x(all)`, `RR = (x(v)/n(v)) / (x(rest)/n(rest))` against the
-//!   requests without the value (both smoothed by four bad requests' worth at the
-//!   window's rate: a few bad requests that fell on one arm by chance are weak
-//!   evidence), and `x` is the
-//!   bad mass beyond what the same requests showed before the onset (their own rate,
-//!   drawn towards the scope's while they were few). Bad mass: requests above the
-//!   baseline quantile (latency, TTFT), errors, rejections, the KV-hit deficit against
-//!   the baseline ratio, the generation-time excess against the baseline tokens/s.
-//!   The value with the highest `C` leads; a
-//!   value of another dimension whose requests hold the leader's and more (an image
-//!   on two instances, one of which fails) keeps its `C` only in the proportion of
-//!   how bad its requests outside the leader are against the leader's own.
-//! - **Proximity `P`** (per change upstream of the affected series in the lineage
-//!   graph — adapter / image / model first bound to an instance, prompt version first
-//!   used, OpenLineage run completed, dataset version with drift):
-//!   `P = exp(−|t_change − t_onset| / 5 min)`, for changes from 30 min before to
-//!   5 min after the onset (drift: from 24 h before). A change that is an attribute
-//!   value (adapter `fin-lora@7` first served) shares that value's `C`, kept as far as
-//!   the value's requests between the change and the onset leave it (a new image
-//!   that served an instance well for minutes did not bring its KV collapse); a change
-//!   that feeds one (a training run, a drifted dataset version upstream of the adapter)
-//!   inherits the `C` of the value it feeds.
-//! - **Rules `R`** from the fault-pattern file: the largest `boost` of the rules that
-//!   match the incident's metric, its co-anomalies, the candidate's kind, and
-//!   optionally a rejection reason that dominates.
-//!
-//! - **Before/after `B`** (per attribute value): the window against the baseline
-//!   before it, for a change that took over all (or much) of the traffic at once and
-//!   so has nothing to be contrasted with inside the window:
-//!   `B = gained × recall × (1 − rate_before / rate)` for `rate > rate_before`, where
-//!   `gained` is the value's share of requests now minus before, `rate` the bad rate
-//!   of its requests now and `rate_before` that of all requests before. A harmless
-//!   change rolled out at the same minute on part of the traffic gains less and holds
-//!   less of the bad mass than the one whose requests went bad.
+//! - **References** (`contrast::OwnJudgement`, `judge`): each request of the window is
+//!   judged bad — above its reference's latency quantile, failed, refused, short of
+//!   its KV hits or generation speed — against the baseline requests that agree with
+//!   it on every value already serving (new values and values a change near the onset
+//!   brought left out), drawn towards the whole baseline's rate; with fewer than 20
+//!   such requests, against the scope's. An instance that always served the long
+//!   prompts is held to its own slower tail.
+//! - **Explanatory power `EP`** (per attribute value): its requests' change against
+//!   their references plus the traffic it gained or lost at its old rate against the
+//!   route's, over the route's change (bad mass beyond the baseline rate).
+//! - **Contrast `C`**: `recall × (1 − 1/RR)` for `RR > 1`, on the excess against the
+//!   references — `recall` the value's share of its dimension's excess, `RR` its excess
+//!   rate over that of the requests without it (both smoothed by four bad requests'
+//!   worth). The value with the highest `C` leads; a value of another dimension whose
+//!   requests hold the leader's and more keeps its `C` only in the proportion of how
+//!   bad its requests outside the leader are (`judge_against_leader`).
+//! - **Before/after `B`**: `gained × EP × (1 − rate_before / rate)` for a value that
+//!   took over traffic, kept as far as its requests before the onset were bad too
+//!   (`healthy_before`; not for a change in the minute before the onset).
+//! - **Combinations** (`combinations`): a leading value narrowed by another
+//!   dimension's value where the scan statistic says the narrower slice holds the
+//!   excess.
 //! - **Time share `D`** (per part of the requests — a span name in a service — for
-//!   latency metrics of request series): the requests' critical paths add up to their
-//!   latency, so the growth of each part's mean time per request over the added mean
-//!   latency says where the time went: `D = share × (1 − e^(−2·growth)) × own`, where
-//!   `growth` is the part's relative growth against its own baseline and `own` is 1 for
-//!   a span that is no model call, else `1 − max C` over the model call's own
-//!   dimensions (an adapter or instance that explains the bad requests is the more
-//!   specific cause of a slower model call).
+//!   latency metrics of request series): the part's share of the added mean latency,
+//!   `D = share × (1 − e^(−2·growth)) × own`, `own` being `1 − max C` over a model
+//!   call's own dimensions (an adapter or instance that explains the bad requests is
+//!   the more specific cause of a slower model call).
+//! - **Links**: proximity `P = exp(−|t_change − t_onset| / 5 min)` of a change upstream
+//!   in the lineage graph (30 min before to 5 after; drift: 1 within a day), which
+//!   carries the evidence of the value it is or feeds; rules `R` from the
+//!   fault-pattern file.
 //!
-//! `confidence = 1 − (1 − C) · (1 − B) · (1 − D) · (1 − P/2) · (1 − R)`, each term 0 where it does
-//! not apply. A change with nothing behind it (a harmless rollout near the onset)
-//! scores at most 0.5; a value that explains the bad requests and arrived with a change
-//! near the onset scores above that, as does a part that took most of the added time.
+//! `A = 1 − (1 − C)(1 − B)`, `link = 1 − (1 − P/2)(1 − R)`,
+//! `confidence = 1 − (1 − A)(1 − A·link)` (`confidence`); a part scores its `D`. A
+//! change or rule with nothing behind it scores 0.
 
 mod co_moving;
 mod combinations;
