@@ -168,11 +168,7 @@ pub(crate) fn generate(rng: &mut StdRng, kind: FaultKind, variant: Variant) -> S
 /// concentrated on it before the onset as after.
 fn skew(scenario: &mut Scenario, rng: &mut StdRng) {
     let r = scenario.fault.route;
-    let hit = scenario
-        .changes
-        .iter()
-        .find(|c| c.route == r && c.at == scenario.fault.onset && c.effect != Effect::NONE)
-        .map(|c| c.scope.clone());
+    let hit = scenario.fault_change().map(|c| c.scope.clone());
     let scope = match &scenario.routes[r].backend {
         Backend::Fleet(f) => {
             let spared: Vec<usize> = (0..f.instances.len())
@@ -647,9 +643,7 @@ mod tests {
                 assert!(!f.cause.is_empty(), "{kind:?}");
                 assert!(ONSET.contains(&f.onset));
                 let change = s
-                    .changes
-                    .iter()
-                    .find(|c| c.route == f.route && c.at == f.onset && c.effect != Effect::NONE)
+                    .fault_change()
                     .unwrap_or_else(|| panic!("{kind:?}: no faulty change"));
                 if let Scope::Instances(set) = &change.scope {
                     let n = s.routes[f.route].instance_count();
@@ -689,10 +683,7 @@ mod tests {
         let Some(Change {
             scope: Scope::Instances(set),
             ..
-        }) = s
-            .changes
-            .iter()
-            .find(|c| c.at == f.onset && c.route == f.route && c.effect != Effect::NONE)
+        }) = s.fault_change()
         else {
             panic!("instance fault");
         };

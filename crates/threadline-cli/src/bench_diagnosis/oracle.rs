@@ -32,11 +32,9 @@ pub(crate) struct PromptChance {
 /// faults that slow requests or move a ratio.
 pub(crate) fn prompt_chance(scenario: &Scenario, served: &[Served]) -> Option<PromptChance> {
     let fault = &scenario.fault;
-    let change = scenario.changes.iter().find(|c| {
-        c.route == fault.route
-            && c.at == fault.onset
-            && (c.effect.errors > 0.0 || c.effect.refusal.is_some())
-    })?;
+    let change = scenario
+        .fault_change()
+        .filter(|c| c.effect.errors > 0.0 || c.effect.refusal.is_some())?;
     let minutes = WITHIN_MINUTES as usize;
     let mut counts = vec![(0u64, 0u64); minutes];
     for s in served {
@@ -109,14 +107,10 @@ mod tests {
             Variant::Plain,
         );
         let f = &scenario.fault;
-        let hit = scenario
-            .changes
-            .iter()
-            .find_map(|c| match &c.scope {
-                Scope::Instances(set) if c.at == f.onset && c.route == f.route => Some(set[0]),
-                _ => None,
-            })
-            .unwrap();
+        let hit = match scenario.fault_change().map(|c| &c.scope) {
+            Some(Scope::Instances(set)) => set[0],
+            other => panic!("an instance fault, not {other:?}"),
+        };
         let who = |instance| Who {
             instance,
             provider: 0,

@@ -450,6 +450,15 @@ impl Scenario {
             .unwrap_or(0.0)
     }
 
+    /// The change that injects the fault: the one on the faulty route at its onset
+    /// that does something (a taking-over fault's trial before it is another).
+    pub(crate) fn fault_change(&self) -> Option<&Change> {
+        let f = &self.fault;
+        self.changes
+            .iter()
+            .find(|c| c.route == f.route && c.at == f.onset && c.effect != Effect::NONE)
+    }
+
     /// A new A/B arm of route `r` at minute `t` and its share, if one has begun.
     pub(crate) fn new_arm(&self, r: usize, t: i64) -> Option<(&'static str, f64)> {
         self.changes
