@@ -443,23 +443,27 @@ pub(crate) mod bytes {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_span_row_gives_back_the_span_its_end_before_its_start_too() {
-        let span = |start: u64, end: u64| SpanRecord {
+    /// A client span `chat m` of `service` with no attributes.
+    fn chat_span(service: &str, start: u64, end: u64) -> SpanRecord {
+        SpanRecord {
             trace_id: TraceId([1; 16]),
             span_id: SpanId([2; 8]),
             parent_span_id: None,
             name: "chat m".into(),
-            service: "gateway".into(),
+            service: service.into(),
             kind: SpanKind::Client,
             start_time_unix_nano: start,
             end_time_unix_nano: end,
             detail: SpanDetail::default(),
             origin: Arc::new(SpanOrigin::default()),
             llm: None,
-        };
+        }
+    }
+
+    #[test]
+    fn a_span_row_gives_back_the_span_its_end_before_its_start_too() {
         for (start, end) in [(10, 25), (25, 10), (0, u64::MAX), (u64::MAX, 0)] {
-            let written = span(start, end);
+            let written = chat_span("gateway", start, end);
             let row = SpanRow::of("acme", &written, 1).unwrap();
             let read = row.into_record(&mut Origins::default()).unwrap();
             assert_eq!(read, written);
@@ -471,19 +475,7 @@ mod tests {
     #[test]
     fn an_llm_view_is_stored_only_where_the_span_does_not_give_it() {
         use threadline_model::{llm_view, AttrValue, Attribute};
-        let mut span = SpanRecord {
-            trace_id: TraceId([1; 16]),
-            span_id: SpanId([2; 8]),
-            parent_span_id: None,
-            name: "chat m".into(),
-            service: "inference".into(),
-            kind: SpanKind::Client,
-            start_time_unix_nano: 10,
-            end_time_unix_nano: 20,
-            detail: SpanDetail::default(),
-            origin: Arc::new(SpanOrigin::default()),
-            llm: None,
-        };
+        let mut span = chat_span("inference", 10, 20);
         let text = |s: &str| AttrValue::String(s.into());
         span.detail.attributes = vec![
             Attribute::new("gen_ai.request.model", text("m-1")),
