@@ -32,7 +32,9 @@ pub use drift::{drift, drift_between, drift_mark, DriftConfig, DriftMark, DriftP
 pub use incident::{Incident, IncidentId};
 pub use metric::Metric;
 pub use observe::{observe, Observed};
-pub use rca::{rank, Candidate, CandidateKind, Change, FaultRule, FaultRules, RcaInput};
+pub use rca::{
+    rank, Candidate, CandidateKind, Change, FaultRule, FaultRules, RcaInput, TraceSamples,
+};
 pub use rollup::{
     group_cells, matches, matches_at, minute_of, BatchRollups, Dimension, Level, RollupCell,
     Rollups, SeriesKey, SeriesRef, BUCKET_NS,

@@ -7,10 +7,12 @@ use std::collections::BTreeMap;
 
 use threadline_analysis::{
     changes_upstream, matches_at, rank, Candidate, Dimension, FaultRules, Incident, Level, Metric,
-    RcaInput, RollupCell, SeriesKey, BUCKET_NS,
+    RcaInput, RollupCell, SeriesKey, TraceSamples, BUCKET_NS,
 };
 use threadline_model::{Direction, NodeId, NodeKind, TenantId, TraceId};
-use threadline_store::{ExemplarQuery, Store, WalkLimits, EXEMPLAR_DIMENSIONS};
+use threadline_store::{
+    ExemplarQuery, NameMatch, Store, TraceQuery, WalkLimits, EXEMPLAR_DIMENSIONS,
+};
 
 use crate::DiagnosisError;
 
@@ -26,6 +28,10 @@ const UPSTREAM_DEPTH: usize = 8;
 const UPSTREAM_NODES: usize = 20_000;
 /// Minutes after a series' data begins in which a value first seen was already there.
 const SETTLING_MINUTES: i64 = 3;
+/// Traces of a route read on each side of the onset for the service view (newest
+/// first), and the minutes before the onset they are read from.
+const SAMPLED_TRACES: usize = 200;
+const SAMPLE_BEFORE_MINUTES: i64 = 10;
 
 /// The metric of the incident's anomaly furthest off its baseline (in its own robust
 /// standard deviations): what the incident's bad requests are. The first anomaly is
@@ -280,6 +286,7 @@ pub fn diagnose(
     if let Some(first) = first_minute.filter(|m| *m > from) {
         changes.retain(|c| c.attribute.is_none() || c.at_minute > first + SETTLING_MINUTES);
     }
+    let traces = sample_traces(store, tenant, &target)?;
     let ranked = rank(&RcaInput {
         metric: target.metric,
         co_anomalies: target.co_anomalies.clone(),
@@ -288,6 +295,7 @@ pub fn diagnose(
         window: &window,
         changes,
         rules,
+        traces: traces.as_ref(),
     });
 
     // Exemplars: the slowest (latency metrics) or failed requests of the candidate's
@@ -358,6 +366,47 @@ pub fn diagnose(
         causes,
         target,
     })
+}
+
+/// Traces of a route's requests before the onset and in the window (`SAMPLED_TRACES`
+/// of each, the newest), for the service view; none for a model's calls.
+fn sample_traces(
+    store: &Store,
+    tenant: &TenantId,
+    target: &RcaTarget,
+) -> Result<Option<TraceSamples>, DiagnosisError> {
+    let (Some(service), Some(route)) = (
+        target.value_of(Dimension::Service),
+        target.value_of(Dimension::Route),
+    ) else {
+        return Ok(None);
+    };
+    let read = |from_minute: i64, to_minute: i64| -> Result<Vec<_>, DiagnosisError> {
+        let page = store.search(
+            tenant,
+            &TraceQuery {
+                service: Some(service.to_owned()),
+                route: Some(route.to_owned()),
+                names: NameMatch::Exact,
+                start_from_unix_nano: Some((from_minute * BUCKET_NS).max(0) as u64),
+                start_to_unix_nano: Some(((to_minute + 1) * BUCKET_NS - 1).max(0) as u64),
+                limit: SAMPLED_TRACES,
+                ..TraceQuery::default()
+            },
+        )?;
+        let mut traces = Vec::with_capacity(page.traces.len());
+        for t in page.traces {
+            traces.push(store.get_trace(tenant, t.trace_id)?);
+        }
+        Ok(traces)
+    };
+    Ok(Some(TraceSamples {
+        before: read(
+            target.onset_minute - SAMPLE_BEFORE_MINUTES,
+            target.onset_minute - 1,
+        )?,
+        during: read(target.onset_minute, target.end_minute)?,
+    }))
 }
 
 /// The top `n` causes of an incident (for alerts); logged and empty when the

@@ -28,13 +28,19 @@
 //!   `D = share × (1 − e^(−2·growth)) × own`, `own` being `1 − max C` over a model
 //!   call's own dimensions (an adapter or instance that explains the bad requests is
 //!   the more specific cause of a slower model call).
+//! - **Service `D`** (`services`, from traces of the series sampled before and during):
+//!   a service's own time plus the gaps of calls into it (whole) and of its calls out
+//!   (by half) — a slow network shows in callers' client spans, not in the service's
+//!   own — as a share of the added latency, scored like a part; for failures, the rise
+//!   of the requests whose failure began in it over the rise of failures. A service
+//!   that is one span name already ranked is left to that part.
 //! - **Links**: proximity `P = exp(−|t_change − t_onset| / 5 min)` of a change upstream
 //!   in the lineage graph (30 min before to 5 after; drift: 1 within a day), which
 //!   carries the evidence of the value it is or feeds; rules `R` from the
 //!   fault-pattern file.
 //!
 //! `A = 1 − (1 − C)(1 − B)`, `link = 1 − (1 − P/2)(1 − R)`,
-//! `confidence = 1 − (1 − A)(1 − A·link)` (`confidence`); a part scores its `D`. A
+//! `confidence = 1 − (1 − A)(1 − A·link)` (`confidence`); a part or service scores its `D`. A
 //! change or rule with nothing behind it scores 0.
 
 mod co_moving;
@@ -42,6 +48,7 @@ mod combinations;
 mod contrast;
 mod judge;
 mod rules;
+mod services;
 #[cfg(test)]
 mod shapes_tests;
 #[cfg(test)]
@@ -60,6 +67,7 @@ use contrast::{
 };
 use rules::{dominant_rejection, rule_boost};
 pub use rules::{FaultRule, FaultRules};
+pub use services::TraceSamples;
 
 /// The dimensions a model call carries itself: when one of them explains the bad
 /// requests, it is a more specific cause than the call's span.
@@ -91,6 +99,9 @@ pub enum CandidateKind {
     Attribute,
     /// A (service, span name) whose share of the critical path grew.
     Span,
+    /// A service whose spans and calls took the added time, or where the new failures
+    /// began (from sampled traces).
+    Service,
     AdapterRollout,
     ModelRollout,
     ImageRollout,
@@ -105,6 +116,7 @@ impl CandidateKind {
         match self {
             CandidateKind::Attribute => "attribute",
             CandidateKind::Span => "span",
+            CandidateKind::Service => "service",
             CandidateKind::AdapterRollout => "adapter_rollout",
             CandidateKind::ModelRollout => "model_rollout",
             CandidateKind::ImageRollout => "image_rollout",
@@ -145,6 +157,8 @@ pub struct RcaInput<'a> {
     pub window: &'a [(SeriesKey, RollupCell)],
     pub changes: Vec<Change>,
     pub rules: &'a FaultRules,
+    /// Traces of the series sampled before the onset and in the window, when read.
+    pub traces: Option<&'a TraceSamples>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -350,6 +364,15 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
         .map(|(_, c)| c.score)
         .fold(0.0, f64::max);
     let (parts, breakdown) = time_went.candidates(call_explained);
+    if let Some(samples) = input.traces {
+        let named: Vec<String> = parts.iter().map(|p| p.subject.clone()).collect();
+        out.extend(services::candidates(
+            input.metric,
+            samples,
+            1.0 - call_explained,
+            &named,
+        ));
+    }
     out.extend(parts);
     if !breakdown.is_empty() {
         for cand in &mut out {

@@ -34,6 +34,7 @@ pub(super) fn rank_at_onset(
     changes: Vec<Change>,
 ) -> Vec<Candidate> {
     rank(&RcaInput {
+        traces: None,
         metric,
         co_anomalies,
         onset_minute: 100,

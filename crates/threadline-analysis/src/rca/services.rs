@@ -1,0 +1,458 @@
+//! Which **service** the added time or the new failures of a route's requests go back
+//! to, read from sampled traces before and during the anomaly (kind `service`).
+//!
+//! The rollups keep where a route's time went by span name, at most
+//! `MAX_SPAN_SLOTS` of them: enough for an LLM request, not for a request that crosses
+//! forty microservices. And a service whose network is slow shows in none of its own
+//! spans: the time appears in its callers' client spans, between their start and the
+//! start of its server span and after its end. So, per sampled trace, each span on the
+//! critical path is either **own time** of its service, or — a span that calls another
+//! service (a child in another service) — the **gap** of that call, which belongs to
+//! both ends: the callee's (its network, its queue) fully, the caller's by half (a
+//! starved caller is slow to send and read). A service's **contribution** is the growth
+//! of its own time plus those of its calls' gaps, per request; its share of the
+//! request's added mean latency, discounted when it barely grew against its own
+//! baseline, is its score `D` — as for the rollups' parts. A service that is the callee
+//! of every call that slowed collects them all; one caller of a slow callee collects
+//! half of one.
+//!
+//! For failures (error rate), a request failed when any of its spans did, and its
+//! failure began in the services of the failed spans below which nothing failed; a
+//! service's score is the rise of the share of requests whose failure began there,
+//! over the rise of the failure rate.
+
+use std::collections::BTreeMap;
+
+use threadline_model::trace_tree::{critical_path, Tree};
+use threadline_model::SpanRecord;
+
+use crate::metric::Metric;
+use crate::rca::{Candidate, CandidateKind};
+use crate::time_went::ms;
+
+/// The traces of a route sampled before the onset and during the anomaly (each one
+/// trace's spans).
+#[derive(Clone, Debug, Default)]
+pub struct TraceSamples {
+    pub before: Vec<Vec<SpanRecord>>,
+    pub during: Vec<Vec<SpanRecord>>,
+}
+
+/// The weight of a slower call's gap on its caller (the callee carries it whole).
+const CALLER_WEIGHT: f64 = 0.5;
+/// A service whose contribution is this much one of its own span names is that span
+/// (the rollups' part names it, more specifically).
+const ONE_PART: f64 = 0.8;
+/// Services a route's sampled requests must cross for the service view to say more
+/// than the route itself.
+const MIN_SERVICES: usize = 2;
+
+/// Milliseconds per trace summed over a sample, by what they are.
+#[derive(Clone, Debug, Default)]
+struct ServiceTime {
+    /// On its own spans, by span name (model calls after the model call discount).
+    own: BTreeMap<String, f64>,
+    /// Gaps of calls into it.
+    called: f64,
+    /// Gaps of its calls into others.
+    calling: f64,
+    /// Requests whose failure began here.
+    failures_began: u64,
+}
+
+#[derive(Debug, Default)]
+struct Sample {
+    traces: u64,
+    latency_ms: f64,
+    failed: u64,
+    by_service: BTreeMap<String, ServiceTime>,
+}
+
+impl Sample {
+    fn of(traces: &[Vec<SpanRecord>], model_call_weight: f64) -> Self {
+        let mut out = Sample::default();
+        for spans in traces {
+            out.add(spans, model_call_weight);
+        }
+        out
+    }
+
+    fn add(&mut self, spans: &[SpanRecord], model_call_weight: f64) {
+        let tree = Tree::of(spans.iter().map(|s| (s.span_id, s.parent_span_id)));
+        // The entry: the longest span without a parent in the trace.
+        let Some(root) = (0..spans.len())
+            .filter(|&i| tree.parent[i].is_none())
+            .max_by_key(|&i| (spans[i].duration_nanos(), std::cmp::Reverse(i)))
+        else {
+            return;
+        };
+        let times: Vec<(u64, u64)> = spans
+            .iter()
+            .map(|s| (s.start_time_unix_nano, s.end_time_unix_nano))
+            .collect();
+        let on = critical_path(&times, &tree.children, [root]);
+        self.traces += 1;
+        self.latency_ms += spans[root].duration_nanos() as f64 / 1e6;
+        for (j, ns) in on.iter().enumerate() {
+            let Some(ns) = ns else { continue };
+            let t = *ns as f64 / 1e6;
+            let span = &spans[j];
+            let callee = tree.children[j]
+                .iter()
+                .filter(|&&c| spans[c].service != span.service)
+                .max_by_key(|&&c| spans[c].duration_nanos())
+                .map(|&c| spans[c].service.as_str());
+            match callee {
+                Some(callee) => {
+                    self.service(callee).called += t;
+                    self.service(&span.service).calling += t;
+                }
+                None => {
+                    let model_call = span.llm.as_ref().is_some_and(|l| l.model().is_some());
+                    let w = if model_call { model_call_weight } else { 1.0 };
+                    *self
+                        .service(&span.service)
+                        .own
+                        .entry(span.name.clone())
+                        .or_default() += t * w;
+                }
+            }
+        }
+        let failed: Vec<usize> = (0..spans.len()).filter(|&i| spans[i].is_error()).collect();
+        if !failed.is_empty() {
+            self.failed += 1;
+            let mut began: Vec<&str> = failed
+                .iter()
+                .filter(|&&i| !tree.children[i].iter().any(|&c| spans[c].is_error()))
+                .map(|&i| spans[i].service.as_str())
+                .collect();
+            began.sort_unstable();
+            began.dedup();
+            for s in began {
+                self.service(s).failures_began += 1;
+            }
+        }
+    }
+
+    fn service(&mut self, name: &str) -> &mut ServiceTime {
+        if !self.by_service.contains_key(name) {
+            self.by_service
+                .insert(name.to_owned(), ServiceTime::default());
+        }
+        self.by_service.get_mut(name).expect("inserted above")
+    }
+
+    fn per_trace(&self, v: f64) -> f64 {
+        v / self.traces.max(1) as f64
+    }
+}
+
+/// How one service's time moved, per request.
+#[derive(Clone, Debug)]
+struct Shift {
+    service: String,
+    before_ms: f64,
+    during_ms: f64,
+    /// Of the growth: in its own spans, in calls into it, in its calls out.
+    own_ms: f64,
+    called_ms: f64,
+    calling_ms: f64,
+    /// Its own span name that grew most, and by how much.
+    top_part: Option<(String, f64)>,
+}
+
+impl Shift {
+    fn contribution(&self) -> f64 {
+        self.own_ms + self.called_ms + CALLER_WEIGHT * self.calling_ms
+    }
+}
+
+/// The `service` candidates of the sampled traces for `metric`, best first; a model
+/// call's own time counts `model_call_weight` (what its attributes leave unexplained).
+/// `named_parts` are the subjects of the span candidates already ranked: a service
+/// that is one of them is left to it.
+pub(crate) fn candidates(
+    metric: Metric,
+    samples: &TraceSamples,
+    model_call_weight: f64,
+    named_parts: &[String],
+) -> Vec<Candidate> {
+    let (before, during) = (
+        Sample::of(&samples.before, model_call_weight),
+        Sample::of(&samples.during, model_call_weight),
+    );
+    if before.traces == 0 || during.traces == 0 {
+        return Vec::new();
+    }
+    let crossed = before
+        .by_service
+        .keys()
+        .chain(during.by_service.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    if crossed < MIN_SERVICES {
+        return Vec::new();
+    }
+    let mut out = match metric {
+        Metric::ErrorRate => failure_candidates(&before, &during),
+        m if m.latency_quantile().is_some() => latency_candidates(&before, &during, named_parts),
+        _ => Vec::new(),
+    };
+    out.sort_by(|a, b| b.confidence.total_cmp(&a.confidence));
+    out
+}
+
+fn latency_candidates(before: &Sample, during: &Sample, named_parts: &[String]) -> Vec<Candidate> {
+    let added = during.per_trace(during.latency_ms) - before.per_trace(before.latency_ms);
+    if added <= 0.0 {
+        return Vec::new();
+    }
+    let empty = ServiceTime::default();
+    let services: std::collections::BTreeSet<&String> = during.by_service.keys().collect();
+    let mut out = Vec::new();
+    for service in services {
+        let b = before.by_service.get(service).unwrap_or(&empty);
+        let d = &during.by_service[service];
+        let own =
+            |s: &Sample, t: &ServiceTime, name: &str| s.per_trace(*t.own.get(name).unwrap_or(&0.0));
+        let own_total = |s: &Sample, t: &ServiceTime| s.per_trace(t.own.values().sum());
+        let top_part = d
+            .own
+            .keys()
+            .map(|name| (name.clone(), own(during, d, name) - own(before, b, name)))
+            .max_by(|a, b| a.1.total_cmp(&b.1));
+        let total = |s: &Sample, t: &ServiceTime| {
+            own_total(s, t) + s.per_trace(t.called) + CALLER_WEIGHT * s.per_trace(t.calling)
+        };
+        let shift = Shift {
+            service: service.clone(),
+            before_ms: total(before, b),
+            during_ms: total(during, d),
+            own_ms: own_total(during, d) - own_total(before, b),
+            called_ms: during.per_trace(d.called) - before.per_trace(b.called),
+            calling_ms: during.per_trace(d.calling) - before.per_trace(b.calling),
+            top_part,
+        };
+        let contribution = shift.contribution();
+        if contribution <= 0.0 {
+            continue;
+        }
+        // One own span name that is nearly all of it: the part is the cause, named.
+        if let Some((name, grew)) = &shift.top_part {
+            let subject = format!("service={} span={}", shift.service, name);
+            if *grew >= ONE_PART * contribution && named_parts.contains(&subject) {
+                continue;
+            }
+        }
+        let share = (contribution / added).clamp(0.0, 1.0);
+        let growth = contribution / shift.before_ms.max(1.0);
+        let d = share * (1.0 - (-2.0 * growth).exp());
+        if d <= 0.0 {
+            continue;
+        }
+        out.push(service_candidate(
+            &shift.service,
+            d,
+            format!(
+                "{}: {} → {} per request in its spans and calls ({} own, {} in calls to it, {} in its calls), {:.0}% of the added latency",
+                shift.service,
+                ms(shift.before_ms),
+                ms(shift.during_ms),
+                signed_ms(shift.own_ms),
+                signed_ms(shift.called_ms),
+                signed_ms(shift.calling_ms),
+                share * 100.0
+            ),
+            serde_json::json!({
+                "service": shift.service,
+                "ms_per_request_before": shift.before_ms,
+                "ms_per_request_during": shift.during_ms,
+                "own_ms_added": shift.own_ms,
+                "called_ms_added": shift.called_ms,
+                "calling_ms_added": shift.calling_ms,
+                "top_span": shift.top_part.as_ref().map(|(n, _)| n),
+                "share_of_added": share,
+                "traces_before": before.traces,
+                "traces_during": during.traces,
+            }),
+        ));
+    }
+    out
+}
+
+fn failure_candidates(before: &Sample, during: &Sample) -> Vec<Candidate> {
+    let rate = |s: &Sample, n: u64| n as f64 / s.traces.max(1) as f64;
+    let rise = rate(during, during.failed) - rate(before, before.failed);
+    if rise <= 0.0 {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (service, d) in &during.by_service {
+        let b = before.by_service.get(service);
+        let (n_before, n_during) = (b.map_or(0, |b| b.failures_began), d.failures_began);
+        let (r_before, r_during) = (rate(before, n_before), rate(during, n_during));
+        let excess = r_during - r_before;
+        if excess <= 0.0 {
+            continue;
+        }
+        let share = (excess / rise).clamp(0.0, 1.0);
+        let growth = excess / r_before.max(1.0 / before.traces.max(1) as f64);
+        let score = share * (1.0 - (-2.0 * growth).exp());
+        out.push(service_candidate(
+            service,
+            score,
+            format!(
+                "{service}: failures began here in {:.1}% of the requests (before {:.1}%), {:.0}% of the added failures",
+                r_during * 100.0,
+                r_before * 100.0,
+                share * 100.0
+            ),
+            serde_json::json!({
+                "service": service,
+                "failures_began_rate_before": r_before,
+                "failures_began_rate_during": r_during,
+                "share_of_added_failures": share,
+                "traces_before": before.traces,
+                "traces_during": during.traces,
+            }),
+        ));
+    }
+    out
+}
+
+fn signed_ms(v: f64) -> String {
+    if v < 0.0 {
+        format!("−{}", ms(-v))
+    } else {
+        format!("+{}", ms(v))
+    }
+}
+
+fn service_candidate(
+    service: &str,
+    score: f64,
+    explanation: String,
+    evidence: serde_json::Value,
+) -> Candidate {
+    Candidate {
+        kind: CandidateKind::Service,
+        subject: format!("service={service}"),
+        // Like a part: no lineage change or rule speaks for a service; its share is
+        // its confidence.
+        confidence: score,
+        contrast: 0.0,
+        before_after: 0.0,
+        proximity: 0.0,
+        rule: 0.0,
+        time_share: score,
+        explanation,
+        evidence,
+        attribute: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use threadline_model::{SpanDetail, SpanId, SpanKind, SpanOrigin, StatusCode, TraceId};
+
+    /// One request: gateway → `orders` → `leaf`, with `gap_ms` of network around the
+    /// call into `leaf` and `leaf_ms` in it; `failed` marks the leaf's span ERROR.
+    fn request(n: u64, gap_ms: u64, leaf_ms: u64, leaf: &str, failed: bool) -> Vec<SpanRecord> {
+        let ms = 1_000_000u64;
+        let start = n * 10_000 * ms;
+        let span = |id: u8, parent: Option<u8>, service: &str, name: &str, from: u64, to: u64| {
+            SpanRecord {
+                trace_id: TraceId([n as u8 + 1; 16]),
+                span_id: SpanId([id; 8]),
+                parent_span_id: parent.map(|p| SpanId([p; 8])),
+                name: name.into(),
+                service: service.into(),
+                kind: SpanKind::Server,
+                start_time_unix_nano: start + from * ms,
+                end_time_unix_nano: start + to * ms,
+                detail: SpanDetail::default(),
+                origin: std::sync::Arc::new(SpanOrigin::default()),
+                llm: None,
+            }
+        };
+        let inner = 10 + gap_ms + leaf_ms;
+        let mut leaf_span = span(
+            4,
+            Some(3),
+            leaf,
+            "lookup",
+            15 + gap_ms / 2,
+            15 + gap_ms / 2 + leaf_ms,
+        );
+        if failed {
+            leaf_span.detail.status.code = StatusCode::Error;
+        }
+        vec![
+            span(1, None, "gateway", "/*", 0, inner + 20),
+            span(2, Some(1), "orders", "/api/orders", 5, inner + 15),
+            span(3, Some(2), "orders", "HTTP GET", 10, inner + 10),
+            leaf_span,
+        ]
+    }
+
+    fn samples(
+        before: impl Fn(u64) -> Vec<SpanRecord>,
+        during: impl Fn(u64) -> Vec<SpanRecord>,
+    ) -> TraceSamples {
+        TraceSamples {
+            before: (0..50).map(&before).collect(),
+            during: (50..100).map(&during).collect(),
+        }
+    }
+
+    #[test]
+    fn a_slow_network_into_a_service_is_that_service() {
+        // The leaf's own span is unchanged; the call into it takes 200 ms longer.
+        let s = samples(
+            |n| request(n, 10, 20, "contacts", false),
+            |n| request(n, 210, 20, "contacts", false),
+        );
+        let out = candidates(Metric::P99Latency, &s, 1.0, &[]);
+        assert_eq!(out[0].subject, "service=contacts", "{out:#?}");
+        assert!(out[0].confidence > 0.8, "{out:#?}");
+        // The caller carries half the gap: second.
+        assert_eq!(out[1].subject, "service=orders");
+        assert!(out[1].confidence < out[0].confidence);
+    }
+
+    #[test]
+    fn a_slower_own_span_is_left_to_the_part_that_names_it() {
+        let s = samples(
+            |n| request(n, 10, 20, "contacts", false),
+            |n| request(n, 10, 220, "contacts", false),
+        );
+        let out = candidates(Metric::P99Latency, &s, 1.0, &[]);
+        assert_eq!(out[0].subject, "service=contacts");
+        let named = ["service=contacts span=lookup".to_owned()];
+        let out = candidates(Metric::P99Latency, &s, 1.0, &named);
+        assert!(
+            out.iter().all(|c| c.subject != "service=contacts"),
+            "{out:#?}"
+        );
+    }
+
+    #[test]
+    fn failures_go_to_the_service_where_they_began() {
+        let s = samples(
+            |n| request(n, 10, 20, "contacts", n % 25 == 0),
+            |n| request(n, 10, 20, "contacts", n % 3 == 0),
+        );
+        let out = candidates(Metric::ErrorRate, &s, 1.0, &[]);
+        assert_eq!(out.len(), 1, "{out:#?}");
+        assert_eq!(out[0].subject, "service=contacts");
+        assert!(out[0].confidence > 0.7, "{out:#?}");
+        // Nothing moved: nothing to say.
+        let same = samples(
+            |n| request(n, 10, 20, "contacts", false),
+            |n| request(n, 10, 20, "contacts", false),
+        );
+        assert!(candidates(Metric::ErrorRate, &same, 1.0, &[]).is_empty());
+        assert!(candidates(Metric::P99Latency, &same, 1.0, &[]).is_empty());
+    }
+}
