@@ -363,15 +363,12 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
         .filter(|((d, _), _)| CALL_DIMENSIONS.contains(d) || VARIANT_DIMENSIONS.contains(d))
         .map(|(_, c)| c.score)
         .fold(0.0, f64::max);
-    let (parts, breakdown) = time_went.candidates(call_explained);
+    let (mut parts, breakdown) = time_went.candidates(call_explained);
     if let Some(samples) = input.traces {
         let named: Vec<String> = parts.iter().map(|p| p.subject.clone()).collect();
-        out.extend(services::candidates(
-            input.metric,
-            samples,
-            1.0 - call_explained,
-            &named,
-        ));
+        let view = services::view(input.metric, samples, 1.0 - call_explained, &named);
+        parts.iter_mut().for_each(|p| view.cap_part(p));
+        out.extend(view.candidates);
     }
     out.extend(parts);
     if !breakdown.is_empty() {

@@ -167,22 +167,43 @@ impl Shift {
     }
 }
 
-/// The `service` candidates of the sampled traces for `metric`, best first; a model
-/// call's own time counts `model_call_weight` (what its attributes leave unexplained).
-/// `named_parts` are the subjects of the span candidates already ranked: a service
-/// that is one of them is left to it.
-pub(crate) fn candidates(
+/// What the sampled traces say of the services: the `service` candidates for
+/// `metric`, best first, and every service's score (those left to a part too).
+#[derive(Debug, Default)]
+pub(crate) struct ServiceView {
+    pub(crate) candidates: Vec<Candidate>,
+    pub(crate) scores: BTreeMap<String, f64>,
+}
+
+impl ServiceView {
+    /// A part of a service cannot be surer than the service's own view from the
+    /// traces: a caller's client span into a slower service holds time the traces
+    /// give that service (where the rollups can only name the caller's span).
+    pub(crate) fn cap_part(&self, part: &mut Candidate) {
+        let service = part.evidence["service"].as_str().unwrap_or_default();
+        if let Some(score) = self.scores.get(service) {
+            part.confidence = part.confidence.min(*score);
+            part.time_share = part.time_share.min(*score);
+        }
+    }
+}
+
+/// The service view of the sampled traces for `metric`; a model call's own time
+/// counts `model_call_weight` (what its attributes leave unexplained). `named_parts`
+/// are the subjects of the span candidates already ranked: a service that is one of
+/// them is left to it.
+pub(crate) fn view(
     metric: Metric,
     samples: &TraceSamples,
     model_call_weight: f64,
     named_parts: &[String],
-) -> Vec<Candidate> {
+) -> ServiceView {
     let (before, during) = (
         Sample::of(&samples.before, model_call_weight),
         Sample::of(&samples.during, model_call_weight),
     );
     if before.traces == 0 || during.traces == 0 {
-        return Vec::new();
+        return ServiceView::default();
     }
     let crossed = before
         .by_service
@@ -191,25 +212,39 @@ pub(crate) fn candidates(
         .collect::<std::collections::BTreeSet<_>>()
         .len();
     if crossed < MIN_SERVICES {
-        return Vec::new();
+        return ServiceView::default();
     }
-    let mut out = match metric {
+    let scored = match metric {
         Metric::ErrorRate => failure_candidates(&before, &during),
-        m if m.latency_quantile().is_some() => latency_candidates(&before, &during, named_parts),
+        m if m.latency_quantile().is_some() => latency_candidates(&before, &during),
         _ => Vec::new(),
     };
-    out.sort_by(|a, b| b.confidence.total_cmp(&a.confidence));
-    out
+    let mut view = ServiceView::default();
+    for (candidate, top_part) in scored {
+        let service = candidate.evidence["service"].as_str().unwrap_or_default();
+        view.scores.insert(service.to_owned(), candidate.confidence);
+        // One own span name that is nearly all of it: the part is the cause, named.
+        let left_to_part = top_part
+            .is_some_and(|name| named_parts.contains(&format!("service={service} span={name}")));
+        if !left_to_part {
+            view.candidates.push(candidate);
+        }
+    }
+    view.candidates
+        .sort_by(|a, b| b.confidence.total_cmp(&a.confidence));
+    view
 }
 
-fn latency_candidates(before: &Sample, during: &Sample, named_parts: &[String]) -> Vec<Candidate> {
+/// The services' candidates, each with its own span name that is nearly all of its
+/// contribution (`ONE_PART`), if one is.
+fn latency_candidates(before: &Sample, during: &Sample) -> Vec<(Candidate, Option<String>)> {
     let added = during.per_trace(during.latency_ms) - before.per_trace(before.latency_ms);
     if added <= 0.0 {
         return Vec::new();
     }
     let empty = ServiceTime::default();
     let services: std::collections::BTreeSet<&String> = during.by_service.keys().collect();
-    let mut out = Vec::new();
+    let mut shifts = Vec::new();
     for service in services {
         let b = before.by_service.get(service).unwrap_or(&empty);
         let d = &during.by_service[service];
@@ -233,24 +268,29 @@ fn latency_candidates(before: &Sample, during: &Sample, named_parts: &[String]) 
             calling_ms: during.per_trace(d.calling) - before.per_trace(b.calling),
             top_part,
         };
+        if shift.contribution() > 0.0 {
+            shifts.push(shift);
+        }
+    }
+    // A call's gap counts for both of its ends: the shares are of the added latency, or
+    // of the largest contribution when that is more (each service's gaps counted by
+    // both ends add up to more than the requests' added time).
+    let whole = shifts.iter().map(Shift::contribution).fold(added, f64::max);
+    let mut out = Vec::new();
+    for shift in shifts {
         let contribution = shift.contribution();
-        if contribution <= 0.0 {
-            continue;
-        }
-        // One own span name that is nearly all of it: the part is the cause, named.
-        if let Some((name, grew)) = &shift.top_part {
-            let subject = format!("service={} span={}", shift.service, name);
-            if *grew >= ONE_PART * contribution && named_parts.contains(&subject) {
-                continue;
-            }
-        }
-        let share = (contribution / added).clamp(0.0, 1.0);
+        let one_part = shift
+            .top_part
+            .as_ref()
+            .filter(|(_, grew)| *grew >= ONE_PART * contribution)
+            .map(|(name, _)| name.clone());
+        let share = (contribution / whole).clamp(0.0, 1.0);
         let growth = contribution / shift.before_ms.max(1.0);
         let d = share * (1.0 - (-2.0 * growth).exp());
         if d <= 0.0 {
             continue;
         }
-        out.push(service_candidate(
+        out.push((service_candidate(
             &shift.service,
             d,
             format!(
@@ -275,12 +315,12 @@ fn latency_candidates(before: &Sample, during: &Sample, named_parts: &[String]) 
                 "traces_before": before.traces,
                 "traces_during": during.traces,
             }),
-        ));
+        ), one_part));
     }
     out
 }
 
-fn failure_candidates(before: &Sample, during: &Sample) -> Vec<Candidate> {
+fn failure_candidates(before: &Sample, during: &Sample) -> Vec<(Candidate, Option<String>)> {
     let rate = |s: &Sample, n: u64| n as f64 / s.traces.max(1) as f64;
     let rise = rate(during, during.failed) - rate(before, before.failed);
     if rise <= 0.0 {
@@ -298,7 +338,7 @@ fn failure_candidates(before: &Sample, during: &Sample) -> Vec<Candidate> {
         let share = (excess / rise).clamp(0.0, 1.0);
         let growth = excess / r_before.max(1.0 / before.traces.max(1) as f64);
         let score = share * (1.0 - (-2.0 * growth).exp());
-        out.push(service_candidate(
+        out.push((service_candidate(
             service,
             score,
             format!(
@@ -315,7 +355,7 @@ fn failure_candidates(before: &Sample, during: &Sample) -> Vec<Candidate> {
                 "traces_before": before.traces,
                 "traces_during": during.traces,
             }),
-        ));
+        ), None));
     }
     out
 }
@@ -413,7 +453,7 @@ mod tests {
             |n| request(n, 10, 20, "contacts", false),
             |n| request(n, 210, 20, "contacts", false),
         );
-        let out = candidates(Metric::P99Latency, &s, 1.0, &[]);
+        let out = view(Metric::P99Latency, &s, 1.0, &[]).candidates;
         assert_eq!(out[0].subject, "service=contacts", "{out:#?}");
         assert!(out[0].confidence > 0.8, "{out:#?}");
         // The caller carries half the gap: second.
@@ -427,10 +467,10 @@ mod tests {
             |n| request(n, 10, 20, "contacts", false),
             |n| request(n, 10, 220, "contacts", false),
         );
-        let out = candidates(Metric::P99Latency, &s, 1.0, &[]);
+        let out = view(Metric::P99Latency, &s, 1.0, &[]).candidates;
         assert_eq!(out[0].subject, "service=contacts");
         let named = ["service=contacts span=lookup".to_owned()];
-        let out = candidates(Metric::P99Latency, &s, 1.0, &named);
+        let out = view(Metric::P99Latency, &s, 1.0, &named).candidates;
         assert!(
             out.iter().all(|c| c.subject != "service=contacts"),
             "{out:#?}"
@@ -443,7 +483,7 @@ mod tests {
             |n| request(n, 10, 20, "contacts", n % 25 == 0),
             |n| request(n, 10, 20, "contacts", n % 3 == 0),
         );
-        let out = candidates(Metric::ErrorRate, &s, 1.0, &[]);
+        let out = view(Metric::ErrorRate, &s, 1.0, &[]).candidates;
         assert_eq!(out.len(), 1, "{out:#?}");
         assert_eq!(out[0].subject, "service=contacts");
         assert!(out[0].confidence > 0.7, "{out:#?}");
@@ -452,7 +492,11 @@ mod tests {
             |n| request(n, 10, 20, "contacts", false),
             |n| request(n, 10, 20, "contacts", false),
         );
-        assert!(candidates(Metric::ErrorRate, &same, 1.0, &[]).is_empty());
-        assert!(candidates(Metric::P99Latency, &same, 1.0, &[]).is_empty());
+        assert!(view(Metric::ErrorRate, &same, 1.0, &[])
+            .candidates
+            .is_empty());
+        assert!(view(Metric::P99Latency, &same, 1.0, &[])
+            .candidates
+            .is_empty());
     }
 }

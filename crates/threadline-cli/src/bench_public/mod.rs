@@ -4,7 +4,11 @@
 //! development cases and the held-out ones alike.
 //!
 //! - `--format rs`: RobustSpot's real incidents (`robustspot`).
+//! - `--format nezha`: Nezha's injected faults in Train-Ticket and Online Boutique
+//!   (`nezha`), spans and logs.
 
+mod nezha;
+mod nezha_score;
 mod robustspot;
 
 use std::path::PathBuf;
@@ -25,6 +29,9 @@ use robustspot::Element;
 pub(crate) enum PublicFormat {
     /// RobustSpot's incidents: `anomaly.yaml` and one `<data>.csv` per case.
     Rs,
+    /// Nezha's fault days: `trace/HH_MM_trace.csv`, `log/HH_MM_log.csv` and a
+    /// `<day>-fault_list.json` (or TraStrainer's `label.json`).
+    Nezha,
 }
 
 #[derive(Args)]
@@ -39,7 +46,8 @@ pub(crate) struct PublicBenchArgs {
     /// are sampled, one in `peak / this`.
     #[arg(long, default_value_t = 3_000)]
     max_per_minute: u64,
-    /// Only the case of this name.
+    /// Only the case of this name (RS), or the faults whose name contains this
+    /// (Nezha: `HH:MM:SS service kind`).
     #[arg(long)]
     only: Option<String>,
     /// Print the figures as a Markdown table (for BENCHMARKS.md) instead of JSON.
@@ -85,6 +93,25 @@ fn score(cause: &[Element], top: &[Option<Element>]) -> (bool, bool, f64) {
     (exact, within_3, f1)
 }
 
+/// A server of its own on a temporary directory, and a client of its API.
+async fn case_server() -> anyhow::Result<(tempfile::TempDir, LocalServer, ApiClient)> {
+    let temp = tempfile::tempdir().context("cannot create a temporary directory")?;
+    let config = threadline_server::ServerConfig::load(
+        None,
+        &LocalServer::loopback(temp.path().join("data")),
+    )?;
+    let server = LocalServer::start(config).await?;
+    let api = ApiClient::local(&format!("http://{}", server.addrs.http))?;
+    Ok((temp, server, api))
+}
+
+fn rfc3339_of_minute(minute: i64) -> String {
+    humantime::format_rfc3339_seconds(
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs((minute * 60).max(0) as u64),
+    )
+    .to_string()
+}
+
 /// Replays one RS case through a server of its own and reads the RCA at its minute.
 async fn run_rs_case(case: &robustspot::Case, max_per_minute: u64) -> anyhow::Result<Outcome> {
     let leaves = robustspot::leaves(&case.file)?;
@@ -100,13 +127,7 @@ async fn run_rs_case(case: &robustspot::Case, max_per_minute: u64) -> anyhow::Re
     }
     let peak = per_minute.values().copied().max().unwrap_or(0);
     let keep_one_in = (peak as f64 / max_per_minute.max(1) as f64).max(1.0);
-    let temp = tempfile::tempdir().context("cannot create a temporary directory")?;
-    let config = threadline_server::ServerConfig::load(
-        None,
-        &LocalServer::loopback(temp.path().join("data")),
-    )?;
-    let server = LocalServer::start(config).await?;
-    let api = ApiClient::local(&format!("http://{}", server.addrs.http))?;
+    let (_temp, server, api) = case_server().await?;
     // The case's last minute is the last one closed now.
     let shift = crate::synth::now_minute() - 1 - last;
     let mut rng = StdRng::seed_from_u64(case.at as u64);
@@ -118,10 +139,7 @@ async fn run_rs_case(case: &robustspot::Case, max_per_minute: u64) -> anyhow::Re
     )
     .await?;
     let at_minute = (case.at / 60).clamp(first, last) + shift;
-    let at = humantime::format_rfc3339_seconds(
-        std::time::UNIX_EPOCH + std::time::Duration::from_secs((at_minute * 60) as u64),
-    )
-    .to_string();
+    let at = rfc3339_of_minute(at_minute);
     let started = std::time::Instant::now();
     let rca = api
         .get(
@@ -200,8 +218,25 @@ fn totals(outcomes: &[Outcome]) -> Value {
     })
 }
 
+fn progress(len: usize) -> ProgressBar {
+    let bar = ProgressBar::new(len as u64);
+    bar.set_style(
+        ProgressStyle::with_template("cases {wide_bar} {pos}/{len} ({eta} left) {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar
+}
+
 pub(crate) async fn run(args: PublicBenchArgs) -> anyhow::Result<String> {
-    let PublicFormat::Rs = args.format;
+    match args.format {
+        PublicFormat::Rs => run_rs(args).await,
+        PublicFormat::Nezha => {
+            nezha_score::run(&args.path, args.only.as_deref(), args.markdown).await
+        }
+    }
+}
+
+async fn run_rs(args: PublicBenchArgs) -> anyhow::Result<String> {
     let mut cases = robustspot::cases(&args.path)?;
     if let Some(only) = &args.only {
         cases.retain(|c| &c.name == only);
@@ -211,11 +246,7 @@ pub(crate) async fn run(args: PublicBenchArgs) -> anyhow::Result<String> {
             args.path.display()
         );
     }
-    let bar = ProgressBar::new(cases.len() as u64);
-    bar.set_style(
-        ProgressStyle::with_template("cases {wide_bar} {pos}/{len} ({eta} left) {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar = progress(cases.len());
     let mut outcomes = Vec::new();
     for case in &cases {
         bar.set_message(case.name.clone());

@@ -1,0 +1,203 @@
+//! Nezha's faults replayed and scored: each fault through a server of its own, with
+//! the directory's minutes from `BEFORE_MINUTES` before it to `AFTER_MINUTES` after
+//! (its baseline and the fault's three minutes); the RCA of the entry route at the
+//! injection minute asked both ways an SRE would ask (slower? failing?) and the surer
+//! answer read: the services its candidates name, in order, against the injected
+//! pod's service (AS@1 / AS@3 / AS@5, as Nezha's paper scores).
+
+use std::path::Path;
+
+use anyhow::Context;
+use indicatif::ProgressBar;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::nezha::{self, Fault};
+use super::{case_server, progress, rfc3339_of_minute};
+
+/// Minutes of the directory replayed before a fault's minute and after it.
+const BEFORE_MINUTES: i64 = 15;
+const AFTER_MINUTES: i64 = 4;
+/// The questions asked of each fault.
+const METRICS: [&str; 2] = ["p99_latency", "error_rate"];
+
+#[derive(Clone, Debug, Serialize)]
+struct Outcome {
+    fault: String,
+    kind: String,
+    cause: String,
+    pod: String,
+    /// The metric whose answer was surer.
+    metric: String,
+    /// The services the candidates name, best first (each once).
+    top: Vec<String>,
+    /// Where the injected service came (1-based), if among them.
+    rank: Option<usize>,
+    explanations: Vec<String>,
+    spans: usize,
+    error_spans: usize,
+    log_records: usize,
+    rca_ms: f64,
+}
+
+async fn run_fault(dir: &Path, fault: &Fault) -> anyhow::Result<Outcome> {
+    let minute = nezha::minute_of_day(fault.at);
+    let (span_files, log_files) =
+        nezha::files_between(dir, minute - BEFORE_MINUTES, minute + AFTER_MINUTES)?;
+    let spans = nezha::read_spans(&span_files)?;
+    let logs = nezha::read_logs(&log_files)?;
+    let Some(last_ns) = spans.iter().map(|s| s.end_ns()).max() else {
+        anyhow::bail!("no spans around {}", fault.name);
+    };
+    // The data's last minute is the last one closed now.
+    let last_minute = (last_ns / 60_000_000_000) as i64;
+    let shift_minutes = crate::synth::now_minute() - 1 - last_minute;
+    let replay = nezha::replay(&spans, &logs, shift_minutes * 60_000_000_000);
+    let (service, route) = replay
+        .entry
+        .clone()
+        .with_context(|| format!("no root spans around {}", fault.name))?;
+    let (_temp, server, api) = case_server().await?;
+    let otlp = server.addrs.otlp_http.to_string();
+    crate::synth::upload_traces(&otlp, replay.traces, &ProgressBar::hidden()).await?;
+    let http = reqwest::Client::new();
+    for logs in replay.logs {
+        use prost::Message;
+        crate::synth::post_protobuf(
+            &http,
+            &format!("http://{otlp}/v1/logs"),
+            logs.encode_to_vec(),
+        )
+        .await?;
+    }
+    let at = rfc3339_of_minute(fault.at.div_euclid(60) + shift_minutes);
+    let started = std::time::Instant::now();
+    let mut answers = Vec::new();
+    for metric in METRICS {
+        let rca = api
+            .get(
+                "/api/v1/rca",
+                &[
+                    ("service".into(), service.clone()),
+                    ("route".into(), route.clone()),
+                    ("metric".into(), metric.into()),
+                    ("at".into(), at.clone()),
+                ],
+            )
+            .await?;
+        answers.push((metric, rca));
+    }
+    let rca_ms = started.elapsed().as_secs_f64() * 1e3 / METRICS.len() as f64;
+    server.stop().await?;
+    let first_confidence = |rca: &Value| rca["candidates"][0]["confidence"].as_f64().unwrap_or(0.0);
+    let (metric, rca) = answers
+        .into_iter()
+        .reduce(|best, next| {
+            if first_confidence(&next.1) > first_confidence(&best.1) {
+                next
+            } else {
+                best
+            }
+        })
+        .expect("two metrics asked");
+    let candidates = rca["candidates"].as_array().cloned().unwrap_or_default();
+    let mut top: Vec<String> = Vec::new();
+    for c in &candidates {
+        if let Some(s) = nezha::service_of_candidate(c) {
+            if !top.contains(&s) {
+                top.push(s);
+            }
+        }
+    }
+    let rank = top.iter().position(|s| *s == fault.service).map(|p| p + 1);
+    top.truncate(5);
+    Ok(Outcome {
+        fault: fault.name.clone(),
+        kind: fault.kind.clone(),
+        cause: fault.service.clone(),
+        pod: fault.pod.clone(),
+        metric: metric.to_owned(),
+        top,
+        rank,
+        explanations: candidates
+            .iter()
+            .take(3)
+            .map(|c| c["explanation"].as_str().unwrap_or_default().to_owned())
+            .collect(),
+        spans: replay.spans,
+        error_spans: replay.error_spans,
+        log_records: replay.log_records,
+        rca_ms,
+    })
+}
+
+fn totals(outcomes: &[Outcome]) -> Value {
+    let n = outcomes.len();
+    let within = |k: usize| {
+        outcomes
+            .iter()
+            .filter(|o| o.rank.is_some_and(|r| r <= k))
+            .count()
+    };
+    let pct = |k: usize| {
+        if n == 0 {
+            0.0
+        } else {
+            (1000.0 * k as f64 / n as f64).round() / 10.0
+        }
+    };
+    let mut rca: Vec<f64> = outcomes.iter().map(|o| o.rca_ms).collect();
+    rca.sort_by(f64::total_cmp);
+    let mut by_kind = serde_json::Map::new();
+    for o in outcomes {
+        let e = by_kind
+            .entry(o.kind.clone())
+            .or_insert_with(|| json!({"faults": 0, "top1": 0, "top3": 0}));
+        e["faults"] = json!(e["faults"].as_u64().unwrap_or(0) + 1);
+        if o.rank == Some(1) {
+            e["top1"] = json!(e["top1"].as_u64().unwrap_or(0) + 1);
+        }
+        if o.rank.is_some_and(|r| r <= 3) {
+            e["top3"] = json!(e["top3"].as_u64().unwrap_or(0) + 1);
+        }
+    }
+    json!({
+        "faults": n,
+        "top1": within(1), "top1_pct": pct(within(1)),
+        "top3": within(3), "top3_pct": pct(within(3)),
+        "top5": within(5), "top5_pct": pct(within(5)),
+        "by_kind": by_kind,
+        "rca_ms_p50": rca.get(n / 2).map(|v| v.round()),
+        "spans": outcomes.iter().map(|o| o.spans).sum::<usize>(),
+    })
+}
+
+pub(crate) async fn run(dir: &Path, only: Option<&str>, markdown: bool) -> anyhow::Result<String> {
+    nezha::check_dir(dir)?;
+    let mut faults = nezha::faults(dir)?;
+    if let Some(only) = only {
+        faults.retain(|f| f.name.contains(only));
+        anyhow::ensure!(!faults.is_empty(), "no fault {only:?} in {}", dir.display());
+    }
+    let bar = progress(faults.len());
+    let mut outcomes = Vec::new();
+    for fault in &faults {
+        bar.set_message(fault.name.clone());
+        outcomes.push(
+            run_fault(dir, fault)
+                .await
+                .with_context(|| format!("fault {}", fault.name))?,
+        );
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let t = totals(&outcomes);
+    Ok(if markdown {
+        format!(
+            "| format | faults | AS@1 | AS@3 | AS@5 | RCA p50 (ms) |\n|---|---|---|---|---|---|\n| nezha | {} | {} ({}%) | {} ({}%) | {} ({}%) | {} |\n",
+            t["faults"], t["top1"], t["top1_pct"], t["top3"], t["top3_pct"], t["top5"], t["top5_pct"], t["rca_ms_p50"],
+        )
+    } else {
+        serde_json::to_string_pretty(&json!({"totals": t, "faults": outcomes}))?
+    })
+}
