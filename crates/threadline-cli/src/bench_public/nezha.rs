@@ -362,6 +362,34 @@ fn truncated(text: &str, chars: usize) -> String {
     }
 }
 
+/// Drops the traces that began inside one of `windows` (ns, end exclusive) and
+/// their log lines.
+pub(crate) fn without_traces_in(
+    spans: Vec<SpanRow>,
+    logs: Vec<LogRow>,
+    windows: &[(u64, u64)],
+) -> (Vec<SpanRow>, Vec<LogRow>) {
+    let mut began: HashMap<[u8; 16], u64> = HashMap::new();
+    for s in &spans {
+        let at = began.entry(s.trace).or_insert(s.start_ns);
+        *at = (*at).min(s.start_ns);
+    }
+    let dropped: std::collections::HashSet<[u8; 16]> = began
+        .into_iter()
+        .filter(|(_, at)| windows.iter().any(|(from, to)| (*from..*to).contains(at)))
+        .map(|(t, _)| t)
+        .collect();
+    (
+        spans
+            .into_iter()
+            .filter(|s| !dropped.contains(&s.trace))
+            .collect(),
+        logs.into_iter()
+            .filter(|l| l.trace.is_none_or(|t| !dropped.contains(&t)))
+            .collect(),
+    )
+}
+
 /// Spans and logs as OTLP, every time moved by `shift_ns`.
 pub(crate) fn replay(spans: &[SpanRow], logs: &[LogRow], shift_ns: i64) -> Replay {
     let at = |t: u64| (t as i64 + shift_ns).max(0) as u64;
@@ -623,6 +651,28 @@ mod tests {
             StatusCode::Error as i32
         );
         assert_eq!(travel.1.start_time_unix_nano, 1_010);
+    }
+
+    #[test]
+    fn traces_that_began_in_a_window_are_dropped_with_their_logs() {
+        let mut late = row(2, 1, None, "a-b-c", "/*");
+        late.start_ns = 5_000;
+        let log = |trace: u8| LogRow {
+            time_ns: 0,
+            pod: "a-b-c".into(),
+            trace: Some([trace; 16]),
+            span: None,
+            level: Level::Info,
+            text: String::new(),
+        };
+        let (spans, logs) = without_traces_in(
+            vec![row(1, 1, None, "a-b-c", "/*"), late],
+            vec![log(1), log(2)],
+            &[(4_000, 6_000)],
+        );
+        assert_eq!(spans.len(), 1);
+        assert_eq!(spans[0].trace, [1; 16]);
+        assert_eq!(logs.len(), 1);
     }
 
     #[test]
