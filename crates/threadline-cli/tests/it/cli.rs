@@ -417,6 +417,23 @@ fn trace_folds_like_siblings_and_prints_a_spans_conversation() {
 /// scores the first-ranked cause against each label: on data nobody here made, the
 /// labelled slice — one value or a combination — comes first in most cases.
 #[test]
+fn bench_rca_public_names_the_service_of_nezha_faults_end_to_end() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/nezha");
+    let report = cli_json(&["bench", "rca-public", "--format", "nezha", "--path", dir]);
+    let totals = &report["totals"];
+    assert_eq!(totals["faults"], 2, "{report}");
+    // A network delay shows in the callers' client spans, not the service's own: the
+    // service called is named first all the same.
+    for fault in report["faults"].as_array().unwrap() {
+        assert_eq!(fault["rank"], 1, "{fault}");
+        assert_eq!(fault["metric"], "p99_latency", "{fault}");
+        assert!(fault["log_records"].as_u64().unwrap() > 1000, "{fault}");
+    }
+    assert_eq!(report["faults"][0]["top"][0], "ts-contacts-service");
+    assert_eq!(report["faults"][1]["top"][0], "ts-route-service");
+}
+
+#[test]
 fn bench_rca_public_scores_robustspot_incidents_end_to_end() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/robustspot");
     let report = cli_json(&["bench", "rca-public", "--format", "rs", "--path", dir]);
