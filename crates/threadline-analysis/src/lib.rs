@@ -33,7 +33,8 @@ pub use incident::{Incident, IncidentId};
 pub use metric::Metric;
 pub use observe::{observe, Observed};
 pub use rca::{
-    rank, Candidate, CandidateKind, Change, FaultRule, FaultRules, RcaInput, TraceSamples,
+    rank, Candidate, CandidateKind, Change, FaultRule, FaultRules, RcaInput, SampledSpan,
+    TraceSamples,
 };
 pub use rollup::{
     group_cells, matches, matches_at, minute_of, BatchRollups, Dimension, Level, RollupCell,

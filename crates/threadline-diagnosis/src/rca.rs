@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use threadline_analysis::{
     changes_upstream, matches_at, rank, Candidate, Dimension, FaultRules, Incident, Level, Metric,
-    RcaInput, RollupCell, SeriesKey, TraceSamples, BUCKET_NS,
+    RcaInput, RollupCell, SampledSpan, SeriesKey, TraceSamples, BUCKET_NS,
 };
 use threadline_model::{Direction, NodeId, NodeKind, TenantId, TraceId};
 use threadline_store::{
@@ -206,7 +206,7 @@ impl RcaReport {
 }
 
 /// How the candidates' confidence is combined from their scores.
-pub const CONFIDENCE_FORMULA: &str = "explains = 1 - (1 - contrast) * (1 - before_after); link = 1 - (1 - proximity / 2) * (1 - rule); confidence = 1 - (1 - explains) * (1 - explains * link); a part of the request: time_share";
+pub const CONFIDENCE_FORMULA: &str = "explains = 1 - (1 - contrast) * (1 - before_after); link = 1 - (1 - proximity / 2) * (1 - rule); confidence = 1 - (1 - explains) * (1 - explains * link); a part of the request or a service: time_share";
 
 /// Cells of the target merged per series over a minute range.
 fn per_series(
@@ -396,7 +396,23 @@ fn sample_traces(
         )?;
         let mut traces = Vec::with_capacity(page.traces.len());
         for t in page.traces {
-            traces.push(store.get_trace(tenant, t.trace_id)?);
+            // The skeleton has what the view reads; no span's detail is opened.
+            let spans = store.trace_skeleton(tenant, t.trace_id)?;
+            traces.push(
+                spans
+                    .into_iter()
+                    .map(|s| SampledSpan {
+                        span_id: s.span_id,
+                        parent_span_id: s.parent_span_id,
+                        model_call: s.model.is_some(),
+                        service: s.service,
+                        name: s.name,
+                        start_time_unix_nano: s.start_time_unix_nano,
+                        end_time_unix_nano: s.end_time_unix_nano,
+                        error: s.error,
+                    })
+                    .collect(),
+            );
         }
         Ok(traces)
     };

@@ -67,7 +67,7 @@ use contrast::{
 };
 use rules::{dominant_rejection, rule_boost};
 pub use rules::{FaultRule, FaultRules};
-pub use services::TraceSamples;
+pub use services::{SampledSpan, TraceSamples};
 
 /// The dimensions a model call carries itself: when one of them explains the bad
 /// requests, it is a more specific cause than the call's span.
@@ -365,8 +365,15 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
         .fold(0.0, f64::max);
     let (mut parts, breakdown) = time_went.candidates(call_explained);
     if let Some(samples) = input.traces {
+        // What a model call's own values explain, within the window or by taking over
+        // the traffic: a service's model calls count for the rest.
+        let call_explains = contrasts
+            .iter()
+            .filter(|((d, _), _)| CALL_DIMENSIONS.contains(d) || VARIANT_DIMENSIONS.contains(d))
+            .map(|(_, c)| 1.0 - (1.0 - c.score) * (1.0 - c.before_after))
+            .fold(0.0, f64::max);
         let named: Vec<String> = parts.iter().map(|p| p.subject.clone()).collect();
-        let view = services::view(input.metric, samples, 1.0 - call_explained, &named);
+        let view = services::view(input.metric, samples, 1.0 - call_explains, &named);
         parts.iter_mut().for_each(|p| view.cap_part(p));
         out.extend(view.candidates);
     }

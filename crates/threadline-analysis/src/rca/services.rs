@@ -24,18 +24,39 @@
 use std::collections::BTreeMap;
 
 use threadline_model::trace_tree::{critical_path, Tree};
-use threadline_model::SpanRecord;
+use threadline_model::SpanId;
 
 use crate::metric::Metric;
 use crate::rca::{Candidate, CandidateKind};
-use crate::time_went::ms;
+use crate::time_went::{ms, MODEL_CALLS};
+
+/// What the service view reads of a span (a store's trace skeleton has it).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SampledSpan {
+    pub span_id: SpanId,
+    pub parent_span_id: Option<SpanId>,
+    pub service: String,
+    pub name: String,
+    pub start_time_unix_nano: u64,
+    pub end_time_unix_nano: u64,
+    pub error: bool,
+    /// It names a model: a model call.
+    pub model_call: bool,
+}
+
+impl SampledSpan {
+    fn duration_nanos(&self) -> u64 {
+        self.end_time_unix_nano
+            .saturating_sub(self.start_time_unix_nano)
+    }
+}
 
 /// The traces of a route sampled before the onset and during the anomaly (each one
 /// trace's spans).
 #[derive(Clone, Debug, Default)]
 pub struct TraceSamples {
-    pub before: Vec<Vec<SpanRecord>>,
-    pub during: Vec<Vec<SpanRecord>>,
+    pub before: Vec<Vec<SampledSpan>>,
+    pub during: Vec<Vec<SampledSpan>>,
 }
 
 /// The weight of a slower call's gap on its caller (the callee carries it whole).
@@ -46,6 +67,9 @@ const ONE_PART: f64 = 0.8;
 /// Services a route's sampled requests must cross for the service view to say more
 /// than the route itself.
 const MIN_SERVICES: usize = 2;
+/// A service that held this share of the requests' time before is the request: it
+/// says nothing of where the added time went (as for the rollups' parts).
+const WHOLE_REQUEST: f64 = 0.9;
 
 /// Milliseconds per trace summed over a sample, by what they are.
 #[derive(Clone, Debug, Default)]
@@ -56,8 +80,9 @@ struct ServiceTime {
     called: f64,
     /// Gaps of its calls into others.
     calling: f64,
-    /// Requests whose failure began here.
-    failures_began: u64,
+    /// Requests whose failure began here (a model call's counting the model call
+    /// weight).
+    failures_began: f64,
 }
 
 #[derive(Debug, Default)]
@@ -66,18 +91,22 @@ struct Sample {
     latency_ms: f64,
     failed: u64,
     by_service: BTreeMap<String, ServiceTime>,
+    model_call_weight: f64,
 }
 
 impl Sample {
-    fn of(traces: &[Vec<SpanRecord>], model_call_weight: f64) -> Self {
-        let mut out = Sample::default();
+    fn of(traces: &[Vec<SampledSpan>], model_call_weight: f64) -> Self {
+        let mut out = Sample {
+            model_call_weight,
+            ..Sample::default()
+        };
         for spans in traces {
-            out.add(spans, model_call_weight);
+            out.add(spans);
         }
         out
     }
 
-    fn add(&mut self, spans: &[SpanRecord], model_call_weight: f64) {
+    fn add(&mut self, spans: &[SampledSpan]) {
         let tree = Tree::of(spans.iter().map(|s| (s.span_id, s.parent_span_id)));
         // The entry: the longest span without a parent in the trace.
         let Some(root) = (0..spans.len())
@@ -108,28 +137,41 @@ impl Sample {
                     self.service(&span.service).calling += t;
                 }
                 None => {
-                    let model_call = span.llm.as_ref().is_some_and(|l| l.model().is_some());
-                    let w = if model_call { model_call_weight } else { 1.0 };
+                    // A service's model calls are one part whatever the model in
+                    // their names (as in the rollups).
+                    let (name, w) = if span.model_call {
+                        (MODEL_CALLS, self.model_call_weight)
+                    } else {
+                        (span.name.as_str(), 1.0)
+                    };
                     *self
                         .service(&span.service)
                         .own
-                        .entry(span.name.clone())
+                        .entry(name.to_owned())
                         .or_default() += t * w;
                 }
             }
         }
-        let failed: Vec<usize> = (0..spans.len()).filter(|&i| spans[i].is_error()).collect();
+        let failed: Vec<usize> = (0..spans.len()).filter(|&i| spans[i].error).collect();
         if !failed.is_empty() {
             self.failed += 1;
-            let mut began: Vec<&str> = failed
-                .iter()
-                .filter(|&&i| !tree.children[i].iter().any(|&c| spans[c].is_error()))
-                .map(|&i| spans[i].service.as_str())
-                .collect();
-            began.sort_unstable();
-            began.dedup();
-            for s in began {
-                self.service(s).failures_began += 1;
+            // Each service once per request, as a model call's only if all its
+            // first failures there were model calls.
+            let mut began: BTreeMap<&str, f64> = BTreeMap::new();
+            for &i in &failed {
+                if tree.children[i].iter().any(|&c| spans[c].error) {
+                    continue;
+                }
+                let w = if spans[i].model_call {
+                    self.model_call_weight
+                } else {
+                    1.0
+                };
+                let at = began.entry(spans[i].service.as_str()).or_insert(0.0);
+                *at = at.max(w);
+            }
+            for (s, w) in began {
+                self.service(s).failures_began += w;
             }
         }
     }
@@ -244,6 +286,7 @@ fn latency_candidates(before: &Sample, during: &Sample) -> Vec<(Candidate, Optio
     }
     let empty = ServiceTime::default();
     let services: std::collections::BTreeSet<&String> = during.by_service.keys().collect();
+    let mean_before = before.per_trace(before.latency_ms);
     let mut shifts = Vec::new();
     for service in services {
         let b = before.by_service.get(service).unwrap_or(&empty);
@@ -268,7 +311,8 @@ fn latency_candidates(before: &Sample, during: &Sample) -> Vec<(Candidate, Optio
             calling_ms: during.per_trace(d.calling) - before.per_trace(b.calling),
             top_part,
         };
-        if shift.contribution() > 0.0 {
+        let whole = shift.before_ms >= WHOLE_REQUEST * mean_before;
+        if shift.contribution() > 0.0 && !whole {
             shifts.push(shift);
         }
     }
@@ -329,8 +373,9 @@ fn failure_candidates(before: &Sample, during: &Sample) -> Vec<(Candidate, Optio
     let mut out = Vec::new();
     for (service, d) in &during.by_service {
         let b = before.by_service.get(service);
-        let (n_before, n_during) = (b.map_or(0, |b| b.failures_began), d.failures_began);
-        let (r_before, r_during) = (rate(before, n_before), rate(during, n_during));
+        let (n_before, n_during) = (b.map_or(0.0, |b| b.failures_began), d.failures_began);
+        let rate_of = |s: &Sample, n: f64| n / s.traces.max(1) as f64;
+        let (r_before, r_during) = (rate_of(before, n_before), rate_of(during, n_during));
         let excess = r_during - r_before;
         if excess <= 0.0 {
             continue;
@@ -394,26 +439,22 @@ fn service_candidate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use threadline_model::{SpanDetail, SpanId, SpanKind, SpanOrigin, StatusCode, TraceId};
 
     /// One request: gateway → `orders` → `leaf`, with `gap_ms` of network around the
     /// call into `leaf` and `leaf_ms` in it; `failed` marks the leaf's span ERROR.
-    fn request(n: u64, gap_ms: u64, leaf_ms: u64, leaf: &str, failed: bool) -> Vec<SpanRecord> {
+    fn request(n: u64, gap_ms: u64, leaf_ms: u64, leaf: &str, failed: bool) -> Vec<SampledSpan> {
         let ms = 1_000_000u64;
         let start = n * 10_000 * ms;
         let span = |id: u8, parent: Option<u8>, service: &str, name: &str, from: u64, to: u64| {
-            SpanRecord {
-                trace_id: TraceId([n as u8 + 1; 16]),
+            SampledSpan {
                 span_id: SpanId([id; 8]),
                 parent_span_id: parent.map(|p| SpanId([p; 8])),
                 name: name.into(),
                 service: service.into(),
-                kind: SpanKind::Server,
                 start_time_unix_nano: start + from * ms,
                 end_time_unix_nano: start + to * ms,
-                detail: SpanDetail::default(),
-                origin: std::sync::Arc::new(SpanOrigin::default()),
-                llm: None,
+                error: false,
+                model_call: false,
             }
         };
         let inner = 10 + gap_ms + leaf_ms;
@@ -425,9 +466,7 @@ mod tests {
             15 + gap_ms / 2,
             15 + gap_ms / 2 + leaf_ms,
         );
-        if failed {
-            leaf_span.detail.status.code = StatusCode::Error;
-        }
+        leaf_span.error = failed;
         vec![
             span(1, None, "gateway", "/*", 0, inner + 20),
             span(2, Some(1), "orders", "/api/orders", 5, inner + 15),
@@ -437,8 +476,8 @@ mod tests {
     }
 
     fn samples(
-        before: impl Fn(u64) -> Vec<SpanRecord>,
-        during: impl Fn(u64) -> Vec<SpanRecord>,
+        before: impl Fn(u64) -> Vec<SampledSpan>,
+        during: impl Fn(u64) -> Vec<SampledSpan>,
     ) -> TraceSamples {
         TraceSamples {
             before: (0..50).map(&before).collect(),
@@ -498,5 +537,35 @@ mod tests {
         assert!(view(Metric::P99Latency, &same, 1.0, &[])
             .candidates
             .is_empty());
+    }
+
+    #[test]
+    fn a_model_call_that_fails_counts_as_far_as_its_own_attributes_leave_it() {
+        let as_call = |mut spans: Vec<SampledSpan>| {
+            spans[3].model_call = true;
+            spans
+        };
+        let s = samples(
+            |n| as_call(request(n, 10, 20, "vllm", n % 25 == 0)),
+            |n| as_call(request(n, 10, 20, "vllm", n % 3 == 0)),
+        );
+        let whole = view(Metric::ErrorRate, &s, 1.0, &[]).candidates;
+        // An instance explains 90% of it: the service barely.
+        let left = view(Metric::ErrorRate, &s, 0.1, &[]).candidates;
+        assert!(
+            left[0].confidence < 0.5 * whole[0].confidence,
+            "{left:#?} {whole:#?}"
+        );
+    }
+
+    #[test]
+    fn a_service_that_was_nearly_the_whole_request_says_nothing() {
+        // The leaf holds 500 of 540 ms before: its growth is the request's.
+        let s = samples(
+            |n| request(n, 10, 500, "vllm", false),
+            |n| request(n, 10, 900, "vllm", false),
+        );
+        let out = view(Metric::P99Latency, &s, 1.0, &[]).candidates;
+        assert!(out.iter().all(|c| c.subject != "service=vllm"), "{out:#?}");
     }
 }

@@ -139,14 +139,18 @@ fn minute_files(dir: &Path, sub: &str, suffix: &str) -> anyhow::Result<BTreeMap<
     Ok(out)
 }
 
-/// The span and log files of `dir` from minute of the day `from` to `to`.
+/// The span and log files of `dir` from minute of the day `from` to `to`, by minute.
 pub(crate) fn files_between(
     dir: &Path,
     from: i64,
     to: i64,
-) -> anyhow::Result<(Vec<PathBuf>, Vec<PathBuf>)> {
-    let pick =
-        |files: BTreeMap<i64, PathBuf>| files.range(from..=to).map(|(_, p)| p.clone()).collect();
+) -> anyhow::Result<(BTreeMap<i64, PathBuf>, BTreeMap<i64, PathBuf>)> {
+    let pick = |files: BTreeMap<i64, PathBuf>| {
+        files
+            .range(from..=to)
+            .map(|(m, p)| (*m, p.clone()))
+            .collect()
+    };
     Ok((
         pick(minute_files(dir, "trace", "trace")?),
         pick(minute_files(dir, "log", "log")?),
@@ -342,6 +346,16 @@ pub(crate) struct Replay {
     pub(crate) log_records: usize,
     /// The service and route of most root spans: the series to diagnose.
     pub(crate) entry: Option<(String, String)>,
+    /// Each request as sent (times not shifted): what its dashboard shows.
+    pub(crate) requests: Vec<Request>,
+}
+
+/// A request: when its root span began, how long it took, whether any span failed.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Request {
+    pub(crate) start_ns: u64,
+    pub(crate) ms: f64,
+    pub(crate) failed: bool,
 }
 
 fn pod_resource(pod: &str) -> Resource {
@@ -412,6 +426,7 @@ pub(crate) fn replay(spans: &[SpanRow], logs: &[LogRow], shift_ns: i64) -> Repla
         error_spans: 0,
         log_records: 0,
         entry: None,
+        requests: Vec::new(),
     };
     let mut batch: BTreeMap<&str, Vec<Span>> = BTreeMap::new();
     let mut in_batch = 0;
@@ -427,6 +442,17 @@ pub(crate) fn replay(spans: &[SpanRow], logs: &[LogRow], shift_ns: i64) -> Repla
                     calls_out.insert(p.0, true);
                 }
             }
+        }
+        let root = rows
+            .iter()
+            .filter(|r| r.parent.is_none())
+            .max_by_key(|r| r.end_ns - r.start_ns);
+        if let Some(root) = root {
+            out.requests.push(Request {
+                start_ns: root.start_ns,
+                ms: (root.end_ns - root.start_ns) as f64 / 1e6,
+                failed: rows.iter().any(|r| errors.contains_key(&(r.trace, r.span))),
+            });
         }
         for r in rows {
             let service = service_of_pod(&r.pod);

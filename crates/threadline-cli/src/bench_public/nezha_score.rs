@@ -5,10 +5,11 @@
 //! are 7 to 9 minutes apart, and its directories hold only their minutes, so the
 //! minutes before a fault are mostly the previous one's), shifted so that the
 //! injection falls on a minute of the server's; the RCA of the entry route at the
-//! injection minute asked as an SRE would: slower? — and when that names no service,
-//! failing? (a slowdown shows in every request through a service, so it is asked
-//! first; failures a slow service causes begin in its callers, and a fault that slows
-//! nothing shows only in them): the services its candidates name, in order, against the injected
+//! injection minute asked as an SRE would: about failures when the route's share of
+//! requests with a failed span (of the minutes with logs) alerts — three standard
+//! errors out from the 10 minutes before the injection to the 3 after — and moved
+//! further than its mean log latency, else about latency; about the other when that
+//! answer names no service: the services its candidates name, in order, against the injected
 //! pod's service (AS@1 / AS@3 / AS@5, as Nezha's paper scores).
 
 use std::path::Path;
@@ -27,9 +28,72 @@ const AFTER_MINUTES: i64 = 4;
 /// How long a fault's requests are the fault's (Nezha injects each for 3 minutes).
 const FAULT_MINUTES: i64 = 4;
 const MINUTE_NS: i64 = 60_000_000_000;
-/// The questions asked of each fault, in order: the first answer that names a
-/// service is read.
-const METRICS: [&str; 2] = ["p99_latency", "error_rate"];
+/// The questions an SRE asks: slower? failing?
+const LATENCY: &str = "p99_latency";
+const ERRORS: &str = "error_rate";
+/// How far out the failed share must be for the error dashboard to alert (three
+/// standard errors): below, the latency question comes first.
+const ALERT_Z: f64 = 3.0;
+/// Minutes of requests before the injection and after it the dashboard compares.
+const DASHBOARD_BEFORE_MINUTES: i64 = 10;
+const DASHBOARD_AFTER_MINUTES: i64 = 3;
+
+/// How far the route's requests moved at the injection, as z-scores: of their mean
+/// log latency (Welch; latencies are heavy-tailed) and of their share with a failed
+/// span (two proportions) among those of minutes with logs (`logged`: minutes of the
+/// day whose log file is there — a file `HH_MM` holds the minute before).
+fn dashboard(
+    requests: &[nezha::Request],
+    at_ns: i64,
+    logged: &std::collections::BTreeSet<i64>,
+) -> (f64, f64) {
+    let at = at_ns.max(0) as u64;
+    let minutes = |m: i64| (m * MINUTE_NS) as u64;
+    let before: Vec<&nezha::Request> = requests
+        .iter()
+        .filter(|r| r.start_ns < at && r.start_ns + minutes(DASHBOARD_BEFORE_MINUTES) >= at)
+        .collect();
+    let during: Vec<&nezha::Request> = requests
+        .iter()
+        .filter(|r| r.start_ns >= at && r.start_ns < at + minutes(DASHBOARD_AFTER_MINUTES))
+        .collect();
+    let (nb, nd) = (before.len() as f64, during.len() as f64);
+    if nb < 2.0 || nd < 2.0 {
+        return (0.0, 0.0);
+    }
+    let ln = |r: &nezha::Request| r.ms.max(0.001).ln();
+    let mean = |xs: &[&nezha::Request]| xs.iter().map(|r| ln(r)).sum::<f64>() / xs.len() as f64;
+    let var = |xs: &[&nezha::Request], m: f64| {
+        xs.iter().map(|r| (ln(r) - m).powi(2)).sum::<f64>() / (xs.len() - 1) as f64
+    };
+    let (mb, md) = (mean(&before), mean(&during));
+    let se = (var(&before, mb) / nb + var(&during, md) / nd).sqrt();
+    let latency_z = if se > 0.0 { (md - mb) / se } else { 0.0 };
+    let with_logs = |xs: &[&nezha::Request]| -> Vec<bool> {
+        xs.iter()
+            .filter(|r| {
+                let m = nezha::minute_of_day((r.start_ns / 1_000_000_000) as i64);
+                logged.contains(&(m + 1))
+            })
+            .map(|r| r.failed)
+            .collect()
+    };
+    let (before, during) = (with_logs(&before), with_logs(&during));
+    let (nb, nd) = (before.len() as f64, during.len() as f64);
+    if nb < 2.0 || nd < 2.0 {
+        return (latency_z, 0.0);
+    }
+    let failed = |xs: &[bool]| xs.iter().filter(|f| **f).count() as f64;
+    let (fb, fd) = (failed(&before), failed(&during));
+    let pooled = (fb + fd) / (nb + nd);
+    let se = (pooled * (1.0 - pooled) * (1.0 / nb + 1.0 / nd)).sqrt();
+    let errors_z = if se > 0.0 {
+        (fd / nd - fb / nb) / se
+    } else {
+        0.0
+    };
+    (latency_z, errors_z)
+}
 
 #[derive(Clone, Debug, Serialize)]
 struct Outcome {
@@ -37,8 +101,11 @@ struct Outcome {
     kind: String,
     cause: String,
     pod: String,
-    /// The metric whose answer was surer.
+    /// The metric whose answer was read.
     metric: String,
+    /// How far the route's mean latency and failed share moved (z-scores).
+    latency_z: f64,
+    errors_z: f64,
     /// The services the candidates name, best first (each once).
     top: Vec<String>,
     /// Where the injected service came (1-based), if among them.
@@ -54,6 +121,11 @@ async fn run_fault(dir: &Path, fault: &Fault, all: &[Fault]) -> anyhow::Result<O
     let minute = nezha::minute_of_day(fault.at);
     let (span_files, log_files) =
         nezha::files_between(dir, minute - BEFORE_MINUTES, minute + AFTER_MINUTES)?;
+    let logged = log_files.keys().copied().collect();
+    let (span_files, log_files): (Vec<_>, Vec<_>) = (
+        span_files.into_values().collect(),
+        log_files.into_values().collect(),
+    );
     let others: Vec<(u64, u64)> = all
         .iter()
         .filter(|f| f.at != fault.at)
@@ -94,9 +166,15 @@ async fn run_fault(dir: &Path, fault: &Fault, all: &[Fault]) -> anyhow::Result<O
         .await?;
     }
     let at = rfc3339_of_minute(onset_minute);
+    let (latency_z, errors_z) = dashboard(&replay.requests, at_ns, &logged);
+    let asked = if errors_z >= ALERT_Z && errors_z > latency_z {
+        [ERRORS, LATENCY]
+    } else {
+        [LATENCY, ERRORS]
+    };
     let started = std::time::Instant::now();
     let mut answers = Vec::new();
-    for metric in METRICS {
+    for metric in asked {
         let rca = api
             .get(
                 "/api/v1/rca",
@@ -110,7 +188,7 @@ async fn run_fault(dir: &Path, fault: &Fault, all: &[Fault]) -> anyhow::Result<O
             .await?;
         answers.push((metric, rca));
     }
-    let rca_ms = started.elapsed().as_secs_f64() * 1e3 / METRICS.len() as f64;
+    let rca_ms = started.elapsed().as_secs_f64() * 1e3 / asked.len() as f64;
     server.stop().await?;
     let names_a_service = |rca: &Value| {
         rca["candidates"]
@@ -138,6 +216,8 @@ async fn run_fault(dir: &Path, fault: &Fault, all: &[Fault]) -> anyhow::Result<O
         cause: fault.service.clone(),
         pod: fault.pod.clone(),
         metric: metric.to_owned(),
+        latency_z: (latency_z * 10.0).round() / 10.0,
+        errors_z: (errors_z * 10.0).round() / 10.0,
         top,
         rank,
         explanations: candidates
