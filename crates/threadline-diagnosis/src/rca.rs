@@ -29,9 +29,12 @@ const UPSTREAM_NODES: usize = 20_000;
 /// Minutes after a series' data begins in which a value first seen was already there.
 const SETTLING_MINUTES: i64 = 3;
 /// Traces of a route read on each side of the onset for the service view (newest
-/// first), and the minutes before the onset they are read from.
+/// first), and the minutes before the onset and from it they are read from: the
+/// first minutes of the anomaly are where it began (a window of ten minutes read
+/// newest first would give its end).
 const SAMPLED_TRACES: usize = 200;
 const SAMPLE_BEFORE_MINUTES: i64 = 10;
+const SAMPLE_DURING_MINUTES: i64 = 3;
 
 /// The metric of the incident's anomaly furthest off its baseline (in its own robust
 /// standard deviations): what the incident's bad requests are. The first anomaly is
@@ -368,8 +371,9 @@ pub fn diagnose(
     })
 }
 
-/// Traces of a route's requests before the onset and in the window (`SAMPLED_TRACES`
-/// of each, the newest), for the service view; none for a model's calls.
+/// Traces of a route's requests before the onset and in the window's first minutes
+/// (`SAMPLED_TRACES` of each, the newest), for the service view; none for a model's
+/// calls.
 fn sample_traces(
     store: &Store,
     tenant: &TenantId,
@@ -421,7 +425,12 @@ fn sample_traces(
             target.onset_minute - SAMPLE_BEFORE_MINUTES,
             target.onset_minute - 1,
         )?,
-        during: read(target.onset_minute, target.end_minute)?,
+        during: read(
+            target.onset_minute,
+            target
+                .end_minute
+                .min(target.onset_minute + SAMPLE_DURING_MINUTES - 1),
+        )?,
     }))
 }
 

@@ -32,8 +32,9 @@
 //!   a service's own time plus the gaps of calls into it (whole) and of its calls out
 //!   (by half) — a slow network shows in callers' client spans, not in the service's
 //!   own — as a share of the added latency, scored like a part; for failures, the rise
-//!   of the requests whose failure began in it over the rise of failures. A service
-//!   that is one span name already ranked is left to that part.
+//!   of the requests whose failure began in it over the rise of failures. Model
+//!   calls are left to their attributes; a service that is one span name already
+//!   ranked is left to that part.
 //! - **Links**: proximity `P = exp(−|t_change − t_onset| / 5 min)` of a change upstream
 //!   in the lineage graph (30 min before to 5 after; drift: 1 within a day), which
 //!   carries the evidence of the value it is or feeds; rules `R` from the
@@ -365,15 +366,8 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
         .fold(0.0, f64::max);
     let (mut parts, breakdown) = time_went.candidates(call_explained);
     if let Some(samples) = input.traces {
-        // What a model call's own values explain, within the window or by taking over
-        // the traffic: a service's model calls count for the rest.
-        let call_explains = contrasts
-            .iter()
-            .filter(|((d, _), _)| CALL_DIMENSIONS.contains(d) || VARIANT_DIMENSIONS.contains(d))
-            .map(|(_, c)| 1.0 - (1.0 - c.score) * (1.0 - c.before_after))
-            .fold(0.0, f64::max);
         let named: Vec<String> = parts.iter().map(|p| p.subject.clone()).collect();
-        let view = services::view(input.metric, samples, 1.0 - call_explains, &named);
+        let view = services::view(input.metric, samples, &named);
         parts.iter_mut().for_each(|p| view.cap_part(p));
         out.extend(view.candidates);
     }

@@ -28,7 +28,7 @@ use threadline_model::SpanId;
 
 use crate::metric::Metric;
 use crate::rca::{Candidate, CandidateKind};
-use crate::time_went::{ms, MODEL_CALLS};
+use crate::time_went::ms;
 
 /// What the service view reads of a span (a store's trace skeleton has it).
 #[derive(Clone, Debug, PartialEq)]
@@ -80,9 +80,8 @@ struct ServiceTime {
     called: f64,
     /// Gaps of its calls into others.
     calling: f64,
-    /// Requests whose failure began here (a model call's counting the model call
-    /// weight).
-    failures_began: f64,
+    /// Requests whose failure began here.
+    failures_began: u64,
 }
 
 #[derive(Debug, Default)]
@@ -91,15 +90,11 @@ struct Sample {
     latency_ms: f64,
     failed: u64,
     by_service: BTreeMap<String, ServiceTime>,
-    model_call_weight: f64,
 }
 
 impl Sample {
-    fn of(traces: &[Vec<SampledSpan>], model_call_weight: f64) -> Self {
-        let mut out = Sample {
-            model_call_weight,
-            ..Sample::default()
-        };
+    fn of(traces: &[Vec<SampledSpan>]) -> Self {
+        let mut out = Sample::default();
         for spans in traces {
             out.add(spans);
         }
@@ -136,42 +131,33 @@ impl Sample {
                     self.service(callee).called += t;
                     self.service(&span.service).calling += t;
                 }
+                // A model call's own time is its attributes' to explain (adapter,
+                // instance …) and the rollups' part's to show.
+                None if span.model_call => {}
                 None => {
-                    // A service's model calls are one part whatever the model in
-                    // their names (as in the rollups).
-                    let (name, w) = if span.model_call {
-                        (MODEL_CALLS, self.model_call_weight)
-                    } else {
-                        (span.name.as_str(), 1.0)
-                    };
                     *self
                         .service(&span.service)
                         .own
-                        .entry(name.to_owned())
-                        .or_default() += t * w;
+                        .entry(span.name.clone())
+                        .or_default() += t;
                 }
             }
         }
         let failed: Vec<usize> = (0..spans.len()).filter(|&i| spans[i].error).collect();
         if !failed.is_empty() {
             self.failed += 1;
-            // Each service once per request, as a model call's only if all its
-            // first failures there were model calls.
-            let mut began: BTreeMap<&str, f64> = BTreeMap::new();
-            for &i in &failed {
-                if tree.children[i].iter().any(|&c| spans[c].error) {
-                    continue;
-                }
-                let w = if spans[i].model_call {
-                    self.model_call_weight
-                } else {
-                    1.0
-                };
-                let at = began.entry(spans[i].service.as_str()).or_insert(0.0);
-                *at = at.max(w);
-            }
-            for (s, w) in began {
-                self.service(s).failures_began += w;
+            // Each service once per request; a failed model call is its
+            // attributes' to explain (as its time is).
+            let mut began: Vec<&str> = failed
+                .iter()
+                .filter(|&&i| !spans[i].model_call)
+                .filter(|&&i| !tree.children[i].iter().any(|&c| spans[c].error))
+                .map(|&i| spans[i].service.as_str())
+                .collect();
+            began.sort_unstable();
+            began.dedup();
+            for s in began {
+                self.service(s).failures_began += 1;
             }
         }
     }
@@ -230,20 +216,12 @@ impl ServiceView {
     }
 }
 
-/// The service view of the sampled traces for `metric`; a model call's own time
-/// counts `model_call_weight` (what its attributes leave unexplained). `named_parts`
-/// are the subjects of the span candidates already ranked: a service that is one of
-/// them is left to it.
-pub(crate) fn view(
-    metric: Metric,
-    samples: &TraceSamples,
-    model_call_weight: f64,
-    named_parts: &[String],
-) -> ServiceView {
-    let (before, during) = (
-        Sample::of(&samples.before, model_call_weight),
-        Sample::of(&samples.during, model_call_weight),
-    );
+/// The service view of the sampled traces for `metric`. Model calls' own time and
+/// failures are left out: their own attributes (adapter, instance …) and the
+/// rollups' parts say more of them. `named_parts` are the subjects of the span
+/// candidates already ranked: a service that is one of them is left to it.
+pub(crate) fn view(metric: Metric, samples: &TraceSamples, named_parts: &[String]) -> ServiceView {
+    let (before, during) = (Sample::of(&samples.before), Sample::of(&samples.during));
     if before.traces == 0 || during.traces == 0 {
         return ServiceView::default();
     }
@@ -373,9 +351,8 @@ fn failure_candidates(before: &Sample, during: &Sample) -> Vec<(Candidate, Optio
     let mut out = Vec::new();
     for (service, d) in &during.by_service {
         let b = before.by_service.get(service);
-        let (n_before, n_during) = (b.map_or(0.0, |b| b.failures_began), d.failures_began);
-        let rate_of = |s: &Sample, n: f64| n / s.traces.max(1) as f64;
-        let (r_before, r_during) = (rate_of(before, n_before), rate_of(during, n_during));
+        let (n_before, n_during) = (b.map_or(0, |b| b.failures_began), d.failures_began);
+        let (r_before, r_during) = (rate(before, n_before), rate(during, n_during));
         let excess = r_during - r_before;
         if excess <= 0.0 {
             continue;
@@ -492,7 +469,7 @@ mod tests {
             |n| request(n, 10, 20, "contacts", false),
             |n| request(n, 210, 20, "contacts", false),
         );
-        let out = view(Metric::P99Latency, &s, 1.0, &[]).candidates;
+        let out = view(Metric::P99Latency, &s, &[]).candidates;
         assert_eq!(out[0].subject, "service=contacts", "{out:#?}");
         assert!(out[0].confidence > 0.8, "{out:#?}");
         // The caller carries half the gap: second.
@@ -506,10 +483,10 @@ mod tests {
             |n| request(n, 10, 20, "contacts", false),
             |n| request(n, 10, 220, "contacts", false),
         );
-        let out = view(Metric::P99Latency, &s, 1.0, &[]).candidates;
+        let out = view(Metric::P99Latency, &s, &[]).candidates;
         assert_eq!(out[0].subject, "service=contacts");
         let named = ["service=contacts span=lookup".to_owned()];
-        let out = view(Metric::P99Latency, &s, 1.0, &named).candidates;
+        let out = view(Metric::P99Latency, &s, &named).candidates;
         assert!(
             out.iter().all(|c| c.subject != "service=contacts"),
             "{out:#?}"
@@ -522,7 +499,7 @@ mod tests {
             |n| request(n, 10, 20, "contacts", n % 25 == 0),
             |n| request(n, 10, 20, "contacts", n % 3 == 0),
         );
-        let out = view(Metric::ErrorRate, &s, 1.0, &[]).candidates;
+        let out = view(Metric::ErrorRate, &s, &[]).candidates;
         assert_eq!(out.len(), 1, "{out:#?}");
         assert_eq!(out[0].subject, "service=contacts");
         assert!(out[0].confidence > 0.7, "{out:#?}");
@@ -531,16 +508,12 @@ mod tests {
             |n| request(n, 10, 20, "contacts", false),
             |n| request(n, 10, 20, "contacts", false),
         );
-        assert!(view(Metric::ErrorRate, &same, 1.0, &[])
-            .candidates
-            .is_empty());
-        assert!(view(Metric::P99Latency, &same, 1.0, &[])
-            .candidates
-            .is_empty());
+        assert!(view(Metric::ErrorRate, &same, &[]).candidates.is_empty());
+        assert!(view(Metric::P99Latency, &same, &[]).candidates.is_empty());
     }
 
     #[test]
-    fn a_model_call_that_fails_counts_as_far_as_its_own_attributes_leave_it() {
+    fn failed_model_calls_are_left_to_their_own_attributes() {
         let as_call = |mut spans: Vec<SampledSpan>| {
             spans[3].model_call = true;
             spans
@@ -549,13 +522,7 @@ mod tests {
             |n| as_call(request(n, 10, 20, "vllm", n % 25 == 0)),
             |n| as_call(request(n, 10, 20, "vllm", n % 3 == 0)),
         );
-        let whole = view(Metric::ErrorRate, &s, 1.0, &[]).candidates;
-        // An instance explains 90% of it: the service barely.
-        let left = view(Metric::ErrorRate, &s, 0.1, &[]).candidates;
-        assert!(
-            left[0].confidence < 0.5 * whole[0].confidence,
-            "{left:#?} {whole:#?}"
-        );
+        assert!(view(Metric::ErrorRate, &s, &[]).candidates.is_empty());
     }
 
     #[test]
@@ -565,7 +532,7 @@ mod tests {
             |n| request(n, 10, 500, "vllm", false),
             |n| request(n, 10, 900, "vllm", false),
         );
-        let out = view(Metric::P99Latency, &s, 1.0, &[]).candidates;
+        let out = view(Metric::P99Latency, &s, &[]).candidates;
         assert!(out.iter().all(|c| c.subject != "service=vllm"), "{out:#?}");
     }
 }
