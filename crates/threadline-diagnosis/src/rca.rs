@@ -289,7 +289,19 @@ pub fn diagnose(
     if let Some(first) = first_minute.filter(|m| *m > from) {
         changes.retain(|c| c.attribute.is_none() || c.at_minute > first + SETTLING_MINUTES);
     }
-    let traces = sample_traces(store, tenant, &target)?;
+    // Requests whose critical paths cross services besides their model calls: only
+    // then can the services' view say more than the route and its parts.
+    let crossed: std::collections::BTreeSet<&str> = window
+        .iter()
+        .flat_map(|(_, cell)| &cell.span_time)
+        .filter(|(slot, time)| !slot.is_other() && !time.model_call)
+        .map(|(slot, _)| slot.service.as_str())
+        .collect();
+    let traces = if crossed.len() >= 2 {
+        sample_traces(store, tenant, &target)?
+    } else {
+        None
+    };
     let ranked = rank(&RcaInput {
         metric: target.metric,
         co_anomalies: target.co_anomalies.clone(),

@@ -74,7 +74,7 @@ const WHOLE_REQUEST: f64 = 0.9;
 /// Milliseconds per trace summed over a sample, by what they are.
 #[derive(Clone, Debug, Default)]
 struct ServiceTime {
-    /// On its own spans, by span name (model calls after the model call discount).
+    /// On its own spans (model calls left out), by span name.
     own: BTreeMap<String, f64>,
     /// Gaps of calls into it.
     called: f64,

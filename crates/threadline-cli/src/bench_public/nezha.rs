@@ -186,19 +186,31 @@ fn hex<const N: usize>(text: &str) -> Option<[u8; N]> {
     Some(out)
 }
 
+/// A CSV file's reader and header row.
+fn open_csv(path: &Path) -> anyhow::Result<(csv::Reader<std::fs::File>, csv::StringRecord)> {
+    let mut reader =
+        csv::Reader::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let headers = reader
+        .headers()
+        .with_context(|| format!("{} has no header row", path.display()))?
+        .clone();
+    Ok((reader, headers))
+}
+
+/// The position of column `name` of a CSV file's header row.
+fn column(path: &Path, headers: &csv::StringRecord, name: &str) -> anyhow::Result<usize> {
+    headers
+        .iter()
+        .position(|h| h == name)
+        .with_context(|| format!("{} has no column {name}", path.display()))
+}
+
 /// The spans of span files (rows with an id that does not parse are skipped).
 pub(crate) fn read_spans(paths: &[PathBuf]) -> anyhow::Result<Vec<SpanRow>> {
     let mut out = Vec::new();
     for path in paths {
-        let mut reader = csv::Reader::from_path(path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
-        let headers = reader.headers()?.clone();
-        let col = |name: &str| {
-            headers
-                .iter()
-                .position(|h| h == name)
-                .with_context(|| format!("{} has no column {name}", path.display()))
-        };
+        let (mut reader, headers) = open_csv(path)?;
+        let col = |name: &str| column(path, &headers, name);
         let (trace, span, parent, pod, name, start, end) = (
             col("TraceID")?,
             col("SpanID")?,
@@ -302,15 +314,8 @@ impl LogRow {
 pub(crate) fn read_logs(paths: &[PathBuf]) -> anyhow::Result<Vec<LogRow>> {
     let mut out = Vec::new();
     for path in paths {
-        let mut reader = csv::Reader::from_path(path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
-        let headers = reader.headers()?.clone();
-        let col = |name: &str| {
-            headers
-                .iter()
-                .position(|h| h == name)
-                .with_context(|| format!("{} has no column {name}", path.display()))
-        };
+        let (mut reader, headers) = open_csv(path)?;
+        let col = |name: &str| column(path, &headers, name);
         let (time, pod, trace, span, log) = (
             col("TimeUnixNano")?,
             col("PodName")?,
