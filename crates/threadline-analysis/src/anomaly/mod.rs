@@ -10,7 +10,8 @@
 //! the baseline's requests, `quantile_noise`) *and* by a minimum practical change
 //! (20% relative, 2 points for ratios).
 //! An anomaly opens after `confirm` anomalous minutes in a row (or one minute three
-//! times as far out) with the first of them as onset, and closes after `recover` normal ones.
+//! times as far out, by deviations and by the practical change) with the first of them
+//! as onset, and closes after `recover` normal ones.
 //! Minutes resting on fewer than `min_count` requests are skipped.
 
 use std::collections::VecDeque;
@@ -441,11 +442,12 @@ impl SeriesDetector {
         };
         let deviation = (point.value - median) * sign;
         let score = deviation / sigma;
-        let big_enough = if self.metric.is_ratio() {
-            deviation >= cfg.min_ratio_change
+        let practical = if self.metric.is_ratio() {
+            cfg.min_ratio_change
         } else {
-            deviation >= cfg.min_relative_change * median.abs().max(1e-9)
+            cfg.min_relative_change * median.abs().max(1e-9)
         };
+        let big_enough = deviation >= practical;
         let needed = self.needed_score(cfg);
         let out = big_enough && score >= needed;
         if self.active {
@@ -515,7 +517,11 @@ impl SeriesDetector {
             chance,
             requests,
         });
-        let severe = score >= 3.0 * needed && chance.is_none_or(|c| c < alpha);
+        // Alone, a minute must be three times as far out in both senses: a burst of
+        // errors for one minute on a busy route is many deviations out, and ordinary.
+        let severe = score >= 3.0 * needed
+            && deviation >= 3.0 * practical
+            && chance.is_none_or(|c| c < alpha);
         let together: f64 = self
             .pending
             .iter()
