@@ -254,3 +254,53 @@ fn a_p99_of_few_requests_is_judged_against_its_sampling_noise() {
         [DetectorEvent::Opened(a)] if a.onset_minute == 30
     ));
 }
+
+/// Error rates of minutes of 400 requests from `from` on.
+fn busy_errors(
+    det: &mut SeriesDetector,
+    cfg: &DetectorConfig,
+    rates: &[f64],
+    from: i64,
+) -> Vec<DetectorEvent> {
+    rates
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &rate)| {
+            det.push(
+                cfg,
+                MinuteValue {
+                    minute: from + i as i64,
+                    value: rate,
+                    count: 400,
+                },
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_one_minute_burst_on_a_busy_route_waits_for_its_second_minute() {
+    let cfg = DetectorConfig::default();
+    let base: Vec<f64> = (0..40).map(|i| [0.005, 0.0075, 0.0025][i % 3]).collect();
+    // 5.5% for one minute: three times as many deviations out as needed, but not
+    // three times the practical change (2 points).
+    let mut det = SeriesDetector::new(Metric::ErrorRate);
+    assert!(busy_errors(&mut det, &cfg, &base, 0).is_empty());
+    assert!(busy_errors(&mut det, &cfg, &[0.055, 0.005, 0.0075], 40).is_empty());
+    // Kept up, it opens on its second minute, dated by the first.
+    let mut det = SeriesDetector::new(Metric::ErrorRate);
+    busy_errors(&mut det, &cfg, &base, 0);
+    let events = busy_errors(&mut det, &cfg, &[0.055, 0.05], 40);
+    let [DetectorEvent::Opened(a)] = events.as_slice() else {
+        panic!("{events:?}")
+    };
+    assert_eq!((a.onset_minute, a.detected_minute), (40, 41));
+    // Three times the practical change as well: at once.
+    let mut det = SeriesDetector::new(Metric::ErrorRate);
+    busy_errors(&mut det, &cfg, &base, 0);
+    let events = busy_errors(&mut det, &cfg, &[0.12], 40);
+    assert!(
+        matches!(events.as_slice(), [DetectorEvent::Opened(a)] if a.detected_minute == 40),
+        "{events:?}"
+    );
+}
