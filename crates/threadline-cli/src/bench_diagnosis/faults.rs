@@ -244,7 +244,7 @@ fn prepare(
     // A canary pinned to one instance needs a fleet.
     let needs_fleet = !matches!(
         kind,
-        RetrieverSlow | ToolSlow | UpstreamSlow | AbArm | GrayTag
+        RetrieverSlow | ToolSlow | UpstreamSlow | DependencyNetwork | AbArm | GrayTag
     ) || (kind == GrayTag && variant == Variant::Appearing);
     if needs_fleet && route.fleet().is_none() {
         let n = rng.random_range(2..=4);
@@ -286,7 +286,7 @@ fn prepare(
     }
     let step = match kind {
         RetrieverSlow => Some(Step::Retrieval),
-        ToolSlow => Some(Step::Tool),
+        ToolSlow | DependencyNetwork => Some(Step::Tool),
         UpstreamSlow => Some(Step::Profile),
         _ => None,
     };
@@ -546,6 +546,14 @@ fn inject(scenario: &mut Scenario, versions: &mut Versions, rng: &mut StdRng) {
             };
             let cause = format!("service={} span={}", step.service(), step.span());
             (Scope::All, None, effect, cause)
+        }
+        DependencyNetwork => {
+            // 120–300 ms more on the way to crm-api and back.
+            let effect = Effect {
+                network: uniform(rng, 40.0, 100.0),
+                ..Effect::NONE
+            };
+            (Scope::All, None, effect, format!("service={CRM}"))
         }
         ProviderRateLimit => {
             let Backend::Providers(providers) = &route.backend else {

@@ -46,10 +46,13 @@ pub(crate) enum FaultKind {
     TtftRegression,
     /// One instance fails a share of its requests.
     InstanceErrors,
+    /// The network into `crm-api`, which the tool calls, slows: the added time is in
+    /// `tools-api`'s client span around the call, never in `crm-api`'s own span.
+    DependencyNetwork,
 }
 
 impl FaultKind {
-    pub(crate) const ALL: [FaultKind; 16] = [
+    pub(crate) const ALL: [FaultKind; 17] = [
         FaultKind::AdapterHotSwap,
         FaultKind::AdapterSwap,
         FaultKind::ImageSwap,
@@ -66,6 +69,7 @@ impl FaultKind {
         FaultKind::DatasetDrift,
         FaultKind::TtftRegression,
         FaultKind::InstanceErrors,
+        FaultKind::DependencyNetwork,
     ];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -86,6 +90,7 @@ impl FaultKind {
             FaultKind::DatasetDrift => "dataset_drift",
             FaultKind::TtftRegression => "ttft_regression",
             FaultKind::InstanceErrors => "instance_errors",
+            FaultKind::DependencyNetwork => "dependency_network",
         }
     }
 }
@@ -167,9 +172,18 @@ pub(crate) enum Step {
     Profile,
     /// `search_docs` on `docs-index`, before the model call.
     Retrieval,
-    /// `lookup_account` on `tools-api`, after the model call.
+    /// `lookup_account` on `tools-api`, after the model call; it calls `crm-api`
+    /// (`CRM`) through a client span of its own.
     Tool,
 }
+
+/// The service the tool calls, its span, the tool's client span, and typical times of
+/// the call's network (both ways) and of `crm-api`'s own work, milliseconds.
+pub(crate) const CRM: &str = "crm-api";
+pub(crate) const CRM_SPAN: &str = "GET /accounts/{id}";
+pub(crate) const CRM_CLIENT_SPAN: &str = "GET /accounts";
+pub(crate) const CRM_NETWORK_MS: f64 = 3.0;
+pub(crate) const CRM_MS: f64 = 35.0;
 
 impl Step {
     pub(crate) const ALL: [Step; 3] = [Step::Profile, Step::Retrieval, Step::Tool];
@@ -340,8 +354,10 @@ pub(crate) struct Effect {
     pub(crate) refusal: Option<(Refusal, f64)>,
     /// KV-cache hit ratio, if it changes.
     pub(crate) kv: Option<f64>,
-    /// A step's duration factor.
+    /// A step's duration factor (its own work).
     pub(crate) step: Option<(Step, f64)>,
+    /// The factor of the network time of the tool's call into `crm-api`.
+    pub(crate) network: f64,
 }
 
 impl Effect {
@@ -352,6 +368,7 @@ impl Effect {
         refusal: None,
         kv: None,
         step: None,
+        network: 1.0,
     };
 }
 
@@ -423,6 +440,8 @@ pub(crate) struct RequestState {
     pub(crate) errors: f64,
     pub(crate) refusal: Option<(Refusal, f64)>,
     pub(crate) step_factor: [f64; 3],
+    /// The factor of the network time into `crm-api`.
+    pub(crate) network: f64,
 }
 
 /// Who a request is: which instance or provider serves it, its A/B arm, whether it is
@@ -484,6 +503,7 @@ impl Scenario {
                 errors: 0.0,
                 refusal: None,
                 step_factor: [1.0; 3],
+                network: 1.0,
             },
             Backend::Providers(p) => RequestState {
                 model: p[who.provider].model.to_owned(),
@@ -496,6 +516,7 @@ impl Scenario {
                 errors: 0.0,
                 refusal: None,
                 step_factor: [1.0; 3],
+                network: 1.0,
             },
         };
         for c in self.changes.iter().filter(|c| c.route == r && c.at <= t) {
@@ -527,6 +548,7 @@ impl Scenario {
             if let Some((step, factor)) = e.step {
                 state.step_factor[step.index()] *= factor;
             }
+            state.network *= e.network;
         }
         state
     }

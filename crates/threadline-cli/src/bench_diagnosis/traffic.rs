@@ -8,7 +8,10 @@ use rand::rngs::StdRng;
 use rand::Rng;
 use serde_json::{json, Value};
 
-use super::platform::{Backend, Refusal, Route, Scenario, Step, Who, MINUTES};
+use super::platform::{
+    Backend, Refusal, Route, Scenario, Step, Who, CRM, CRM_CLIENT_SPAN, CRM_MS, CRM_NETWORK_MS,
+    CRM_SPAN, MINUTES,
+};
 use crate::loadgen::{d, i, s, service_spans};
 use crate::synth::{dataset_input, gauss, nonzero_id, training_run};
 
@@ -227,7 +230,41 @@ fn request(
     call.status = status.clone();
     batch.push(if hosted { GATEWAY } else { ENGINE }, call);
     if refused.is_none() && route.steps.contains(&Step::Tool) {
-        let span = step_span(rng, Step::Tool, &mut at, &mut child);
+        let mut span = step_span(rng, Step::Tool, &mut at, &mut child);
+        // The tool calls crm-api half-way through its own work: a client span of
+        // its own around crm-api's server span, the network on either side of it.
+        let network_ms = lognormal(rng, CRM_NETWORK_MS, 0.3) * state.network;
+        let crm_ms = lognormal(rng, CRM_MS, 0.3);
+        let client_ms = network_ms + crm_ms;
+        let mid = (span.start_time_unix_nano + span.end_time_unix_nano) / 2;
+        let client = Span {
+            trace_id: span.trace_id.clone(),
+            span_id: nonzero_id::<8>(rng).to_vec(),
+            parent_span_id: span.span_id.clone(),
+            name: CRM_CLIENT_SPAN.to_owned(),
+            kind: 3,
+            start_time_unix_nano: mid,
+            end_time_unix_nano: mid + (client_ms * NS_PER_MS) as u64,
+            attributes: vec![s("http.request.method", "GET"), s("server.address", CRM)],
+            ..Default::default()
+        };
+        let served_at = mid + (network_ms / 2.0 * NS_PER_MS) as u64;
+        let crm = Span {
+            trace_id: span.trace_id.clone(),
+            span_id: nonzero_id::<8>(rng).to_vec(),
+            parent_span_id: client.span_id.clone(),
+            name: CRM_SPAN.to_owned(),
+            kind: 2,
+            start_time_unix_nano: served_at,
+            end_time_unix_nano: served_at + (crm_ms * NS_PER_MS) as u64,
+            attributes: vec![s("http.route", "/accounts/{id}")],
+            ..Default::default()
+        };
+        let added = client.end_time_unix_nano - client.start_time_unix_nano;
+        span.end_time_unix_nano += added;
+        at += added;
+        batch.push(Step::Tool.service(), client);
+        batch.push(CRM, crm);
         batch.push(Step::Tool.service(), span);
     }
     let end = at + (3.0 + 6.0 * rng.random::<f64>()) as u64 * 1_000_000;
@@ -391,4 +428,46 @@ pub(crate) fn lineage_events(scenario: &Scenario, s0: i64) -> Vec<Value> {
             )
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+
+    use super::*;
+    use crate::bench_diagnosis::faults::generate;
+    use crate::bench_diagnosis::platform::{FaultKind, Variant};
+
+    /// The network into crm-api: the tool's client span grows around crm-api's server
+    /// span, which does not.
+    #[test]
+    fn a_slower_network_into_a_dependency_shows_only_in_the_callers_client_span() {
+        let mut rng = StdRng::seed_from_u64(5);
+        let scenario = generate(&mut rng, FaultKind::DependencyNetwork, Variant::Plain);
+        assert_eq!(scenario.fault.cause, format!("service={CRM}"));
+        let r = scenario.fault.route;
+        let gap_and_crm_ms = |t: i64, rng: &mut StdRng| {
+            let mut batch = Batch::default();
+            request(rng, &scenario, r, t, 1_000_000_000, &mut batch);
+            let spans: Vec<&Span> = batch.by_service.iter().flat_map(|(_, s)| s).collect();
+            let find = |name: &str| spans.iter().find(|s| s.name == name).copied();
+            let (client, crm) = (find(CRM_CLIENT_SPAN)?, find(CRM_SPAN)?);
+            assert_eq!(crm.parent_span_id, client.span_id);
+            let ms = |s: &Span| (s.end_time_unix_nano - s.start_time_unix_nano) as f64 / 1e6;
+            Some((ms(client) - ms(crm), ms(crm)))
+        };
+        let mut before = Vec::new();
+        let mut during = Vec::new();
+        for _ in 0..40 {
+            before.extend(gap_and_crm_ms(scenario.fault.onset - 1, &mut rng));
+            during.extend(gap_and_crm_ms(scenario.fault.onset + 1, &mut rng));
+        }
+        assert!(!before.is_empty() && !during.is_empty());
+        let mean = |v: &[(f64, f64)], f: fn(&(f64, f64)) -> f64| {
+            v.iter().map(f).sum::<f64>() / v.len() as f64
+        };
+        assert!(mean(&before, |p| p.0) < 10.0);
+        assert!(mean(&during, |p| p.0) > 100.0);
+        assert!((mean(&during, |p| p.1) / mean(&before, |p| p.1) - 1.0).abs() < 0.3);
+    }
 }
