@@ -156,7 +156,7 @@ impl Variant {
         }
     }
 
-    /// The variant of scenario `k`, whose kind is `kind`: the kinds take turns (16 to
+    /// The variant of scenario `k`, whose kind is `kind`: the kinds take turns (17 to
     /// a round), each kind's variants over its rounds.
     pub(crate) fn of_scenario(kind: FaultKind, k: usize, kinds: usize) -> Variant {
         let all = Variant::of_kind(kind);
