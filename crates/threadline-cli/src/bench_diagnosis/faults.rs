@@ -548,9 +548,10 @@ fn inject(scenario: &mut Scenario, versions: &mut Versions, rng: &mut StdRng) {
             (Scope::All, None, effect, cause)
         }
         DependencyNetwork => {
-            // 120–300 ms more on the way to crm-api and back.
+            // 360–750 ms more on the way to crm-api and back (as much as a slower
+            // tool adds).
             let effect = Effect {
-                network: uniform(rng, 40.0, 100.0),
+                network: uniform(rng, 120.0, 250.0),
                 ..Effect::NONE
             };
             (Scope::All, None, effect, format!("service={CRM}"))

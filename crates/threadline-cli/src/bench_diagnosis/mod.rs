@@ -40,7 +40,7 @@ pub(crate) struct DiagnosisBenchArgs {
     /// Scenarios to generate and score per seed; the fault kinds take turns.
     #[arg(long, default_value_t = 32)]
     scenarios: usize,
-    /// Only these fault kinds (comma-separated) [default: all 16].
+    /// Only these fault kinds (comma-separated) [default: all 17].
     #[arg(long, value_delimiter = ',')]
     kinds: Vec<FaultKind>,
     /// Run only scenario N of the (first) seed and print it: its platform, changes, every
