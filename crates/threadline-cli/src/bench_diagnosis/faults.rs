@@ -93,6 +93,11 @@ pub(crate) fn generate(rng: &mut StdRng, kind: FaultKind, variant: Variant) -> S
                 prompt_version: rng.random_range(1..=6),
                 steps,
                 burst_minutes,
+                convention: if rng.random_bool(0.3) {
+                    Convention::OpenInference
+                } else {
+                    Convention::GenAi
+                },
             }
         })
         .collect();
@@ -234,6 +239,10 @@ fn prepare(
         Variant::Quiet => route.rate = uniform(rng, 5.0, 20.0),
         Variant::Busy => route.rate = uniform(rng, 150.0, 500.0),
         _ => {}
+    }
+    // OpenInference has no time to first token: such a fault would not be observable.
+    if kind == TtftRegression {
+        route.convention = Convention::GenAi;
     }
     if kind == ProviderRateLimit {
         if !matches!(route.backend, Backend::Providers(_)) {

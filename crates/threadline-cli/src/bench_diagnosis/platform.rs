@@ -274,6 +274,21 @@ pub(crate) struct Route {
     pub(crate) steps: Vec<Step>,
     /// Minutes with a short burst of errors (noise, never two in a row).
     pub(crate) burst_minutes: Vec<i64>,
+    /// The convention its model calls are described in.
+    pub(crate) convention: Convention,
+}
+
+/// The semantic convention of a route's model call spans.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Convention {
+    /// OpenTelemetry GenAI: `gen_ai.request.model`, `gen_ai.usage.*`, the server's
+    /// time to first token.
+    GenAi,
+    /// OpenInference only: `openinference.span.kind=LLM`, `llm.model_name`,
+    /// `llm.token_count.*`, `llm.prompt_template.version`, `llm.provider`; no time to
+    /// first token.
+    OpenInference,
 }
 
 impl Route {

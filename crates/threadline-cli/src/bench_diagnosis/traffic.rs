@@ -9,8 +9,8 @@ use rand::Rng;
 use serde_json::{json, Value};
 
 use super::platform::{
-    Backend, Refusal, Route, Scenario, Step, Who, CRM, CRM_CLIENT_SPAN, CRM_MS, CRM_NETWORK_MS,
-    CRM_SPAN, MINUTES,
+    Backend, Convention, Refusal, Route, Scenario, Step, Who, CRM, CRM_CLIENT_SPAN, CRM_MS,
+    CRM_NETWORK_MS, CRM_SPAN, MINUTES,
 };
 use crate::loadgen::{d, i, s, service_spans};
 use crate::synth::{dataset_input, gauss, nonzero_id, training_run};
@@ -158,24 +158,45 @@ fn request(
         None => lognormal(rng, route.call_ms, 0.25) * state.latency,
     };
     let hosted = matches!(route.backend, Backend::Providers(_));
+    let open_inference = route.convention == Convention::OpenInference;
+    // An attribute's name in the route's convention.
+    let key = |gen_ai: &'static str, oi: &'static str| if open_inference { oi } else { gen_ai };
     let mut call = child(
         rng,
-        format!("chat {}", state.model),
+        if open_inference {
+            "ChatCompletion".to_owned()
+        } else {
+            format!("chat {}", state.model)
+        },
         if hosted { 3 } else { 2 },
         at,
         call_ms,
     );
     at = call.end_time_unix_nano + 1_000_000;
     let mut attrs = vec![
-        s("gen_ai.operation.name", "chat"),
-        s("gen_ai.request.model", state.model.clone()),
+        if open_inference {
+            s("openinference.span.kind", "LLM")
+        } else {
+            s("gen_ai.operation.name", "chat")
+        },
+        s(
+            key("gen_ai.request.model", "llm.model_name"),
+            state.model.clone(),
+        ),
         s("llm.prompt_template.id", route.prompt_template.clone()),
-        s("llm.prompt.version", format!("v{}", state.prompt_version)),
-        i("gen_ai.usage.input_tokens", rng.random_range(300..1500)),
+        s(
+            key("llm.prompt.version", "llm.prompt_template.version"),
+            format!("v{}", state.prompt_version),
+        ),
+        i(
+            key("gen_ai.usage.input_tokens", "llm.token_count.prompt"),
+            rng.random_range(300..1500),
+        ),
     ];
+    let provider_key = key("gen_ai.provider.name", "llm.provider");
     match &route.backend {
         Backend::Fleet(f) => {
-            attrs.push(s("gen_ai.provider.name", "vllm"));
+            attrs.push(s(provider_key, "vllm"));
             attrs.push(s("model.instance.id", f.instances[who.instance].clone()));
             if let Some(image) = &state.image {
                 attrs.push(s("container.image", image.clone()));
@@ -185,7 +206,7 @@ fn request(
             }
         }
         Backend::Providers(p) => {
-            attrs.push(s("gen_ai.provider.name", p[who.provider].name));
+            attrs.push(s(provider_key, p[who.provider].name));
             attrs.push(s(
                 "server.address",
                 format!("api.{}.example", p[who.provider].name),
@@ -207,13 +228,20 @@ fn request(
             http_status = 429;
         }
         None => {
-            attrs.push(s("gen_ai.response.model", state.model.clone()));
-            attrs.push(i("gen_ai.usage.output_tokens", rng.random_range(50..400)));
-            let ttft = call_ms * state.ttft_share * (0.15 * gauss(rng)).exp();
-            attrs.push(d(
-                "gen_ai.server.time_to_first_token",
-                ttft.min(call_ms) / 1e3,
+            if !open_inference {
+                attrs.push(s("gen_ai.response.model", state.model.clone()));
+            }
+            attrs.push(i(
+                key("gen_ai.usage.output_tokens", "llm.token_count.completion"),
+                rng.random_range(50..400),
             ));
+            let ttft = call_ms * state.ttft_share * (0.15 * gauss(rng)).exp();
+            if !open_inference {
+                attrs.push(d(
+                    "gen_ai.server.time_to_first_token",
+                    ttft.min(call_ms) / 1e3,
+                ));
+            }
             if let Some(kv) = state.kv {
                 attrs.push(d(
                     "llm.kvcache.hit_ratio",
@@ -469,5 +497,44 @@ mod tests {
         assert!(mean(&before, |p| p.0) < 10.0);
         assert!(mean(&during, |p| p.0) > 100.0);
         assert!((mean(&during, |p| p.1) / mean(&before, |p| p.1) - 1.0).abs() < 0.3);
+    }
+
+    /// A route described in OpenInference sends no GenAI names, and the model call is
+    /// one all the same once ingested.
+    #[test]
+    fn an_open_inference_route_names_its_calls_in_open_inference_only() {
+        let mut rng = StdRng::seed_from_u64(9);
+        let mut scenario = generate(&mut rng, FaultKind::AdapterSwap, Variant::Plain);
+        let r = scenario.fault.route;
+        scenario.routes[r].convention = Convention::OpenInference;
+        let mut batch = Batch::default();
+        request(&mut rng, &scenario, r, 10, 1_000_000_000, &mut batch);
+        let spans: Vec<&Span> = batch.by_service.iter().flat_map(|(_, s)| s).collect();
+        let call = spans
+            .iter()
+            .find(|s| s.name == "ChatCompletion")
+            .expect("a model call");
+        let keys: Vec<&str> = call.attributes.iter().map(|a| a.key.as_str()).collect();
+        assert!(
+            keys.contains(&"llm.model_name") && keys.contains(&"llm.provider"),
+            "{keys:?}"
+        );
+        assert!(keys.iter().all(|k| !k.starts_with("gen_ai.")), "{keys:?}");
+        let request = ExportTraceServiceRequest {
+            resource_spans: batch.export().resource_spans,
+        };
+        let converted =
+            threadline_ingest::convert_request(request, &threadline_ingest::TimeBounds::storable());
+        let llm = converted
+            .spans
+            .iter()
+            .find(|s| s.name == "ChatCompletion")
+            .and_then(|s| s.llm.as_ref())
+            .expect("normalized");
+        assert!(
+            llm.model().is_some()
+                && llm.adapter_id.is_some()
+                && llm.prompt_template_version.is_some()
+        );
     }
 }
