@@ -8,16 +8,27 @@ fn feed(
     values: &[f64],
     from: i64,
 ) -> Vec<DetectorEvent> {
+    feed_minutes_of(det, cfg, values, from, 200)
+}
+
+/// Minutes of `count` requests each, from `from` on.
+fn feed_minutes_of(
+    det: &mut SeriesDetector,
+    cfg: &DetectorConfig,
+    values: &[f64],
+    from: i64,
+    count: u64,
+) -> Vec<DetectorEvent> {
     values
         .iter()
         .enumerate()
-        .filter_map(|(i, &v)| {
+        .filter_map(|(i, &value)| {
             det.push(
                 cfg,
                 MinuteValue {
                     minute: from + i as i64,
-                    value: v,
-                    count: 200,
+                    value,
+                    count,
                 },
             )
         })
@@ -262,20 +273,7 @@ fn busy_errors(
     rates: &[f64],
     from: i64,
 ) -> Vec<DetectorEvent> {
-    rates
-        .iter()
-        .enumerate()
-        .filter_map(|(i, &rate)| {
-            det.push(
-                cfg,
-                MinuteValue {
-                    minute: from + i as i64,
-                    value: rate,
-                    count: 400,
-                },
-            )
-        })
-        .collect()
+    feed_minutes_of(det, cfg, rates, from, 400)
 }
 
 #[test]

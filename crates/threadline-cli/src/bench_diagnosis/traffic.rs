@@ -71,6 +71,20 @@ pub(crate) struct Served {
     pub(crate) bad: bool,
 }
 
+/// A span of `kind` under `parent`, from `from` (ns) for `ms`.
+fn below(rng: &mut StdRng, parent: &Span, name: &str, kind: i32, from: u64, ms: f64) -> Span {
+    Span {
+        trace_id: parent.trace_id.clone(),
+        span_id: nonzero_id::<8>(rng).to_vec(),
+        parent_span_id: parent.span_id.clone(),
+        name: name.to_owned(),
+        kind,
+        start_time_unix_nano: from,
+        end_time_unix_nano: from + (ms * NS_PER_MS) as u64,
+        ..Default::default()
+    }
+}
+
 /// One request's spans: the gateway's server span, its steps and the model call.
 fn request(
     rng: &mut StdRng,
@@ -265,29 +279,11 @@ fn request(
         let crm_ms = lognormal(rng, CRM_MS, 0.3);
         let client_ms = network_ms + crm_ms;
         let mid = (span.start_time_unix_nano + span.end_time_unix_nano) / 2;
-        let client = Span {
-            trace_id: span.trace_id.clone(),
-            span_id: nonzero_id::<8>(rng).to_vec(),
-            parent_span_id: span.span_id.clone(),
-            name: CRM_CLIENT_SPAN.to_owned(),
-            kind: 3,
-            start_time_unix_nano: mid,
-            end_time_unix_nano: mid + (client_ms * NS_PER_MS) as u64,
-            attributes: vec![s("http.request.method", "GET"), s("server.address", CRM)],
-            ..Default::default()
-        };
+        let mut client = below(rng, &span, CRM_CLIENT_SPAN, 3, mid, client_ms);
+        client.attributes = vec![s("http.request.method", "GET"), s("server.address", CRM)];
         let served_at = mid + (network_ms / 2.0 * NS_PER_MS) as u64;
-        let crm = Span {
-            trace_id: span.trace_id.clone(),
-            span_id: nonzero_id::<8>(rng).to_vec(),
-            parent_span_id: client.span_id.clone(),
-            name: CRM_SPAN.to_owned(),
-            kind: 2,
-            start_time_unix_nano: served_at,
-            end_time_unix_nano: served_at + (crm_ms * NS_PER_MS) as u64,
-            attributes: vec![s("http.route", "/accounts/{id}")],
-            ..Default::default()
-        };
+        let mut crm = below(rng, &client, CRM_SPAN, 2, served_at, crm_ms);
+        crm.attributes = vec![s("http.route", "/accounts/{id}")];
         let added = client.end_time_unix_nano - client.start_time_unix_nano;
         span.end_time_unix_nano += added;
         at += added;
