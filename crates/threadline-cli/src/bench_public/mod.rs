@@ -8,6 +8,7 @@
 //!   (`nezha`), spans and logs.
 
 mod nezha;
+mod nezha_otlp;
 mod nezha_score;
 mod robustspot;
 

@@ -20,6 +20,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::nezha::{self, Fault};
+use super::nezha_otlp::{self, Request};
 use super::{case_server, progress, rfc3339_of_minute};
 
 /// Minutes of the directory replayed before a fault's minute and after it.
@@ -43,17 +44,17 @@ const DASHBOARD_AFTER_MINUTES: i64 = 3;
 /// span (two proportions) among those of minutes with logs (`logged`: minutes of the
 /// day whose log file is there — a file `HH_MM` holds the minute before).
 fn dashboard(
-    requests: &[nezha::Request],
+    requests: &[Request],
     at_ns: i64,
     logged: &std::collections::BTreeSet<i64>,
 ) -> (f64, f64) {
     let at = at_ns.max(0) as u64;
     let minutes = |m: i64| (m * MINUTE_NS) as u64;
-    let before: Vec<&nezha::Request> = requests
+    let before: Vec<&Request> = requests
         .iter()
         .filter(|r| r.start_ns < at && r.start_ns + minutes(DASHBOARD_BEFORE_MINUTES) >= at)
         .collect();
-    let during: Vec<&nezha::Request> = requests
+    let during: Vec<&Request> = requests
         .iter()
         .filter(|r| r.start_ns >= at && r.start_ns < at + minutes(DASHBOARD_AFTER_MINUTES))
         .collect();
@@ -61,15 +62,15 @@ fn dashboard(
     if nb < 2.0 || nd < 2.0 {
         return (0.0, 0.0);
     }
-    let ln = |r: &nezha::Request| r.ms.max(0.001).ln();
-    let mean = |xs: &[&nezha::Request]| xs.iter().map(|r| ln(r)).sum::<f64>() / xs.len() as f64;
-    let var = |xs: &[&nezha::Request], m: f64| {
+    let ln = |r: &Request| r.ms.max(0.001).ln();
+    let mean = |xs: &[&Request]| xs.iter().map(|r| ln(r)).sum::<f64>() / xs.len() as f64;
+    let var = |xs: &[&Request], m: f64| {
         xs.iter().map(|r| (ln(r) - m).powi(2)).sum::<f64>() / (xs.len() - 1) as f64
     };
     let (mb, md) = (mean(&before), mean(&during));
     let se = (var(&before, mb) / nb + var(&during, md) / nd).sqrt();
     let latency_z = if se > 0.0 { (md - mb) / se } else { 0.0 };
-    let with_logs = |xs: &[&nezha::Request]| -> Vec<bool> {
+    let with_logs = |xs: &[&Request]| -> Vec<bool> {
         xs.iter()
             .filter(|r| {
                 let m = nezha::minute_of_day((r.start_ns / 1_000_000_000) as i64);
@@ -134,12 +135,12 @@ async fn run_fault(dir: &Path, fault: &Fault, all: &[Fault]) -> anyhow::Result<O
             (from, from + (FAULT_MINUTES * MINUTE_NS) as u64)
         })
         .collect();
-    let (spans, logs) = nezha::without_traces_in(
+    let (spans, logs) = nezha_otlp::without_traces_in(
         nezha::read_spans(&span_files)?,
         nezha::read_logs(&log_files)?,
         &others,
     );
-    let Some(last_ns) = spans.iter().map(|s| s.end_ns()).max() else {
+    let Some(last_ns) = spans.iter().map(|s| s.end_ns).max() else {
         anyhow::bail!("no spans around {}", fault.name);
     };
     // The injection on a minute's start, the data's last minute closed now.
@@ -147,7 +148,7 @@ async fn run_fault(dir: &Path, fault: &Fault, all: &[Fault]) -> anyhow::Result<O
     let after_minutes = (last_ns as i64 - at_ns).div_euclid(MINUTE_NS) + 1;
     let onset_minute = crate::synth::now_minute() - 1 - after_minutes;
     let shift_ns = onset_minute * MINUTE_NS - at_ns;
-    let replay = nezha::replay(&spans, &logs, shift_ns);
+    let replay = nezha_otlp::replay(&spans, &logs, shift_ns);
     let (service, route) = replay
         .entry
         .clone()
