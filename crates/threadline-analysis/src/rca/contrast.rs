@@ -419,7 +419,8 @@ pub(super) fn attributable(
 }
 
 /// Judges every value against the leader: the value whose within-window contrast is
-/// highest, once it is high enough to lead.
+/// highest, once it is high enough to lead — or a narrower value inside its requests
+/// that holds nearly all of its excess (a canary pinned to one instance).
 ///
 /// - A value whose requests hold (nearly) all of the leader's and more — an image on
 ///   two instances, one of which fails — is a less specific cause than the leader,
@@ -456,6 +457,28 @@ pub(super) fn judge_against_leader(
             .fold((0.0, 0.0), |(b, t), (x, y)| (b + x, t + y))
     };
     let rate = |(bad, total): (f64, f64)| if total > 0.0 { bad / total } else { 0.0 };
+    // A value of another dimension whose requests lie inside the leader's, fewer of
+    // them, that holds nearly all of the leader's excess (a canary pinned to one
+    // instance) is the more specific cause: it leads, and the old leader is judged
+    // against it as any wider value is.
+    let leader = leader.map(|(lead_dim, lead_value)| {
+        let lead = mass(&|k: &SeriesKey| k.get(lead_dim) == lead_value);
+        let lead_excess = lead.0 - lead.1 * rate_before;
+        contrasts
+            .keys()
+            .filter(|(dim, _)| *dim != lead_dim && lead_excess > 0.0)
+            .filter_map(|(dim, value)| {
+                let all = mass(&|k: &SeriesKey| k.get(*dim) == value);
+                let inside =
+                    mass(&|k: &SeriesKey| k.get(*dim) == value && k.get(lead_dim) == lead_value);
+                let nested = all.1 > 0.0 && inside.1 >= CO_MOVING * all.1;
+                let narrower = all.1 < CO_MOVING * lead.1;
+                let holds = inside.0 - inside.1 * rate_before >= CO_MOVING * lead_excess;
+                (nested && narrower && holds).then_some((all.1, (*dim, value.clone())))
+            })
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .map_or((lead_dim, lead_value), |(_, v)| v)
+    });
     let call_share = time_went.model_call_share();
     let leader_mass = leader
         .as_ref()

@@ -136,3 +136,23 @@ fn a_value_that_appears_with_the_fault_leads_the_instance_serving_most_of_it() {
     let i2 = ranked.iter().position(|c| c.subject == "instance=i-2");
     assert!(i2.is_none_or(|p| p > 0), "{ranked:#?}");
 }
+
+/// A canary pinned to i-2 takes a quarter of the traffic at the onset, every one of
+/// its requests 2.5× slower; i-2's other requests are as before. i-2 now serves more
+/// of the traffic and all of the slow requests — but so does the canary, inside it:
+/// the canary is the narrower cause and leads, i-2 explains nothing beyond it.
+#[test]
+fn a_canary_pinned_to_one_instance_leads_the_instance() {
+    let at = |i: &str, tag: &str| key(i, "", "v2", "img:1").with(Dimension::GrayTag, tag);
+    let mut baseline = Vec::new();
+    let mut window = Vec::new();
+    for i in ["i-1", "i-2", "i-3", "i-4"] {
+        baseline.push((at(i, "stable"), cell(600.0, 200, 0.8)));
+        window.push((at(i, "stable"), cell(600.0, 40, 0.8)));
+    }
+    window.push((at("i-2", "canary"), cell(1500.0, 50, 0.8)));
+    let ranked = rank_p99(&baseline, &window, vec![]);
+    assert_eq!(ranked[0].subject, "gray_tag=canary", "{ranked:#?}");
+    let i2 = ranked.iter().find(|c| c.subject == "instance=i-2");
+    assert!(i2.is_none_or(|c| c.confidence < 0.2), "{i2:#?} {ranked:#?}");
+}
