@@ -121,7 +121,13 @@ fn parts_of(cell: &RollupCell) -> BTreeMap<SpanSlot, (f64, bool)> {
 }
 
 /// The share of a request's baseline latency above which a part is the request.
-const WHOLE_REQUEST: f64 = 0.9;
+pub(crate) const WHOLE_REQUEST: f64 = 0.9;
+
+/// How far a part's growth against its own baseline counts: `1 − e^(−2·growth)` (a 5%
+/// wobble of a big part is not a fault, a doubling nearly counts whole).
+pub(crate) fn settled(growth: f64) -> f64 {
+    1.0 - (-2.0 * growth).exp()
+}
 
 /// The score of a part as the cause: its share of the added latency, discounted when
 /// the part barely grew against its own baseline (a 5% wobble of a big part is not a
@@ -129,13 +135,12 @@ const WHOLE_REQUEST: f64 = 0.9;
 /// explain the bad requests — then they are the more specific cause.
 fn part_score(p: &PartShift, call_explained: f64) -> f64 {
     let growth = (p.during_ms - p.before_ms) / p.before_ms.max(1.0);
-    let settled = 1.0 - (-2.0 * growth).exp();
     let own = if p.model_call {
         1.0 - call_explained
     } else {
         1.0
     };
-    (p.share.clamp(0.0, 1.0) * settled * own).clamp(0.0, 1.0)
+    (p.share.clamp(0.0, 1.0) * settled(growth) * own).clamp(0.0, 1.0)
 }
 
 pub(crate) fn ms(v: f64) -> String {

@@ -461,28 +461,28 @@ pub(super) fn judge_against_leader(
     // them, that holds nearly all of the leader's excess (a canary pinned to one
     // instance) is the more specific cause: it leads, and the old leader is judged
     // against it as any wider value is.
-    let leader = leader.map(|(lead_dim, lead_value)| {
-        let lead = mass(&|k: &SeriesKey| k.get(lead_dim) == lead_value);
-        let lead_excess = lead.0 - lead.1 * rate_before;
-        contrasts
-            .keys()
-            .filter(|(dim, _)| *dim != lead_dim && lead_excess > 0.0)
-            .filter_map(|(dim, value)| {
-                let all = mass(&|k: &SeriesKey| k.get(*dim) == value);
-                let inside =
-                    mass(&|k: &SeriesKey| k.get(*dim) == value && k.get(lead_dim) == lead_value);
-                let nested = all.1 > 0.0 && inside.1 >= CO_MOVING * all.1;
-                let narrower = all.1 < CO_MOVING * lead.1;
-                let holds = inside.0 - inside.1 * rate_before >= CO_MOVING * lead_excess;
-                (nested && narrower && holds).then_some((all.1, (*dim, value.clone())))
-            })
-            .min_by(|a, b| a.0.total_cmp(&b.0))
-            .map_or((lead_dim, lead_value), |(_, v)| v)
-    });
+    let (leader, leader_mass) = leader
+        .map(|(lead_dim, lead_value)| {
+            let lead = mass(&|k: &SeriesKey| k.get(lead_dim) == lead_value);
+            let lead_excess = lead.0 - lead.1 * rate_before;
+            contrasts
+                .keys()
+                .filter(|(dim, _)| *dim != lead_dim && lead_excess > 0.0)
+                .filter_map(|(dim, value)| {
+                    let all = mass(&|k: &SeriesKey| k.get(*dim) == value);
+                    let inside = mass(&|k: &SeriesKey| {
+                        k.get(*dim) == value && k.get(lead_dim) == lead_value
+                    });
+                    let nested = all.1 > 0.0 && inside.1 >= CO_MOVING * all.1;
+                    let narrower = all.1 < CO_MOVING * lead.1;
+                    let holds = inside.0 - inside.1 * rate_before >= CO_MOVING * lead_excess;
+                    (nested && narrower && holds).then_some((all, (*dim, value.clone())))
+                })
+                .min_by(|a, b| a.0 .1.total_cmp(&b.0 .1))
+                .map_or(((lead_dim, lead_value), lead), |(all, v)| (v, all))
+        })
+        .unzip();
     let call_share = time_went.model_call_share();
-    let leader_mass = leader
-        .as_ref()
-        .map(|(d, v)| mass(&|k: &SeriesKey| k.get(*d) == v));
     for ((dim, value), c) in contrasts.iter_mut() {
         if let (Some((lead_dim, lead_value)), Some(lead)) = (&leader, leader_mass) {
             // Only a value with some contrast has any to lose.

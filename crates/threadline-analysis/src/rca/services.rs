@@ -28,7 +28,7 @@ use threadline_model::SpanId;
 
 use crate::metric::Metric;
 use crate::rca::{Candidate, CandidateKind};
-use crate::time_went::ms;
+use crate::time_went::{ms, settled, WHOLE_REQUEST};
 
 /// What the service view reads of a span (a store's trace skeleton has it).
 #[derive(Clone, Debug, PartialEq)]
@@ -67,9 +67,6 @@ const ONE_PART: f64 = 0.8;
 /// Services a route's sampled requests must cross for the service view to say more
 /// than the route itself.
 const MIN_SERVICES: usize = 2;
-/// A service that held this share of the requests' time before is the request: it
-/// says nothing of where the added time went (as for the rollups' parts).
-const WHOLE_REQUEST: f64 = 0.9;
 
 /// Milliseconds per trace summed over a sample, by what they are.
 #[derive(Clone, Debug, Default)]
@@ -289,6 +286,8 @@ fn latency_candidates(before: &Sample, during: &Sample) -> Vec<(Candidate, Optio
             calling_ms: during.per_trace(d.calling) - before.per_trace(b.calling),
             top_part,
         };
+        // A service that held nearly all of the requests' time before is the request:
+        // it says nothing of where the added time went (as for the rollups' parts).
         let whole = shift.before_ms >= WHOLE_REQUEST * mean_before;
         if shift.contribution() > 0.0 && !whole {
             shifts.push(shift);
@@ -297,7 +296,7 @@ fn latency_candidates(before: &Sample, during: &Sample) -> Vec<(Candidate, Optio
     // A call's gap counts for both of its ends: the shares are of the added latency, or
     // of the largest contribution when that is more (each service's gaps counted by
     // both ends add up to more than the requests' added time).
-    let whole = shifts.iter().map(Shift::contribution).fold(added, f64::max);
+    let denominator = shifts.iter().map(Shift::contribution).fold(added, f64::max);
     let mut out = Vec::new();
     for shift in shifts {
         let contribution = shift.contribution();
@@ -306,9 +305,8 @@ fn latency_candidates(before: &Sample, during: &Sample) -> Vec<(Candidate, Optio
             .as_ref()
             .filter(|(_, grew)| *grew >= ONE_PART * contribution)
             .map(|(name, _)| name.clone());
-        let share = (contribution / whole).clamp(0.0, 1.0);
-        let growth = contribution / shift.before_ms.max(1.0);
-        let d = share * (1.0 - (-2.0 * growth).exp());
+        let share = (contribution / denominator).clamp(0.0, 1.0);
+        let d = share * settled(contribution / shift.before_ms.max(1.0));
         if d <= 0.0 {
             continue;
         }
@@ -358,8 +356,7 @@ fn failure_candidates(before: &Sample, during: &Sample) -> Vec<(Candidate, Optio
             continue;
         }
         let share = (excess / rise).clamp(0.0, 1.0);
-        let growth = excess / r_before.max(1.0 / before.traces.max(1) as f64);
-        let score = share * (1.0 - (-2.0 * growth).exp());
+        let score = share * settled(excess / r_before.max(1.0 / before.traces.max(1) as f64));
         out.push((service_candidate(
             service,
             score,
