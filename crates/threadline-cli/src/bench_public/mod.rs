@@ -106,13 +106,6 @@ async fn case_server() -> anyhow::Result<(tempfile::TempDir, LocalServer, ApiCli
     Ok((temp, server, api))
 }
 
-fn rfc3339_of_minute(minute: i64) -> String {
-    humantime::format_rfc3339_seconds(
-        std::time::UNIX_EPOCH + std::time::Duration::from_secs((minute * 60).max(0) as u64),
-    )
-    .to_string()
-}
-
 /// Replays one RS case through a server of its own and reads the RCA at its minute.
 async fn run_rs_case(case: &robustspot::Case, max_per_minute: u64) -> anyhow::Result<Outcome> {
     let leaves = robustspot::leaves(&case.file)?;
@@ -140,7 +133,7 @@ async fn run_rs_case(case: &robustspot::Case, max_per_minute: u64) -> anyhow::Re
     )
     .await?;
     let at_minute = (case.at / 60).clamp(first, last) + shift;
-    let at = rfc3339_of_minute(at_minute);
+    let at = crate::synth::rfc3339(at_minute);
     let started = std::time::Instant::now();
     let rca = api
         .get(
@@ -195,18 +188,10 @@ async fn run_rs_case(case: &robustspot::Case, max_per_minute: u64) -> anyhow::Re
 
 fn totals(outcomes: &[Outcome]) -> Value {
     let n = outcomes.len();
-    let pct = |k: usize| {
-        if n == 0 {
-            0.0
-        } else {
-            (1000.0 * k as f64 / n as f64).round() / 10.0
-        }
-    };
+    let pct = |k: usize| percent(k, n);
     let exact = outcomes.iter().filter(|o| o.exact).count();
     let within_3 = outcomes.iter().filter(|o| o.within_3).count();
     let f1 = outcomes.iter().map(|o| o.f1).sum::<f64>() / n.max(1) as f64;
-    let mut rca: Vec<f64> = outcomes.iter().map(|o| o.rca_ms).collect();
-    rca.sort_by(f64::total_cmp);
     json!({
         "cases": n,
         "top1_exact": exact,
@@ -214,9 +199,25 @@ fn totals(outcomes: &[Outcome]) -> Value {
         "top3_element": within_3,
         "top3_element_pct": pct(within_3),
         "element_f1": (f1 * 1000.0).round() / 1000.0,
-        "rca_ms_p50": rca.get(n / 2).map(|v| v.round()),
+        "rca_ms_p50": median_ms(outcomes.iter().map(|o| o.rca_ms)),
         "requests": outcomes.iter().map(|o| o.requests).sum::<u64>(),
     })
+}
+
+/// `k` of `n` in percent, to a tenth (0 of none).
+fn percent(k: usize, n: usize) -> f64 {
+    if n == 0 {
+        0.0
+    } else {
+        (1000.0 * k as f64 / n as f64).round() / 10.0
+    }
+}
+
+/// The median (the upper one of an even count) of RCA times, whole milliseconds.
+fn median_ms(times: impl Iterator<Item = f64>) -> Option<f64> {
+    let mut times: Vec<f64> = times.collect();
+    times.sort_by(f64::total_cmp);
+    times.get(times.len() / 2).map(|v| v.round())
 }
 
 fn progress(len: usize) -> ProgressBar {

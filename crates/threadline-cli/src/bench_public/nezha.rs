@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use serde::Deserialize;
+use threadline_model::{SpanId, TraceId};
 
 /// One injected fault.
 #[derive(Clone, Debug)]
@@ -144,24 +145,13 @@ pub(crate) fn files_between(
 /// One row of a span file.
 #[derive(Clone, Debug)]
 pub(crate) struct SpanRow {
-    pub(super) trace: [u8; 16],
-    pub(super) span: [u8; 8],
-    pub(super) parent: Option<[u8; 8]>,
+    pub(super) trace: TraceId,
+    pub(super) span: SpanId,
+    pub(super) parent: Option<SpanId>,
     pub(super) pod: String,
     pub(super) name: String,
     pub(super) start_ns: u64,
     pub(super) end_ns: u64,
-}
-
-fn hex<const N: usize>(text: &str) -> Option<[u8; N]> {
-    let mut out = [0u8; N];
-    if text.len() != 2 * N {
-        return None;
-    }
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
 }
 
 /// A CSV file's reader and header row.
@@ -200,7 +190,7 @@ pub(crate) fn read_spans(paths: &[PathBuf]) -> anyhow::Result<Vec<SpanRow>> {
         );
         for record in reader.records() {
             let r = record.with_context(|| format!("{} does not parse", path.display()))?;
-            let (Some(t), Some(sp)) = (hex::<16>(&r[trace]), hex::<8>(&r[span])) else {
+            let (Ok(t), Ok(sp)) = (r[trace].parse::<TraceId>(), r[span].parse::<SpanId>()) else {
                 continue;
             };
             let (Ok(start_ns), Ok(end_ns)) = (r[start].parse::<u64>(), r[end].parse::<u64>())
@@ -210,7 +200,8 @@ pub(crate) fn read_spans(paths: &[PathBuf]) -> anyhow::Result<Vec<SpanRow>> {
             out.push(SpanRow {
                 trace: t,
                 span: sp,
-                parent: hex::<8>(&r[parent]),
+                // `root` (or any id that does not parse): no parent.
+                parent: r[parent].parse().ok(),
                 pod: r[pod].to_owned(),
                 name: r[name].to_owned(),
                 start_ns,
@@ -226,8 +217,8 @@ pub(crate) fn read_spans(paths: &[PathBuf]) -> anyhow::Result<Vec<SpanRow>> {
 pub(crate) struct LogRow {
     pub(super) time_ns: u64,
     pub(super) pod: String,
-    pub(super) trace: Option<[u8; 16]>,
-    pub(super) span: Option<[u8; 8]>,
+    pub(super) trace: Option<TraceId>,
+    pub(super) span: Option<SpanId>,
     pub(super) level: Level,
     pub(super) text: String,
 }
@@ -310,8 +301,8 @@ pub(crate) fn read_logs(paths: &[PathBuf]) -> anyhow::Result<Vec<LogRow>> {
             out.push(LogRow {
                 time_ns,
                 pod: r[pod].to_owned(),
-                trace: hex::<16>(&r[trace]),
-                span: hex::<8>(&r[span]),
+                trace: r[trace].parse().ok(),
+                span: r[span].parse().ok(),
                 level,
                 text,
             });

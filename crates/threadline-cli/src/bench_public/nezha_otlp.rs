@@ -2,7 +2,7 @@
 //! the root's operation as `http.route`, ERROR where a span's log lines hold an error
 //! or an exception, every log line an OTLP log record (see `nezha` for the format).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -12,6 +12,8 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
+
+use threadline_model::{SpanId, TraceId};
 
 use super::nezha::{service_of_pod, LogRow, SpanRow};
 use crate::loadgen::s;
@@ -69,12 +71,12 @@ pub(crate) fn without_traces_in(
     logs: Vec<LogRow>,
     windows: &[(u64, u64)],
 ) -> (Vec<SpanRow>, Vec<LogRow>) {
-    let mut began: HashMap<[u8; 16], u64> = HashMap::new();
+    let mut began: HashMap<TraceId, u64> = HashMap::new();
     for s in &spans {
         let at = began.entry(s.trace).or_insert(s.start_ns);
         *at = (*at).min(s.start_ns);
     }
-    let dropped: std::collections::HashSet<[u8; 16]> = began
+    let dropped: HashSet<TraceId> = began
         .into_iter()
         .filter(|(_, at)| windows.iter().any(|(from, to)| (*from..*to).contains(at)))
         .map(|(t, _)| t)
@@ -94,13 +96,13 @@ pub(crate) fn without_traces_in(
 pub(crate) fn replay(spans: &[SpanRow], logs: &[LogRow], shift_ns: i64) -> Replay {
     let at = |t: u64| (t as i64 + shift_ns).max(0) as u64;
     // The first error line of each span.
-    let mut errors: HashMap<([u8; 16], [u8; 8]), &str> = HashMap::new();
+    let mut errors: HashMap<(TraceId, SpanId), &str> = HashMap::new();
     for l in logs.iter().filter(|l| l.is_error()) {
         if let (Some(t), Some(s)) = (l.trace, l.span) {
             errors.entry((t, s)).or_insert(&l.text);
         }
     }
-    let mut by_trace: BTreeMap<[u8; 16], Vec<&SpanRow>> = BTreeMap::new();
+    let mut by_trace: BTreeMap<TraceId, Vec<&SpanRow>> = BTreeMap::new();
     for s in spans {
         by_trace.entry(s.trace).or_default().push(s);
     }
@@ -117,18 +119,18 @@ pub(crate) fn replay(spans: &[SpanRow], logs: &[LogRow], shift_ns: i64) -> Repla
     let mut batch: BTreeMap<&str, Vec<Span>> = BTreeMap::new();
     let mut in_batch = 0;
     for rows in by_trace.values() {
-        let service_of: HashMap<[u8; 8], &str> = rows
+        let service_of: HashMap<SpanId, &str> = rows
             .iter()
             .map(|r| (r.span, service_of_pod(&r.pod)))
             .collect();
-        let mut calls_out: HashMap<[u8; 8], bool> = HashMap::new();
-        for r in rows {
-            if let Some(p) = r.parent.and_then(|p| service_of.get(&p).map(|s| (p, *s))) {
-                if p.1 != service_of_pod(&r.pod) {
-                    calls_out.insert(p.0, true);
-                }
-            }
-        }
+        // Spans with a child in another service: client spans.
+        let calls_out: HashSet<SpanId> = rows
+            .iter()
+            .filter_map(|r| {
+                let parent = r.parent?;
+                (*service_of.get(&parent)? != service_of_pod(&r.pod)).then_some(parent)
+            })
+            .collect();
         let root = rows
             .iter()
             .filter(|r| r.parent.is_none())
@@ -143,7 +145,7 @@ pub(crate) fn replay(spans: &[SpanRow], logs: &[LogRow], shift_ns: i64) -> Repla
         for r in rows {
             let service = service_of_pod(&r.pod);
             let parent_service = r.parent.and_then(|p| service_of.get(&p).copied());
-            let kind = if calls_out.contains_key(&r.span) {
+            let kind = if calls_out.contains(&r.span) {
                 SpanKind::Client
             } else if parent_service.is_none_or(|p| p != service) {
                 SpanKind::Server
@@ -165,9 +167,9 @@ pub(crate) fn replay(spans: &[SpanRow], logs: &[LogRow], shift_ns: i64) -> Repla
                 }
             });
             batch.entry(r.pod.as_str()).or_default().push(Span {
-                trace_id: r.trace.to_vec(),
-                span_id: r.span.to_vec(),
-                parent_span_id: r.parent.map(|p| p.to_vec()).unwrap_or_default(),
+                trace_id: r.trace.0.to_vec(),
+                span_id: r.span.0.to_vec(),
+                parent_span_id: r.parent.map(|p| p.0.to_vec()).unwrap_or_default(),
                 name: r.name.clone(),
                 kind: kind as i32,
                 start_time_unix_nano: at(r.start_ns),
@@ -199,8 +201,8 @@ pub(crate) fn replay(spans: &[SpanRow], logs: &[LogRow], shift_ns: i64) -> Repla
                 body: Some(AnyValue {
                     value: Some(any_value::Value::StringValue(l.text.clone())),
                 }),
-                trace_id: l.trace.map(|t| t.to_vec()).unwrap_or_default(),
-                span_id: l.span.map(|s| s.to_vec()).unwrap_or_default(),
+                trace_id: l.trace.map(|t| t.0.to_vec()).unwrap_or_default(),
+                span_id: l.span.map(|s| s.0.to_vec()).unwrap_or_default(),
                 ..Default::default()
             });
             out.log_records += 1;
@@ -249,9 +251,9 @@ mod tests {
 
     fn row(trace: u8, span: u8, parent: Option<u8>, pod: &str, name: &str) -> SpanRow {
         SpanRow {
-            trace: [trace; 16],
-            span: [span; 8],
-            parent: parent.map(|p| [p; 8]),
+            trace: TraceId([trace; 16]),
+            span: SpanId([span; 8]),
+            parent: parent.map(|p| SpanId([p; 8])),
             pod: pod.into(),
             name: name.into(),
             start_ns: 1_000,
@@ -269,8 +271,8 @@ mod tests {
         let logs = [LogRow {
             time_ns: 1_500,
             pod: "ts-travel-service-64-5r".into(),
-            trace: Some([1; 16]),
-            span: Some([3; 8]),
+            trace: Some(TraceId([1; 16])),
+            span: Some(SpanId([3; 8])),
             level: Level::Error,
             text: "12:00:00.000 ERROR boom".into(),
         }];
@@ -316,7 +318,7 @@ mod tests {
         let log = |trace: u8| LogRow {
             time_ns: 0,
             pod: "a-b-c".into(),
-            trace: Some([trace; 16]),
+            trace: Some(TraceId([trace; 16])),
             span: None,
             level: Level::Info,
             text: String::new(),
@@ -327,7 +329,7 @@ mod tests {
             &[(4_000, 6_000)],
         );
         assert_eq!(spans.len(), 1);
-        assert_eq!(spans[0].trace, [1; 16]);
+        assert_eq!(spans[0].trace, TraceId([1; 16]));
         assert_eq!(logs.len(), 1);
     }
 }

@@ -9,8 +9,8 @@
 //! requests with a failed span (of the minutes with logs) alerts — three standard
 //! errors out from the 10 minutes before the injection to the 3 after — and moved
 //! further than its mean log latency, else about latency; about the other when that
-//! answer names no service: the services its candidates name, in order, against the injected
-//! pod's service (AS@1 / AS@3 / AS@5, as Nezha's paper scores).
+//! answer names no service: the services its candidates name, in order, against the
+//! injected pod's service (AS@1 / AS@3 / AS@5, as Nezha's paper scores).
 
 use std::path::Path;
 
@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 
 use super::nezha::{self, Fault};
 use super::nezha_otlp::{self, Request};
-use super::{case_server, progress, rfc3339_of_minute};
+use super::{case_server, median_ms, percent, progress};
 
 /// Minutes of the directory replayed before a fault's minute and after it.
 const BEFORE_MINUTES: i64 = 15;
@@ -166,7 +166,7 @@ async fn run_fault(dir: &Path, fault: &Fault, all: &[Fault]) -> anyhow::Result<O
         )
         .await?;
     }
-    let at = rfc3339_of_minute(onset_minute);
+    let at = crate::synth::rfc3339(onset_minute);
     let (latency_z, errors_z) = dashboard(&replay.requests, at_ns, &logged);
     let asked = if errors_z >= ALERT_Z && errors_z > latency_z {
         [ERRORS, LATENCY]
@@ -241,15 +241,7 @@ fn totals(outcomes: &[Outcome]) -> Value {
             .filter(|o| o.rank.is_some_and(|r| r <= k))
             .count()
     };
-    let pct = |k: usize| {
-        if n == 0 {
-            0.0
-        } else {
-            (1000.0 * k as f64 / n as f64).round() / 10.0
-        }
-    };
-    let mut rca: Vec<f64> = outcomes.iter().map(|o| o.rca_ms).collect();
-    rca.sort_by(f64::total_cmp);
+    let pct = |k: usize| percent(k, n);
     let mut by_kind = serde_json::Map::new();
     for o in outcomes {
         let e = by_kind
@@ -269,7 +261,7 @@ fn totals(outcomes: &[Outcome]) -> Value {
         "top3": within(3), "top3_pct": pct(within(3)),
         "top5": within(5), "top5_pct": pct(within(5)),
         "by_kind": by_kind,
-        "rca_ms_p50": rca.get(n / 2).map(|v| v.round()),
+        "rca_ms_p50": median_ms(outcomes.iter().map(|o| o.rca_ms)),
         "spans": outcomes.iter().map(|o| o.spans).sum::<usize>(),
     })
 }
