@@ -177,14 +177,6 @@ pub(crate) enum Step {
     Tool,
 }
 
-/// The service the tool calls, its span, the tool's client span, and typical times of
-/// the call's network (both ways) and of `crm-api`'s own work, milliseconds.
-pub(crate) const CRM: &str = "crm-api";
-pub(crate) const CRM_SPAN: &str = "GET /accounts/{id}";
-pub(crate) const CRM_CLIENT_SPAN: &str = "GET /accounts";
-pub(crate) const CRM_NETWORK_MS: f64 = 3.0;
-pub(crate) const CRM_MS: f64 = 35.0;
-
 impl Step {
     pub(crate) const ALL: [Step; 3] = [Step::Profile, Step::Retrieval, Step::Tool];
 
@@ -217,6 +209,14 @@ impl Step {
         self as usize
     }
 }
+
+/// The service the tool calls, its span, the tool's client span, and typical times of
+/// the call's network (both ways) and of `crm-api`'s own work, milliseconds.
+pub(crate) const CRM: &str = "crm-api";
+pub(crate) const CRM_SPAN: &str = "GET /accounts/{id}";
+pub(crate) const CRM_CLIENT_SPAN: &str = "GET /accounts";
+pub(crate) const CRM_NETWORK_MS: f64 = 3.0;
+pub(crate) const CRM_MS: f64 = 35.0;
 
 /// A LoRA adapter and the dataset its training runs read.
 #[derive(Clone, Debug, serde::Serialize)]
