@@ -8,13 +8,19 @@
 //! start of its server span and after its end. So, per sampled trace, each span on the
 //! critical path is either **own time** of its service, or — a span that calls another
 //! service (a child in another service) — the **gap** of that call, which belongs to
-//! both ends: the callee's (its network, its queue) fully, the caller's by half (a
-//! starved caller is slow to send and read). A service's **contribution** is the growth
-//! of its own time plus those of its calls' gaps, per request; its share of the
-//! request's added mean latency, discounted when it barely grew against its own
-//! baseline, is its score `D` — as for the rollups' parts. A service that is the callee
-//! of every call that slowed collects them all; one caller of a slow callee collects
-//! half of one.
+//! one of its ends or both: the callee's (its network, its queue), the caller's (its
+//! network too: a delay on a pod's interface slows what it sends as much as what it
+//! receives; a starved caller is slow to send and read). Which end, **the one whose
+//! other calls slowed alike** (`gap_shares`): with `a` and `b` how much A's and B's
+//! other calls, in and out, slowed per call as a share of this call's slowing, B
+//! carries `1 − a(1 − b)` of it and A `(1 − b)(½ + ½a)`. A call whose callee's other
+//! calls slowed alike is the callee's alone; one whose caller's did and callee's did
+//! not, the caller's; where neither end's other calls slowed (or there are none to
+//! tell), the callee carries the gap whole and the caller half. A service's
+//! **contribution** is the growth of its own time plus its shares of the calls' gaps,
+//! per request; its share of the request's added mean latency, discounted when it
+//! barely grew against its own baseline, is its score `D` — as for the rollups'
+//! parts.
 //!
 //! For failures (error rate), a request failed when any of its spans did, and its
 //! failure began in the services of the failed spans below which nothing failed; a
@@ -59,8 +65,12 @@ pub struct TraceSamples {
     pub during: Vec<Vec<SampledSpan>>,
 }
 
-/// The weight of a slower call's gap on its caller (the callee carries it whole).
+/// The weight of a slower call's gap on its caller when no other call tells which
+/// end slowed (the callee carries it whole).
 const CALLER_WEIGHT: f64 = 0.5;
+/// Calls of a caller into a callee, in both samples, for their mean gap per call to
+/// tell which end slowed.
+const MIN_CALLS: u64 = 5;
 /// A service whose contribution is this much one of its own span names is that span
 /// (the rollups' part names it, more specifically).
 const ONE_PART: f64 = 0.8;
@@ -81,12 +91,22 @@ struct ServiceTime {
     failures_began: u64,
 }
 
+/// The calls of one service into another on the critical path, summed over a sample.
+#[derive(Clone, Copy, Debug, Default)]
+struct Calls {
+    count: u64,
+    /// Their gaps: the caller's client span less the callee's spans.
+    gap_ms: f64,
+}
+
 #[derive(Debug, Default)]
 struct Sample {
     traces: u64,
     latency_ms: f64,
     failed: u64,
     by_service: BTreeMap<String, ServiceTime>,
+    /// By (caller, callee).
+    calls: BTreeMap<(String, String), Calls>,
 }
 
 impl Sample {
@@ -127,6 +147,12 @@ impl Sample {
                 Some(callee) => {
                     self.service(callee).called += t;
                     self.service(&span.service).calling += t;
+                    let calls = self
+                        .calls
+                        .entry((span.service.clone(), callee.to_owned()))
+                        .or_default();
+                    calls.count += 1;
+                    calls.gap_ms += t;
                 }
                 // A model call's own time is its attributes' to explain (adapter,
                 // instance …) and the rollups' part's to show.
@@ -178,7 +204,8 @@ struct Shift {
     service: String,
     before_ms: f64,
     during_ms: f64,
-    /// Of the growth: in its own spans, in calls into it, in its calls out.
+    /// Of the growth: in its own spans, its shares of the calls into it and of its
+    /// calls out (`gap_shares`).
     own_ms: f64,
     called_ms: f64,
     calling_ms: f64,
@@ -188,8 +215,66 @@ struct Shift {
 
 impl Shift {
     fn contribution(&self) -> f64 {
-        self.own_ms + self.called_ms + CALLER_WEIGHT * self.calling_ms
+        self.own_ms + self.called_ms + self.calling_ms
     }
+}
+
+/// Per service, the growth of the gaps of calls into it and of its calls out that it
+/// carries, in ms per request (see the module's docs): each call's growth shared
+/// between its ends by how much their other calls slowed per call.
+fn gap_shares<'a>(before: &'a Sample, during: &'a Sample) -> BTreeMap<&'a str, (f64, f64)> {
+    let empty = Calls::default();
+    // The growth of the mean gap per call, where both samples hold enough calls.
+    let slowed = |edge: &(String, String)| {
+        let (b, d) = (before.calls.get(edge).unwrap_or(&empty), &during.calls[edge]);
+        (b.count >= MIN_CALLS && d.count >= MIN_CALLS)
+            .then(|| d.gap_ms / d.count as f64 - b.gap_ms / b.count as f64)
+    };
+    // How much the calls among `others` slowed per call, weighted by their counts.
+    let breadth = |others: &mut dyn Iterator<Item = &(String, String)>| {
+        let (mut weighted, mut count) = (0.0, 0.0);
+        for edge in others {
+            if let Some(delta) = slowed(edge) {
+                let n = during.calls[edge].count as f64;
+                weighted += n * delta;
+                count += n;
+            }
+        }
+        (count > 0.0).then(|| (weighted / count).max(0.0))
+    };
+    let mut out: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
+    for edge @ (caller, callee) in during.calls.keys() {
+        let grew = during.per_trace(during.calls[edge].gap_ms)
+            - before.per_trace(before.calls.get(edge).unwrap_or(&empty).gap_ms);
+        let (callee_share, caller_share) = match slowed(edge).filter(|d| grew > 0.0 && *d > 0.0) {
+            None => (1.0, CALLER_WEIGHT),
+            Some(delta) => {
+                let of = |v: Option<f64>| v.map(|v| (v / delta).clamp(0.0, 1.0));
+                // Every other call of an end, in or out: a delay on a pod's interface
+                // slows what it sends and what it receives.
+                let alike = |end: &String| {
+                    of(breadth(&mut during.calls.keys().filter(|other| {
+                        *other != edge && (&other.0 == end || &other.1 == end)
+                    })))
+                };
+                let (callee_alike, caller_alike) = (alike(callee), alike(caller));
+                // No other call to tell counts as none slowed: the default shares.
+                let (b, a) = (callee_alike.unwrap_or(0.0), caller_alike.unwrap_or(0.0));
+                (1.0 - a * (1.0 - b), (1.0 - b) * (CALLER_WEIGHT + (1.0 - CALLER_WEIGHT) * a))
+            }
+        };
+        out.entry(callee.as_str()).or_default().0 += callee_share * grew;
+        out.entry(caller.as_str()).or_default().1 += caller_share * grew;
+    }
+    // Calls that stopped: their gaps' fall, shared as by default.
+    for edge @ (caller, callee) in before.calls.keys() {
+        if !during.calls.contains_key(edge) {
+            let fell = before.per_trace(before.calls[edge].gap_ms);
+            out.entry(callee.as_str()).or_default().0 -= fell;
+            out.entry(caller.as_str()).or_default().1 -= CALLER_WEIGHT * fell;
+        }
+    }
+    out
 }
 
 /// What the sampled traces say of the services: the `service` candidates for
@@ -255,13 +340,13 @@ pub(crate) fn view(metric: Metric, samples: &TraceSamples, named_parts: &[String
 /// The services' candidates, each with its own span name that is nearly all of its
 /// contribution (`ONE_PART`), if one is.
 fn latency_candidates(before: &Sample, during: &Sample) -> Vec<(Candidate, Option<String>)> {
+    // The requests' mean may not have grown where a tail did (a slower service that
+    // few requests reach): the shares are then of the largest contribution.
     let added = during.per_trace(during.latency_ms) - before.per_trace(before.latency_ms);
-    if added <= 0.0 {
-        return Vec::new();
-    }
     let empty = ServiceTime::default();
     let services: std::collections::BTreeSet<&String> = during.by_service.keys().collect();
     let mean_before = before.per_trace(before.latency_ms);
+    let gaps = gap_shares(before, during);
     let mut shifts = Vec::new();
     for service in services {
         let b = before.by_service.get(service).unwrap_or(&empty);
@@ -282,8 +367,8 @@ fn latency_candidates(before: &Sample, during: &Sample) -> Vec<(Candidate, Optio
             before_ms: total(before, b),
             during_ms: total(during, d),
             own_ms: own_total(during, d) - own_total(before, b),
-            called_ms: during.per_trace(d.called) - before.per_trace(b.called),
-            calling_ms: during.per_trace(d.calling) - before.per_trace(b.calling),
+            called_ms: gaps.get(service.as_str()).map_or(0.0, |g| g.0),
+            calling_ms: gaps.get(service.as_str()).map_or(0.0, |g| g.1),
             top_part,
         };
         // A service that held nearly all of the requests' time before is the request:
@@ -472,6 +557,82 @@ mod tests {
         // The caller carries half the gap: second.
         assert_eq!(out[1].subject, "service=orders");
         assert!(out[1].confidence < out[0].confidence);
+    }
+
+    /// One request: the gateway calls `preserve` (which calls `route` three times,
+    /// then `contacts`, then works 150 ms), then `travel` (which calls `route`); each other
+    /// server span 10 ms, each
+    /// call's gap 4 ms plus `preserve_ms` on every call from or to `preserve` and
+    /// `route_ms` on every call into `route`.
+    fn fan(n: u64, preserve_ms: u64, route_ms: u64) -> Vec<SampledSpan> {
+        let ms = 1_000_000u64;
+        let start = n * 10_000 * ms;
+        let span = |id: u8, parent: Option<u8>, service: &str, from: u64, to: u64| SampledSpan {
+            span_id: SpanId([id; 8]),
+            parent_span_id: parent.map(|p| SpanId([p; 8])),
+            name: format!("{service} {id}"),
+            service: service.into(),
+            start_time_unix_nano: start + from * ms,
+            end_time_unix_nano: start + to * ms,
+            error: false,
+            model_call: false,
+        };
+        let mut spans: Vec<SampledSpan> = Vec::new();
+        // A client span of `caller` from `at`, and the server span `id + 1` of
+        // `callee` lasting `inner` in its middle; returns where the server span starts.
+        let mut call = |parent, id: u8, caller, callee, gap: u64, at: u64, inner: u64| {
+            spans.push(span(id, Some(parent), caller, at, at + gap + inner));
+            spans.push(span(id + 1, Some(id), callee, at + gap / 2, at + gap / 2 + inner));
+            at + gap / 2
+        };
+        let (p, r) = (preserve_ms, route_ms);
+        let (into_route, into_contacts) = (4 + p + r + 10, 4 + p + 10);
+        // `preserve` works 150 ms of its own after its calls.
+        let inner = 3 * into_route + into_contacts + 150;
+        let preserve = call(1, 10, "gateway", "preserve", 4 + p, 0, inner);
+        for k in 0..3 {
+            call(11, 12 + 2 * k as u8, "preserve", "route", 4 + p + r, preserve + k * into_route, 10);
+        }
+        call(11, 18, "preserve", "contacts", 4 + p, preserve + 3 * into_route, 10);
+        let second = 4 + p + inner;
+        let travel = call(1, 20, "gateway", "travel", 4, second, 4 + r + 10);
+        call(21, 22, "travel", "route", 4 + r, travel, 10);
+        let end = second + 4 + 4 + r + 10 + 20;
+        spans.push(span(1, None, "gateway", 0, end));
+        spans
+    }
+
+    #[test]
+    fn a_slower_call_belongs_to_the_end_whose_other_calls_slowed_too() {
+        // `preserve`'s network: its calls into `route` and `contacts` and the
+        // gateway's into it slow; `travel`'s call into `route` does not.
+        let s = samples(|n| fan(n, 0, 0), |n| fan(n, 40, 0));
+        let out = view(Metric::P99Latency, &s, &[]).candidates;
+        assert_eq!(out[0].subject, "service=preserve", "{out:#?}");
+        // `route`'s network: every call into it slows, whoever the caller.
+        let s = samples(|n| fan(n, 0, 0), |n| fan(n, 0, 40));
+        let out = view(Metric::P99Latency, &s, &[]).candidates;
+        assert_eq!(out[0].subject, "service=route", "{out:#?}");
+        assert!(
+            out.iter()
+                .all(|c| c.subject != "service=preserve" || c.confidence < 0.5 * out[0].confidence),
+            "{out:#?}"
+        );
+    }
+
+    #[test]
+    fn a_slower_service_few_requests_reach_is_named_though_the_mean_fell() {
+        // One request in ten now goes through `food`, whose network is 200 ms slower;
+        // the others got 80 ms faster in `contacts`: the mean fell, the tail grew.
+        let s = samples(
+            |n| request(n, 10, 100, "contacts", false),
+            |n| match n % 10 {
+                0 => request(n, 210, 20, "food", false),
+                _ => request(n, 10, 20, "contacts", false),
+            },
+        );
+        let out = view(Metric::P99Latency, &s, &[]).candidates;
+        assert_eq!(out[0].subject, "service=food", "{out:#?}");
     }
 
     #[test]
