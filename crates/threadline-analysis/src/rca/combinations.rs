@@ -6,6 +6,11 @@
 //! whose requests went bad alike with or without the second value stays whole, as
 //! narrowing it would leave bad requests unexplained; one whose bad requests all sit
 //! on the second value is narrowed, as the whole value dilutes them).
+//!
+//! And causes that are **either of two values** of one dimension (Adtributor's
+//! element sets: two bitrates that stalled at once, two instances behind one switch):
+//! when no value holds most of its dimension's excess, two that hold nearly all of
+//! it between them, each bad alike, are one candidate (`either`).
 
 use std::collections::BTreeSet;
 
@@ -23,6 +28,16 @@ const SEED_SCORE: f64 = 0.1;
 /// The most the rest of the wider slice may be affected, against the narrower
 /// slice's excess bad rate.
 const RATE_OUT_AT_MOST: f64 = 0.5;
+
+/// A value holding this much of its dimension's excess is the cause alone.
+const ALONE: f64 = 0.7;
+/// Each of two values must hold this much of their dimension's excess, and both
+/// together `TOGETHER`, for either of them to be the cause.
+const EACH: f64 = 0.25;
+const TOGETHER: f64 = 0.85;
+/// Two values are bad alike when the lesser excess rate is at least this much of
+/// the greater.
+const ALIKE_RATE: f64 = 0.5;
 
 /// Log-likelihood a narrower slice must gain over the wider to be taken: the scan
 /// tries many values, and a finer slice fits noise a little better by chance.
@@ -62,6 +77,35 @@ impl Combination {
             .map(|(d, v)| format!("{}={v}", d.as_str()))
             .collect::<Vec<_>>()
             .join(" & ")
+    }
+}
+
+/// Either of two values of one dimension, and how much of the window's excess the
+/// two hold.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Either {
+    /// The two, the one holding more excess first.
+    pub(super) values: [(Dimension, String); 2],
+    /// Each one's share of its dimension's excess.
+    pub(super) shares: [f64; 2],
+    pub(super) recall: f64,
+    pub(super) relative_risk: f64,
+    pub(super) score: f64,
+    /// Excess bad rate of the two values' requests, and of the dimension's others.
+    pub(super) rate_in: f64,
+    pub(super) rate_out: f64,
+}
+
+impl Either {
+    /// `adapter=2000 | adapter=4000`, in value order.
+    pub(super) fn subject(&self) -> String {
+        let mut values = self.values.clone();
+        values.sort();
+        values
+            .iter()
+            .map(|(d, v)| format!("{}={v}", d.as_str()))
+            .collect::<Vec<_>>()
+            .join(" | ")
     }
 }
 
@@ -193,14 +237,109 @@ pub(super) fn narrow(
                 let (_, _, with) = cells.sums(|k| k.get(*d) == v);
                 n >= CO_MOVING * with
             });
-            if !alone
-                && !out
-                    .iter()
-                    .any(|c: &Combination| c.subject() == found.subject())
-            {
+            // Found from several seeds (each of its values leading): each seed is
+            // narrowed to it, and the ranking keeps the best-scored of the same
+            // subject.
+            if !alone {
                 out.push(found);
             }
         }
+    }
+    out
+}
+
+/// Per dimension, two values that hold its excess between them where neither holds
+/// most of it alone (module docs), among those `candidate` passes.
+pub(super) fn either(
+    input: &RcaInput<'_>,
+    own: &OwnJudgement,
+    candidate: impl Fn(&(Dimension, String)) -> bool,
+) -> Vec<Either> {
+    let cells = Cells {
+        keys: input.window.iter().map(|(k, _)| k).collect(),
+        judged: &own.cells,
+    };
+    let (all_x, all_n) = cells.mass(|_| true);
+    let mut out = Vec::new();
+    for dim in Dimension::ALL
+        .into_iter()
+        .filter(|d| *d != Dimension::Service)
+    {
+        let values: BTreeSet<&str> = cells
+            .keys
+            .iter()
+            .map(|k| k.get(dim))
+            .filter(|v| !v.is_empty())
+            .collect();
+        // (value, excess, requests), the most excess first.
+        let mut masses: Vec<(&str, f64, f64)> = values
+            .into_iter()
+            .map(|v| {
+                let (x, n) = cells.mass(|k| k.get(dim) == v);
+                (v, x, n)
+            })
+            .collect();
+        let dim_x: f64 = masses.iter().map(|m| m.1).sum();
+        if masses.len() < 3 || dim_x <= 0.0 {
+            continue;
+        }
+        masses.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let ((v1, x1, n1), (v2, x2, n2)) = (masses[0], masses[1]);
+        let (s1, s2) = (x1 / dim_x, x2 / dim_x);
+        let (r1, r2) = (x1 / n1.max(1.0), x2 / n2.max(1.0));
+        let both_n = n1 + n2;
+        if s1 >= ALONE
+            || s2 < EACH
+            || s1 + s2 < TOGETHER
+            || r1.min(r2) < ALIKE_RATE * r1.max(r2)
+            || both_n >= CO_MOVING * all_n
+            || !candidate(&(dim, v1.to_owned()))
+            || !candidate(&(dim, v2.to_owned()))
+        {
+            continue;
+        }
+        // The two on (nearly) the same requests as one value of another dimension
+        // (the two instances a new adapter runs on): that value is the cause.
+        let in_pair = |k: &SeriesKey| k.get(dim) == v1 || k.get(dim) == v2;
+        let one_value = Dimension::ALL
+            .into_iter()
+            .filter(|d| *d != dim && *d != Dimension::Service)
+            .any(|other| {
+                let values: BTreeSet<&str> = cells
+                    .keys
+                    .iter()
+                    .filter(|k| in_pair(k))
+                    .map(|k| k.get(other))
+                    .filter(|v| !v.is_empty())
+                    .collect();
+                values.into_iter().any(|v| {
+                    let (_, _, with) = cells.sums(|k| k.get(other) == v);
+                    let (_, _, both) = cells.sums(|k| k.get(other) == v && in_pair(k));
+                    both >= CO_MOVING * both_n && both >= CO_MOVING * with
+                })
+            });
+        if one_value {
+            continue;
+        }
+        let (rest_x, rest_n) = (all_x - x1 - x2, all_n - both_n);
+        let (recall, relative_risk, score) = attributable((x1 + x2, both_n), (rest_x, rest_n));
+        let (others_x, others_n) = cells.mass(|k| {
+            let v = k.get(dim);
+            !v.is_empty() && v != v1 && v != v2
+        });
+        out.push(Either {
+            values: [(dim, v1.to_owned()), (dim, v2.to_owned())],
+            shares: [s1, s2],
+            recall,
+            relative_risk,
+            score,
+            rate_in: (x1 + x2) / both_n.max(1.0),
+            rate_out: if others_n > 0.0 {
+                others_x / others_n
+            } else {
+                0.0
+            },
+        });
     }
     out
 }

@@ -22,16 +22,18 @@
 //!   (`healthy_before`; not for a change in the minute before the onset).
 //! - **Combinations** (`combinations`): a leading value narrowed by another
 //!   dimension's value where the scan statistic says the narrower slice holds the
-//!   excess.
+//!   excess; either of two values of a dimension where they share its excess and
+//!   neither holds most of it.
 //! - **Time share `D`** (per part of the requests — a span name in a service — for
 //!   latency metrics of request series): the part's share of the added mean latency,
 //!   `D = share × (1 − e^(−2·growth)) × own`, `own` being `1 − max C` over a model
 //!   call's own dimensions (an adapter or instance that explains the bad requests is
 //!   the more specific cause of a slower model call).
 //! - **Service `D`** (`services`, from traces of the series sampled before and during):
-//!   a service's own time plus the gaps of calls into it (whole) and of its calls out
-//!   (by half) — a slow network shows in callers' client spans, not in the service's
-//!   own — as a share of the added latency, scored like a part; for failures, the rise
+//!   a service's own time plus its shares of the gaps of calls into it and of its
+//!   calls out (by which end's other calls slowed alike) — a slow network shows in
+//!   callers' client spans, not in the service's own — as a share of the added
+//!   latency, scored like a part; for failures, the rise
 //!   of the requests whose failure began in it over the rise of failures. Model
 //!   calls are left to their attributes; a service that is one span name already
 //!   ranked is left to that part.
@@ -61,7 +63,7 @@ use crate::metric::Metric;
 use crate::rollup::{Dimension, RollupCell, SeriesKey};
 use crate::time_went::TimeWent;
 use co_moving::fold_co_moving;
-use combinations::narrow;
+use combinations::{either, narrow};
 use contrast::{
     contrast_json, contrast_line, contrasts, judge_against_leader, Contrast, OwnJudgement, Scope,
     NOTICEABLE,
@@ -358,6 +360,47 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
             attribute: Some((*dim, value.clone())),
         });
     }
+    // Either of two values of a dimension that share its excess: one candidate.
+    for pair in either(input, &own, |a| !explained.contains(a)) {
+        let dim = pair.values[0].0;
+        let (r, rules) = rule_boost(input, dominant.as_deref(), Some(dim), None);
+        let subject = pair.subject();
+        let explanation = format!(
+            "{subject}: {:.0}% of the excess bad requests between them ({:.0}% and {:.0}% of {}'s); their excess rate {:.1}% against {:.1}% on its other values",
+            pair.recall * 100.0,
+            pair.shares[0] * 100.0,
+            pair.shares[1] * 100.0,
+            dim.as_str(),
+            pair.rate_in * 100.0,
+            pair.rate_out * 100.0,
+        );
+        let either_of: Vec<String> = pair
+            .values
+            .iter()
+            .map(|(d, v)| format!("{}={v}", d.as_str()))
+            .collect();
+        let evidence = serde_json::json!({
+            "either_of": either_of,
+            "shares_of_dimension_excess": pair.shares,
+            "share_of_bad": pair.recall,
+            "relative_risk": pair.relative_risk,
+            "contrast": pair.score,
+            "rules": rules,
+        });
+        out.push(Candidate {
+            kind: CandidateKind::Attribute,
+            subject,
+            confidence: confidence(pair.score, 0.0, r),
+            contrast: pair.score,
+            before_after: 0.0,
+            proximity: 0.0,
+            rule: r,
+            time_share: 0.0,
+            explanation,
+            evidence,
+            attribute: Some(pair.values[0].clone()),
+        });
+    }
     // Where the time went: the parts of the requests whose time grew.
     let call_explained = contrasts
         .iter()
@@ -404,5 +447,8 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
             c.subject.clone(),
         )
     });
+    // A combination reached from several of its values: the best-ranked one stays.
+    let mut subjects = std::collections::HashSet::new();
+    out.retain(|c| subjects.insert(c.subject.clone()));
     fold_co_moving(input.window, out, &share_before)
 }

@@ -226,7 +226,10 @@ fn gap_shares<'a>(before: &'a Sample, during: &'a Sample) -> BTreeMap<&'a str, (
     let empty = Calls::default();
     // The growth of the mean gap per call, where both samples hold enough calls.
     let slowed = |edge: &(String, String)| {
-        let (b, d) = (before.calls.get(edge).unwrap_or(&empty), &during.calls[edge]);
+        let (b, d) = (
+            before.calls.get(edge).unwrap_or(&empty),
+            &during.calls[edge],
+        );
         (b.count >= MIN_CALLS && d.count >= MIN_CALLS)
             .then(|| d.gap_ms / d.count as f64 - b.gap_ms / b.count as f64)
     };
@@ -260,7 +263,10 @@ fn gap_shares<'a>(before: &'a Sample, during: &'a Sample) -> BTreeMap<&'a str, (
                 let (callee_alike, caller_alike) = (alike(callee), alike(caller));
                 // No other call to tell counts as none slowed: the default shares.
                 let (b, a) = (callee_alike.unwrap_or(0.0), caller_alike.unwrap_or(0.0));
-                (1.0 - a * (1.0 - b), (1.0 - b) * (CALLER_WEIGHT + (1.0 - CALLER_WEIGHT) * a))
+                (
+                    1.0 - a * (1.0 - b),
+                    (1.0 - b) * (CALLER_WEIGHT + (1.0 - CALLER_WEIGHT) * a),
+                )
             }
         };
         out.entry(callee.as_str()).or_default().0 += callee_share * grew;
@@ -582,7 +588,13 @@ mod tests {
         // `callee` lasting `inner` in its middle; returns where the server span starts.
         let mut call = |parent, id: u8, caller, callee, gap: u64, at: u64, inner: u64| {
             spans.push(span(id, Some(parent), caller, at, at + gap + inner));
-            spans.push(span(id + 1, Some(id), callee, at + gap / 2, at + gap / 2 + inner));
+            spans.push(span(
+                id + 1,
+                Some(id),
+                callee,
+                at + gap / 2,
+                at + gap / 2 + inner,
+            ));
             at + gap / 2
         };
         let (p, r) = (preserve_ms, route_ms);
@@ -591,9 +603,25 @@ mod tests {
         let inner = 3 * into_route + into_contacts + 150;
         let preserve = call(1, 10, "gateway", "preserve", 4 + p, 0, inner);
         for k in 0..3 {
-            call(11, 12 + 2 * k as u8, "preserve", "route", 4 + p + r, preserve + k * into_route, 10);
+            call(
+                11,
+                12 + 2 * k as u8,
+                "preserve",
+                "route",
+                4 + p + r,
+                preserve + k * into_route,
+                10,
+            );
         }
-        call(11, 18, "preserve", "contacts", 4 + p, preserve + 3 * into_route, 10);
+        call(
+            11,
+            18,
+            "preserve",
+            "contacts",
+            4 + p,
+            preserve + 3 * into_route,
+            10,
+        );
         let second = 4 + p + inner;
         let travel = call(1, 20, "gateway", "travel", 4, second, 4 + r + 10);
         call(21, 22, "travel", "route", 4 + r, travel, 10);

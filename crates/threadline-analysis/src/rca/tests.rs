@@ -678,3 +678,40 @@ fn a_change_on_all_traffic_keeps_its_before_and_after_when_the_call_is_the_reque
         "{ranked:#?}"
     );
 }
+
+/// Ranks an error-rate incident on four instances, each serving two images half and
+/// half; `errors` per instance in the window (100 requests each), 1 in 300 before.
+fn rank_instances_failing(errors: [u64; 4]) -> Vec<Candidate> {
+    let instances = ["i-1", "i-2", "i-3", "i-4"];
+    let halves = |n: u64, e: u64, i: &str| {
+        [
+            errors_cell((i, "", "img:a"), n / 2, e / 2),
+            errors_cell((i, "", "img:b"), n / 2, e - e / 2),
+        ]
+    };
+    let baseline: Vec<_> = instances.iter().flat_map(|i| halves(300, 1, i)).collect();
+    let window: Vec<_> = instances
+        .iter()
+        .zip(errors)
+        .flat_map(|(i, e)| halves(100, e, i))
+        .collect();
+    rank_at_onset(Metric::ErrorRate, vec![], &baseline, &window, vec![])
+}
+
+#[test]
+fn two_instances_failing_alike_are_either_of_them() {
+    // Behind one switch, i-1 and i-2 fail alike; neither holds most of the excess.
+    let ranked = rank_instances_failing([25, 22, 0, 1]);
+    assert_eq!(
+        ranked[0].subject, "instance=i-1 | instance=i-2",
+        "{ranked:#?}"
+    );
+    assert!(ranked[0].confidence > 0.8, "{:#?}", ranked[0]);
+    // One that holds most of it is the cause alone.
+    let ranked = rank_instances_failing([30, 6, 0, 1]);
+    assert_eq!(ranked[0].subject, "instance=i-1", "{ranked:#?}");
+    assert!(
+        ranked.iter().all(|c| !c.subject.contains(" | ")),
+        "{ranked:#?}"
+    );
+}

@@ -61,33 +61,32 @@ pub(crate) struct PublicBenchArgs {
 struct Outcome {
     case: String,
     cause: Vec<Element>,
-    /// The elements of the first candidates, best first (`None`: no attribute value).
-    top: Vec<Option<Element>>,
+    /// The elements each of the first candidates names, best first (none: no
+    /// attribute value; two: either of two values).
+    top: Vec<Vec<Element>>,
     /// What the first candidates' evidence says, best first.
     explanations: Vec<String>,
-    /// The first candidate is the label (a label of one element).
+    /// The first candidate's elements are the label's.
     exact: bool,
-    /// One of the first three candidates is an element of the label.
+    /// One of the first three candidates names an element of the label.
     within_3: bool,
-    /// F1 of the first candidate against the label's elements.
+    /// F1 of the first candidate's elements against the label's.
     f1: f64,
     requests: u64,
     sampled_one_in: f64,
     rca_ms: f64,
 }
 
-fn score(cause: &[Element], top: &[Option<Element>]) -> (bool, bool, f64) {
-    let first = top.first().cloned().flatten();
-    let exact = cause.len() == 1 && first.as_ref() == cause.first();
-    let within_3 = top
-        .iter()
-        .take(3)
-        .flatten()
-        .any(|e| cause.iter().any(|c| c == e));
-    let hit = first.as_ref().is_some_and(|e| cause.contains(e));
-    let predicted = usize::from(first.is_some());
-    let f1 = if hit {
-        2.0 / (predicted + cause.len()) as f64
+fn score(cause: &[Element], top: &[Vec<Element>]) -> (bool, bool, f64) {
+    let first: &[Element] = top.first().map_or(&[], Vec::as_slice);
+    fn set(elements: &[Element]) -> std::collections::BTreeSet<&Element> {
+        elements.iter().collect()
+    }
+    let exact = !first.is_empty() && set(first) == set(cause);
+    let within_3 = top.iter().take(3).flatten().any(|e| cause.contains(e));
+    let hits = set(first).into_iter().filter(|e| cause.contains(e)).count();
+    let f1 = if hits > 0 {
+        2.0 * hits as f64 / (set(first).len() + cause.len()) as f64
     } else {
         0.0
     };
@@ -148,7 +147,7 @@ async fn run_rs_case(case: &robustspot::Case, max_per_minute: u64) -> anyhow::Re
         .await?;
     let rca_ms = started.elapsed().as_secs_f64() * 1e3;
     server.stop().await?;
-    let top: Vec<Option<Element>> = rca["candidates"]
+    let top: Vec<Vec<Element>> = rca["candidates"]
         .as_array()
         .into_iter()
         .flatten()
@@ -156,12 +155,13 @@ async fn run_rs_case(case: &robustspot::Case, max_per_minute: u64) -> anyhow::Re
         .map(|c| {
             c["subject"]
                 .as_str()
-                .and_then(robustspot::element_of)
+                .and_then(robustspot::elements_of)
                 .or_else(|| {
                     c["evidence"]["attribute"]
                         .as_str()
-                        .and_then(robustspot::element_of)
+                        .and_then(robustspot::elements_of)
                 })
+                .unwrap_or_default()
         })
         .collect();
     let explanations = rca["candidates"]
@@ -293,17 +293,25 @@ mod tests {
         let cdn7 = element(&[("cdn", "7")]);
         let pair = element(&[("bitrate", "2000"), ("p2p", "1")]);
         assert_eq!(
-            score(std::slice::from_ref(&cdn7), &[Some(cdn7.clone())]),
+            score(std::slice::from_ref(&cdn7), &[vec![cdn7.clone()]]),
             (true, true, 1.0)
         );
         // Right element of a two-element label: no exact set, F1 2/3.
-        let (exact, within, f1) = score(&[cdn7.clone(), pair.clone()], &[Some(pair.clone())]);
+        let (exact, within, f1) = score(&[cdn7.clone(), pair.clone()], &[vec![pair.clone()]]);
         assert!(!exact && within && (f1 - 2.0 / 3.0).abs() < 1e-9);
+        // Both elements, as either of two values, in either order: the set.
+        assert_eq!(
+            score(
+                &[cdn7.clone(), pair.clone()],
+                &[vec![pair.clone(), cdn7.clone()]]
+            ),
+            (true, true, 1.0)
+        );
         // Second place: within three, not first.
         assert_eq!(
-            score(std::slice::from_ref(&pair), &[None, Some(pair.clone())]),
+            score(std::slice::from_ref(&pair), &[vec![], vec![pair.clone()]]),
             (false, true, 0.0)
         );
-        assert_eq!(score(&[pair], &[Some(cdn7)]), (false, false, 0.0));
+        assert_eq!(score(&[pair], &[vec![cdn7]]), (false, false, 0.0));
     }
 }

@@ -264,10 +264,15 @@ fn request(rng: &mut StdRng, leaf: &Leaf, start: u64, failed: bool) -> [Span; 2]
     [root, call]
 }
 
-/// The RS element an RCA candidate names: its attribute value(s) (`instance=7`, or a
-/// pair `adapter=2000 & gray_tag=1`), mapped back to RS attributes; `None` for a
+/// The RS elements an RCA candidate names: one of its attribute value(s)
+/// (`instance=7`, or a pair `adapter=2000 & gray_tag=1`), or two for either of two
+/// values (`adapter=2000 | adapter=4000`), mapped back to RS attributes; `None` for a
 /// candidate that is no attribute value.
-pub(crate) fn element_of(subject: &str) -> Option<Element> {
+pub(crate) fn elements_of(subject: &str) -> Option<Vec<Element>> {
+    subject.split(" | ").map(element_of).collect()
+}
+
+fn element_of(subject: &str) -> Option<Element> {
     subject
         .split(" & ")
         .map(|part| {
@@ -338,9 +343,13 @@ mod tests {
 
     #[test]
     fn candidates_map_back_to_rs_attributes() {
-        let e = element_of("adapter=2000 & gray_tag=1").unwrap();
-        assert!(e.contains(&("bitrate".into(), "2000".into())));
-        assert!(e.contains(&("p2p".into(), "1".into())));
-        assert_eq!(element_of("service=x span=y"), None);
+        let e = elements_of("adapter=2000 & gray_tag=1").unwrap();
+        assert_eq!(e.len(), 1);
+        assert!(e[0].contains(&("bitrate".into(), "2000".into())));
+        assert!(e[0].contains(&("p2p".into(), "1".into())));
+        let either = elements_of("adapter=2000 | adapter=4000").unwrap();
+        assert_eq!(either.len(), 2);
+        assert!(either[1].contains(&("bitrate".into(), "4000".into())));
+        assert_eq!(elements_of("service=x span=y"), None);
     }
 }
