@@ -7,7 +7,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::anomaly::{AnomalyOnset, DetectorConfig, DetectorEvent, MinuteValue, SeriesDetector};
+use crate::anomaly::{
+    AnomalyOnset, DetectorConfig, DetectorEvent, MinuteValue, SeriesDetector, POOL_MINUTES,
+};
 use crate::incident::Incident;
 use crate::metric::Metric;
 use crate::rollup::{Dimension, Level, RollupCell, SeriesKey};
@@ -54,10 +56,6 @@ enum Judged {
     /// Not yet: too few requests so far.
     NotYet,
 }
-
-/// Minutes a quiet scope's requests are pooled over at most before they are judged:
-/// a route at 5 requests a minute is judged every four minutes, one at 1 not at all.
-const POOL_MINUTES: i64 = 5;
 
 impl Watch {
     pub fn new(cfg: DetectorConfig) -> Self {
@@ -517,5 +515,45 @@ mod tests {
             "{incident:?}"
         );
         assert!((148..=150).contains(&incident.onset_minute), "{incident:?}");
+    }
+
+    /// A quiet route's median 60% slower for good (a slower tool), its requests
+    /// spread as a long tail (σ 0.5 in log): no pool of 21 requests alone is far
+    /// enough out, two pools in a row are.
+    #[test]
+    fn a_quiet_routes_sustained_step_opens_on_two_pools_in_a_row() {
+        let mut watch = Watch::new(DetectorConfig::default());
+        let quiet = SeriesKey::at(Level::Request)
+            .with(Dimension::Service, "gw")
+            .with(Dimension::Route, "/v1/quiet");
+        let mut opened = Vec::new();
+        // A fixed pseudo-random stream of standard normals (Box–Muller).
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut uniform = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 11) as f64 / (1u64 << 53) as f64
+        };
+        for minute in 0..170 {
+            let median = if minute >= 150 { 800.0 } else { 500.0 };
+            let mut c = RollupCell::default();
+            for _ in 0..7 {
+                let z = (-2.0 * uniform().max(1e-12).ln()).sqrt()
+                    * (std::f64::consts::TAU * uniform()).cos();
+                c.requests += 1;
+                c.latency_ms.add(median * (0.5 * z).exp());
+            }
+            let found = watch.push_minute(minute, [(&quiet, &c)]);
+            if minute < 150 {
+                assert!(found.is_empty(), "minute {minute}: {found:?}");
+            }
+            opened.extend(found);
+        }
+        let incident = opened
+            .iter()
+            .find(|i| i.route == "/v1/quiet")
+            .unwrap_or_else(|| panic!("no incident: {opened:?}"));
+        assert!((147..=153).contains(&incident.onset_minute), "{incident:?}");
     }
 }

@@ -118,6 +118,11 @@ pub enum DetectorEvent {
     },
 }
 
+/// Minutes a quiet scope's requests are pooled over at most before they are judged
+/// as one point (`watch`): a route at 5 requests a minute is judged every four
+/// minutes, one at 1 not at all.
+pub(crate) const POOL_MINUTES: i64 = 5;
+
 /// The least sigma of a cache hit ratio (a mean of per-request ratios): a point.
 const CACHE_RATIO_FLOOR: f64 = 0.01;
 
@@ -345,6 +350,15 @@ impl SeriesDetector {
         event
     }
 
+    /// The point judged just before `point`: the minute before, or — for a quiet
+    /// scope whose minutes are pooled until they hold enough requests (`watch`) — the
+    /// pool before, dated by its first minute, at most `POOL_MINUTES` back. A minute
+    /// skipped for too few requests breaks the sequence (`push_requests`).
+    fn previous(&self, point: &MinuteValue) -> Option<MinuteValue> {
+        self.last
+            .filter(|p| p.minute < point.minute && point.minute - p.minute <= POOL_MINUTES)
+    }
+
     /// How likely this minute's upper quantile is by chance among the baseline's
     /// requests; `None` for other metrics or while the pool is small.
     fn chance(&self, point: &MinuteValue) -> Option<f64> {
@@ -359,8 +373,8 @@ impl SeriesDetector {
         self.share_prior.observe(bad, n)
     }
 
-    /// For shares of requests (error, rejection rate): whether the last minute and this
-    /// one, pooled, hold more bad requests than the baseline makes plausible (its
+    /// For shares of requests (error, rejection rate): whether the point before
+    /// (`previous`) and this one, pooled, hold more bad requests than the baseline makes plausible (its
     /// predictive tail below α, the normal tail at `sensitivity`), each minute out at
     /// √α and together `min_ratio_change` above the baseline's share. A share's
     /// evidence adds up over minutes: 3 errors in each of two minutes of 45 requests
@@ -374,7 +388,7 @@ impl SeriesDetector {
         if !matches!(self.metric, Metric::ErrorRate | Metric::RejectionRate) {
             return None;
         }
-        let prev = self.last.filter(|p| p.minute == point.minute - 1)?;
+        let prev = self.previous(point)?;
         let belief = self.baseline_share(prev.minute);
         let p0 = belief.share();
         let alpha = cfg.alpha();
@@ -399,12 +413,13 @@ impl SeriesDetector {
         (surprise < alpha).then_some((prev, p0, pooled, (pooled - p0) / sigma))
     }
 
-    /// For the median latency: whether the last minute and this one are out together
-    /// — their scores' sum `needed · √2` or more, as one minute's score `needed` is
-    /// under the null — each at least a sigma out and their mean at least half the
-    /// minimum relative change off the baseline. A slower tool adds the same time to
-    /// every request: a shift of the median a minute of a few dozen requests cannot
-    /// show on its own, and two can. Returns (previous minute, their mean, score).
+    /// For the median latency: whether the point before (`previous`) and this one are
+    /// out together — their scores' sum `needed · √2` or more, as one minute's score
+    /// `needed` is under the null — each at least a sigma out and their mean at least
+    /// half the minimum relative change off the baseline. A slower tool adds the same
+    /// time to every request: a shift of the median a minute of a few dozen requests
+    /// cannot show on its own, and two can. Returns (previous minute, their mean,
+    /// score).
     fn sustained_shift(
         &self,
         cfg: &DetectorConfig,
@@ -415,7 +430,7 @@ impl SeriesDetector {
         if self.metric != Metric::P50Latency {
             return None;
         }
-        let prev = self.last.filter(|p| p.minute == point.minute - 1)?;
+        let prev = self.previous(point)?;
         let z = |p: &MinuteValue| (p.value - median) / sigma;
         let (z0, z1) = (z(&prev), z(point));
         let score = (z0 + z1) / std::f64::consts::SQRT_2;
