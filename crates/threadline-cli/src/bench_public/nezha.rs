@@ -154,10 +154,14 @@ pub(crate) struct SpanRow {
     pub(super) end_ns: u64,
 }
 
-/// A CSV file's reader and header row.
+/// A CSV file's reader and header row. Records may hold more fields than the header
+/// (a log line with an unquoted comma) or fewer (a row cut short): each reader takes
+/// what it needs of them.
 fn open_csv(path: &Path) -> anyhow::Result<(csv::Reader<std::fs::File>, csv::StringRecord)> {
-    let mut reader =
-        csv::Reader::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut reader = csv::ReaderBuilder::new()
+        .flexible(true)
+        .from_path(path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
     let headers = reader
         .headers()
         .with_context(|| format!("{} has no header row", path.display()))?
@@ -190,10 +194,15 @@ pub(crate) fn read_spans(paths: &[PathBuf]) -> anyhow::Result<Vec<SpanRow>> {
         );
         for record in reader.records() {
             let r = record.with_context(|| format!("{} does not parse", path.display()))?;
-            let (Ok(t), Ok(sp)) = (r[trace].parse::<TraceId>(), r[span].parse::<SpanId>()) else {
+            let field = |i: usize| r.get(i).unwrap_or_default();
+            let (Ok(t), Ok(sp)) = (
+                field(trace).parse::<TraceId>(),
+                field(span).parse::<SpanId>(),
+            ) else {
                 continue;
             };
-            let (Ok(start_ns), Ok(end_ns)) = (r[start].parse::<u64>(), r[end].parse::<u64>())
+            let (Ok(start_ns), Ok(end_ns)) =
+                (field(start).parse::<u64>(), field(end).parse::<u64>())
             else {
                 continue;
             };
@@ -201,9 +210,9 @@ pub(crate) fn read_spans(paths: &[PathBuf]) -> anyhow::Result<Vec<SpanRow>> {
                 trace: t,
                 span: sp,
                 // `root` (or any id that does not parse): no parent.
-                parent: r[parent].parse().ok(),
-                pod: r[pod].to_owned(),
-                name: r[name].to_owned(),
+                parent: field(parent).parse().ok(),
+                pod: field(pod).to_owned(),
+                name: field(name).to_owned(),
                 start_ns,
                 end_ns: end_ns.max(start_ns),
             });
@@ -292,17 +301,26 @@ pub(crate) fn read_logs(paths: &[PathBuf]) -> anyhow::Result<Vec<LogRow>> {
             col("SpanID")?,
             col("Log")?,
         );
+        let last = headers.len().saturating_sub(1);
         for record in reader.records() {
             let r = record.with_context(|| format!("{} does not parse", path.display()))?;
-            let Ok(time_ns) = r[time].parse::<u64>() else {
+            let field = |i: usize| r.get(i).unwrap_or_default();
+            let Ok(time_ns) = field(time).parse::<u64>() else {
                 continue;
             };
-            let (text, level) = parse_log(&r[log]);
+            // The log line is the last column: fields past the header are the rest of
+            // it, split at commas nobody quoted.
+            let line = if log == last && r.len() > headers.len() {
+                r.iter().skip(log).collect::<Vec<_>>().join(",")
+            } else {
+                field(log).to_owned()
+            };
+            let (text, level) = parse_log(&line);
             out.push(LogRow {
                 time_ns,
-                pod: r[pod].to_owned(),
-                trace: r[trace].parse().ok(),
-                span: r[span].parse().ok(),
+                pod: field(pod).to_owned(),
+                trace: field(trace).parse().ok(),
+                span: field(span).parse().ok(),
                 level,
                 text,
             });
@@ -383,5 +401,36 @@ mod tests {
         assert_eq!(service_of_candidate(&c).as_deref(), Some("a"));
         let c = serde_json::json!({"subject": "adapter=x", "evidence": {}});
         assert_eq!(service_of_candidate(&c), None);
+    }
+
+    #[test]
+    fn rows_with_unquoted_commas_or_cut_short_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let logs = dir.path().join("10_06_log.csv");
+        std::fs::write(
+            &logs,
+            "Timestamp,TimeUnixNano,Node,PodName,Container,TraceID,SpanID,Log\n\
+             t,1,n,ts-a-1-2,server,0b,31,plain line\n\
+             t,2,n,ts-a-1-2,server,0b,31,ERROR a, b, c\n\
+             t,3,n,ts-a-1-2\n",
+        )
+        .unwrap();
+        let rows = read_logs(&[logs]).unwrap();
+        assert_eq!(rows.len(), 3, "{rows:?}");
+        assert_eq!(rows[1].text, "ERROR a, b, c");
+        assert!(rows[1].is_error());
+        assert_eq!(
+            (rows[2].pod.as_str(), rows[2].text.as_str()),
+            ("ts-a-1-2", "")
+        );
+        let spans = dir.path().join("10_06_trace.csv");
+        std::fs::write(
+            &spans,
+            "TraceID,SpanID,ParentID,PodName,OperationName,StartTimeUnixNano,EndTimeUnixNano,Duration\n\
+             0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b,3131313131313131,root,ts-a-1-2,/x,10,20,10\n\
+             0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b,3232323232323232\n",
+        )
+        .unwrap();
+        assert_eq!(read_spans(&[spans]).unwrap().len(), 1);
     }
 }
