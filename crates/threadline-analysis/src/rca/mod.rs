@@ -323,11 +323,33 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
         let mut explanation = contrast_line(input.metric, &subject, c);
         let mut score = c.score;
         // Narrowed to a combination of values: the combination is the candidate, its
-        // seed's own evidence beside it.
-        if let Some(combination) = combinations
+        // seed's own evidence beside it — unless one of its values is what a change
+        // brought: the combination is then that change's, narrowed (a prompt version
+        // tried on one arm before it took over), and the seed stands alone.
+        let found = combinations
             .iter()
-            .find(|x| x.values[0] == (*dim, value.clone()))
-        {
+            .find(|x| x.values[0] == (*dim, value.clone()));
+        if let Some((combination, host)) = found.and_then(|x| {
+            let brought = x.values.iter().find(|v| explained.contains(v))?;
+            let host = out.iter_mut().find(|h| {
+                h.kind != CandidateKind::Attribute && h.attribute.as_ref() == Some(brought)
+            })?;
+            Some((x, host))
+        }) {
+            let narrowed = confidence(combination.score, c.before_after, r);
+            host.evidence["narrowed_to"] = serde_json::json!({
+                "subject": combination.subject(),
+                "share_of_bad": combination.recall,
+                "relative_risk": combination.relative_risk,
+                "contrast": combination.score,
+            });
+            host.confidence = host.confidence.max(narrowed);
+            host.explanation.push_str(&format!(
+                "; {:.0}% of the excess on {}",
+                combination.recall * 100.0,
+                combination.subject()
+            ));
+        } else if let Some(combination) = found {
             let narrowed = combination.subject();
             explanation = format!(
                 "{narrowed}: {:.0}% of the excess bad requests; their excess rate {:.1}% against {:.1}% on the rest of {subject}",

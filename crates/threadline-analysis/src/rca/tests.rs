@@ -715,3 +715,36 @@ fn two_instances_failing_alike_are_either_of_them() {
         "{ranked:#?}"
     );
 }
+
+#[test]
+fn a_combination_with_what_a_change_brought_is_that_changes() {
+    // Prompt v2 went to half of the requests at the onset and overflows only on
+    // i-1's (its longer contexts): `instance=i-1 & prompt_version=v2` holds the
+    // excess, and it is the prompt change's, narrowed — not a rival of it.
+    let cell_of = |instance: &str, prompt: &str, n: u64, errors: u64| {
+        let mut c = cell(500.0, n, 0.8);
+        c.errors = errors;
+        (key(instance, "", prompt, ""), c)
+    };
+    let baseline = vec![cell_of("i-1", "v1", 300, 1), cell_of("i-2", "v1", 300, 1)];
+    let window = vec![
+        cell_of("i-1", "v1", 100, 0),
+        cell_of("i-1", "v2", 100, 30),
+        cell_of("i-2", "v1", 100, 0),
+        cell_of("i-2", "v2", 100, 1),
+    ];
+    let prompt = change(
+        "prompt_version",
+        "prompt:chat@v2",
+        100,
+        (Dimension::PromptVersion, "v2"),
+    );
+    let ranked = rank_at_onset(Metric::ErrorRate, vec![], &baseline, &window, vec![prompt]);
+    assert_eq!(ranked[0].subject, "prompt:chat@v2", "{ranked:#?}");
+    assert_eq!(
+        ranked[0].evidence["narrowed_to"]["subject"],
+        "instance=i-1 & prompt_version=v2",
+        "{ranked:#?}"
+    );
+    assert!(ranked.iter().all(|c| !c.subject.contains(" & ")), "{ranked:#?}");
+}
