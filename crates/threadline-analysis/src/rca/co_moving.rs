@@ -5,7 +5,7 @@ use super::{Candidate, CandidateKind};
 use crate::rollup::{Dimension, RollupCell, SeriesKey};
 
 /// Requests of the window carrying `a` that also carry `b`, over those carrying `a`.
-fn overlap(
+pub(super) fn overlap(
     window: &[(SeriesKey, RollupCell)],
     a: &(Dimension, String),
     b: &(Dimension, String),

@@ -278,7 +278,7 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
             Some(((d, v), ctr)) if ctr.score > 0.0 || ctr.before_after > 0.0 => {
                 contrast_line(input.metric, &format!("{}={v}", d.as_str()), ctr)
             }
-            _ => "the bad requests are not concentrated on what it changed".to_owned(),
+            _ => NOT_CONCENTRATED.to_owned(),
         };
         let explanation = format!(
             "{} {} {when}; {backing}",
@@ -472,5 +472,62 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
     // A combination reached from several of its values: the best-ranked one stays.
     let mut subjects = std::collections::HashSet::new();
     out.retain(|c| subjects.insert(c.subject.clone()));
+    pair_with_change(input, &contrasts, &mut out);
     fold_co_moving(input.window, out, &share_before)
+}
+
+/// What a change's explanation says when its value holds no bad requests of note.
+const NOT_CONCENTRATED: &str = "the bad requests are not concentrated on what it changed";
+
+/// Share of the baseline's requests below which a value a change brought was not
+/// there before it.
+const BROUGHT_SHARE: f64 = 0.1;
+
+/// A value that leads without a change of its own (an instance) whose requests all
+/// took, at the onset, the value a change brought to more requests than its (a new
+/// adapter on every instance):
+/// the cause is the pair — the change, bad only where that value is (the adapter
+/// only on the instances a new image reached before). The change leads, narrowed to
+/// the value, at the value's confidence; the value is listed under it.
+fn pair_with_change(
+    input: &RcaInput<'_>,
+    contrasts: &std::collections::BTreeMap<(Dimension, String), Contrast>,
+    out: &mut Vec<Candidate>,
+) {
+    let Some(lead) = out.first() else { return };
+    let Some(value) = lead.attribute.clone() else {
+        return;
+    };
+    if lead.kind != CandidateKind::Attribute || lead.subject.contains(['&', '|']) {
+        return;
+    }
+    let at_onset = (-(ONSET_UNCERTAINTY_MINUTES as f64) / 5.0).exp();
+    let host = out.iter().position(|c| {
+        c.kind != CandidateKind::Attribute
+            && c.proximity >= at_onset
+            && c.attribute.as_ref().is_some_and(|brought| {
+                brought.0 != value.0
+                    && contrasts
+                        .get(brought)
+                        .is_some_and(|x| x.share_baseline < BROUGHT_SHARE)
+                    && co_moving::overlap(input.window, &value, brought) >= co_moving::CO_MOVING
+                    // On more than the value's requests: else the two move together
+                    // (`fold_co_moving`), no pair.
+                    && co_moving::overlap(input.window, brought, &value) < co_moving::CO_MOVING
+            })
+    });
+    let Some(at) = host else { return };
+    let lead = out.remove(0);
+    let mut host = out.remove(at - 1);
+    host.confidence = host.confidence.max(lead.confidence);
+    let said = host
+        .explanation
+        .replace(&format!("; {NOT_CONCENTRATED}"), "");
+    host.explanation = format!("{said}; bad only on {}", lead.explanation);
+    host.evidence["narrowed_to"] = serde_json::json!({
+        "subject": lead.subject,
+        "explanation": lead.explanation,
+        "confidence": lead.confidence,
+    });
+    out.insert(0, host);
 }

@@ -742,9 +742,56 @@ fn a_combination_with_what_a_change_brought_is_that_changes() {
     let ranked = rank_at_onset(Metric::ErrorRate, vec![], &baseline, &window, vec![prompt]);
     assert_eq!(ranked[0].subject, "prompt:chat@v2", "{ranked:#?}");
     assert_eq!(
-        ranked[0].evidence["narrowed_to"]["subject"],
-        "instance=i-1 & prompt_version=v2",
+        ranked[0].evidence["narrowed_to"]["subject"], "instance=i-1 & prompt_version=v2",
         "{ranked:#?}"
     );
-    assert!(ranked.iter().all(|c| !c.subject.contains(" & ")), "{ranked:#?}");
+    assert!(
+        ranked.iter().all(|c| !c.subject.contains(" & ")),
+        "{ranked:#?}"
+    );
+}
+
+#[test]
+fn a_change_on_every_instance_bad_only_on_one_is_the_pair() {
+    // A new adapter on every instance at the onset fails only on i-2 (the new image
+    // it reached before, harmless until then): i-2 holds the bad requests, but it did
+    // not change — the adapter did, and it leads, narrowed to i-2.
+    let baseline = vec![
+        errors_cell(("i-1", "fin@6", "img:1"), 300, 1),
+        errors_cell(("i-2", "fin@6", "img:2"), 300, 1),
+        errors_cell(("i-3", "fin@6", "img:1"), 300, 1),
+    ];
+    let window = vec![
+        errors_cell(("i-1", "fin@7", "img:1"), 100, 0),
+        errors_cell(("i-2", "fin@7", "img:2"), 100, 25),
+        errors_cell(("i-3", "fin@7", "img:1"), 100, 1),
+    ];
+    let ranked = rank_at_onset(
+        Metric::ErrorRate,
+        vec![],
+        &baseline,
+        &window,
+        vec![fin_lora_7_at(100)],
+    );
+    assert_eq!(ranked[0].subject, "adapter:fin@7", "{ranked:#?}");
+    assert!(ranked[0].confidence > 0.8, "{:#?}", ranked[0]);
+    let narrowed = ranked[0].evidence["narrowed_to"]["subject"].as_str();
+    assert!(
+        matches!(narrowed, Some("instance=i-2" | "image=img:2")),
+        "{ranked:#?}"
+    );
+    assert!(
+        !ranked[0].explanation.contains("not concentrated"),
+        "{}",
+        ranked[0].explanation
+    );
+    // Two minutes before the onset, a change is no pair with it: the value leads.
+    let ranked = rank_at_onset(
+        Metric::ErrorRate,
+        vec![],
+        &baseline,
+        &window,
+        vec![fin_lora_7_at(98)],
+    );
+    assert_ne!(ranked[0].subject, "adapter:fin@7", "{ranked:#?}");
 }

@@ -633,6 +633,34 @@ fn inject(scenario: &mut Scenario, versions: &mut Versions, rng: &mut StdRng) {
             effect,
         });
     }
+    // Paired: the adapter goes everywhere harmlessly, and is bad only where a new
+    // image runs, which reached some instances minutes before without harm.
+    if scenario.fault.variant == Variant::Paired && scope == Scope::All && n > 1 {
+        let on = Scope::Instances(some_instances(rng, n));
+        let image = versions.image(&scenario.routes, r);
+        scenario.changes.push(Change {
+            at: at - rng.random_range(8..=25),
+            route: r,
+            scope: on.clone(),
+            set: Some(Setting::Image(image)),
+            effect: Effect::NONE,
+        });
+        scenario.changes.push(Change {
+            at,
+            route: r,
+            scope,
+            set,
+            effect: Effect::NONE,
+        });
+        scenario.changes.push(Change {
+            at,
+            route: r,
+            scope: on,
+            set: None,
+            effect,
+        });
+        return;
+    }
     scenario.changes.push(Change {
         at,
         route: r,
@@ -671,11 +699,14 @@ mod tests {
                     }
                 }
                 // Every change but the fault is harmless; decoys on the faulty route
-                // come before the onset.
+                // come before the onset (a paired fault's image, 8–25 minutes before,
+                // and its adapter, at the onset, are harmless alone).
                 for c in &s.changes {
                     if c.effect == Effect::NONE && c.route == f.route {
+                        let paired = variant == Variant::Paired
+                            && (c.at == f.onset || (f.onset - 25..=f.onset - 8).contains(&c.at));
                         assert!(
-                            (f.onset - 6..=f.onset - 2).contains(&c.at),
+                            paired || (f.onset - 6..=f.onset - 2).contains(&c.at),
                             "{kind:?}: {c:?}"
                         );
                     }
@@ -721,5 +752,35 @@ mod tests {
         assert_eq!(s.state(f.route, f.onset - 1, hit).errors, 0.0);
         assert!(s.state(f.route, f.onset, hit).errors >= 0.2);
         assert_eq!(s.state(f.route, f.onset, spared).errors, 0.0);
+    }
+
+    #[test]
+    fn a_paired_fault_is_bad_only_where_both_values_are() {
+        for seed in 0..20 {
+            let mut rng = StdRng::seed_from_u64(seed);
+            let s = generate(&mut rng, FaultKind::AdapterSwap, Variant::Paired);
+            let f = &s.fault;
+            let on = |c: &Change| c.route == f.route;
+            // The adapter everywhere at the onset, harmless by itself.
+            let adapter = s
+                .changes
+                .iter()
+                .find(|c| on(c) && matches!(c.set, Some(Setting::Adapter(_))) && c.at == f.onset)
+                .expect("the adapter change");
+            assert_eq!(
+                (&adapter.scope, adapter.effect),
+                (&Scope::All, Effect::NONE)
+            );
+            // The image before it on some instances, and the effect on those alone.
+            let image = s
+                .changes
+                .iter()
+                .find(|c| on(c) && matches!(c.set, Some(Setting::Image(_))))
+                .expect("the image change");
+            assert!(image.at < f.onset && image.effect == Effect::NONE);
+            let effect = s.fault_change().expect("the effect");
+            assert_eq!((&effect.scope, &effect.set), (&image.scope, &None));
+            assert!(f.cause.starts_with("adapter:"), "{}", f.cause);
+        }
     }
 }

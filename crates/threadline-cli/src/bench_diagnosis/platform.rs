@@ -118,16 +118,20 @@ pub(crate) enum Variant {
     Quiet,
     /// The faulty route serves 150–500 requests a minute.
     Busy,
+    /// The fault is a pair of values: a new adapter on every instance is bad only on
+    /// those a new image reached 8–25 minutes before (harmless until then).
+    Paired,
 }
 
 impl Variant {
-    pub(crate) const ALL: [Variant; 6] = [
+    pub(crate) const ALL: [Variant; 7] = [
         Variant::Plain,
         Variant::Skewed,
         Variant::Appearing,
         Variant::TakingOver,
         Variant::Quiet,
         Variant::Busy,
+        Variant::Paired,
     ];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -138,6 +142,7 @@ impl Variant {
             Variant::TakingOver => "taking_over",
             Variant::Quiet => "quiet",
             Variant::Busy => "busy",
+            Variant::Paired => "paired",
         }
     }
 
@@ -148,9 +153,8 @@ impl Variant {
             FaultKind::PromptOverflow | FaultKind::ModelSwap => {
                 &[Plain, Appearing, TakingOver, Skewed, Quiet, Busy]
             }
-            FaultKind::AdapterSwap | FaultKind::ImageSwap => {
-                &[Plain, TakingOver, Skewed, Quiet, Busy]
-            }
+            FaultKind::AdapterSwap => &[Plain, TakingOver, Skewed, Quiet, Busy, Paired],
+            FaultKind::ImageSwap => &[Plain, TakingOver, Skewed, Quiet, Busy],
             FaultKind::AbArm | FaultKind::GrayTag => &[Plain, Appearing, Skewed, Quiet, Busy],
             _ => &[Plain, Skewed, Quiet, Busy],
         }
