@@ -23,7 +23,10 @@
 //! - **Combinations** (`combinations`): a leading value narrowed by another
 //!   dimension's value where the scan statistic says the narrower slice holds the
 //!   excess; either of two values of a dimension where they share its excess and
-//!   neither holds most of it.
+//!   neither holds most of it. A combination with a value a change brought is that
+//!   change's (`narrowed_to`); a leading value that did not change, all of whose
+//!   requests took a wider value a change brought at the onset, pairs with that
+//!   change, which leads (`pair_with_change`).
 //! - **Time share `D`** (per part of the requests — a span name in a service — for
 //!   latency metrics of request series): the part's share of the added mean latency,
 //!   `D = share × (1 − e^(−2·growth)) × own`, `own` being `1 − max C` over a model
