@@ -491,7 +491,9 @@ const BROUGHT_SHARE: f64 = 0.1;
 /// adapter on every instance):
 /// the cause is the pair — the change, bad only where that value is (the adapter
 /// only on the instances a new image reached before). The change leads, narrowed to
-/// the value, at the value's confidence; the value is listed under it.
+/// the value, at the value's confidence; the value is listed under it. Only for
+/// deployed artifacts (adapter, model, image rollouts; instance, image, adapter or
+/// model values).
 fn pair_with_change(
     input: &RcaInput<'_>,
     contrasts: &std::collections::BTreeMap<(Dimension, String), Contrast>,
@@ -505,14 +507,33 @@ fn pair_with_change(
         return;
     }
     let at_onset = (-(ONSET_UNCERTAINTY_MINUTES as f64) / 5.0).exp();
+    // Artifacts deployed together: an adapter, model or image that fails only with
+    // one of another kind (a prompt version is no part of the deployment: one that
+    // fails on one instance alone is that instance's fault).
+    const DEPLOYED: [Dimension; 4] = [
+        Dimension::Instance,
+        Dimension::Image,
+        Dimension::Adapter,
+        Dimension::Model,
+    ];
+    if !DEPLOYED.contains(&value.0) {
+        return;
+    }
     let host = out.iter().position(|c| {
-        c.kind != CandidateKind::Attribute
-            && c.proximity >= at_onset
+        matches!(
+            c.kind,
+            CandidateKind::AdapterRollout
+                | CandidateKind::ModelRollout
+                | CandidateKind::ImageRollout
+        ) && c.proximity >= at_onset
             && c.attribute.as_ref().is_some_and(|brought| {
                 brought.0 != value.0
-                    && contrasts
-                        .get(brought)
-                        .is_some_and(|x| x.share_baseline < BROUGHT_SHARE)
+                    // New, and its requests before the onset (if any) no healthier
+                    // than in the window: a harmless prompt bump two minutes before an
+                    // instance's KV cache collapsed served it well meanwhile.
+                    && contrasts.get(brought).is_some_and(|x| {
+                        x.share_baseline < BROUGHT_SHARE && x.healthy_before >= 0.5
+                    })
                     && co_moving::overlap(input.window, &value, brought) >= co_moving::CO_MOVING
                     // On more than the value's requests: else the two move together
                     // (`fold_co_moving`), no pair.

@@ -794,4 +794,33 @@ fn a_change_on_every_instance_bad_only_on_one_is_the_pair() {
         vec![fin_lora_7_at(98)],
     );
     assert_ne!(ranked[0].subject, "adapter:fin@7", "{ranked:#?}");
+    // A prompt version is no part of a deployment: one at the onset, bad only on
+    // i-2, leaves i-2 the cause (its KV cache, not the prompt).
+    let prompt = |p: &str, n, e| {
+        let (mut k, c) = errors_cell(("i-2", "fin@6", "img:2"), n, e);
+        k = k.with(Dimension::PromptVersion, p);
+        (k, c)
+    };
+    let baseline = vec![
+        errors_cell(("i-1", "fin@6", "img:1"), 300, 1),
+        prompt("v1", 300, 1),
+    ];
+    let window = vec![
+        {
+            let (k, c) = errors_cell(("i-1", "fin@6", "img:1"), 100, 0);
+            (k.with(Dimension::PromptVersion, "v2"), c)
+        },
+        prompt("v2", 100, 25),
+    ];
+    let change = change(
+        "prompt_version",
+        "prompt:chat@v2",
+        100,
+        (Dimension::PromptVersion, "v2"),
+    );
+    let ranked = rank_at_onset(Metric::ErrorRate, vec![], &baseline, &window, vec![change]);
+    assert!(
+        ranked[0].subject == "instance=i-2" || ranked[0].subject == "image=img:2",
+        "{ranked:#?}"
+    );
 }
