@@ -483,33 +483,39 @@ mod tests {
         );
     }
 
-    /// A route at 7 requests a minute: no minute of it has the 20 requests a minute
-    /// needs to be judged, so its minutes are pooled by three. Two hours of ordinary
-    /// traffic open nothing; its latency tripling from minute 150 opens a P50 or P99
-    /// incident with its onset within the pool the step began in.
-    #[test]
-    fn a_quiet_route_is_judged_on_its_minutes_pooled() {
+    /// The incident a quiet route (`/v1/quiet`, 7 requests a minute from `minute_of`)
+    /// opens after its step at minute 150, none before it.
+    fn quiet_route_incident(mut minute_of: impl FnMut(i64) -> RollupCell) -> Incident {
         let mut watch = Watch::new(DetectorConfig::default());
         let quiet = SeriesKey::at(Level::Request)
             .with(Dimension::Service, "gw")
             .with(Dimension::Route, "/v1/quiet");
         let mut opened = Vec::new();
-        let mut noise = 0.37f64;
         for minute in 0..170 {
-            // Ordinary minutes wander ±10% (a fixed pseudo-random walk).
-            noise = (noise * 997.0 + 0.13).fract();
-            let ms = if minute >= 150 { 1500.0 } else { 500.0 } * (0.9 + 0.2 * noise);
-            let mine = cell(ms, 7, 0.8);
-            let found = watch.push_minute(minute, [(&quiet, &mine)]);
+            let found = watch.push_minute(minute, [(&quiet, &minute_of(minute))]);
             if minute < 150 {
                 assert!(found.is_empty(), "minute {minute}: {found:?}");
             }
             opened.extend(found);
         }
-        let incident = opened
-            .iter()
+        opened
+            .into_iter()
             .find(|i| i.route == "/v1/quiet")
-            .unwrap_or_else(|| panic!("no incident: {opened:?}"));
+            .unwrap_or_else(|| panic!("no incident"))
+    }
+
+    /// A route at 7 requests a minute never reaches `min_count` alone: its minutes
+    /// are pooled, and a tripled latency from minute 150 on opens an incident with its
+    /// onset within the pool the step began in.
+    #[test]
+    fn a_quiet_route_is_judged_on_its_minutes_pooled() {
+        let mut noise = 0.37f64;
+        let incident = quiet_route_incident(|minute| {
+            // Ordinary minutes wander ±10% (a fixed pseudo-random walk).
+            noise = (noise * 997.0 + 0.13).fract();
+            let ms = if minute >= 150 { 1500.0 } else { 500.0 } * (0.9 + 0.2 * noise);
+            cell(ms, 7, 0.8)
+        });
         assert!(
             matches!(incident.metric, Metric::P50Latency | Metric::P99Latency),
             "{incident:?}"
@@ -522,11 +528,6 @@ mod tests {
     /// enough out, two pools in a row are.
     #[test]
     fn a_quiet_routes_sustained_step_opens_on_two_pools_in_a_row() {
-        let mut watch = Watch::new(DetectorConfig::default());
-        let quiet = SeriesKey::at(Level::Request)
-            .with(Dimension::Service, "gw")
-            .with(Dimension::Route, "/v1/quiet");
-        let mut opened = Vec::new();
         // A fixed pseudo-random stream of standard normals (Box–Muller).
         let mut state = 0x2545_f491_4f6c_dd1du64;
         let mut uniform = move || {
@@ -535,7 +536,7 @@ mod tests {
             state ^= state << 17;
             (state >> 11) as f64 / (1u64 << 53) as f64
         };
-        for minute in 0..170 {
+        let incident = quiet_route_incident(|minute| {
             let median = if minute >= 150 { 800.0 } else { 500.0 };
             let mut c = RollupCell::default();
             for _ in 0..7 {
@@ -544,16 +545,8 @@ mod tests {
                 c.requests += 1;
                 c.latency_ms.add(median * (0.5 * z).exp());
             }
-            let found = watch.push_minute(minute, [(&quiet, &c)]);
-            if minute < 150 {
-                assert!(found.is_empty(), "minute {minute}: {found:?}");
-            }
-            opened.extend(found);
-        }
-        let incident = opened
-            .iter()
-            .find(|i| i.route == "/v1/quiet")
-            .unwrap_or_else(|| panic!("no incident: {opened:?}"));
+            c
+        });
         assert!((147..=153).contains(&incident.onset_minute), "{incident:?}");
     }
 }

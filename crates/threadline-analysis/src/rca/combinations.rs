@@ -67,16 +67,21 @@ pub(super) struct Combination {
     pub(super) rate_out: f64,
 }
 
+/// `dimension=value` of each value, in order, joined by `separator`.
+fn joined(values: &[(Dimension, String)], separator: &str) -> String {
+    let mut values = values.to_vec();
+    values.sort();
+    values
+        .iter()
+        .map(|(d, v)| format!("{}={v}", d.as_str()))
+        .collect::<Vec<_>>()
+        .join(separator)
+}
+
 impl Combination {
     /// `adapter=2000 & gray_tag=1`, in dimension order.
     pub(super) fn subject(&self) -> String {
-        let mut values = self.values.clone();
-        values.sort();
-        values
-            .iter()
-            .map(|(d, v)| format!("{}={v}", d.as_str()))
-            .collect::<Vec<_>>()
-            .join(" & ")
+        joined(&self.values, " & ")
     }
 }
 
@@ -99,13 +104,7 @@ pub(super) struct Either {
 impl Either {
     /// `adapter=2000 | adapter=4000`, in value order.
     pub(super) fn subject(&self) -> String {
-        let mut values = self.values.clone();
-        values.sort();
-        values
-            .iter()
-            .map(|(d, v)| format!("{}={v}", d.as_str()))
-            .collect::<Vec<_>>()
-            .join(" | ")
+        joined(&self.values, " | ")
     }
 }
 
