@@ -479,6 +479,9 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
     fold_co_moving(input.window, out, &share_before)
 }
 
+/// Minutes from the onset within which a change pairs with a value it is bad on.
+const PAIR_MINUTES: i64 = 5;
+
 /// What a change's explanation says when its value holds no bad requests of note.
 const NOT_CONCENTRATED: &str = "the bad requests are not concentrated on what it changed";
 
@@ -487,7 +490,7 @@ const NOT_CONCENTRATED: &str = "the bad requests are not concentrated on what it
 const BROUGHT_SHARE: f64 = 0.1;
 
 /// A value that leads without a change of its own (an instance) whose requests all
-/// took, at the onset, the value a change brought to more requests than its (a new
+/// took, at the onset, the value a change brought to (nearly) every request (a new
 /// adapter on every instance):
 /// the cause is the pair — the change, bad only where that value is (the adapter
 /// only on the instances a new image reached before). The change leads, narrowed to
@@ -506,7 +509,9 @@ fn pair_with_change(
     if lead.kind != CandidateKind::Attribute || lead.subject.contains(['&', '|']) {
         return;
     }
-    let at_onset = (-(ONSET_UNCERTAINTY_MINUTES as f64) / 5.0).exp();
+    // Within the minutes an onset is found late by: the change's requests since were
+    // bad too (`healthy_before` below), so it is no decoy before the onset.
+    let near = (-(PAIR_MINUTES as f64) / 5.0).exp();
     // Artifacts deployed together: an adapter, model or image that fails only with
     // one of another kind (a prompt version is no part of the deployment: one that
     // fails on one instance alone is that instance's fault).
@@ -519,20 +524,45 @@ fn pair_with_change(
     if !DEPLOYED.contains(&value.0) {
         return;
     }
+    // The pair's other half: an artifact the value is (an image), or one on the
+    // value's requests alone (the image only those instances run). An instance that
+    // differs from the others in nothing deployed failed by itself (its KV cache).
+    let artifacts = [Dimension::Image, Dimension::Adapter, Dimension::Model];
+    let alone = |a: &(Dimension, String)| {
+        co_moving::overlap(input.window, &value, a) >= co_moving::CO_MOVING
+            && co_moving::overlap(input.window, a, &value) >= co_moving::CO_MOVING
+    };
+    let partner: Option<(Dimension, String)> = if artifacts.contains(&value.0) {
+        Some(value.clone())
+    } else {
+        input
+            .window
+            .iter()
+            .flat_map(|(k, _)| artifacts.map(|d| (d, k.get(d).to_owned())))
+            .filter(|(_, v)| !v.is_empty())
+            .find(|a| alone(a))
+    };
+    let Some(partner) = partner else { return };
     let host = out.iter().position(|c| {
         matches!(
             c.kind,
             CandidateKind::AdapterRollout
                 | CandidateKind::ModelRollout
                 | CandidateKind::ImageRollout
-        ) && c.proximity >= at_onset
+        ) && c.proximity >= near
             && c.attribute.as_ref().is_some_and(|brought| {
                 brought.0 != value.0
-                    // New, and its requests before the onset (if any) no healthier
-                    // than in the window: a harmless prompt bump two minutes before an
-                    // instance's KV cache collapsed served it well meanwhile.
+                    && brought.0 != partner.0
+                    // New, its requests before the onset (if any) no healthier than
+                    // in the window (a harmless bump two minutes before an instance's
+                    // KV cache collapsed served it well meanwhile), and on (nearly)
+                    // every request of the window: a change on part of the traffic
+                    // has a contrast of its own to rank by (a new image on the
+                    // instance whose KV cache collapsed minutes later is a decoy).
                     && contrasts.get(brought).is_some_and(|x| {
-                        x.share_baseline < BROUGHT_SHARE && x.healthy_before >= 0.5
+                        x.share_baseline < BROUGHT_SHARE
+                            && x.healthy_before >= 0.5
+                            && x.share_window >= co_moving::CO_MOVING
                     })
                     && co_moving::overlap(input.window, &value, brought) >= co_moving::CO_MOVING
                     // On more than the value's requests: else the two move together
