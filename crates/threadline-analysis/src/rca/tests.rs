@@ -785,15 +785,36 @@ fn a_change_on_every_instance_bad_only_on_one_is_the_pair() {
         "{}",
         ranked[0].explanation
     );
-    // Two minutes before the onset, a change is no pair with it: the value leads.
+    // Two minutes before the onset, its requests healthy meanwhile, a change is no
+    // pair with it: the value leads.
+    let mut healthy_since = baseline.clone();
+    for (i, image) in [("i-1", "img:1"), ("i-2", "img:2"), ("i-3", "img:1")] {
+        healthy_since.push(errors_cell((i, "fin@7", image), 10, 0));
+    }
     let ranked = rank_at_onset(
         Metric::ErrorRate,
         vec![],
-        &baseline,
+        &healthy_since,
         &window,
         vec![fin_lora_7_at(98)],
     );
     assert_ne!(ranked[0].subject, "adapter:fin@7", "{ranked:#?}");
+    // An instance that differs from the others in nothing deployed failed by itself
+    // (its KV cache), whatever went to every instance at the onset.
+    let same = |cells: &[(SeriesKey, RollupCell)]| -> Vec<(SeriesKey, RollupCell)> {
+        cells
+            .iter()
+            .map(|(k, c)| (k.clone().with(Dimension::Image, "img:1"), c.clone()))
+            .collect()
+    };
+    let ranked = rank_at_onset(
+        Metric::ErrorRate,
+        vec![],
+        &same(&baseline),
+        &same(&window),
+        vec![fin_lora_7_at(100)],
+    );
+    assert_eq!(ranked[0].subject, "instance=i-2", "{ranked:#?}");
     // A prompt version is no part of a deployment: one at the onset, bad only on
     // i-2, leaves i-2 the cause (its KV cache, not the prompt).
     let prompt = |p: &str, n, e| {
