@@ -638,6 +638,11 @@ fn inject(scenario: &mut Scenario, versions: &mut Versions, rng: &mut StdRng) {
     if scenario.fault.variant == Variant::Paired && scope == Scope::All && n > 1 {
         let on = Scope::Instances(some_instances(rng, n));
         let image = versions.image(&scenario.routes, r);
+        // No decoy re-images the route since: the instances keep the image the
+        // adapter is bad on.
+        scenario
+            .changes
+            .retain(|c| c.route != r || !matches!(c.set, Some(Setting::Image(_))));
         scenario.changes.push(Change {
             at: at - rng.random_range(8..=25),
             route: r,
@@ -780,6 +785,12 @@ mod tests {
             assert!(image.at < f.onset && image.effect == Effect::NONE);
             let effect = s.fault_change().expect("the effect");
             assert_eq!((&effect.scope, &effect.set), (&image.scope, &None));
+            // No other image change on the route: the pair stays a pair.
+            let images = s
+                .changes
+                .iter()
+                .filter(|c| on(c) && matches!(c.set, Some(Setting::Image(_))));
+            assert_eq!(images.count(), 1);
             assert!(f.cause.starts_with("adapter:"), "{}", f.cause);
         }
     }
