@@ -524,25 +524,43 @@ fn pair_with_change(
     if !DEPLOYED.contains(&value.0) {
         return;
     }
-    // The pair's other half: an artifact the value is (an image), or one on the
-    // value's requests alone (the image only those instances run). An instance that
-    // differs from the others in nothing deployed failed by itself (its KV cache).
+    // The pair's other half: an artifact the value is (an image), or one all of the
+    // value's requests run and only part of the route's (the image those instances
+    // got). An instance that differs from the others in nothing deployed failed by
+    // itself (its KV cache).
     let artifacts = [Dimension::Image, Dimension::Adapter, Dimension::Model];
-    let alone = |a: &(Dimension, String)| {
-        co_moving::overlap(input.window, &value, a) >= co_moving::CO_MOVING
-            && co_moving::overlap(input.window, a, &value) >= co_moving::CO_MOVING
+    let total: u64 = input.window.iter().map(|(_, c)| c.requests).sum();
+    let on_part = |a: &(Dimension, String)| {
+        let with: u64 = input
+            .window
+            .iter()
+            .filter(|(k, _)| k.get(a.0) == a.1)
+            .map(|(_, c)| c.requests)
+            .sum();
+        (with as f64) < co_moving::CO_MOVING * total as f64
     };
-    let partner: Option<(Dimension, String)> = if artifacts.contains(&value.0) {
-        Some(value.clone())
+    // All of the value's requests run it, and only part of the route's do (the image
+    // two of four instances got).
+    let alone = |a: &(Dimension, String)| {
+        co_moving::overlap(input.window, &value, a) >= co_moving::CO_MOVING && on_part(a)
+    };
+    let partners: Vec<Dimension> = if artifacts.contains(&value.0) {
+        vec![value.0]
     } else {
-        input
+        let mut found: Vec<Dimension> = input
             .window
             .iter()
             .flat_map(|(k, _)| artifacts.map(|d| (d, k.get(d).to_owned())))
             .filter(|(_, v)| !v.is_empty())
-            .find(|a| alone(a))
+            .filter(|a| alone(a))
+            .map(|(d, _)| d)
+            .collect();
+        found.dedup();
+        found
     };
-    let Some(partner) = partner else { return };
+    if partners.is_empty() {
+        return;
+    }
     let host = out.iter().position(|c| {
         matches!(
             c.kind,
@@ -552,7 +570,7 @@ fn pair_with_change(
         ) && c.proximity >= near
             && c.attribute.as_ref().is_some_and(|brought| {
                 brought.0 != value.0
-                    && brought.0 != partner.0
+                    && partners.iter().any(|p| *p != brought.0)
                     // New, its requests before the onset (if any) no healthier than
                     // in the window (a harmless bump two minutes before an instance's
                     // KV cache collapsed served it well meanwhile), and on (nearly)
