@@ -374,9 +374,10 @@ impl SeriesDetector {
     }
 
     /// For shares of requests (error, rejection rate): whether the point before
-    /// (`previous`) and this one, pooled, hold more bad requests than the baseline makes plausible (its
-    /// predictive tail below α, the normal tail at `sensitivity`), each minute out at
-    /// √α and together `min_ratio_change` above the baseline's share. A share's
+    /// (`previous`) and this one, pooled, hold more bad requests than the baseline
+    /// makes plausible (its predictive tail below α, the normal tail at
+    /// `sensitivity`), each minute out at √α and together `min_ratio_change` above the
+    /// baseline's share. A share's
     /// evidence adds up over minutes: 3 errors in each of two minutes of 45 requests
     /// against a 0.3% baseline are as sure as 4 in one.
     /// Returns (previous minute, baseline share, pooled share, score).

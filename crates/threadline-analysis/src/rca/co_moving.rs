@@ -30,6 +30,19 @@ pub(super) fn overlap(
 /// to move together.
 pub(super) const CO_MOVING: f64 = 0.9;
 
+/// Whether `a` is on only part of the window's requests (less than `CO_MOVING` of
+/// them).
+pub(super) fn partial(window: &[(SeriesKey, RollupCell)], a: &(Dimension, String)) -> bool {
+    let (mut with, mut total) = (0u64, 0u64);
+    for (k, c) in window {
+        total += c.requests;
+        if k.get(a.0) == a.1 {
+            with += c.requests;
+        }
+    }
+    total > 0 && (with as f64) < CO_MOVING * total as f64
+}
+
 /// Values that move together — an adapter loaded only on some instances, the image
 /// those instances still run — are one cause, not rivals splitting the confidence:
 /// a candidate whose requests (nearly) all carry the value of a better-ranked one is
@@ -41,16 +54,8 @@ pub(super) fn fold_co_moving(
     ranked: Vec<Candidate>,
     share_before: &dyn Fn(&Candidate) -> i64,
 ) -> Vec<Candidate> {
-    let total: u64 = window.iter().map(|(_, c)| c.requests).sum();
     // A value on (nearly) every request holds every other one: that is no co-movement.
-    let partial = |a: &(Dimension, String)| {
-        let with: u64 = window
-            .iter()
-            .filter(|(k, _)| k.get(a.0) == a.1)
-            .map(|(_, c)| c.requests)
-            .sum();
-        total > 0 && (with as f64) < CO_MOVING * total as f64
-    };
+    let partial = |a: &(Dimension, String)| partial(window, a);
     let mut out: Vec<Candidate> = Vec::with_capacity(ranked.len());
     for cand in ranked {
         let host = cand.attribute.as_ref().and_then(|b| {

@@ -128,6 +128,16 @@ impl Cells<'_> {
         (bad, expected, total)
     }
 
+    /// The values of `dim` (not empty) on the cells `keep` passes.
+    fn values_of(&self, dim: Dimension, keep: impl Fn(&SeriesKey) -> bool) -> BTreeSet<&str> {
+        self.keys
+            .iter()
+            .filter(|k| keep(k))
+            .map(|k| k.get(dim))
+            .filter(|v| !v.is_empty())
+            .collect()
+    }
+
     /// (excess bad mass, total) of the cells `keep` passes.
     fn mass(&self, keep: impl Fn(&SeriesKey) -> bool) -> (f64, f64) {
         let (bad, expected, total) = self.sums(keep);
@@ -170,13 +180,7 @@ pub(super) fn narrow(
                 .into_iter()
                 .filter(|d| *d != Dimension::Service && !used.contains(d))
             {
-                let seen: BTreeSet<&str> = cells
-                    .keys
-                    .iter()
-                    .filter(|k| holds(&values, k))
-                    .map(|k| k.get(dim))
-                    .filter(|v| !v.is_empty())
-                    .collect();
+                let seen = cells.values_of(dim, |k| holds(&values, k));
                 if seen.len() < 2 {
                     // Every request of the slice has it: nothing to narrow by.
                     continue;
@@ -264,12 +268,7 @@ pub(super) fn either(
         .into_iter()
         .filter(|d| *d != Dimension::Service)
     {
-        let values: BTreeSet<&str> = cells
-            .keys
-            .iter()
-            .map(|k| k.get(dim))
-            .filter(|v| !v.is_empty())
-            .collect();
+        let values = cells.values_of(dim, |_| true);
         // (value, excess, requests), the most excess first.
         let mut masses: Vec<(&str, f64, f64)> = values
             .into_iter()
@@ -304,14 +303,7 @@ pub(super) fn either(
             .into_iter()
             .filter(|d| *d != dim && *d != Dimension::Service)
             .any(|other| {
-                let values: BTreeSet<&str> = cells
-                    .keys
-                    .iter()
-                    .filter(|k| in_pair(k))
-                    .map(|k| k.get(other))
-                    .filter(|v| !v.is_empty())
-                    .collect();
-                values.into_iter().any(|v| {
+                cells.values_of(other, in_pair).into_iter().any(|v| {
                     let (_, _, with) = cells.sums(|k| k.get(other) == v);
                     let (_, _, both) = cells.sums(|k| k.get(other) == v && in_pair(k));
                     both >= CO_MOVING * both_n && both >= CO_MOVING * with

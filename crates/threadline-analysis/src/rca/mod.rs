@@ -524,43 +524,32 @@ fn pair_with_change(
     if !DEPLOYED.contains(&value.0) {
         return;
     }
-    // The pair's other half: an artifact the value is (an image), or one all of the
-    // value's requests run and only part of the route's (the image those instances
-    // got). An instance that differs from the others in nothing deployed failed by
-    // itself (its KV cache).
+    // The pair's other half, of another kind than the change's: an artifact the value
+    // is (an image), or one all of the value's requests run and only part of the
+    // route's (the image two of four instances got). An instance that differs from
+    // the others in nothing deployed failed by itself (its KV cache). Their kinds,
+    // read once a change could pair.
     let artifacts = [Dimension::Image, Dimension::Adapter, Dimension::Model];
-    let total: u64 = input.window.iter().map(|(_, c)| c.requests).sum();
-    let on_part = |a: &(Dimension, String)| {
-        let with: u64 = input
+    let partner_kinds = || -> std::collections::BTreeSet<Dimension> {
+        if artifacts.contains(&value.0) {
+            return [value.0].into();
+        }
+        let run: std::collections::BTreeSet<(Dimension, &str)> = input
             .window
             .iter()
-            .filter(|(k, _)| k.get(a.0) == a.1)
-            .map(|(_, c)| c.requests)
-            .sum();
-        (with as f64) < co_moving::CO_MOVING * total as f64
-    };
-    // All of the value's requests run it, and only part of the route's do (the image
-    // two of four instances got).
-    let alone = |a: &(Dimension, String)| {
-        co_moving::overlap(input.window, &value, a) >= co_moving::CO_MOVING && on_part(a)
-    };
-    let partners: Vec<Dimension> = if artifacts.contains(&value.0) {
-        vec![value.0]
-    } else {
-        let mut found: Vec<Dimension> = input
-            .window
-            .iter()
-            .flat_map(|(k, _)| artifacts.map(|d| (d, k.get(d).to_owned())))
+            .flat_map(|(k, _)| artifacts.map(|d| (d, k.get(d))))
             .filter(|(_, v)| !v.is_empty())
-            .filter(|a| alone(a))
-            .map(|(d, _)| d)
             .collect();
-        found.dedup();
-        found
+        run.into_iter()
+            .map(|(d, v)| (d, v.to_owned()))
+            .filter(|a| {
+                co_moving::overlap(input.window, &value, a) >= co_moving::CO_MOVING
+                    && co_moving::partial(input.window, a)
+            })
+            .map(|(d, _)| d)
+            .collect()
     };
-    if partners.is_empty() {
-        return;
-    }
+    let mut partners = None;
     let host = out.iter().position(|c| {
         matches!(
             c.kind,
@@ -570,7 +559,6 @@ fn pair_with_change(
         ) && c.proximity >= near
             && c.attribute.as_ref().is_some_and(|brought| {
                 brought.0 != value.0
-                    && partners.iter().any(|p| *p != brought.0)
                     // New, its requests before the onset (if any) no healthier than
                     // in the window (a harmless bump two minutes before an instance's
                     // KV cache collapsed served it well meanwhile), and on (nearly)
@@ -586,6 +574,10 @@ fn pair_with_change(
                     // On more than the value's requests: else the two move together
                     // (`fold_co_moving`), no pair.
                     && co_moving::overlap(input.window, brought, &value) < co_moving::CO_MOVING
+                    && partners
+                        .get_or_insert_with(partner_kinds)
+                        .iter()
+                        .any(|p| *p != brought.0)
             })
     });
     let Some(at) = host else { return };

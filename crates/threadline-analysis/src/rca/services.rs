@@ -83,10 +83,6 @@ const MIN_SERVICES: usize = 2;
 struct ServiceTime {
     /// On its own spans (model calls left out), by span name.
     own: BTreeMap<String, f64>,
-    /// Gaps of calls into it.
-    called: f64,
-    /// Gaps of its calls into others.
-    calling: f64,
     /// Requests whose failure began here.
     failures_began: u64,
 }
@@ -145,8 +141,6 @@ impl Sample {
                 .map(|&c| spans[c].service.as_str());
             match callee {
                 Some(callee) => {
-                    self.service(callee).called += t;
-                    self.service(&span.service).calling += t;
                     let calls = self
                         .calls
                         .entry((span.service.clone(), callee.to_owned()))
@@ -195,6 +189,31 @@ impl Sample {
 
     fn per_trace(&self, v: f64) -> f64 {
         v / self.traces.max(1) as f64
+    }
+
+    /// The services of its traces: with spans of their own, or at an end of a call.
+    fn services(&self) -> std::collections::BTreeSet<&str> {
+        let ends = self
+            .calls
+            .keys()
+            .flat_map(|(a, b)| [a.as_str(), b.as_str()]);
+        self.by_service
+            .keys()
+            .map(String::as_str)
+            .chain(ends)
+            .collect()
+    }
+
+    /// The gaps of the calls into `service` and of its calls out, summed.
+    fn gaps(&self, service: &str) -> (f64, f64) {
+        self.calls
+            .iter()
+            .fold((0.0, 0.0), |(called, calling), ((a, b), c)| {
+                (
+                    called + if b == service { c.gap_ms } else { 0.0 },
+                    calling + if a == service { c.gap_ms } else { 0.0 },
+                )
+            })
     }
 }
 
@@ -313,12 +332,7 @@ pub(crate) fn view(metric: Metric, samples: &TraceSamples, named_parts: &[String
     if before.traces == 0 || during.traces == 0 {
         return ServiceView::default();
     }
-    let crossed = before
-        .by_service
-        .keys()
-        .chain(during.by_service.keys())
-        .collect::<std::collections::BTreeSet<_>>()
-        .len();
+    let crossed = before.services().union(&during.services()).count();
     if crossed < MIN_SERVICES {
         return ServiceView::default();
     }
@@ -350,13 +364,13 @@ fn latency_candidates(before: &Sample, during: &Sample) -> Vec<(Candidate, Optio
     // few requests reach): the shares are then of the largest contribution.
     let added = during.per_trace(during.latency_ms) - before.per_trace(before.latency_ms);
     let empty = ServiceTime::default();
-    let services: std::collections::BTreeSet<&String> = during.by_service.keys().collect();
+    let services = during.services();
     let mean_before = before.per_trace(before.latency_ms);
     let gaps = gap_shares(before, during);
     let mut shifts = Vec::new();
     for service in services {
         let b = before.by_service.get(service).unwrap_or(&empty);
-        let d = &during.by_service[service];
+        let d = during.by_service.get(service).unwrap_or(&empty);
         let own =
             |s: &Sample, t: &ServiceTime, name: &str| s.per_trace(*t.own.get(name).unwrap_or(&0.0));
         let own_total = |s: &Sample, t: &ServiceTime| s.per_trace(t.own.values().sum());
@@ -366,15 +380,16 @@ fn latency_candidates(before: &Sample, during: &Sample) -> Vec<(Candidate, Optio
             .map(|name| (name.clone(), own(during, d, name) - own(before, b, name)))
             .max_by(|a, b| a.1.total_cmp(&b.1));
         let total = |s: &Sample, t: &ServiceTime| {
-            own_total(s, t) + s.per_trace(t.called) + CALLER_WEIGHT * s.per_trace(t.calling)
+            let (called, calling) = s.gaps(service);
+            own_total(s, t) + s.per_trace(called) + CALLER_WEIGHT * s.per_trace(calling)
         };
         let shift = Shift {
-            service: service.clone(),
+            service: service.to_owned(),
             before_ms: total(before, b),
             during_ms: total(during, d),
             own_ms: own_total(during, d) - own_total(before, b),
-            called_ms: gaps.get(service.as_str()).map_or(0.0, |g| g.0),
-            calling_ms: gaps.get(service.as_str()).map_or(0.0, |g| g.1),
+            called_ms: gaps.get(service).map_or(0.0, |g| g.0),
+            calling_ms: gaps.get(service).map_or(0.0, |g| g.1),
             top_part,
         };
         // A service that held nearly all of the requests' time before is the request:

@@ -78,15 +78,12 @@ struct Outcome {
 }
 
 fn score(cause: &[Element], top: &[Vec<Element>]) -> (bool, bool, f64) {
-    let first: &[Element] = top.first().map_or(&[], Vec::as_slice);
-    fn set(elements: &[Element]) -> std::collections::BTreeSet<&Element> {
-        elements.iter().collect()
-    }
-    let exact = !first.is_empty() && set(first) == set(cause);
+    let first: std::collections::BTreeSet<&Element> = top.first().into_iter().flatten().collect();
+    let exact = !first.is_empty() && first == cause.iter().collect();
     let within_3 = top.iter().take(3).flatten().any(|e| cause.contains(e));
-    let hits = set(first).into_iter().filter(|e| cause.contains(e)).count();
+    let hits = first.iter().filter(|e| cause.contains(e)).count();
     let f1 = if hits > 0 {
-        2.0 * hits as f64 / (set(first).len() + cause.len()) as f64
+        2.0 * hits as f64 / (first.len() + cause.len()) as f64
     } else {
         0.0
     };
