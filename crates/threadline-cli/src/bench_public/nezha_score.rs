@@ -6,10 +6,10 @@
 //! minutes before a fault are mostly the previous one's), shifted so that the
 //! injection falls on a minute of the server's; the RCA of the entry route at the
 //! injection minute asked as an SRE would: about failures when the route's share of
-//! requests with a failed span (of the minutes with logs) alerts — three standard
-//! errors out from the 10 minutes before the injection to the 3 after — and moved
-//! further than its mean log latency, else about latency; about the other when that
-//! answer names no service: the services its candidates name, in order, against the
+//! requests with a failed span (of the minutes with logs) rose, from the 10 minutes
+//! before the injection to the 3 after, two standard errors or more and further
+//! out than its mean log latency did, else about latency; about the other when that answer names
+//! no service: the services its candidates name, in order, against the
 //! injected pod's service (AS@1 / AS@3 / AS@5, as Nezha's paper scores).
 
 use std::path::Path;
@@ -32,9 +32,9 @@ const MINUTE_NS: i64 = 60_000_000_000;
 /// The questions an SRE asks: slower? failing?
 const LATENCY: &str = "p99_latency";
 const ERRORS: &str = "error_rate";
-/// How far out the failed share must be for the error dashboard to alert (three
-/// standard errors): below, the latency question comes first.
-const ALERT_Z: f64 = 3.0;
+/// How far out (standard errors) the failed share must rise for the failure question
+/// to come first: two, a move a dashboard shows; noise stays within one or so.
+const MOVED_Z: f64 = 2.0;
 /// Minutes of requests before the injection and after it the dashboard compares.
 const DASHBOARD_BEFORE_MINUTES: i64 = 10;
 const DASHBOARD_AFTER_MINUTES: i64 = 3;
@@ -168,7 +168,7 @@ async fn run_fault(dir: &Path, fault: &Fault, all: &[Fault]) -> anyhow::Result<O
     }
     let at = crate::synth::rfc3339(onset_minute);
     let (latency_z, errors_z) = dashboard(&replay.requests, at_ns, &logged);
-    let asked = if errors_z >= ALERT_Z && errors_z > latency_z {
+    let asked = if errors_z >= MOVED_Z && errors_z > latency_z {
         [ERRORS, LATENCY]
     } else {
         [LATENCY, ERRORS]
