@@ -257,7 +257,19 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
         // in the minute before the onset or after: an onset is known to a minute, and
         // a fault's first requests a minute early may be clean by chance (17 of a new
         // model's at a 17% error rate, one time in twenty).
-        let near = input.onset_minute - change.at_minute <= ONSET_UNCERTAINTY_MINUTES;
+        // A drift acts through the value it feeds (an adapter trained on it): judged
+        // from when that value arrived, as the change that brought it is.
+        let arrived = match (&change.kind, &via) {
+            (CandidateKind::DatasetDrift, Some(fed)) => input
+                .changes
+                .iter()
+                .filter(|c| c.attribute.as_ref() == Some(fed))
+                .map(|c| c.at_minute)
+                .max()
+                .unwrap_or(change.at_minute),
+            _ => change.at_minute,
+        };
+        let near = input.onset_minute - arrived <= ONSET_UNCERTAINTY_MINUTES;
         let (c, b) = backed.map_or((0.0, 0.0), |x| {
             if near {
                 (x.score, x.before_after_whole)

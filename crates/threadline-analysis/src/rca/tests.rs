@@ -845,3 +845,50 @@ fn a_change_on_every_instance_bad_only_on_one_is_the_pair() {
         "{ranked:#?}"
     );
 }
+
+/// A dataset version drifted at minute 40; the adapter trained on it reached every
+/// instance in the minute before the onset, its first requests there still clean
+/// (the onset is known to a minute). The drift acts through that adapter, so it is
+/// judged from the adapter's arrival, not its own time: it keeps the adapter's
+/// evidence whole and, being where the adapter's fault came from, leads it.
+#[test]
+fn a_drift_is_judged_from_when_the_adapter_it_feeds_arrived() {
+    let mut baseline: Vec<_> = ["i-1", "i-2"]
+        .iter()
+        .map(|i| errors_cell((i, "fin@6", "img:1"), 300, 1))
+        .collect();
+    baseline.extend(
+        ["i-1", "i-2"]
+            .iter()
+            .map(|i| errors_cell((i, "fin@7", "img:1"), 8, 0)),
+    );
+    let window: Vec<_> = ["i-1", "i-2"]
+        .iter()
+        .map(|i| errors_cell((i, "fin@7", "img:1"), 100, 20))
+        .collect();
+    let drift = Change {
+        kind: CandidateKind::DatasetDrift,
+        subject: "dataset_version:warehouse:fin-examples@v2".into(),
+        at_minute: 40,
+        attribute: None,
+        feeds: vec![(Dimension::Adapter, "fin@7".into())],
+        path: vec![],
+        detail: serde_json::Value::Null,
+    };
+    let ranked = rank_at_onset(
+        Metric::ErrorRate,
+        vec![],
+        &baseline,
+        &window,
+        vec![fin_lora_7_at(99), drift],
+    );
+    assert_eq!(
+        ranked[0].subject, "dataset_version:warehouse:fin-examples@v2",
+        "{ranked:#?}"
+    );
+    let adapter = ranked
+        .iter()
+        .find(|c| c.subject == "adapter:fin@7")
+        .unwrap();
+    assert!(ranked[0].confidence > adapter.confidence, "{ranked:#?}");
+}
