@@ -46,7 +46,7 @@ const NARROWING_GAIN: f64 = 3.0;
 /// The expectation-based Poisson scan statistic of a slice with `bad` bad requests
 /// where its references expected `expected`: the log-likelihood ratio of its rate
 /// raised against as expected (0 where it is not raised).
-fn scan_llr(bad: f64, expected: f64) -> f64 {
+pub(super) fn scan_llr(bad: f64, expected: f64) -> f64 {
     if bad <= expected || bad <= 0.0 {
         return 0.0;
     }

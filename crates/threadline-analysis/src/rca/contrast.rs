@@ -13,6 +13,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::co_moving::CO_MOVING;
+use super::combinations::scan_llr;
 use super::judge::{Judge, OWN_BASELINE_REQUESTS};
 use super::{proximity, RcaInput, CALL_DIMENSIONS};
 use crate::metric::Metric;
@@ -506,7 +507,14 @@ pub(super) fn judge_against_leader(
                     };
                     c.score *= kept;
                 }
-                if c.before_after > 0.0 {
+                // Its requests without the leading value worse than requests were
+                // before, beyond chance: the leader cannot be the whole story, and the
+                // value that took over the traffic is one cause of all of it (a new
+                // model that fails on both arms, more on one) — it keeps what it
+                // explains. Otherwise it keeps what it explains beyond the leader.
+                let worse_without_leader =
+                    scan_llr(outside.0, outside.1 * rate_before) >= WORSE_WITHOUT_LEADER;
+                if c.before_after > 0.0 && !worse_without_leader {
                     // What the value explains beyond the leader.
                     let rate = rate(outside);
                     let recall = if route_change > 0.0 {
@@ -570,6 +578,11 @@ fn healthy_before(
 
 /// The contrast (within the window, or before/after) a value needs to be a candidate.
 pub(super) const NOTICEABLE: f64 = 0.01;
+
+/// The scan statistic (log-likelihood ratio) of a value's requests without the
+/// leading value against the rate before, from which they are worse beyond chance
+/// (about p < 0.001, a few dimensions' values scanned).
+const WORSE_WITHOUT_LEADER: f64 = 6.0;
 
 /// The within-window contrast above which a value leads: other values are then judged
 /// against it (`judge_against_leader`).

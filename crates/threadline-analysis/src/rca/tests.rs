@@ -892,3 +892,34 @@ fn a_drift_is_judged_from_when_the_adapter_it_feeds_arrived() {
         .unwrap();
     assert!(ranked[0].confidence > adapter.confidence, "{ranked:#?}");
 }
+
+/// A new model on every instance at the onset fails requests on both arms of an A/B
+/// test, more on arm B's (its prompts are longer). Arm B holds most of the failures,
+/// but arm A's requests fail far beyond their rate before too: the arm cannot be the
+/// whole story, and the model that took over the traffic — one cause of all of it —
+/// leads the arm that existed all along.
+#[test]
+fn a_new_model_failing_on_both_arms_leads_the_arm_it_fails_more() {
+    let at = |model: &str, group: &str, i: &str| {
+        key(i, "fin@6", "v2", "img:1")
+            .with(Dimension::Model, model)
+            .with(Dimension::AbGroup, group)
+    };
+    let mut baseline = Vec::new();
+    let mut window = Vec::new();
+    for i in ["i-1", "i-2"] {
+        for (group, errors) in [("A", 7), ("B", 20)] {
+            let mut before = cell(500.0, 300, 0.8);
+            before.errors = u64::from(i == "i-1" && group == "A");
+            baseline.push((at("m1", group, i), before));
+            let mut during = cell(500.0, 100, 0.8);
+            during.errors = errors;
+            window.push((at("m2", group, i), during));
+        }
+    }
+    let model = change("model_rollout", "model:m2", 100, (Dimension::Model, "m2"));
+    let ranked = rank_at_onset(Metric::ErrorRate, vec![], &baseline, &window, vec![model]);
+    assert_eq!(ranked[0].subject, "model:m2", "{ranked:#?}");
+    let arm = ranked.iter().find(|c| c.subject == "ab_group=B").unwrap();
+    assert!(ranked[0].confidence > arm.confidence, "{ranked:#?}");
+}
