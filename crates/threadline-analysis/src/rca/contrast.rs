@@ -434,7 +434,10 @@ pub(super) fn attributable(
 /// - A value that took over the traffic is only as good a cause as the window lets it
 ///   be. When the bad requests concentrate on a value of another dimension (an adapter
 ///   on half the instances), a value that arrived everywhere (an image on all of them)
-///   is judged on its requests without that value: what it explains beyond it. And
+///   is judged on its requests without that value: what it explains beyond it —
+///   unless those requests are worse than before beyond chance (a new model that
+///   fails on both arms of a test, more on one): then the leader cannot be the whole
+///   story, and the value keeps what it explains. And
 ///   when the added time went into spans that are no model call (a retriever), a model
 ///   call's own attributes (prompt, adapter, image …) explain it only by the model
 ///   calls' share of it.

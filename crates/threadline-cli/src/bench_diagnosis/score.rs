@@ -155,11 +155,11 @@ pub(crate) async fn details(
             .flatten()
             .take(5)
             .map(|c| {
-                let moving: Vec<&Value> = c["evidence"]["co_moving"]
+                let moving: Vec<Value> = c["evidence"]["co_moving"]
                     .as_array()
                     .into_iter()
                     .flatten()
-                    .map(|m| &m["subject"])
+                    .map(|m| serde_json::json!([m["subject"], m["confidence"], m["explanation"]]))
                     .collect();
                 serde_json::json!([c["subject"], c["confidence"], c["explanation"], moving])
             })
