@@ -18,6 +18,7 @@ use super::judge::{Judge, OWN_BASELINE_REQUESTS};
 use super::{proximity, RcaInput, CALL_DIMENSIONS};
 use crate::metric::Metric;
 use crate::rollup::{Dimension, RollupCell, SeriesKey};
+use crate::tails::binomial_tail;
 use crate::time_went::TimeWent;
 
 /// Contrast of one attribute value.
@@ -423,7 +424,8 @@ pub(super) fn attributable(
 }
 
 /// Judges every value against the leader: the value whose within-window contrast is
-/// highest, once it is high enough to lead — or a narrower value inside its requests
+/// highest, once it is high enough to lead and its share of the bad requests is
+/// beyond chance for its share of the traffic (`LEADER_CHANCE`) — or a narrower value inside its requests
 /// that holds nearly all of its excess (a canary pinned to one instance).
 ///
 /// - A value whose requests hold (nearly) all of the leader's and more — an image on
@@ -447,11 +449,6 @@ pub(super) fn judge_against_leader(
     time_went: &TimeWent,
     contrasts: &mut BTreeMap<(Dimension, String), Contrast>,
 ) {
-    let leader = contrasts
-        .iter()
-        .max_by(|a, b| a.1.score.total_cmp(&b.1.score))
-        .filter(|(_, c)| c.score > LEADS)
-        .map(|(k, _)| k.clone());
     let rate_before = scope.rate_before;
     let route_change = scope.change();
     // (bad, total) mass of the window's requests that pass `keep`.
@@ -463,6 +460,25 @@ pub(super) fn judge_against_leader(
             .map(|(_, cell)| scope.judge.mass(cell))
             .fold((0.0, 0.0), |(b, t), (x, y)| (b + x, t + y))
     };
+    // A leader's bad requests must gather on it beyond chance: four of a quiet
+    // route's bad requests all on the arm that has 60% of its traffic (one time in
+    // eight) leads nothing.
+    let all = mass(&|_| true);
+    let beyond_chance = |(dim, value): &(Dimension, String)| {
+        let (bad, total) = mass(&|k: &SeriesKey| k.get(*dim) == value);
+        all.1 > 0.0
+            && binomial_tail(
+                bad.round() as u64,
+                all.0.round() as u64,
+                (total / all.1).clamp(0.0, 1.0),
+            ) < LEADER_CHANCE
+    };
+    let leader = contrasts
+        .iter()
+        .filter(|(_, c)| c.score > LEADS)
+        .max_by(|a, b| a.1.score.total_cmp(&b.1.score))
+        .map(|(k, _)| k.clone())
+        .filter(|k| beyond_chance(k));
     let rate = |(bad, total): (f64, f64)| if total > 0.0 { bad / total } else { 0.0 };
     // A value of another dimension whose requests lie inside the leader's, fewer of
     // them, that holds nearly all of the leader's excess (a canary pinned to one
@@ -586,6 +602,11 @@ pub(super) const NOTICEABLE: f64 = 0.01;
 /// leading value against the rate before, from which they are worse beyond chance
 /// (about p < 0.001, a few dimensions' values scanned).
 const WORSE_WITHOUT_LEADER: f64 = 6.0;
+
+/// How unlikely (binomial tail) a leader's share of the window's bad requests must be,
+/// given its share of the traffic, for it to lead: the values of several dimensions
+/// are scanned.
+const LEADER_CHANCE: f64 = 0.001;
 
 /// The within-window contrast above which a value leads: other values are then judged
 /// against it (`judge_against_leader`).

@@ -923,3 +923,30 @@ fn a_new_model_failing_on_both_arms_leads_the_arm_it_fails_more() {
     let arm = ranked.iter().find(|c| c.subject == "ab_group=B").unwrap();
     assert!(ranked[0].confidence > arm.confidence, "{ranked:#?}");
 }
+
+/// A quiet route: a new adapter on every instance at the onset fails requests; the
+/// window's four bad requests all happen to fall on arm B, which has 60% of the
+/// traffic — one time in eight by chance. The arm leads nothing: the adapter keeps
+/// what it explains before and after and ranks first.
+#[test]
+fn a_few_bad_requests_on_one_arm_by_chance_do_not_lead() {
+    let at = |adapter: &str, group: &str| {
+        key("i-1", adapter, "v2", "img:1").with(Dimension::AbGroup, group)
+    };
+    let mut baseline = Vec::new();
+    let mut window = Vec::new();
+    for (group, n, bad) in [("A", 8, 0), ("B", 12, 4)] {
+        baseline.push((at("fin@6", group), cell(500.0, n * 10, 0.8)));
+        let mut during = cell(500.0, n, 0.8);
+        during.errors = bad;
+        window.push((at("fin@7", group), during));
+    }
+    let ranked = rank_at_onset(
+        Metric::ErrorRate,
+        vec![],
+        &baseline,
+        &window,
+        vec![fin_lora_7_at(100)],
+    );
+    assert_eq!(ranked[0].subject, "adapter:fin@7", "{ranked:#?}");
+}
