@@ -41,7 +41,7 @@ fn decomposition(
     window: &RollupCell,
 ) -> Vec<PartShift> {
     let latency = |m: &Metric| m.latency_quantile().is_some();
-    let ttft = metric == Metric::TtftP99 && !co_anomalies.iter().any(latency);
+    let ttft = before_first_token(metric, co_anomalies);
     if !(latency(&metric) || ttft || co_anomalies.iter().any(latency))
         || base.requests == 0
         || window.requests == 0
@@ -93,6 +93,12 @@ fn decomposition(
         .collect();
     out.sort_by(|a, b| b.share.total_cmp(&a.share));
     out
+}
+
+/// Whether the decomposition is of the time to the first token — a TTFT incident
+/// whose latency did not move — over the parts before the model call.
+fn before_first_token(metric: Metric, co_anomalies: &[Metric]) -> bool {
+    metric == Metric::TtftP99 && !co_anomalies.iter().any(|m| m.latency_quantile().is_some())
 }
 
 /// The name of the part that holds a service's model calls.
@@ -155,6 +161,8 @@ pub(crate) fn ms(v: f64) -> String {
 /// (the merged baseline and window, over every series in scope).
 pub(crate) struct TimeWent {
     parts: Vec<PartShift>,
+    /// The parts are those before the first token (no model call among them).
+    before_first_token: bool,
 }
 
 impl TimeWent {
@@ -164,15 +172,21 @@ impl TimeWent {
             (merged(input.baseline), merged(input.window));
         Self {
             parts: decomposition(input.metric, &input.co_anomalies, &base_all, &window_all),
+            before_first_token: before_first_token(input.metric, &input.co_anomalies),
         }
     }
 
     /// The share of the requests' added time that went into model calls, when the
     /// decomposition applies: what a change to a model call's own attributes (prompt,
-    /// adapter, image …) can explain at most.
+    /// adapter, image …) can explain at most. Of the time to the first token, what
+    /// the parts before the call did not take.
     pub(crate) fn model_call_share(&self) -> Option<f64> {
         if self.parts.is_empty() {
             return None;
+        }
+        if self.before_first_token {
+            let before: f64 = self.parts.iter().map(|p| p.share.max(0.0)).sum();
+            return Some((1.0 - before).clamp(0.0, 1.0));
         }
         let total: f64 = self.parts.iter().map(|p| p.share.max(0.0)).sum();
         let calls: f64 = self

@@ -555,9 +555,11 @@ pub(super) fn judge_against_leader(
             continue;
         }
         // Of a request's end-to-end latency, a model call's attributes explain the
-        // calls' part; time to first token, cache hits and generation speed are the
-        // call's own.
-        if CALL_DIMENSIONS.contains(dim) && input.metric.latency_quantile().is_some() {
+        // calls' part; of its time to the first token as the caller waits for it, what
+        // the steps before the call (a slower profile lookup) did not add; cache hits
+        // and generation speed are the call's own.
+        let timed = input.metric.latency_quantile().is_some() || input.metric == Metric::TtftP99;
+        if CALL_DIMENSIONS.contains(dim) && timed {
             c.before_after *= call_share.unwrap_or(1.0);
         }
         c.before_after_whole = c.before_after;

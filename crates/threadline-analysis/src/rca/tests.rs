@@ -950,3 +950,78 @@ fn a_few_bad_requests_on_one_arm_by_chance_do_not_lead() {
     );
     assert_eq!(ranked[0].subject, "adapter:fin@7", "{ranked:#?}");
 }
+
+/// `request_cell` whose requests also wait `retrieve_ms + 20 + call_ttft_ms` for their
+/// first token (the steps before the model call, then the call's own).
+fn request_cell_ttft(n: u64, retrieve_ms: f64, call_ms: f64, call_ttft_ms: f64) -> RollupCell {
+    let mut c = request_cell(n, retrieve_ms, call_ms);
+    for i in 0..n {
+        let spread = 0.7 + 0.6 * i as f64 / n as f64;
+        c.ttft_ms.add((retrieve_ms + 20.0 + call_ttft_ms) * spread);
+    }
+    c
+}
+
+/// Ranks a TTFT incident (with `co_anomalies`) after a harmless image went onto every
+/// instance at the onset, the requests' retrieval and their call's own time to the
+/// first token as given before and during.
+fn rank_ttft_after_image(
+    co_anomalies: Vec<Metric>,
+    (retrieve_before, retrieve_during): (f64, f64),
+    (call_ttft_before, call_ttft_during): (f64, f64),
+) -> Vec<Candidate> {
+    let baseline: Vec<_> = ["i-1", "i-2"]
+        .iter()
+        .map(|i| {
+            let cell = request_cell_ttft(300, retrieve_before, 500.0, call_ttft_before);
+            (key(i, "fin@6", "v2", "img:1"), cell)
+        })
+        .collect();
+    let window: Vec<_> = ["i-1", "i-2"]
+        .iter()
+        .map(|i| {
+            let cell = request_cell_ttft(300, retrieve_during, 500.0, call_ttft_during);
+            (key(i, "fin@6", "v2", "img:2"), cell)
+        })
+        .collect();
+    let image = change(
+        "image_rollout",
+        "image:img:2",
+        100,
+        (Dimension::Image, "img:2"),
+    );
+    rank_at_onset(
+        Metric::TtftP99,
+        co_anomalies,
+        &baseline,
+        &window,
+        vec![image],
+    )
+}
+
+/// The retrieval before the model call slows: the time to the first token the caller
+/// waits for jumps, and with it the latency. An image went onto every instance at
+/// the onset; it is on every bad request, but the added wait is before the call,
+/// which the image's calls cannot explain: the retriever leads, the image is
+/// discounted — whether the latency moved too or not.
+#[test]
+fn a_first_token_later_by_a_step_before_the_call_is_not_the_images() {
+    for co in [vec![Metric::P99Latency], vec![]] {
+        let ranked = rank_ttft_after_image(co.clone(), (70.0, 560.0), (100.0, 100.0));
+        assert_eq!(
+            ranked[0].subject, "service=docs-index span=search_docs",
+            "{co:?}: {ranked:#?}"
+        );
+        let image = ranked.iter().find(|c| c.subject == "image:img:2").unwrap();
+        assert!(image.confidence < 0.2, "{co:?}: {image:#?}");
+    }
+}
+
+/// The image itself makes the first token later (its calls' own time to it), the
+/// steps before the call as they were: it keeps what it explains and leads.
+#[test]
+fn a_first_token_later_in_the_call_is_the_images() {
+    let ranked = rank_ttft_after_image(vec![], (70.0, 70.0), (100.0, 600.0));
+    assert_eq!(ranked[0].subject, "image:img:2", "{ranked:#?}");
+    assert!(ranked[0].confidence > 0.8, "{ranked:#?}");
+}
