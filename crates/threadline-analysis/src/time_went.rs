@@ -251,6 +251,7 @@ impl TimeWent {
                     "model_call": p.model_call,
                 }),
                 attribute: None,
+                bad_since_change: None,
             });
         }
         (out, breakdown)

@@ -513,6 +513,7 @@ fn service_candidate(
         explanation,
         evidence,
         attribute: None,
+        bad_since_change: None,
     }
 }
 
