@@ -251,7 +251,6 @@ impl TimeWent {
                     "model_call": p.model_call,
                 }),
                 attribute: None,
-                bad_since_change: None,
             });
         }
         (out, breakdown)

@@ -106,9 +106,7 @@ const ALIKE: f64 = 0.01;
 /// and `b` the more specific — a lineage change before a bare attribute value (the
 /// adapter hot-swapped onto two instances before the old image only they still run),
 /// then the value on fewer requests before the onset (a failing instance before that
-/// old image) — or, whatever the confidences, `b` a change whose requests were more
-/// likely bad than not since it (a model tried on one instance, failing there from
-/// its first minutes) and `a` a bare value.
+/// old image).
 fn more_specific_alike(
     window: &[(SeriesKey, RollupCell)],
     a: &Candidate,
@@ -116,15 +114,9 @@ fn more_specific_alike(
     share_before: &dyn Fn(&Candidate) -> i64,
 ) -> bool {
     let specificity = |c: &Candidate| (c.kind == CandidateKind::Attribute, share_before(c));
-    // A change whose requests were more likely bad than not between it and the onset
-    // brought the bad requests onto the value's: the value (an instance, healthy
-    // until the change reached it) is where the change landed, not a rival — its
-    // higher confidence only says the change was discounted for those requests.
-    let brought =
-        a.kind == CandidateKind::Attribute && b.bad_since_change.is_some_and(|bad| bad >= 0.5);
     match (&a.attribute, &b.attribute) {
         (Some(x), Some(y)) => {
-            (brought || a.confidence - b.confidence < ALIKE)
+            a.confidence - b.confidence < ALIKE
                 && specificity(b) < specificity(a)
                 && overlap(window, x, y) >= CO_MOVING
                 && overlap(window, y, x) >= CO_MOVING

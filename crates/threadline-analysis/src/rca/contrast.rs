@@ -572,8 +572,7 @@ pub(super) fn judge_against_leader(
 /// two minutes before the real change takes the same traffic; a new image on an
 /// instance minutes before its KV cache collapsed). Returns the factor of its contrast
 /// kept: the posterior, from even odds, that its requests before the onset were
-/// already bad — halfway from the scope's rate to the window's, which the detector
-/// read at a high minute — rather than as good as the scope's were — the
+/// already as bad as in the window rather than as good as the scope's were — the
 /// binomial likelihoods of their bad mass under each. A handful of requests between a
 /// change and an onset found a minute late decide little either way; dozens of
 /// healthy ones rule the value out.
@@ -594,10 +593,7 @@ fn healthy_before(
         let rate = rate.clamp(1e-9, 1.0 - 1e-9);
         bad * rate.ln() + (total_before - bad) * (-rate).ln_1p()
     };
-    // The window's rate is read when the detector fired — on a minute high by chance
-    // as much as by the fault —, so "as bad" is halfway to it.
-    let bad_rate = (rate_before + during) / 2.0;
-    let ln_odds = ln_likelihood(bad_rate) - ln_likelihood(rate_before);
+    let ln_odds = ln_likelihood(during) - ln_likelihood(rate_before);
     1.0 / (1.0 + (-ln_odds).exp())
 }
 
@@ -666,14 +662,14 @@ mod tests {
     use super::*;
 
     /// The requests of a value between its change and the onset, against the
-    /// window's 60% bad (30%: halfway) and the scope's 1% before: 3 of 10 bad (an
-    /// onset found a minute late) keep its contrast; 0 of 40 (an image that served an instance well
+    /// window's 60% bad and the scope's 1% before: 3 of 10 bad (an onset found a
+    /// minute late) keep its contrast; 0 of 40 (an image that served an instance well
     /// before its cache collapsed) lose it; 1 of 2 decide little.
     #[test]
     fn requests_before_the_onset_keep_a_value_only_as_far_as_they_were_bad_too() {
         let during = (60.0, 100.0);
         assert!(healthy_before((3.0, 10.0), during, 0.01) > 0.99);
-        assert!(healthy_before((0.0, 40.0), during, 0.01) < 1e-6);
+        assert!(healthy_before((0.0, 40.0), during, 0.01) < 1e-9);
         let few = healthy_before((1.0, 2.0), during, 0.01);
         assert!((0.9..1.0).contains(&few), "{few}");
         let one_good = healthy_before((0.0, 1.0), during, 0.01);

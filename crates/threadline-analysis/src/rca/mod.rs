@@ -188,10 +188,6 @@ pub struct Candidate {
     /// The attribute value whose requests hold the exemplars (for trace lookups).
     #[serde(skip)]
     pub attribute: Option<(Dimension, String)>,
-    /// A change's: how likely its value's requests between the change and the onset
-    /// were already bad (1 for a change at the onset); `None` for the others.
-    #[serde(skip)]
-    pub bad_since_change: Option<f64>,
 }
 
 /// A candidate's confidence from what its value explains — its contrast within the
@@ -324,10 +320,6 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
             time_share: 0.0,
             explanation,
             evidence,
-            bad_since_change: Some(match backed {
-                Some(x) if !near => x.healthy_before,
-                _ => 1.0,
-            }),
             attribute: via,
         });
     }
@@ -403,7 +395,6 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
             time_share: 0.0,
             evidence,
             attribute: Some((*dim, value.clone())),
-            bad_since_change: None,
         });
     }
     // Either of two values of a dimension that share its excess: one candidate.
@@ -445,7 +436,6 @@ pub fn rank(input: &RcaInput<'_>) -> Vec<Candidate> {
             explanation,
             evidence,
             attribute: Some(pair.values[0].clone()),
-            bad_since_change: None,
         });
     }
     // Where the time went: the parts of the requests whose time grew.

@@ -513,7 +513,6 @@ fn service_candidate(
         explanation,
         evidence,
         attribute: None,
-        bad_since_change: None,
     }
 }
 

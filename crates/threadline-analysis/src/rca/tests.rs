@@ -1025,34 +1025,3 @@ fn a_first_token_later_in_the_call_is_the_images() {
     assert_eq!(ranked[0].subject, "image:img:2", "{ranked:#?}");
     assert!(ranked[0].confidence > 0.8, "{ranked:#?}");
 }
-
-/// A new model tried on instance i-2 four minutes before the onset fails 5% of its
-/// requests there at once, 15% in the window the detector fired on. In the window
-/// the model and the instance are the same requests; before the onset the model's
-/// were already worse than the scope's, so the model brought them — it leads the
-/// instance it landed on, though its contrast was discounted for those requests.
-#[test]
-fn a_model_tried_on_one_instance_and_failing_from_the_start_leads_the_instance() {
-    let at = |i: &str, model: &str| key(i, "fin@6", "v2", "img:1").with(Dimension::Model, model);
-    let errors = |n: u64, bad: u64| {
-        let mut c = cell(500.0, n, 0.8);
-        c.errors = bad;
-        c
-    };
-    let baseline = vec![
-        (at("i-1", "m1"), errors(300, 1)),
-        (at("i-2", "m1"), errors(250, 1)),
-        (at("i-2", "m2"), errors(60, 3)),
-    ];
-    let window = vec![
-        (at("i-1", "m1"), errors(100, 0)),
-        (at("i-2", "m2"), errors(100, 15)),
-    ];
-    let model = change("model_rollout", "model:m2", 96, (Dimension::Model, "m2"));
-    let ranked = rank_at_onset(Metric::ErrorRate, vec![], &baseline, &window, vec![model]);
-    assert_eq!(ranked[0].subject, "model:m2", "{ranked:#?}");
-    assert!(
-        ranked.iter().all(|c| c.subject != "instance=i-2"),
-        "the instance moves with the model: {ranked:#?}"
-    );
-}
