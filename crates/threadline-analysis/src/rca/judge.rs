@@ -63,6 +63,16 @@ impl Judge {
         }
     }
 
+    /// Whether its bad mass counts requests (slow, failed, refused) — then how it
+    /// falls across values is binomial — rather than a deficit spread over them (KV
+    /// hits, generation speed).
+    pub(super) fn counts_requests(&self) -> bool {
+        matches!(
+            self,
+            Judge::LatencyAbove(_) | Judge::TtftAbove(_) | Judge::Errors | Judge::Rejections
+        )
+    }
+
     /// (bad mass, total mass) of a cell.
     pub(super) fn mass(&self, cell: &RollupCell) -> (f64, f64) {
         let n = cell.requests as f64;

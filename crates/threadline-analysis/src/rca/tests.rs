@@ -1025,3 +1025,33 @@ fn a_first_token_later_in_the_call_is_the_images() {
     assert_eq!(ranked[0].subject, "image:img:2", "{ranked:#?}");
     assert!(ranked[0].confidence > 0.8, "{ranked:#?}");
 }
+
+/// A quiet route: instance i-2's KV cache collapses as a prompt version takes all of
+/// the traffic. The deficit of hits gathers on i-2 — a deficit spread over its
+/// requests, no count of bad requests to test for chance —, so i-2 leads and the
+/// prompt, on every request, is judged beyond it.
+#[test]
+fn a_kv_drop_on_one_instance_of_a_quiet_route_leads_a_prompt_at_the_onset() {
+    let baseline: Vec<_> = ["i-1", "i-2"]
+        .iter()
+        .map(|i| (key(i, "fin@6", "v1", "img:1"), cell(500.0, 150, 0.8)))
+        .collect();
+    let window = vec![
+        (key("i-1", "fin@6", "v2", "img:1"), cell(500.0, 12, 0.8)),
+        (key("i-2", "fin@6", "v2", "img:1"), cell(900.0, 15, 0.45)),
+    ];
+    let prompt = change(
+        "prompt_version",
+        "prompt:chat@v2",
+        100,
+        (Dimension::PromptVersion, "v2"),
+    );
+    let ranked = rank_at_onset(
+        Metric::KvCacheHitRatio,
+        vec![],
+        &baseline,
+        &window,
+        vec![prompt],
+    );
+    assert_eq!(ranked[0].subject, "instance=i-2", "{ranked:#?}");
+}
