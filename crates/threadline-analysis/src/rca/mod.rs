@@ -19,7 +19,10 @@
 //!   bad its requests outside the leader are (`judge_against_leader`).
 //! - **Before/after `B`**: `gained × EP × (1 − rate_before / rate)` for a value that
 //!   took over traffic, kept as far as its requests before the onset were bad too
-//!   (`healthy_before`; not for a change in the minute before the onset).
+//!   (`healthy_before`; not for a change in the minute before the onset; a drift is
+//!   judged from when the value it feeds arrived); against a leader (a value whose
+//!   bad requests gather on it beyond chance), what it explains beyond it — unless
+//!   its requests without the leader are worse than before beyond chance too.
 //! - **Combinations** (`combinations`): a leading value narrowed by another
 //!   dimension's value where the scan statistic says the narrower slice holds the
 //!   excess; either of two values of a dimension where they share its excess and
