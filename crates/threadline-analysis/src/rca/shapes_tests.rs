@@ -2,7 +2,7 @@
 //! concentration of bad requests that was already there, a change that took over all
 //! of the traffic, a value that appears only with the fault.
 
-use super::tests::{cell, change, key, rank_at_onset, rank_p99};
+use super::tests::{cell, img_2_at, key, rank_at_onset, rank_p99};
 use super::*;
 
 /// Three instances, i-3 always 1.7× slower (it serves the long prompts); a new image
@@ -23,12 +23,7 @@ fn a_value_that_always_held_the_slow_requests_explains_nothing_of_a_change_on_al
             (key(i, "", "v2", "img:2"), cell(ms, 100, 0.8))
         })
         .collect();
-    let image = change(
-        "image_rollout",
-        "image:img:2",
-        100,
-        (Dimension::Image, "img:2"),
-    );
+    let image = img_2_at(100);
     let ranked = rank_p99(&baseline, &window, vec![image]);
     assert_eq!(ranked[0].subject, "image:img:2", "{ranked:#?}");
     let i3 = ranked.iter().find(|c| c.subject == "instance=i-3");

@@ -64,6 +64,30 @@ pub(super) fn fin_lora_7_at(at: i64) -> Change {
     )
 }
 
+/// Ranks an error-rate incident at minute 100, adapter `fin@7` rolled out then.
+pub(super) fn rank_errors_after_fin_7(
+    baseline: &[(SeriesKey, RollupCell)],
+    window: &[(SeriesKey, RollupCell)],
+) -> Vec<Candidate> {
+    rank_at_onset(
+        Metric::ErrorRate,
+        vec![],
+        baseline,
+        window,
+        vec![fin_lora_7_at(100)],
+    )
+}
+
+/// Image `img:2` rolled out at minute `at`.
+pub(super) fn img_2_at(at: i64) -> Change {
+    change(
+        "image_rollout",
+        "image:img:2",
+        at,
+        (Dimension::Image, "img:2"),
+    )
+}
+
 pub(super) fn change(kind: &str, subject: &str, at: i64, attr: (Dimension, &str)) -> Change {
     Change {
         kind: serde_json::from_value(serde_json::json!(kind)).unwrap(),
@@ -102,12 +126,7 @@ fn the_swapped_adapter_outranks_harmless_changes_and_the_instances_it_runs_on() 
                 99,
                 (Dimension::PromptVersion, "v3"),
             ),
-            change(
-                "image_rollout",
-                "image:img:2",
-                98,
-                (Dimension::Image, "img:2"),
-            ),
+            img_2_at(98),
         ],
     );
     assert_eq!(ranked[0].subject, "adapter:fin@7", "{ranked:#?}");
@@ -177,12 +196,7 @@ fn a_failing_instance_inside_a_wider_rollout_is_blamed_before_the_rollout() {
             (("i-2", "", "img:1"), 0),
             (("i-3", "", "img:2"), 25),
         ],
-        change(
-            "image_rollout",
-            "image:img:2",
-            97,
-            (Dimension::Image, "img:2"),
-        ),
+        img_2_at(97),
     );
     assert_eq!(ranked[0].subject, "instance=i-3", "{ranked:#?}");
     let image = ranked.iter().find(|c| c.subject == "image:img:2").unwrap();
@@ -197,12 +211,7 @@ fn a_failing_instance_comes_before_the_old_image_only_it_still_runs() {
         &["i-1", "i-2"],
         ("", "img:1"),
         &[(("i-1", "", "img:2"), 0), (("i-2", "", "img:1"), 35)],
-        change(
-            "image_rollout",
-            "image:img:2",
-            95,
-            (Dimension::Image, "img:2"),
-        ),
+        img_2_at(95),
     );
     assert_eq!(ranked[0].subject, "instance=i-2", "{ranked:#?}");
     let folded = ranked[0].evidence["co_moving"][0]["subject"].as_str();
@@ -223,12 +232,7 @@ fn a_failing_instance_leads_the_old_image_it_still_runs_on_alike_evidence() {
         errors_cell(("i-1", "", "img:2"), 100, 0),
         errors_cell(("i-2", "", "img:1"), 100, 35),
     ];
-    let rollout = change(
-        "image_rollout",
-        "image:img:2",
-        95,
-        (Dimension::Image, "img:2"),
-    );
+    let rollout = img_2_at(95);
     let ranked = rank_at_onset(Metric::ErrorRate, vec![], &baseline, &window, vec![rollout]);
     assert_eq!(ranked[0].subject, "instance=i-2", "{ranked:#?}");
     let folded = ranked[0].evidence["co_moving"][0]["subject"].as_str();
@@ -258,15 +262,7 @@ fn a_swapped_adapter_leads_the_old_image_its_instances_still_run() {
     .iter()
     .map(|(i, a, img, ms, n)| (key(i, a, "v2", img), cell(*ms, *n, 0.8)))
     .collect();
-    let changes = vec![
-        change(
-            "image_rollout",
-            "image:img:2",
-            96,
-            (Dimension::Image, "img:2"),
-        ),
-        fin_lora_7_at(100),
-    ];
+    let changes = vec![img_2_at(96), fin_lora_7_at(100)];
     let ranked = rank_at_onset(Metric::P99Latency, vec![], &baseline, &window, changes);
     assert_eq!(ranked[0].subject, "adapter:fin@7", "{ranked:#?}");
     let folded: Vec<_> = ranked[0].evidence["co_moving"]
@@ -341,12 +337,7 @@ fn a_change_that_served_well_until_the_onset_yields_to_the_instance() {
         (key("i-1", "", "", "img:1"), cell(500.0, 100, 0.8)),
         (key("i-2", "", "", "img:2"), cell(500.0, 100, 0.1)),
     ];
-    let rollout = change(
-        "image_rollout",
-        "image:img:2",
-        96,
-        (Dimension::Image, "img:2"),
-    );
+    let rollout = img_2_at(96);
     let ranked = rank_at_onset(
         Metric::KvCacheHitRatio,
         vec![Metric::P99Latency],
@@ -515,12 +506,7 @@ fn an_arm_on_half_the_traffic_outranks_a_harmless_image_just_before() {
             ));
         }
     }
-    let image = change(
-        "image_rollout",
-        "image:img:2",
-        98,
-        (Dimension::Image, "img:2"),
-    );
+    let image = img_2_at(98);
     let ranked = rank_at_onset(Metric::P50Latency, vec![], &baseline, &window, vec![image]);
     assert_eq!(ranked[0].subject, "ab_group=B", "{ranked:#?}");
     assert!(ranked[0].contrast > 0.5, "{:#?}", ranked[0]);
@@ -544,19 +530,7 @@ fn a_change_on_all_traffic_is_ranked_by_before_and_after_over_a_harmless_one() {
     .iter()
     .map(|(i, a)| (key(i, a, "v2", "img:2"), cell(1300.0, 300, 0.8)))
     .collect();
-    let ranked = rank_p99(
-        &baseline,
-        &window,
-        vec![
-            change(
-                "image_rollout",
-                "image:img:2",
-                100,
-                (Dimension::Image, "img:2"),
-            ),
-            fin_lora_7_at(100),
-        ],
-    );
+    let ranked = rank_p99(&baseline, &window, vec![img_2_at(100), fin_lora_7_at(100)]);
     assert_eq!(ranked[0].subject, "image:img:2", "{ranked:#?}");
     assert!(ranked[0].before_after > 0.9, "{:#?}", ranked[0]);
     let adapter = ranked
@@ -617,12 +591,7 @@ fn a_value_healthy_before_the_onset_loses_its_before_and_after() {
                 98,
                 (Dimension::PromptVersion, "v3"),
             ),
-            change(
-                "image_rollout",
-                "image:img:2",
-                100,
-                (Dimension::Image, "img:2"),
-            ),
+            img_2_at(100),
         ],
     );
     assert_eq!(ranked[0].subject, "image:img:2", "{ranked:#?}");
@@ -658,16 +627,7 @@ fn a_change_on_all_traffic_keeps_its_before_and_after_when_the_call_is_the_reque
             )
         })
         .collect();
-    let ranked = rank_p99(
-        &baseline,
-        &window,
-        vec![change(
-            "image_rollout",
-            "image:img:2",
-            100,
-            (Dimension::Image, "img:2"),
-        )],
-    );
+    let ranked = rank_p99(&baseline, &window, vec![img_2_at(100)]);
     assert_eq!(ranked[0].subject, "image:img:2", "{ranked:#?}");
     assert!(ranked[0].before_after > 0.9, "{:#?}", ranked[0]);
     // The model call was the whole request: no span candidate names it, and the
@@ -766,13 +726,7 @@ fn a_change_on_every_instance_bad_only_on_one_is_the_pair() {
         errors_cell(("i-2", "fin@7", "img:2"), 100, 25),
         errors_cell(("i-3", "fin@7", "img:1"), 100, 1),
     ];
-    let ranked = rank_at_onset(
-        Metric::ErrorRate,
-        vec![],
-        &baseline,
-        &window,
-        vec![fin_lora_7_at(100)],
-    );
+    let ranked = rank_errors_after_fin_7(&baseline, &window);
     assert_eq!(ranked[0].subject, "adapter:fin@7", "{ranked:#?}");
     assert!(ranked[0].confidence > 0.8, "{:#?}", ranked[0]);
     let narrowed = ranked[0].evidence["narrowed_to"]["subject"].as_str();
@@ -941,13 +895,7 @@ fn a_few_bad_requests_on_one_arm_by_chance_do_not_lead() {
         during.errors = bad;
         window.push((at("fin@7", group), during));
     }
-    let ranked = rank_at_onset(
-        Metric::ErrorRate,
-        vec![],
-        &baseline,
-        &window,
-        vec![fin_lora_7_at(100)],
-    );
+    let ranked = rank_errors_after_fin_7(&baseline, &window);
     assert_eq!(ranked[0].subject, "adapter:fin@7", "{ranked:#?}");
 }
 
@@ -984,12 +932,7 @@ fn rank_ttft_after_image(
             (key(i, "fin@6", "v2", "img:2"), cell)
         })
         .collect();
-    let image = change(
-        "image_rollout",
-        "image:img:2",
-        100,
-        (Dimension::Image, "img:2"),
-    );
+    let image = img_2_at(100);
     rank_at_onset(
         Metric::TtftP99,
         co_anomalies,
