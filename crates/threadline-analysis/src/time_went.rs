@@ -33,15 +33,15 @@ struct PartShift {
 /// shifts add up to its mean shift. For a latency incident (or one whose latency moved
 /// too) the shift is the mean latency's; for a TTFT incident the mean TTFT's, over the
 /// parts that are no model call (what comes before the first token: retrieval, tools,
-/// queueing upstream).
+/// queueing upstream) — `ttft`, from `before_first_token`.
 fn decomposition(
     metric: Metric,
     co_anomalies: &[Metric],
+    ttft: bool,
     base: &RollupCell,
     window: &RollupCell,
 ) -> Vec<PartShift> {
     let latency = |m: &Metric| m.latency_quantile().is_some();
-    let ttft = before_first_token(metric, co_anomalies);
     if !(latency(&metric) || ttft || co_anomalies.iter().any(latency))
         || base.requests == 0
         || window.requests == 0
@@ -170,9 +170,16 @@ impl TimeWent {
         let merged = |cells: &[(SeriesKey, RollupCell)]| cells.iter().map(|(_, c)| c).collect();
         let (base_all, window_all): (RollupCell, RollupCell) =
             (merged(input.baseline), merged(input.window));
+        let before_first_token = before_first_token(input.metric, &input.co_anomalies);
         Self {
-            parts: decomposition(input.metric, &input.co_anomalies, &base_all, &window_all),
-            before_first_token: before_first_token(input.metric, &input.co_anomalies),
+            parts: decomposition(
+                input.metric,
+                &input.co_anomalies,
+                before_first_token,
+                &base_all,
+                &window_all,
+            ),
+            before_first_token,
         }
     }
 

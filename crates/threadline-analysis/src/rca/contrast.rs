@@ -425,8 +425,9 @@ pub(super) fn attributable(
 
 /// Judges every value against the leader: the value whose within-window contrast is
 /// highest, once it is high enough to lead and its share of the bad requests is
-/// beyond chance for its share of the traffic (`LEADER_CHANCE`) — or a narrower value inside its requests
-/// that holds nearly all of its excess (a canary pinned to one instance).
+/// beyond chance for its share of the traffic (`LEADER_CHANCE`) — or a narrower value
+/// inside its requests that holds nearly all of its excess (a canary pinned to one
+/// instance).
 ///
 /// - A value whose requests hold (nearly) all of the leader's and more — an image on
 ///   two instances, one of which fails — is a less specific cause than the leader,
@@ -464,16 +465,18 @@ pub(super) fn judge_against_leader(
     // route's bad requests all on the arm that has 60% of its traffic (one time in
     // eight) leads nothing. (A deficit — KV hits, generation speed — is no count of
     // requests to test so.)
-    let all = mass(&|_| true);
     let beyond_chance = |(dim, value): &(Dimension, String)| {
+        if !scope.judge.counts_requests() {
+            return true;
+        }
+        let all = mass(&|_| true);
         let (bad, total) = mass(&|k: &SeriesKey| k.get(*dim) == value);
-        !scope.judge.counts_requests()
-            || all.1 > 0.0
-                && binomial_tail(
-                    bad.round() as u64,
-                    all.0.round() as u64,
-                    (total / all.1).clamp(0.0, 1.0),
-                ) < LEADER_CHANCE
+        all.1 > 0.0
+            && binomial_tail(
+                bad.round() as u64,
+                all.0.round() as u64,
+                (total / all.1).clamp(0.0, 1.0),
+            ) < LEADER_CHANCE
     };
     let leader = contrasts
         .iter()
@@ -560,8 +563,7 @@ pub(super) fn judge_against_leader(
         // calls' part; of its time to the first token as the caller waits for it, what
         // the steps before the call (a slower profile lookup) did not add; cache hits
         // and generation speed are the call's own.
-        let timed = input.metric.latency_quantile().is_some() || input.metric == Metric::TtftP99;
-        if CALL_DIMENSIONS.contains(dim) && timed {
+        if CALL_DIMENSIONS.contains(dim) && input.metric.requests_quantile().is_some() {
             c.before_after *= call_share.unwrap_or(1.0);
         }
         c.before_after_whole = c.before_after;

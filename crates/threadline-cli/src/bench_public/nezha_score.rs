@@ -7,9 +7,9 @@
 //! injection falls on a minute of the server's; the RCA of the entry route at the
 //! injection minute asked as an SRE would: about failures when the route's share of
 //! requests with a failed span (of the minutes with logs) rose, from the 10 minutes
-//! before the injection to the 3 after, two standard errors or more and further
-//! out than its mean log latency did, else about latency; about the other when that answer names
-//! no service: the services its candidates name, in order, against the
+//! before the injection to the 3 after, two standard errors or more and further out
+//! than its mean log latency did, else about latency; about the other when that
+//! answer names no service: the services its candidates name, in order, against the
 //! injected pod's service (AS@1 / AS@3 / AS@5, as Nezha's paper scores).
 
 use std::path::Path;
